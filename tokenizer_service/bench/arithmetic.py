@@ -1,0 +1,92 @@
+"""Ted-Tok Table 2, SA column: the synthetic arithmetic drift, reproduced by running Ted-Tok.
+
+Old data (appendix B): every "A+B=C" and every non-negative "A-B=C" with A, B in [0, 50]
+(3,927 examples); New: the same with A, B in [0, 200] (60,702; 2,000 held out for evaluation).
+Character base, vocabulary size 50, no pre-tokenizer (an example is one word). The stream is the
+paper's training schedule: 1,000 epochs of Old then 1,000 epochs of New in batches of 4,096,
+one Ted-Tok time step per batch; warmup 10%, Δ=300, α=0.3, β=1.2, no revisions in the last 20%.
+
+>>> arithmetic_dataset(1)
+['0+0=0', '0+1=1', '1+0=1', '1+1=2', '0-0=0', '1-0=1', '1-1=0']
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from tokenizer_service.bpe import BPETokenizer, jaccard_distance
+from tokenizer_service.counting import WordVocabulary
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+PAPER = {"bytes_per_token": {"old": 1.216, "new": 1.366, "tedtok": 1.359},
+         "jaccard": {"old_vs_new": 0.7013, "tedtok_vs_new": 0.2456}}
+
+
+def arithmetic_dataset(max_operand: int) -> list[str]:
+    """All sums and all non-negative differences of operands in [0, max_operand]."""
+    sums = [f"{a}+{b}={a + b}" for a in range(max_operand + 1) for b in range(max_operand + 1)]
+    diffs = [f"{a}-{b}={a - b}" for a in range(max_operand + 1) for b in range(a + 1)]
+    return sums + diffs
+
+
+@dataclass(frozen=True)
+class ArithmeticSettings:
+    vocab_size: int = 50
+    batch: int = 4096
+    epochs: int = 1000
+    validation: int = 2000
+    alpha: float = 0.3
+    beta: float = 1.2
+    interval: int = 300
+    warmup: float = 0.1
+    freeze_last: float = 0.2
+    batch_size: int = 1
+    seed: int = 0
+
+
+def run_arithmetic(settings: ArithmeticSettings = ArithmeticSettings(), *, progress: bool = True) -> dict:
+    """Run the SA reproduction and return the benchmark's JSON-ready result."""
+    rng = np.random.default_rng(settings.seed)
+    old_data = arithmetic_dataset(50)
+    new_all = arithmetic_dataset(200)
+    held_out = set(rng.choice(len(new_all), settings.validation, replace=False).tolist())
+    new_train = [x for i, x in enumerate(new_all) if i not in held_out]
+    new_eval = [new_all[i] for i in sorted(held_out)]
+
+    train = dict(vocab_size=settings.vocab_size, byte_level=False)
+    old = BPETokenizer.train(old_data, **train)
+    new = BPETokenizer.train(new_train, **train)
+
+    words = WordVocabulary()
+    old_ids, new_ids = words.ids(old_data), words.ids(new_train)
+    schedule = [(old_ids, -(-len(old_ids) // settings.batch)), (new_ids, -(-len(new_ids) // settings.batch))]
+    total = sum(settings.epochs * steps for _, steps in schedule)
+    config = TedTokConfig.for_schedule(
+        total, warmup=settings.warmup, freeze_last=settings.freeze_last, alpha=settings.alpha,
+        beta=settings.beta, interval=settings.interval, batch_size=settings.batch_size,
+    )
+    tedtok = TedTok(old, config=config, words=words, lineage="arithmetic")
+    started = time.perf_counter()
+    with tqdm(total=total, desc="ted-tok SA", unit="step", disable=not progress) as bar:
+        for ids, _ in schedule:
+            for _ in range(settings.epochs):
+                order = rng.permutation(ids)
+                for start in range(0, len(order), settings.batch):
+                    tedtok.observe_words(order[start : start + settings.batch], np.ones(min(settings.batch, len(order) - start)))
+                    bar.update()
+                    if bar.n % 500 == 0:
+                        bar.set_postfix(bpt=f"{tedtok.last_counts.bytes_per_token:.3f}", version=tedtok.version)
+    evolved = tedtok.tokenizer
+    return {
+        "bytes_per_token": {name: tok.bytes_per_token(new_eval) for name, tok in
+                            (("old", old), ("new", new), ("tedtok", evolved))},
+        "jaccard": {"old_vs_new": jaccard_distance(old, new), "tedtok_vs_new": jaccard_distance(evolved, new)},
+        "revisions": len(tedtok.revisions),
+        "steps": total,
+        "seconds": time.perf_counter() - started,
+        "paper": PAPER,
+    }

@@ -1,0 +1,256 @@
+"""A BPE tokenizer model that round-trips Hugging Face ``tokenizer.json``.
+
+The model is what Ted-Tok and LiteToken reason about: a vocabulary (token -> id), an ordered
+merge list, special tokens and the pre-tokenization pipeline. Encoding is always done by the
+``tokenizers`` Rust implementation, built once per instance and cached.
+
+Tokens are kept in the tokenizer's own alphabet: for byte-level tokenizers (GPT-2 style) that
+is the printable byte-to-unicode mapping (``"Ġhello"`` is ``b" hello"``), for character-level
+tokenizers it is plain text.
+
+>>> tok = BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260)
+>>> tok.hf.encode("ab abd").tokens
+['ab', 'Ġab', 'd']
+>>> tok.token_bytes("Ġab")
+b' ab'
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+Merge = tuple[str, str]
+
+
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters.
+
+    >>> byte_to_unicode()[32], byte_to_unicode()[65]
+    ('Ġ', 'A')
+    """
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1)
+    )
+    codes = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            codes.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, codes)}
+
+
+BYTE_TO_UNICODE = byte_to_unicode()
+UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
+
+
+def _mentions_byte_level(section: Any) -> bool:
+    """True when a pipeline section (or any nested step) is a ByteLevel component.
+
+    >>> _mentions_byte_level({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}]})
+    True
+    """
+    if isinstance(section, dict):
+        return section.get("type") == "ByteLevel" or any(_mentions_byte_level(v) for v in section.values())
+    if isinstance(section, list):
+        return any(_mentions_byte_level(v) for v in section)
+    return False
+
+
+class BPETokenizer:
+    """One immutable tokenizer version: vocabulary, merges, specials and HF pipeline settings.
+
+    Build one with :meth:`train`, :meth:`from_json` or :meth:`from_file`; derive a revised one
+    with :meth:`replace_model`. ``hf`` is the cached ``tokenizers.Tokenizer`` that encodes.
+
+    >>> tok = BPETokenizer.train(["1+1=2", "11+1=12"], vocab_size=10, byte_level=False)
+    >>> tok.decode(tok.encode("11+1=12")) == "11+1=12"
+    True
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab: Mapping[str, int],
+        merges: Sequence[Merge],
+        pipeline: Mapping[str, Any],
+        model_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.vocab: dict[str, int] = dict(vocab)
+        self.merges: tuple[Merge, ...] = tuple((a, b) for a, b in merges)
+        # Everything in tokenizer.json except the model's vocab and merges, kept verbatim so an
+        # export encodes exactly like the source.
+        self.pipeline: dict[str, Any] = copy.deepcopy(dict(pipeline))
+        self.model_options: dict[str, Any] = dict(model_options or {})
+        self.id_to_token: dict[int, str] = {i: t for t, i in self.vocab.items()}
+        if len(self.id_to_token) != len(self.vocab):
+            raise ValueError("vocabulary maps two tokens to one id")
+
+    # ----- construction -------------------------------------------------------------------
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        *,
+        vocab_size: int,
+        byte_level: bool = True,
+        special_tokens: Sequence[str] = (),
+        pre_tokenizer: pre_tokenizers.PreTokenizer | None = None,
+        alphabet: Sequence[str] = (),
+    ) -> "BPETokenizer":
+        """Train a fresh tokenizer with ``tokenizers``' BpeTrainer.
+
+        Byte-level (default) uses GPT-2's pre-tokenizer and the full 256-byte alphabet; character
+        level uses ``pre_tokenizer`` (none: each text is one word) and the characters seen plus
+        ``alphabet``.
+        """
+        hf = Tokenizer(models.BPE())
+        if byte_level:
+            hf.pre_tokenizer = pre_tokenizer or pre_tokenizers.ByteLevel(add_prefix_space=False)
+            hf.decoder = decoders.ByteLevel()
+            initial = pre_tokenizers.ByteLevel.alphabet()
+        else:
+            if pre_tokenizer is not None:
+                hf.pre_tokenizer = pre_tokenizer
+            hf.decoder = decoders.Fuse()
+            initial = list(alphabet)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(special_tokens),
+            initial_alphabet=initial,
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer)
+        return cls.from_json(hf.to_str())
+
+    @classmethod
+    def from_json(cls, text: str) -> "BPETokenizer":
+        """Parse a HF ``tokenizer.json`` string whose model is BPE."""
+        data = json.loads(text)
+        model = data.get("model") or {}
+        if model.get("type", "BPE") != "BPE" or "merges" not in model:
+            raise ValueError(f"not a BPE tokenizer.json (model type {model.get('type')!r})")
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+        options = {k: v for k, v in model.items() if k not in ("vocab", "merges", "type")}
+        pipeline = {k: v for k, v in data.items() if k != "model"}
+        return cls(vocab=model["vocab"], merges=merges, pipeline=pipeline, model_options=options)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "BPETokenizer":
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+    def replace_model(self, *, vocab: Mapping[str, int], merges: Sequence[Merge]) -> "BPETokenizer":
+        """A new version with the same pipeline and options but another vocabulary and merges."""
+        return BPETokenizer(vocab=vocab, merges=merges, pipeline=self.pipeline, model_options=self.model_options)
+
+    # ----- export -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        model = {"type": "BPE", **self.model_options}
+        # Ids in order keeps the JSON stable and readable.
+        model["vocab"] = dict(sorted(self.vocab.items(), key=lambda kv: kv[1]))
+        model["merges"] = [list(m) for m in self.merges]
+        data = {"version": "1.0", **self.pipeline, "model": model}
+        data.setdefault("added_tokens", [])
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=None, separators=(",", ":"))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @cached_property
+    def sha256(self) -> str:
+        """Content hash of the exported tokenizer.json (the registry's ETag)."""
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    # ----- properties ---------------------------------------------------------------------
+    @cached_property
+    def hf(self) -> Tokenizer:
+        """The ``tokenizers`` implementation of this version (built once)."""
+        return Tokenizer.from_str(self.to_json())
+
+    @cached_property
+    def byte_level(self) -> bool:
+        return _mentions_byte_level(self.pipeline.get("pre_tokenizer")) or _mentions_byte_level(
+            self.pipeline.get("decoder")
+        )
+
+    @property
+    def ignore_merges(self) -> bool:
+        return bool(self.model_options.get("ignore_merges", False))
+
+    @cached_property
+    def special_tokens(self) -> frozenset[str]:
+        return frozenset(t["content"] for t in self.pipeline.get("added_tokens", []) if t.get("special"))
+
+    @cached_property
+    def base_tokens(self) -> frozenset[str]:
+        """Tokens no merge produces: the alphabet and the special tokens. Never deleted."""
+        produced = {a + b for a, b in self.merges}
+        return frozenset(t for t in self.vocab if t not in produced) | self.special_tokens
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    # ----- encoding -----------------------------------------------------------------------
+    def token_bytes(self, token: str) -> bytes:
+        """The bytes a token stands for.
+
+        >>> BPETokenizer.train(["x"], vocab_size=257).token_bytes("Ġx")
+        b' x'
+        """
+        if self.byte_level and token not in self.special_tokens:
+            return bytes(UNICODE_TO_BYTE[c] for c in token)
+        return token.encode("utf-8")
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=False)
+
+    def pre_tokenize(self, text: str) -> list[str]:
+        """Split a text into the words BPE encodes separately (in the model's alphabet).
+
+        Merges never cross these boundaries, so pairs are only counted inside a word.
+        """
+        hf = self.hf
+        if hf.normalizer is not None:
+            text = hf.normalizer.normalize_str(text)
+        if hf.pre_tokenizer is None:
+            return [text] if text else []
+        return [piece for piece, _ in hf.pre_tokenizer.pre_tokenize_str(text)]
+
+    def tokenize_word(self, word: str) -> list[int]:
+        """BPE on one pre-tokenized word (no pre-tokenizer applied), as token ids."""
+        return [t.id for t in self.hf.model.tokenize(word)]
+
+    def bytes_per_token(self, texts: Sequence[str]) -> float:
+        """Compression: UTF-8 bytes of the texts over the number of tokens they encode to."""
+        n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+        n_tokens = sum(len(ids) for ids in self.encode_batch(texts))
+        return n_bytes / max(n_tokens, 1)
+
+
+def jaccard_distance(a: BPETokenizer, b: BPETokenizer) -> float:
+    """1 - |Va ∩ Vb| / |Va ∪ Vb| over token strings (Ted-Tok section 3.1).
+
+    >>> t = BPETokenizer.train(["aa"], vocab_size=5, byte_level=False)
+    >>> jaccard_distance(t, t)
+    0.0
+    """
+    va, vb = set(a.vocab), set(b.vocab)
+    return 1.0 - len(va & vb) / len(va | vb)

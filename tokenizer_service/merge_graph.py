@@ -1,0 +1,78 @@
+"""The merge graph: BPE's merge list seen as a DAG over the vocabulary (Ted-Tok section 4.1).
+
+A merge ``(u, v) -> w`` gives edges ``u -> w`` and ``v -> w``. Base tokens (alphabet, specials)
+have no parents; *sink tokens* are merged tokens that parent no merge: the only tokens Ted-Tok
+may delete without breaking other merges.
+
+>>> from tokenizer_service.bpe import BPETokenizer
+>>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2, "abb": 3},
+...                    merges=[("a", "b"), ("ab", "b")], pipeline={})
+>>> g = MergeGraph(tok)
+>>> g.parents["abb"], sorted(g.children["ab"]), sorted(g.sink_tokens)
+(('ab', 'b'), ['abb'], ['abb'])
+>>> sorted(g.descendants("a"))
+['ab', 'abb']
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tokenizer_service.bpe import BPETokenizer, Merge
+
+
+class MergeGraph:
+    """Parents, children and sinks of one tokenizer version (built once per version)."""
+
+    def __init__(self, tokenizer: BPETokenizer) -> None:
+        self.tokenizer = tokenizer
+        # A token produced by several merges (tiktoken-style vocabularies) keeps the first one
+        # listed as its parents; every merge producing it is in ``producers``.
+        self.parents: dict[str, Merge] = {}
+        self.producers: dict[str, list[Merge]] = defaultdict(list)
+        self.children: dict[str, set[str]] = defaultdict(set)
+        for u, v in tokenizer.merges:
+            w = u + v
+            self.parents.setdefault(w, (u, v))
+            self.producers[w].append((u, v))
+            self.children[u].add(w)
+            self.children[v].add(w)
+
+    @property
+    def sink_tokens(self) -> set[str]:
+        """Merged tokens that are no parent of any merge; never base or special tokens."""
+        base = self.tokenizer.base_tokens
+        return {w for w in self.parents if w in self.tokenizer.vocab and not self.children.get(w) and w not in base}
+
+    def is_sink(self, token: str) -> bool:
+        return token in self.parents and not self.children.get(token) and token not in self.tokenizer.base_tokens
+
+    def descendants(self, token: str) -> set[str]:
+        """Every token whose merge tree contains ``token`` (excluding itself)."""
+        seen: set[str] = set()
+        stack = list(self.children.get(token, ()))
+        while stack:
+            t = stack.pop()
+            if t not in seen:
+                seen.add(t)
+                stack.extend(self.children.get(t, ()))
+        return seen
+
+
+def unreachable_tokens(tokenizer: BPETokenizer) -> list[str]:
+    """Tokens whose own symbols do not BPE-encode to exactly that token.
+
+    Such a token can never be emitted (ByteSampler's check). Special tokens are matched before
+    BPE and are always reachable.
+
+    >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+    ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
+    >>> unreachable_tokens(tok)
+    ['abc']
+    """
+    specials = tokenizer.special_tokens
+    return [
+        t
+        for t, i in tokenizer.vocab.items()
+        if t not in specials and tokenizer.tokenize_word(t) != [i]
+    ]

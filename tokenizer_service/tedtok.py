@@ -1,0 +1,281 @@
+"""Ted-Tok: keep a BPE tokenizer aligned with a drifting stream (Ted-Tok, Algorithms 1 and 2).
+
+Each time step the stream's batch is encoded with the current version and its token and
+within-word pair counts update the EMA statistics (``stats_store``). Every Δ steps after the
+warmup, :func:`plan_revision` picks up to K of the most frequent pairs to add as merges and as
+many of the least frequent sink tokens to delete, and :func:`apply_revision` builds the next
+version, its revision diff and the statistics edit (Proposition 1's redistribution).
+
+Decisions on the points the paper leaves open (``../shared/papers.md``):
+
+* A pair just merged leaves the pair table (τ_pair[u,v] is forgotten when w=(u,v) is added):
+  otherwise its stale, slowly decaying statistic would keep it at the top of the candidates.
+* A pair whose concatenation already is a token is no candidate: it would add a second merge
+  for an existing token, not a new token. Neither is a pair whose merge would be unreachable
+  (the current tokenizer does not encode ``u+v`` to exactly ``[u, v]``), nor one with a special
+  token, so a revision never adds an unreachable token.
+* Inside one batch: the adds are chosen first; their parents are protected and never deleted in
+  the same batch; only tokens that are sinks *before* the batch may be deleted (no cascade);
+  two candidate pairs with the same concatenation add it once. Add i is paired with delete i
+  (strongest pair against weakest sink) and the batch stops at the first pair that fails the
+  margin τ_pair > β·τ_token[w_delete]; the condition is monotone, so this is Algorithm 2 run
+  K times without re-ranking.
+* Ids: with ``recycle_ids`` (default) the vocabulary size is fixed and an added token takes a
+  freed id of the same revision, lowest first; otherwise new tokens get fresh ids past the
+  largest and freed ids stay holes. Statistics of a deleted token are forgotten before its id is
+  reused, so nothing leaks.
+
+>>> from tokenizer_service.bpe import BPETokenizer
+>>> old = BPETokenizer.train(["ab ab ab xy xy"], vocab_size=259)
+>>> tt = TedTok(old, config=TedTokConfig(alpha=0.5, beta=1.2, batch_size=1, interval=1))
+>>> for _ in range(3):
+...     revision = tt.observe_texts(["cd cd cd cd"])
+>>> [e.kind for e in tt.revisions[0].diff.entries], tt.revisions[0].added
+(['reassigned'], ['cd'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from schemas.revision import DiffEntry, RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, pack_pair, unpack_pair
+from tokenizer_service.merge_graph import MergeGraph
+from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
+
+
+@dataclass(frozen=True)
+class TedTokConfig:
+    """Revision settings. Defaults are the paper's real-world (MT/QA) settings.
+
+    ``warmup_steps`` and revisions in the final ``freeze_last`` fraction of ``total_steps`` are
+    off (the latter only when ``total_steps`` is known).
+    """
+
+    alpha: float = 5e-5
+    beta: float = 1.2
+    batch_size: int = 100
+    interval: int = 1000
+    warmup_steps: int = 0
+    total_steps: int | None = None
+    freeze_last: float = 0.0
+    recycle_ids: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.beta <= 0 or self.batch_size < 1 or self.interval < 1:
+            raise ValueError("beta must be > 0, batch_size and interval >= 1")
+        if not 0 <= self.freeze_last < 1:
+            raise ValueError(f"freeze_last must be in [0, 1), got {self.freeze_last}")
+
+    @classmethod
+    def for_schedule(cls, total_steps: int, *, warmup: float, freeze_last: float, **options) -> "TedTokConfig":
+        """Config with warmup and freeze given as fractions of a known number of steps."""
+        return cls(total_steps=total_steps, warmup_steps=round(warmup * total_steps), freeze_last=freeze_last, **options)
+
+    def revision_due(self, step: int) -> bool:
+        """Whether Algorithm 1 revises after time step ``step`` (1-based).
+
+        >>> c = TedTokConfig(interval=10, warmup_steps=20, total_steps=100, freeze_last=0.2)
+        >>> [s for s in range(1, 101) if c.revision_due(s)]
+        [20, 30, 40, 50, 60, 70, 80]
+        """
+        if step < self.warmup_steps or step % self.interval:
+            return False
+        return self.total_steps is None or step <= (1 - self.freeze_last) * self.total_steps
+
+
+@dataclass(frozen=True)
+class RevisionPlan:
+    """What one revision will do: merges to add and sink tokens to delete, with their scores."""
+
+    adds: list[tuple[str, str]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    add_scores: list[float] = field(default_factory=list)
+    delete_scores: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A published revision: the new version, its diff and the statistics edit it implies."""
+
+    tokenizer: BPETokenizer
+    diff: RevisionDiff
+    edit: StatsEdit
+    added: list[str]
+    removed: list[str]
+
+
+def plan_revision(
+    tokenizer: BPETokenizer, graph: MergeGraph, store: StatsStore, *, beta: float, batch_size: int
+) -> RevisionPlan:
+    """Algorithm 2, batched: the K best admissible pairs against the K weakest sinks."""
+    vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
+    keys, values = store.top_pairs(4 * batch_size + 64)
+    adds, add_scores, new_tokens = [], [], set()
+    for key, value in zip(keys.tolist(), values.tolist()):
+        if len(adds) == batch_size or value <= 0:
+            break
+        u, v = unpack_pair(key)
+        tu, tv = id_to_token.get(u), id_to_token.get(v)
+        if tu is None or tv is None or tu in specials or tv in specials:
+            continue
+        w = tu + tv
+        if w in vocab or w in new_tokens or tokenizer.tokenize_word(w) != [u, v]:
+            continue
+        adds.append((tu, tv))
+        add_scores.append(value)
+        new_tokens.add(w)
+    protected = {t for pair in adds for t in pair}
+    sinks = sorted(graph.sink_tokens - protected)
+    sink_scores = store.token(np.array([vocab[t] for t in sinks], np.int64)) if sinks else np.zeros(0)
+    weakest = sorted(zip(sink_scores.tolist(), sinks))[: len(adds)]
+    n = 0
+    while n < len(weakest) and add_scores[n] > beta * weakest[n][0]:
+        n += 1
+    return RevisionPlan(
+        adds=adds[:n],
+        deletes=[t for _, t in weakest[:n]],
+        add_scores=add_scores[:n],
+        delete_scores=[s for s, _ in weakest[:n]],
+    )
+
+
+def apply_revision(
+    tokenizer: BPETokenizer,
+    graph: MergeGraph,
+    plan: RevisionPlan,
+    *,
+    recycle_ids: bool = True,
+) -> tuple[BPETokenizer, list[DiffEntry], StatsEdit]:
+    """Build the next version from a plan: new vocabulary, merges, diff entries, stats edit.
+
+    Merges of deleted tokens are removed; new merges are appended (lowest priority) in the
+    plan's order. An add whose token would still be unreachable once the other merges of the
+    batch are in place is dropped together with one delete, so the vocabulary size holds.
+    """
+    adds, deletes = list(plan.adds), list(plan.deletes)
+    while True:
+        vocab = {t: i for t, i in tokenizer.vocab.items() if t not in set(deletes)}
+        freed = sorted(tokenizer.vocab[t] for t in deletes)
+        next_id = max(tokenizer.vocab.values()) + 1
+        new_ids = []
+        for k, (u, v) in enumerate(adds):
+            if recycle_ids and k < len(freed):
+                new_ids.append(freed[k])
+            else:
+                new_ids.append(next_id)
+                next_id += 1
+            vocab[u + v] = new_ids[-1]
+        gone = set(deletes)
+        merges = [m for m in tokenizer.merges if m[0] + m[1] not in gone] + adds
+        revised = tokenizer.replace_model(vocab=vocab, merges=merges)
+        unreachable = [k for k, (u, v) in enumerate(adds) if revised.tokenize_word(u + v) != [new_ids[k]]]
+        if not unreachable:
+            break
+        adds = [a for k, a in enumerate(adds) if k not in unreachable]
+        deletes = deletes[: len(deletes) - len(unreachable)]
+
+    old_vocab = tokenizer.vocab
+    entries: dict[int, DiffEntry] = {}
+    for t in deletes:
+        u, v = graph.parents[t]
+        i = old_vocab[t]
+        entries[i] = DiffEntry(id=i, kind="removed", old_token=t, new_token=None, parents=[old_vocab[u], old_vocab[v]])
+    for (u, v), i in zip(adds, new_ids):
+        parents = [vocab[u], vocab[v]]
+        old = entries.get(i)
+        if old is None:
+            entries[i] = DiffEntry(id=i, kind="added", old_token=None, new_token=u + v, parents=parents)
+        else:
+            entries[i] = DiffEntry(
+                id=i, kind="reassigned", old_token=old.old_token, new_token=u + v,
+                parents=parents, old_parents=old.parents,
+            )
+    edit = StatsEdit(
+        deletes=[(old_vocab[t], old_vocab[graph.parents[t][0]], old_vocab[graph.parents[t][1]]) for t in deletes],
+        adds=[(i, vocab[u], vocab[v]) for (u, v), i in zip(adds, new_ids)],
+    )
+    return revised, [entries[i] for i in sorted(entries)], edit
+
+
+class TedTok:
+    """A tokenizer lineage evolving over a stream: observe steps, revise when due.
+
+    One call to :meth:`observe_texts` (or :meth:`observe_words`) is one time step. It returns the
+    :class:`Revision` made after that step, if any; all revisions are kept in ``revisions``.
+    """
+
+    def __init__(
+        self,
+        tokenizer: BPETokenizer,
+        *,
+        config: TedTokConfig,
+        store: StatsStore | None = None,
+        lineage: str = "default",
+        words: WordVocabulary | None = None,
+    ) -> None:
+        self.config = config
+        self.lineage = lineage
+        self.tokenizer = tokenizer
+        self.graph = MergeGraph(tokenizer)
+        self.store = store if store is not None else MemoryStatsStore(alpha=config.alpha)
+        self.counter = StepCounter(tokenizer, words)
+        self.version = 1
+        self.revisions: list[Revision] = []
+        self.last_counts: StepCounts | None = None
+
+    def observe_texts(self, texts: Sequence[str]) -> Revision | None:
+        """One time step over a batch of documents."""
+        return self.observe_counts(self.counter.count_texts(texts))
+
+    def observe_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> Revision | None:
+        """One time step over a multiset of words known to ``self.counter.words``."""
+        return self.observe_counts(self.counter.count_words(word_ids, freqs))
+
+    def observe_counts(self, counts: StepCounts) -> Revision | None:
+        self.last_counts = counts
+        self.store.apply_step_counts(counts)
+        return self.revise() if self.config.revision_due(self.store.step) else None
+
+    def revise(self) -> Revision | None:
+        """Run one revision now; ``None`` when no pair beats the margin."""
+        plan = plan_revision(
+            self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size
+        )
+        if not plan.adds:
+            return None
+        revised, entries, edit = apply_revision(
+            self.tokenizer, self.graph, plan, recycle_ids=self.config.recycle_ids
+        )
+        diff = RevisionDiff(
+            lineage=self.lineage,
+            version=self.version + 1,
+            parent_version=self.version,
+            step=self.store.step,
+            tokenizer_sha256=revised.sha256,
+            parent_sha256=self.tokenizer.sha256,
+            vocab_size=len(revised),
+            id_space=max(revised.vocab.values()) + 1,
+            entries=entries,
+            config=asdict(self.config),
+        )
+        self.store.apply_edit(edit)
+        revision = Revision(
+            tokenizer=revised,
+            diff=diff,
+            edit=edit,
+            added=[e.new_token for e in entries if e.new_token is not None],
+            removed=[e.old_token for e in entries if e.old_token is not None],
+        )
+        self.tokenizer = revised
+        self.graph = MergeGraph(revised)
+        self.counter.set_tokenizer(revised)
+        self.version += 1
+        self.revisions.append(revision)
+        return revision
