@@ -90,7 +90,7 @@ class StepCounter:
     """
 
     def __init__(self, tokenizer: BPETokenizer, words: WordVocabulary | None = None) -> None:
-        self.words = words or WordVocabulary()
+        self.words = words if words is not None else WordVocabulary()
         self.tokenizer = tokenizer
         self._flat = np.zeros(0, dtype=np.int64)
         self._start = np.zeros(0, dtype=np.int64)

@@ -36,6 +36,7 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -229,6 +230,7 @@ class TedTok:
         self.version = 1
         self.revisions: list[Revision] = []
         self.last_counts: StepCounts | None = None
+        self.revision_seconds = 0.0  # wall time spent in revise(), for overhead reports
 
     def observe_texts(self, texts: Sequence[str]) -> Revision | None:
         """One time step over a batch of documents."""
@@ -245,6 +247,13 @@ class TedTok:
 
     def revise(self) -> Revision | None:
         """Run one revision now; ``None`` when no pair beats the margin."""
+        started = time.perf_counter()
+        try:
+            return self._revise()
+        finally:
+            self.revision_seconds += time.perf_counter() - started
+
+    def _revise(self) -> Revision | None:
         plan = plan_revision(
             self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size
         )

@@ -1,0 +1,83 @@
+import json
+
+import pytest
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerFast
+
+from tokenizer_service.bpe import BPETokenizer, jaccard_distance
+from tokenizer_service.validation import probe_texts
+
+
+def test_export_encodes_like_the_source(byte_tokenizer, corpus, tmp_path):
+    path = tmp_path / "tokenizer.json"
+    byte_tokenizer.save(path)
+    reloaded = BPETokenizer.from_file(path)
+    hf = Tokenizer.from_file(str(path))
+    fast = PreTrainedTokenizerFast(tokenizer_file=str(path))
+    texts = corpus[:50] + probe_texts(byte_tokenizer, n=100)
+    expected = byte_tokenizer.encode_batch(texts)
+    assert reloaded.encode_batch(texts) == expected
+    assert [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)] == expected
+    assert [fast(t, add_special_tokens=False)["input_ids"] for t in texts] == expected
+
+
+def test_round_trip_is_byte_identical(byte_tokenizer):
+    assert BPETokenizer.from_json(byte_tokenizer.to_json()).to_json() == byte_tokenizer.to_json()
+
+
+def test_import_keeps_ignore_merges_and_pipeline(byte_tokenizer):
+    data = json.loads(byte_tokenizer.to_json())
+    data["model"]["ignore_merges"] = True
+    data["normalizer"] = {"type": "NFC"}
+    imported = BPETokenizer.from_json(json.dumps(data))
+    assert imported.ignore_merges
+    exported = json.loads(imported.to_json())
+    assert exported["model"]["ignore_merges"] is True
+    assert exported["normalizer"] == {"type": "NFC"}
+
+
+def test_string_merges_of_older_files_are_read():
+    data = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}}
+    tok = BPETokenizer.from_json(json.dumps(data))
+    assert tok.merges == (("a", "b"),)
+    assert tok.encode("ab") == [2]
+
+
+def test_rejects_non_bpe_models():
+    with pytest.raises(ValueError, match="not a BPE"):
+        BPETokenizer.from_json(json.dumps({"model": {"type": "WordPiece", "vocab": {}}}))
+
+
+def test_rejects_duplicate_ids():
+    with pytest.raises(ValueError, match="two tokens"):
+        BPETokenizer(vocab={"a": 0, "b": 0}, merges=[], pipeline={})
+
+
+def test_base_and_special_tokens():
+    tok = BPETokenizer.train(["aaab"] * 5, vocab_size=260, special_tokens=["<eos>"])
+    assert "<eos>" in tok.special_tokens and "<eos>" in tok.base_tokens
+    assert len([t for t in tok.base_tokens if len(t) == 1]) == 256
+    assert all(a + b not in tok.base_tokens for a, b in tok.merges)
+
+
+def test_character_level_tokenizer_is_lossless():
+    tok = BPETokenizer.train(["12+3=15", "7-2=5"] * 10, vocab_size=20, byte_level=False)
+    assert not tok.byte_level
+    for text in ["12+3=15", "1-1=5", "777"]:
+        assert tok.decode(tok.encode(text)) == text
+    assert tok.pre_tokenize("12+3=15") == ["12+3=15"]
+
+
+def test_pre_tokenize_byte_level_words(byte_tokenizer):
+    assert byte_tokenizer.pre_tokenize("hi there") == ["hi", "Ġthere"]
+    assert byte_tokenizer.token_bytes("Ġthere") == b" there"
+
+
+def test_bytes_per_token_and_jaccard(byte_tokenizer):
+    text = "stream token"
+    assert byte_tokenizer.bytes_per_token([text]) == len(text) / len(byte_tokenizer.encode(text))
+    other = BPETokenizer.train(["zzz yyy"] * 5, vocab_size=260)
+    shared = len(set(byte_tokenizer.vocab) & set(other.vocab))
+    union = len(set(byte_tokenizer.vocab) | set(other.vocab))
+    assert jaccard_distance(byte_tokenizer, other) == pytest.approx(1 - shared / union)
+    assert 0 < jaccard_distance(byte_tokenizer, other) < 1
