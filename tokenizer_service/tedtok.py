@@ -13,10 +13,11 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 * A pair whose concatenation already is a token is no candidate: it would add a second merge
   for an existing token, not a new token. Neither is a pair whose merge would be unreachable
   (the current tokenizer does not encode ``u+v`` to exactly ``[u, v]``), nor one with a special
-  token, so a revision never adds an unreachable token.
+  token, so a revision never adds an unreachable token. Reachability also means two pairs with
+  the same concatenation never both qualify: ``u+v`` encodes to one pair only.
 * Inside one batch: the adds are chosen first; their parents are protected and never deleted in
   the same batch; only tokens that are sinks *before* the batch may be deleted (no cascade);
-  two candidate pairs with the same concatenation add it once. Add i is paired with delete i
+  add i is paired with delete i
   (strongest pair against weakest sink) and the batch stops at the first pair that fails the
   margin τ_pair > β·τ_token[w_delete]; the condition is monotone, so this is Algorithm 2 run
   K times without re-ranking.
@@ -118,7 +119,7 @@ def plan_revision(
     """Algorithm 2, batched: the K best admissible pairs against the K weakest sinks."""
     vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
     keys, values = store.top_pairs(4 * batch_size + 64)
-    adds, add_scores, new_tokens = [], [], set()
+    adds, add_scores = [], []
     for key, value in zip(keys.tolist(), values.tolist()):
         if len(adds) == batch_size or value <= 0:
             break
@@ -127,11 +128,10 @@ def plan_revision(
         if tu is None or tv is None or tu in specials or tv in specials:
             continue
         w = tu + tv
-        if w in vocab or w in new_tokens or tokenizer.tokenize_word(w) != [u, v]:
+        if w in vocab or tokenizer.tokenize_word(w) != [u, v]:
             continue
         adds.append((tu, tv))
         add_scores.append(value)
-        new_tokens.add(w)
     protected = {t for pair in adds for t in pair}
     sinks = sorted(graph.sink_tokens - protected)
     sink_scores = store.token(np.array([vocab[t] for t in sinks], np.int64)) if sinks else np.zeros(0)
