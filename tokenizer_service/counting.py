@@ -16,7 +16,6 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -135,10 +134,7 @@ class StepCounter:
 
     def count_texts(self, texts: Sequence[str]) -> StepCounts:
         """Pre-tokenize texts, count each distinct word once, weight by its frequency."""
-        freq: Counter[str] = Counter()
-        pre_tokenize = self.tokenizer.pre_tokenize
-        for text in texts:
-            freq.update(pre_tokenize(text))
+        freq = self.tokenizer.word_counts(texts)
         word_ids = self.words.ids(freq.keys())
         return self.count_words(word_ids, np.fromiter(freq.values(), np.float64, len(freq)))
 

@@ -1,0 +1,79 @@
+"""Throughput: tokmaint's statistics update against raw ``tokenizers`` encoding, same text.
+
+``encode_mb_s``: ``Tokenizer.encode_batch`` over the documents (Rust, all cores).
+``stats_mb_s``: one pass of Ted-Tok's step update (pre-tokenize, count each distinct word once,
+encode new words with the version's cache, vectorised token/pair counts, EMA update of the
+in-memory store) in steps of ``step_docs`` documents, starting from an empty cache.
+``revision_seconds``: one revision with K=100 at V=50,257 over a pair table padded to ~1M pairs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.counting import pack_pair
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+
+@dataclass(frozen=True)
+class ThroughputSettings:
+    max_mb: float = 20.0
+    vocab_size: int = 50257
+    step_docs: int = 1024
+    tracked_pairs: int = 1_000_000
+    batch_size: int = 100
+
+
+def run_throughput(corpus: str | Path, settings: ThroughputSettings = ThroughputSettings(), *,
+                   progress: bool = True) -> dict:
+    docs, size = [], 0
+    for d in read_corpus(corpus):
+        docs.append(d)
+        size += len(d.text.encode("utf-8"))
+        if size >= settings.max_mb * 1e6:
+            break
+    texts = [d.text for d in docs]
+    mb = size / 1e6
+    tokenizer = BPETokenizer.train(texts, vocab_size=settings.vocab_size)
+
+    started = time.perf_counter()
+    tokenizer.hf.encode_batch(texts, add_special_tokens=False)
+    encode_s = time.perf_counter() - started
+
+    tedtok = TedTok(tokenizer, config=TedTokConfig(batch_size=settings.batch_size))
+    steps = list(batches(docs, settings.step_docs))
+    started = time.perf_counter()
+    for step in tqdm(steps, desc="stats update", unit="step", disable=not progress):
+        tedtok.observe_texts(step)
+    stats_s = time.perf_counter() - started
+
+    # Pad the pair table to the target size with small random pairs (rarer than any real one).
+    store = tedtok.store
+    missing = settings.tracked_pairs - len(store._pairs)
+    if missing > 0:
+        rng = np.random.default_rng(0)
+        ids = np.array(sorted(tokenizer.vocab.values()), np.int64)
+        keys = np.unique(pack_pair(rng.choice(ids, 2 * missing), rng.choice(ids, 2 * missing)))
+        keys = np.setdiff1d(keys, store._pairs.keys)[:missing]
+        store._pairs.add(keys, np.full(len(keys), 1e-9 / store.scale))
+    started = time.perf_counter()
+    revision = tedtok.revise()
+    revision_s = time.perf_counter() - started
+    return {
+        "encode_mb_s": mb / encode_s,
+        "stats_mb_s": mb / stats_s,
+        "ratio": encode_s / stats_s,
+        "revision_seconds": revision_s,
+        "revision_changes": len(revision.diff.entries) if revision else 0,
+        "tracked_pairs": len(store._pairs),
+        "vocab_size": len(tokenizer),
+        "megabytes": mb,
+        "documents": len(docs),
+    }
