@@ -26,7 +26,7 @@ class DriftSettings:
     new_share: float = 0.2
     held_out: int = 2000
     step_docs: int = 64
-    alpha: float = 0.05
+    alpha: float = 0.01
     beta: float = 1.2
     batch_size: int = 20
     interval: int = 10
