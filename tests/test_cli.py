@@ -62,6 +62,7 @@ def test_bench_throughput_reports_every_key(drifting_corpus, capsys):
     assert result["encode_mb_s"] > 0 and result["stats_mb_s"] > 0
     assert result["ratio"] == pytest.approx(result["stats_mb_s"] / result["encode_mb_s"])
     assert result["tracked_pairs"] >= 5000 and result["revision_seconds"] > 0
+    assert result["revision_changes"] == 10
 
 
 def test_bench_arithmetic_reproduces_table_2():

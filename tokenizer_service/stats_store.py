@@ -227,8 +227,9 @@ class MemoryStatsStore(StatsStore):
             keys = self._pairs.keys
             gone = np.isin(keys >> PAIR_SHIFT, forgotten) | np.isin(keys & ((1 << PAIR_SHIFT) - 1), forgotten)
             self._pairs.drop(gone)
-        for w, u, v in edit.adds:
-            key = np.array([pack_pair(u, v)])
-            self._token[w] = self._pairs.get(key)[0]
-            self._buffer[w] = 0.0
-            self._pairs.drop(np.isin(self._pairs.keys, key))
+        if edit.adds:
+            new_ids = np.array([w for w, _, _ in edit.adds], np.int64)
+            keys = np.array([pack_pair(u, v) for _, u, v in edit.adds], np.int64)
+            self._token[new_ids] = self._pairs.get(keys)
+            self._buffer[new_ids] = 0.0
+            self._pairs.drop(np.isin(self._pairs.keys, keys))
