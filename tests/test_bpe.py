@@ -1,6 +1,9 @@
+import functools
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -90,3 +93,17 @@ def test_fast_word_counts_equal_the_pre_tokenizer(byte_tokenizer, corpus):
     expected = Counter(w for t in texts for w in byte_tokenizer.pre_tokenize(t))
     assert byte_tokenizer._plain_gpt2_pre_tokenizer
     assert byte_tokenizer.word_counts(texts) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_fast_word_counts_agree_on_any_ascii(text):
+    from collections import Counter
+
+    tokenizer = _gpt2_style()
+    assert tokenizer.word_counts([text]) == Counter(tokenizer.pre_tokenize(text))
+
+
+@functools.cache
+def _gpt2_style() -> BPETokenizer:
+    return BPETokenizer.train(["x"], vocab_size=257)

@@ -52,6 +52,7 @@ def test_top_pairs_largest_first_with_stable_ties(make_store):
     keys, values = store.top_pairs(3)
     assert keys.tolist() == [pack_pair(2, 3), pack_pair(0, 1), pack_pair(1, 2)]
     assert values.tolist() == [2.5, 1.5, 1.5]
+    assert store.tracked_pairs == 4
 
 
 def test_delete_redistributes_buffer_and_restores_pair(make_store):

@@ -16,7 +16,10 @@ may delete without breaking other merges.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from functools import cached_property
 
 from tokenizer_service.bpe import BPETokenizer, Merge
 
@@ -38,11 +41,44 @@ class MergeGraph:
             self.children[u].add(w)
             self.children[v].add(w)
 
-    @property
-    def sink_tokens(self) -> set[str]:
+    def revised(self, tokenizer: BPETokenizer, *, removed: Iterable[str], added: Sequence[Merge]) -> "MergeGraph":
+        """The graph of ``tokenizer``, derived from this one by a revision's edits (no full rebuild).
+
+        ``removed`` tokens lose the merges that produced them; ``added`` merges are new.
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
+        >>> new = tok.replace_model(vocab={"a": 0, "b": 1, "ba": 2}, merges=[("b", "a")])
+        >>> g = MergeGraph(tok).revised(new, removed=["ab"], added=[("b", "a")])
+        >>> dict(g.parents), sorted(g.sink_tokens) == sorted(MergeGraph(new).sink_tokens)
+        ({'ba': ('b', 'a')}, True)
+        """
+        graph = copy.copy(self)
+        graph.__dict__.pop("sink_tokens", None)
+        graph.tokenizer = tokenizer
+        graph.parents = dict(self.parents)
+        graph.producers = defaultdict(list, self.producers)
+        graph.children = defaultdict(set, self.children)
+        for w in removed:
+            del graph.parents[w]
+            graph.children.pop(w, None)
+            for u, v in graph.producers.pop(w):
+                for parent in (u, v):
+                    graph.children[parent] = graph.children[parent] - {w}
+        for u, v in added:
+            w = u + v
+            graph.parents.setdefault(w, (u, v))
+            graph.producers[w] = graph.producers.get(w, []) + [(u, v)]
+            for parent in (u, v):
+                graph.children[parent] = graph.children.get(parent, set()) | {w}
+        return graph
+
+    @cached_property
+    def sink_tokens(self) -> frozenset[str]:
         """Merged tokens that are no parent of any merge; never base or special tokens."""
         base = self.tokenizer.base_tokens
-        return {w for w in self.parents if w in self.tokenizer.vocab and not self.children.get(w) and w not in base}
+        return frozenset(
+            w for w in self.parents if w in self.tokenizer.vocab and not self.children.get(w) and w not in base
+        )
 
     def is_sink(self, token: str) -> bool:
         return token in self.parents and not self.children.get(token) and token not in self.tokenizer.base_tokens

@@ -71,6 +71,11 @@ class StatsStore(abc.ABC):
     def pair(self, keys: np.ndarray) -> np.ndarray:
         """τ_pair of the given packed pair keys (0 for unknown)."""
 
+    @property
+    @abc.abstractmethod
+    def tracked_pairs(self) -> int:
+        """Number of pairs in the pair table."""
+
     @abc.abstractmethod
     def top_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The n pairs with the largest τ_pair, as (keys, values), largest first."""
@@ -199,6 +204,10 @@ class MemoryStatsStore(StatsStore):
     def pair(self, keys):
         return self.scale * self._pairs.get(keys)
 
+    @property
+    def tracked_pairs(self) -> int:
+        return len(self._pairs)
+
     def top_pairs(self, n: int):
         values = self._pairs.values
         n = min(n, len(values))
@@ -213,17 +222,19 @@ class MemoryStatsStore(StatsStore):
         ids = [i for triple in edit.deletes + edit.adds for i in triple]
         if ids:
             self._grow(max(ids))
-        forgotten = []
+        forgotten = [w for w, _, _ in edit.deletes]
         for w, u, v in edit.deletes:
             credit = self._buffer[w]
             for parent in (u, v) if u != v else (u,):
                 share = credit if u != v else 2 * credit
                 self._token[parent] += share
                 self._buffer[parent] += share
-            self._pairs.set(np.array([pack_pair(u, v)]), np.array([self._token[w]]))
-            self._token[w] = self._buffer[w] = 0.0
-            forgotten.append(w)
         if forgotten:
+            # Deleted tokens are sinks, so no deleted token is a parent of another: setting
+            # every freed pair at once equals doing it delete by delete.
+            freed_pairs = np.array([pack_pair(u, v) for _, u, v in edit.deletes], np.int64)
+            self._pairs.set(freed_pairs, self._token[forgotten])
+            self._token[forgotten] = self._buffer[forgotten] = 0.0
             keys = self._pairs.keys
             gone = np.isin(keys >> PAIR_SHIFT, forgotten) | np.isin(keys & ((1 << PAIR_SHIFT) - 1), forgotten)
             self._pairs.drop(gone)

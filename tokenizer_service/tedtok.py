@@ -133,9 +133,9 @@ def plan_revision(
         adds.append((tu, tv))
         add_scores.append(value)
     protected = {t for pair in adds for t in pair}
-    sinks = sorted(graph.sink_tokens - protected)
+    sinks = list(graph.sink_tokens - protected)
     sink_scores = store.token(np.array([vocab[t] for t in sinks], np.int64)) if sinks else np.zeros(0)
-    weakest = sorted(zip(sink_scores.tolist(), sinks))[: len(adds)]
+    weakest = _weakest(sink_scores, sinks, len(adds))
     n = 0
     while n < len(weakest) and add_scores[n] > beta * weakest[n][0]:
         n += 1
@@ -145,6 +145,20 @@ def plan_revision(
         add_scores=add_scores[:n],
         delete_scores=[s for s, _ in weakest[:n]],
     )
+
+
+def _weakest(scores: np.ndarray, tokens: list[str], n: int) -> list[tuple[float, str]]:
+    """The n lowest (score, token) pairs, ties broken by token: sorts only the candidates.
+
+    >>> _weakest(np.array([3.0, 0.0, 0.0, 1.0]), ["c", "b", "a", "d"], 3)
+    [(0.0, 'a'), (0.0, 'b'), (1.0, 'd')]
+    """
+    if n <= 0 or not tokens:
+        return []
+    n = min(n, len(tokens))
+    cutoff = np.partition(scores, n - 1)[n - 1]
+    candidates = np.flatnonzero(scores <= cutoff)
+    return sorted((float(scores[i]), tokens[i]) for i in candidates.tolist())[:n]
 
 
 def apply_revision(
@@ -162,7 +176,8 @@ def apply_revision(
     """
     adds, deletes = list(plan.adds), list(plan.deletes)
     while True:
-        vocab = {t: i for t, i in tokenizer.vocab.items() if t not in set(deletes)}
+        gone = set(deletes)
+        vocab = {t: i for t, i in tokenizer.vocab.items() if t not in gone}
         freed = sorted(tokenizer.vocab[t] for t in deletes)
         next_id = max(tokenizer.vocab.values()) + 1
         new_ids = []
@@ -173,7 +188,6 @@ def apply_revision(
                 new_ids.append(next_id)
                 next_id += 1
             vocab[u + v] = new_ids[-1]
-        gone = set(deletes)
         merges = [m for m in tokenizer.merges if m[0] + m[1] not in gone] + adds
         revised = tokenizer.replace_model(vocab=vocab, merges=merges)
         unreachable = [k for k, (u, v) in enumerate(adds) if revised.tokenize_word(u + v) != [new_ids[k]]]
@@ -283,7 +297,10 @@ class TedTok:
             removed=[e.old_token for e in entries if e.old_token is not None],
         )
         self.tokenizer = revised
-        self.graph = MergeGraph(revised)
+        added_merges = [
+            (revised.id_to_token[e.parents[0]], revised.id_to_token[e.parents[1]]) for e in entries if e.new_token
+        ]
+        self.graph = self.graph.revised(revised, removed=revision.removed, added=added_merges)
         self.counter.set_tokenizer(revised)
         self.version += 1
         self.revisions.append(revision)

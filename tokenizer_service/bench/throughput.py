@@ -5,6 +5,7 @@
 encode new words with the version's cache, vectorised token/pair counts, EMA update of the
 in-memory store) in steps of ``step_docs`` documents, starting from an empty cache.
 ``revision_seconds``: one revision with K=100 at V=50,257 over a pair table padded to ~1M pairs
+(one extra step of rare random pairs)
 (``revision_changes`` says how many ids it changed).
 """
 
@@ -57,16 +58,17 @@ def run_throughput(corpus: str | Path, settings: ThroughputSettings = Throughput
         tedtok.observe_texts(step)
     stats_s = time.perf_counter() - started
 
-    # Pad the pair table to the target size with small random pairs (rarer than any real one).
+    # Pad the pair table to the target size with one more step of rare random pairs.
     store = tedtok.store
-    missing = settings.tracked_pairs - len(store._pairs)
+    missing = settings.tracked_pairs - store.tracked_pairs
     if missing > 0:
         rng = np.random.default_rng(0)
         ids = np.array(sorted(tokenizer.vocab.values()), np.int64)
         keys = np.unique(pack_pair(rng.choice(ids, 2 * missing), rng.choice(ids, 2 * missing)))
-        keys = np.setdiff1d(keys, store._pairs.keys)[:missing]
-        store._pairs.add(keys, np.full(len(keys), 1e-9 / store.scale))
-    tracked = len(store._pairs)
+        keys = keys[np.argsort(store.pair(keys) > 0, kind="stable")][:missing]
+        store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0),
+                           pair_keys=np.sort(keys), pair_counts=np.full(len(keys), 1e-6))
+    tracked = store.tracked_pairs
     started = time.perf_counter()
     revision = tedtok.revise()
     revision_s = time.perf_counter() - started
