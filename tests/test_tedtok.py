@@ -91,6 +91,25 @@ def test_margin_blocks_weak_pairs(small):
     assert plan.adds == [("c", "x")] and plan.deletes == ["xy"]
 
 
+def test_base_token_cost_recycles_young_ids_first(small):
+    # Σ τ_token = 100, so a cost of 0.05 is 5 tokens per step. "xy" (weaker) is pre-trained,
+    # "abc" was added by Ted-Tok (not in the base vocabulary): "abc" goes although it is stronger.
+    store = store_with(small, {("c", "x"): 20.0}, {"xy": 1.0, "abc": 3.0, "a": 96.0})
+    base = {t: i for t, i in small.vocab.items() if t != "abc"}
+    plan = plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=1,
+                         base_vocab=base, base_token_cost=0.05)
+    assert plan.deletes == ["abc"] and plan.delete_scores == [3.0]
+    # Without the cost the paper's rule deletes the weakest sink.
+    assert plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=1).deletes == ["xy"]
+
+
+def test_base_token_cost_refuses_swaps_that_save_too_little(small):
+    store = store_with(small, {("c", "x"): 5.0}, {"xy": 1.0, "abc": 1.0, "a": 98.0})
+    kwargs = dict(beta=1.2, batch_size=1, base_vocab=small.vocab)
+    assert plan_revision(small, MergeGraph(small), store, base_token_cost=0.05, **kwargs).adds == []  # 5-1 < 5
+    assert plan_revision(small, MergeGraph(small), store, base_token_cost=0.03, **kwargs).adds == [("c", "x")]
+
+
 def test_existing_concatenations_and_unreachable_merges_are_no_candidates(small):
     # ("a", "bc")? "bc" is no token. ("ab", "c") makes "abc", which exists. ("a", "b") too.
     # ("b", "c") would give "bc", but "bc" from b,c is reachable; ("a", "abc") -> "aabc" is fine.

@@ -97,6 +97,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     config = TedTokConfig.for_schedule(
         total, warmup=args.warmup, freeze_last=args.freeze_last, alpha=args.alpha, beta=args.beta,
         batch_size=args.batch_size, interval=args.interval, recycle_ids=not args.append_ids,
+        base_token_cost=args.base_token_cost,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -150,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     evolve.add_argument("--interval", type=int, default=10, help="steps between revisions (Δ)")
     evolve.add_argument("--warmup", type=float, default=0.03, help="share of steps before the first revision")
     evolve.add_argument("--freeze-last", type=float, default=0.0, help="share of final steps without revisions")
+    evolve.add_argument("--base-token-cost", type=float, default=2.5e-5,
+                        help="share of the stream's tokens a swap must save to delete a pre-trained token (0: paper)")
     evolve.add_argument("--append-ids", action="store_true", help="give new tokens fresh ids instead of recycling")
     evolve.add_argument("--lineage", default="default", help="lineage name recorded in every diff")
     evolve.add_argument("--json", action="store_true", help="print JSON")

@@ -19,8 +19,12 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
   the same batch; only tokens that are sinks *before* the batch may be deleted (no cascade);
   add i is paired with delete i
   (strongest pair against weakest sink) and the batch stops at the first pair that fails the
-  margin τ_pair > β·τ_token[w_delete]; the condition is monotone, so this is Algorithm 2 run
-  K times without re-ranking.
+  margin τ_pair > β·τ_token[w_delete]; the condition is monotone (without ``base_token_cost``),
+  so this is Algorithm 2 run K times without re-ranking.
+* Id stability (an addition): on a long drifting stream Ted-Tok keeps replacing tokens it added
+  for a past period, and every pre-trained token it deletes on the way is an embedding row the
+  model loses. ``base_token_cost`` charges such deletes, so ids Ted-Tok recycled before are
+  reused first; with 0 (default) the rule is the paper's.
 * Ids: with ``recycle_ids`` (default) the vocabulary size is fixed and an added token takes a
   freed id of the same revision, lowest first; otherwise new tokens get fresh ids past the
   largest and freed ids stay holes. Statistics of a deleted token are forgotten before its id is
@@ -38,7 +42,7 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -55,7 +59,9 @@ class TedTokConfig:
     """Revision settings. Defaults are the paper's real-world (MT/QA) settings.
 
     ``warmup_steps`` and revisions in the final ``freeze_last`` fraction of ``total_steps`` are
-    off (the latter only when ``total_steps`` is known).
+    off (the latter only when ``total_steps`` is known). ``base_token_cost`` (not in the paper,
+    0 = off) makes deleting a pre-trained token cost that share of the stream's tokens; see
+    :func:`plan_revision`.
     """
 
     alpha: float = 5e-5
@@ -66,12 +72,15 @@ class TedTokConfig:
     total_steps: int | None = None
     freeze_last: float = 0.0
     recycle_ids: bool = True
+    base_token_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
         if self.beta <= 0 or self.batch_size < 1 or self.interval < 1:
             raise ValueError("beta must be > 0, batch_size and interval >= 1")
+        if self.base_token_cost < 0:
+            raise ValueError(f"base_token_cost must be >= 0, got {self.base_token_cost}")
         if not 0 <= self.freeze_last < 1:
             raise ValueError(f"freeze_last must be in [0, 1), got {self.freeze_last}")
 
@@ -114,9 +123,24 @@ class Revision:
 
 
 def plan_revision(
-    tokenizer: BPETokenizer, graph: MergeGraph, store: StatsStore, *, beta: float, batch_size: int
+    tokenizer: BPETokenizer,
+    graph: MergeGraph,
+    store: StatsStore,
+    *,
+    beta: float,
+    batch_size: int,
+    base_vocab: Mapping[str, int] | None = None,
+    base_token_cost: float = 0.0,
 ) -> RevisionPlan:
-    """Algorithm 2, batched: the K best admissible pairs against the K weakest sinks."""
+    """Algorithm 2, batched: the K best admissible pairs against the K weakest sinks.
+
+    With ``base_token_cost`` > 0 (0 is the paper's rule) deleting a *base* token — one that still
+    holds its id from ``base_vocab``, the version the model was pre-trained with, so its
+    embedding row is the most valuable — costs ``base_token_cost``·Σ τ_token: sinks are ranked by
+    τ_token + cost and a swap must also save that cost, τ_pair − τ_token[sink] ≥ cost (a merged
+    occurrence saves one token, a split one costs one). Ted-Tok then recycles the ids of tokens
+    it added itself before it touches a pre-trained id.
+    """
     vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
     keys, values = store.top_pairs(4 * batch_size + 64)
     adds, add_scores = [], []
@@ -134,16 +158,27 @@ def plan_revision(
         add_scores.append(value)
     protected = {t for pair in adds for t in pair}
     sinks = list(graph.sink_tokens - protected)
-    sink_scores = store.token(np.array([vocab[t] for t in sinks], np.int64)) if sinks else np.zeros(0)
-    weakest = _weakest(sink_scores, sinks, len(adds))
+    sink_ids = np.array([vocab[t] for t in sinks], np.int64)
+    sink_scores = store.token(sink_ids) if sinks else np.zeros(0)
+    costs = np.zeros(len(sinks))
+    if base_token_cost > 0 and base_vocab:
+        total = float(store.token(np.fromiter(vocab.values(), np.int64, len(vocab))).sum())
+        is_base = np.array([base_vocab.get(t) == i for t, i in zip(sinks, sink_ids.tolist())], bool)
+        costs[is_base] = base_token_cost * total
+    index = {t: k for k, t in enumerate(sinks)}
+    weakest = [index[t] for _, t in _weakest(sink_scores + costs, sinks, len(adds))]
+
+    def passes(add_score: float, k: int) -> bool:
+        return add_score > beta * sink_scores[k] and (costs[k] == 0 or add_score - sink_scores[k] >= costs[k])
+
     n = 0
-    while n < len(weakest) and add_scores[n] > beta * weakest[n][0]:
+    while n < len(weakest) and passes(add_scores[n], weakest[n]):
         n += 1
     return RevisionPlan(
         adds=adds[:n],
-        deletes=[t for _, t in weakest[:n]],
+        deletes=[sinks[k] for k in weakest[:n]],
         add_scores=add_scores[:n],
-        delete_scores=[s for s, _ in weakest[:n]],
+        delete_scores=[float(sink_scores[k]) for k in weakest[:n]],
     )
 
 
@@ -234,10 +269,13 @@ class TedTok:
         store: StatsStore | None = None,
         lineage: str = "default",
         words: WordVocabulary | None = None,
+        base_vocab: Mapping[str, int] | None = None,
     ) -> None:
         self.config = config
         self.lineage = lineage
         self.tokenizer = tokenizer
+        # The pre-trained version's ids, which base_token_cost protects (default: this tokenizer).
+        self.base_vocab = dict(base_vocab if base_vocab is not None else tokenizer.vocab)
         self.graph = MergeGraph(tokenizer)
         self.store = store if store is not None else MemoryStatsStore(alpha=config.alpha)
         self.counter = StepCounter(tokenizer, words)
@@ -269,7 +307,8 @@ class TedTok:
 
     def _revise(self) -> Revision | None:
         plan = plan_revision(
-            self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size
+            self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size,
+            base_vocab=self.base_vocab, base_token_cost=self.config.base_token_cost,
         )
         if not plan.adds:
             return None

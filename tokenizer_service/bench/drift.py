@@ -4,6 +4,12 @@ Old is trained on the oldest slice, New from scratch on the newest slice (same v
 and Ted-Tok evolves Old over the documents in between and the newest slice, one time step per
 ``step_docs`` documents. All three are scored on the newest ``held_out`` documents, which no
 tokenizer sees.
+
+Defaults: Old sees the oldest 60% (a model pre-trained on most of the history, then maintained),
+New the newest 20%, and Ted-Tok charges ``base_token_cost`` for deleting a pre-trained token so
+it recycles its own ids first. Why: on the git corpus with Old on the oldest 20% (2005-2008) the
+vocabulary has to move so far that even an oracle — Ted-Tok revising on the newest slice's own
+counts — closes 0.95 of the gap only after changing ~12% of the ids.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from tokenizer_service.tedtok import TedTok, TedTokConfig
 @dataclass(frozen=True)
 class DriftSettings:
     vocab_size: int = 4096
-    old_share: float = 0.2
+    old_share: float = 0.6
     new_share: float = 0.2
     held_out: int = 2000
     step_docs: int = 64
@@ -32,6 +38,7 @@ class DriftSettings:
     interval: int = 10
     warmup: float = 0.03
     freeze_last: float = 0.0
+    base_token_cost: float = 2.5e-5
 
 
 def ids_stable(old: BPETokenizer, new: BPETokenizer) -> float:
@@ -67,7 +74,7 @@ def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, 
     total = -(-len(stream) // settings.step_docs)
     config = TedTokConfig.for_schedule(
         total, warmup=settings.warmup, freeze_last=settings.freeze_last, alpha=settings.alpha, beta=settings.beta,
-        batch_size=settings.batch_size, interval=settings.interval,
+        batch_size=settings.batch_size, interval=settings.interval, base_token_cost=settings.base_token_cost,
     )
     tedtok = TedTok(old, config=config, lineage="drift")
     for texts in tqdm(batches(stream, settings.step_docs), total=total, desc="ted-tok drift", unit="step",
