@@ -302,6 +302,30 @@ class BPETokenizer:
         return n_bytes / max(n_tokens, 1)
 
 
+def bpe_pieces(symbols: Sequence[str], ranks: Mapping[Merge, int], *, until: int = 1) -> list[str]:
+    """BPE on one word in Python: merge the lowest-ranked adjacent pair (leftmost on ties) until
+    no merge applies or only ``until`` pieces are left.
+
+    The ``tokenizers`` model does the encoding; this loop is for questions it cannot answer,
+    such as which merge formed a token (stop at two pieces) or BPE with a subset of the merges.
+
+    >>> ranks = {("a", "b"): 0, ("b", "c"): 1, ("ab", "c"): 2}
+    >>> bpe_pieces("abc", ranks), bpe_pieces("abc", ranks, until=2), bpe_pieces("cab", ranks)
+    (['abc'], ['ab', 'c'], ['c', 'ab'])
+    """
+    parts = list(symbols)
+    while len(parts) > until:
+        best, best_rank = -1, None
+        for i in range(len(parts) - 1):
+            rank = ranks.get((parts[i], parts[i + 1]))
+            if rank is not None and (best_rank is None or rank < best_rank):
+                best, best_rank = i, rank
+        if best_rank is None:
+            break
+        parts[best : best + 2] = [parts[best] + parts[best + 1]]
+    return parts
+
+
 def jaccard_distance(a: BPETokenizer, b: BPETokenizer) -> float:
     """1 - |Va ∩ Vb| / |Va ∪ Vb| over token strings (Ted-Tok section 3.1).
 

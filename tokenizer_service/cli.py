@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -130,6 +131,31 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_residues(args: argparse.Namespace) -> int:
+    from tokenizer_service.bpe import BPETokenizer
+    from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.residue_audit import ResidueOptions, audit_residues, write_audit
+
+    tokenizer = BPETokenizer.from_file(args.tokenizer)
+    texts = [d.text for d in read_corpus(args.corpus)]
+    min_count = args.min_count if args.min_count == "auto" else int(args.min_count)
+    options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=min_count)
+    audit = audit_residues(tokenizer, texts, options, progress=not args.json and sys.stderr.isatty())
+    if args.out:
+        write_audit(audit, tokenizer, options, Path(args.out))
+    summary = dict(audit.summary)
+    top = summary.pop("top_residues")
+    if args.json:
+        print_result(audit.summary, as_json=True)
+        return 0
+    print_result(summary, as_json=False)
+    print("\nmost frequent residues (F1 emitted, F2 inside others, R = F1/(F1+F2), S = entropy):")
+    for row in top:
+        print(f"  {row['id']:>7}  {row['token']!r:<24} F1 {row['f1']:>9.0f}  F2 {row['f2']:>10.0f}"
+              f"  R {row['ratio']:.4f}  S {row['entropy']:.2f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tokenizer_service.bench.arithmetic import ArithmeticSettings
     from tokenizer_service.bench.drift import DriftSettings
@@ -157,6 +183,20 @@ def build_parser() -> argparse.ArgumentParser:
     evolve.add_argument("--lineage", default="default", help="lineage name recorded in every diff")
     evolve.add_argument("--json", action="store_true", help="print JSON")
     evolve.set_defaults(func=cmd_evolve)
+
+    residues = sub.add_parser("residues", help="LiteToken: find a tokenizer's residues on a corpus and remove them")
+    residues.add_argument("--tokenizer", required=True, help="a BPE tokenizer.json")
+    residues.add_argument("--corpus", required=True, help="JSONL(.gz) with 'text' per line, or .txt (a document a line)")
+    residues.add_argument("--r", type=float, help="FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)")
+    residues.add_argument("--s", type=float, help="entropy threshold (default: 4.0 classic BPE, 3.5 tiktoken-style)")
+    residues.add_argument("--log-base", type=float, default=math.e, help="entropy log base (default e: nats)")
+    residues.add_argument("--scope", choices=["ascii", "all"], default="ascii",
+                          help="tokens the share counts: all-ASCII tokens (the paper's) or all")
+    residues.add_argument("--min-count", default="0",
+                          help="evidence a test needs to flag a token: an int, or 'auto' = ceil(log_base^s); 0: paper")
+    residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
+    residues.add_argument("--json", action="store_true", help="print JSON")
+    residues.set_defaults(func=cmd_residues)
 
     bench = sub.add_parser("bench", help="reproducible benchmarks")
     benches = bench.add_subparsers(dest="bench", required=True)

@@ -21,25 +21,50 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 
-from tokenizer_service.bpe import BPETokenizer, Merge
+from tokenizer_service.bpe import BPETokenizer, Merge, bpe_pieces
 
 
 class MergeGraph:
-    """Parents, children and sinks of one tokenizer version (built once per version)."""
+    """Parents, children and sinks of one tokenizer version (built once per version).
+
+    ``parents[w]`` is the merge that actually forms ``w`` when BPE encodes w's own symbols: the
+    last merge BPE performs. In classic BPE that is w's only merge; in tiktoken-style
+    vocabularies (several merges per token) it is the one that wins the rank order, which is
+    also the one that formed every emitted occurrence of w (merges never cross a token that is
+    emitted, so inside a longer word w forms exactly as on its own). A token no merge path
+    reaches keeps its first listed merge and is listed in ``unreachable_by_merges``.
+    ``producers[w]`` has every merge producing w; ``children`` follows all of them.
+
+    >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+    ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")], pipeline={})
+    >>> MergeGraph(tok).parents["abc"]  # "abc" -> ab + c first, so (ab, c) forms it
+    ('ab', 'c')
+    """
 
     def __init__(self, tokenizer: BPETokenizer) -> None:
         self.tokenizer = tokenizer
-        # A token produced by several merges (tiktoken-style vocabularies) keeps the first one
-        # listed as its parents; every merge producing it is in ``producers``.
         self.parents: dict[str, Merge] = {}
         self.producers: dict[str, list[Merge]] = defaultdict(list)
         self.children: dict[str, set[str]] = defaultdict(set)
         for u, v in tokenizer.merges:
             w = u + v
-            self.parents.setdefault(w, (u, v))
             self.producers[w].append((u, v))
             self.children[u].add(w)
             self.children[v].add(w)
+        self.unreachable_by_merges: list[str] = []
+        ranks = None
+        for w, merges in self.producers.items():
+            if len(merges) == 1:
+                self.parents[w] = merges[0]
+                continue
+            if ranks is None:
+                ranks = {m: i for i, m in reversed(list(enumerate(tokenizer.merges)))}
+            pieces = bpe_pieces(w, ranks, until=2)
+            if len(pieces) == 2 and (pieces[0], pieces[1]) in ranks:
+                self.parents[w] = (pieces[0], pieces[1])
+            else:
+                self.parents[w] = merges[0]
+                self.unreachable_by_merges.append(w)
 
     def revised(self, tokenizer: BPETokenizer, *, removed: Iterable[str], added: Sequence[Merge]) -> "MergeGraph":
         """The graph of ``tokenizer``, derived from this one by a revision's edits (no full rebuild).

@@ -1,0 +1,227 @@
+"""Encoding without residues (LiteToken section 4) and a residue-free ``tokenizer.json``.
+
+Split & re-merge, exactly as the paper: encode with the full tokenizer; split every residue
+occurrence recursively into its parents (the merge BPE actually applied) until no piece is a
+residue; then, within each word, re-merge with the merges whose product is not a residue, in
+rank order. It is lossless and never emits a residue.
+
+The residue-free export is a standard BPE ``tokenizer.json``: residues leave the vocabulary,
+merges that produce one go, and a surviving token whose merges needed a residue is rewired to
+the merge of surviving tokens that BPE now reaches on its own bytes. A token no merge can reach
+any more is removed as well (reported as ``unreachable``). Freed ids stay **holes**: every other
+token keeps its id, so a model's embedding and output rows stay where they were, and no text
+can ever encode to a hole (a placeholder token could be typed in). The removal is an ordinary
+revision diff (``removed`` entries with their parents).
+
+>>> from tokenizer_service.bpe import BPETokenizer
+>>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+...                    merges=[("a", "b"), ("b", "c"), ("ab", "c")],
+...                    pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}})
+>>> lite = SplitRemerge(tok, ["ab"])
+>>> [tok.id_to_token[i] for i in lite.encode("ab abc")]
+['a', 'b', 'abc']
+>>> removal = residue_free_tokenizer(tok, ["ab"])
+>>> removal.tokenizer.merges, removal.rewired, removal.tokenizer.encode("ab abc")
+((('b', 'c'), ('a', 'bc')), ['abc'], [0, 1, 5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Encoding
+
+from schemas.revision import DiffEntry
+from tokenizer_service.bpe import BPETokenizer, Merge, bpe_pieces
+from tokenizer_service.merge_graph import MergeGraph
+
+
+@dataclass(frozen=True)
+class LiteEncoding:
+    """One document encoded three ways' worth: original ids, split size, split & re-merged ids."""
+
+    original: list[int]
+    split_tokens: int
+    ids: list[int]
+
+
+class SplitRemerge:
+    """Split & re-merge encoding on top of a tokenizer and a residue set (cached per word)."""
+
+    def __init__(self, tokenizer: BPETokenizer, residues: Iterable[str], *, graph: MergeGraph | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.graph = graph or MergeGraph(tokenizer)
+        self.residues = frozenset(residues)
+        protected = self.residues & tokenizer.base_tokens
+        if protected:
+            raise ValueError(f"base or special tokens cannot be residues: {sorted(protected)[:5]}")
+        unknown = self.residues - tokenizer.vocab.keys()
+        if unknown:
+            raise ValueError(f"residues not in the vocabulary: {sorted(unknown)[:5]}")
+        self.residue_ids = np.array(sorted(tokenizer.vocab[t] for t in self.residues), np.int64)
+        self.ranks: dict[Merge, int] = {}
+        for rank, (u, v) in enumerate(tokenizer.merges):
+            if u + v not in self.residues:
+                self.ranks.setdefault((u, v), rank)
+        self._residue_id_set = frozenset(self.residue_ids.tolist())
+        self._split: dict[str, list[str]] = {}
+        self._words: dict[tuple[int, ...], tuple[int, list[int]]] = {}
+
+    def split(self, token: str) -> list[str]:
+        """A token's pieces once every residue is split into its parents, recursively.
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2, "abb": 3}, merges=[("a", "b"), ("ab", "b")],
+        ...                    pipeline={})
+        >>> SplitRemerge(tok, ["ab", "abb"]).split("abb")
+        ['a', 'b', 'b']
+        """
+        if token not in self.residues:
+            return [token]
+        pieces = self._split.get(token)
+        if pieces is None:
+            u, v = self.graph.parents[token]
+            pieces = self._split[token] = self.split(u) + self.split(v)
+        return pieces
+
+    def encode_word(self, ids: Sequence[int]) -> tuple[int, list[int]]:
+        """(number of tokens after the split, re-merged ids) for one word's original ids."""
+        key = tuple(ids)
+        cached = self._words.get(key)
+        if cached is None:
+            id_to_token, vocab = self.tokenizer.id_to_token, self.tokenizer.vocab
+            pieces = [p for i in key for p in self.split(id_to_token[i])]
+            cached = self._words[key] = (len(pieces), [vocab[p] for p in bpe_pieces(pieces, self.ranks)])
+        return cached
+
+    def encode_batch(self, texts: Sequence[str]) -> list[LiteEncoding]:
+        """Encode with the full tokenizer (Rust), then split & re-merge the words with residues."""
+        return self.apply(self.tokenizer.hf.encode_batch(list(texts), add_special_tokens=False))
+
+    def apply(self, encodings: Sequence[Encoding]) -> list[LiteEncoding]:
+        """Split & re-merge full-tokenizer encodings (``tokenizers.Encoding``: ids and word ids)."""
+        out, residue_set = [], self._residue_id_set
+        for enc in encodings:
+            ids = enc.ids
+            if residue_set.isdisjoint(ids):
+                out.append(LiteEncoding(original=ids, split_tokens=len(ids), ids=ids))
+                continue
+            words, new_ids, n_split, start = enc.word_ids, [], 0, 0
+            while start < len(ids):
+                end = start + 1
+                while end < len(ids) and words[start] is not None and words[end] == words[start]:
+                    end += 1
+                word = ids[start:end]
+                if any(i in residue_set for i in word):
+                    size, remerged = self.encode_word(word)
+                    n_split += size
+                    new_ids.extend(remerged)
+                else:
+                    n_split += len(word)
+                    new_ids.extend(word)
+                start = end
+            out.append(LiteEncoding(original=ids, split_tokens=n_split, ids=new_ids))
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0].ids
+
+
+@dataclass(frozen=True)
+class ResidueRemoval:
+    """The residue-free tokenizer, its diff entries and what the export had to do.
+
+    ``scaffolding``: residues kept because some surviving token cannot be formed without them
+    (BPE would end in three or more pieces); ``rewired``: surviving tokens whose merge changed.
+    """
+
+    tokenizer: BPETokenizer
+    entries: list[DiffEntry]
+    removed: list[str]
+    scaffolding: list[str]
+    rewired: list[str]
+
+
+def residue_free_tokenizer(tokenizer: BPETokenizer, residues: Iterable[str], *,
+                           graph: MergeGraph | None = None) -> ResidueRemoval:
+    """Remove the residues from the vocabulary and rewire the merges that needed them.
+
+    Tokens are decided shortest first, so every merge that can act inside a token's bytes is
+    settled before the token is. A surviving token keeps each of its merges whose parents
+    survive, at its rank; if BPE on its bytes (with the settled merges) now ends in two pieces
+    that no kept merge joins, a merge of those pieces is added just before the token's first
+    rank. If it ends in three or more pieces no merge can form it: the residues in its merge
+    tree stay, as scaffolding, and the export is redone. Tokens that no merge reached before
+    (whole-word entries of ``ignore_merges`` vocabularies) keep what they had.
+    """
+    graph = graph or MergeGraph(tokenizer)
+    residues = set(residues)
+    if residues & tokenizer.base_tokens:
+        raise ValueError(f"base or special tokens cannot be removed: {sorted(residues & tokenizer.base_tokens)[:5]}")
+    first_rank: dict[str, int] = {}
+    for rank, (u, v) in enumerate(tokenizer.merges):
+        first_rank.setdefault(u + v, rank)
+    original_ranks = {m: r for r, m in reversed(list(enumerate(tokenizer.merges)))}
+    order = sorted(graph.producers, key=lambda t: (len(t), first_rank[t]))
+    removed = set(residues)
+    while True:
+        merges, stuck, rewired = _rewire(graph, order, removed, first_rank, original_ranks)
+        if not stuck:
+            break
+        removed -= {t for w in stuck for t in _topmost_removed(graph, w, removed)}
+    vocab = {t: i for t, i in tokenizer.vocab.items() if t not in removed}
+    old = tokenizer.vocab
+    entries = [
+        DiffEntry(id=old[t], kind="removed", old_token=t, new_token=None,
+                  parents=[old[graph.parents[t][0]], old[graph.parents[t][1]]])
+        for t in sorted(removed, key=lambda t: old[t])
+    ]
+    return ResidueRemoval(
+        tokenizer=tokenizer.replace_model(vocab=vocab, merges=merges),
+        entries=entries,
+        removed=sorted(removed, key=lambda t: old[t]),
+        scaffolding=sorted(residues - removed, key=lambda t: old[t]),
+        rewired=rewired,
+    )
+
+
+def _rewire(graph: MergeGraph, order: list[str], removed: set[str], first_rank: dict[str, int],
+            original_ranks: dict[Merge, int]) -> tuple[list[Merge], list[str], list[str]]:
+    """One export attempt: (merges in rank order, tokens no merge can form, rewired tokens)."""
+    kept: dict[Merge, float] = {}  # merge -> rank key; a rewired merge sits just before its token's first
+    stuck, rewired = [], []
+    for w in order:
+        if w in removed:
+            continue
+        survivors = [(u, v) for u, v in graph.producers[w] if u not in removed and v not in removed]
+        pieces = bpe_pieces(w, kept, until=2)
+        reached = len(pieces) == 2 and (pieces[0], pieces[1]) in survivors
+        if not reached and tuple(bpe_pieces(w, original_ranks, until=2)) in graph.producers[w]:
+            if len(pieces) != 2:
+                stuck.append(w)
+                continue
+            kept[(pieces[0], pieces[1])] = first_rank[w] - 0.5
+            rewired.append(w)
+        for merge in survivors:
+            kept.setdefault(merge, original_ranks[merge])
+    return [m for m, _ in sorted(kept.items(), key=lambda kv: kv[1])], stuck, rewired
+
+
+def _topmost_removed(graph: MergeGraph, token: str, removed: set[str]) -> set[str]:
+    """The removed tokens of ``token``'s merge tree nearest its top (none below another one).
+
+    >>> from tokenizer_service.bpe import BPETokenizer
+    >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2, "abb": 3, "aabb": 4},
+    ...                    merges=[("a", "b"), ("ab", "b"), ("a", "abb")], pipeline={})
+    >>> sorted(_topmost_removed(MergeGraph(tok), "aabb", {"ab", "abb"}))
+    ['abb']
+    """
+    found, stack = set(), list(graph.parents.get(token, ()))
+    while stack:
+        t = stack.pop()
+        if t in removed:
+            found.add(t)
+        else:
+            stack.extend(graph.parents.get(t, ()))
+    return found
