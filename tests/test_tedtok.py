@@ -208,3 +208,32 @@ def test_proposition_1_redistribution_equals_recount(seed):
                                pair_keys=keys, pair_counts=np.ones(len(keys)))
             for a, c in zip(ids, counts):
                 history[a][t] = history[a].get(t, 0.0) + c
+
+
+def test_drop_residues_removes_the_latest_residues_in_the_next_revision():
+    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+                       merges=[("a", "b"), ("b", "c"), ("ab", "c")], pipeline={"decoder": {"type": "Fuse"}})
+    tt = TedTok(tok, config=TedTokConfig(alpha=0.5, beta=1.2, batch_size=1, interval=1, drop_residues=True))
+    # One document of one word "ab": pairs inside it are none, so Ted-Tok itself has no add.
+    assert tt.observe_texts(["ab"]) is None
+    before = tt.store.token(np.array([0, 1, 3]))
+    buffer_ab = tt.store.buffer(np.array([3]))[0]
+    tt.set_residues(["ab", "a"])  # a base token is never removed
+    revision = tt.observe_texts(["ab"])
+    assert [(e.kind, e.old_token, e.parents) for e in revision.diff.entries] == [("removed", "ab", [0, 1])]
+    assert "ab" not in tt.tokenizer.vocab and tt.tokenizer.tokenize_word("abc") == [5]
+    assert validate(tt.tokenizer, parent=tok).ok
+    # Proposition 1: the step's own counts plus the removed token's buffer, credited to a and b.
+    counts = dict(zip(tt.last_counts.token_ids.tolist(), tt.last_counts.token_counts.tolist()))
+    buffer_at_removal = 0.5 * buffer_ab + 0.5 * counts[3]
+    expected = 0.5 * before[:2] + 0.5 * np.array([counts.get(0, 0.0), counts.get(1, 0.0)]) + buffer_at_removal
+    np.testing.assert_allclose(tt.store.token(np.array([0, 1])), expected)
+    assert tt.store.token(np.array([3]))[0] == 0.0
+    assert tt.pending_residues == frozenset()  # handed over once
+
+
+def test_residues_are_kept_without_drop_residues(small):
+    tt = TedTok(small, config=TedTokConfig(alpha=0.5, beta=1.2, batch_size=1, interval=1))
+    tt.set_residues(["ab"])
+    tt.observe_texts(["abc"])
+    assert "ab" in tt.tokenizer.vocab

@@ -33,8 +33,9 @@ RENORMALISE_BELOW = 1e-100
 class StatsEdit:
     """The statistics part of one revision, applied atomically (deletes first, then adds).
 
-    ``deletes``: (w, u, v) ids — hand τ_buffer[w] to u and v, set τ_pair[u,v] = τ_token[w], then
-    forget w and every pair that contains it (its id may be reused by an add below).
+    ``deletes``: (w, u, v) ids, applied in order (a token's children before it) — hand τ_buffer[w]
+    to u and v, set τ_pair[u,v] = τ_token[w], then forget w and every pair that contains it (its
+    id may be reused by an add below).
     ``adds``: (w, u, v) ids — τ_token[w] = τ_pair[u,v], τ_buffer[w] = 0, and (u, v) leaves the pair
     table: the pair is now a token, so it must not be proposed again.
     """
@@ -230,8 +231,10 @@ class MemoryStatsStore(StatsStore):
                 self._token[parent] += share
                 self._buffer[parent] += share
         if forgotten:
-            # Deleted tokens are sinks, so no deleted token is a parent of another: setting
-            # every freed pair at once equals doing it delete by delete.
+            # Credits above went delete by delete, children before parents (the edit's order), so
+            # a chain of deletes hands its buffers down; no freed pair is read by a later delete,
+            # so setting them all at once, and then dropping the forgotten ids' pairs, equals
+            # doing it delete by delete.
             freed_pairs = np.array([pack_pair(u, v) for _, u, v in edit.deletes], np.int64)
             self._pairs.set(freed_pairs, self._token[forgotten])
             self._token[forgotten] = self._buffer[forgotten] = 0.0

@@ -42,7 +42,7 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -51,6 +51,7 @@ from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, pack_pair, unpack_pair
 from tokenizer_service.merge_graph import MergeGraph
+from tokenizer_service.residue_removal import residue_free_tokenizer
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
 
 
@@ -61,7 +62,8 @@ class TedTokConfig:
     ``warmup_steps`` and revisions in the final ``freeze_last`` fraction of ``total_steps`` are
     off (the latter only when ``total_steps`` is known). ``base_token_cost`` (not in the paper,
     0 = off) makes deleting a pre-trained token cost that share of the stream's tokens; see
-    :func:`plan_revision`.
+    :func:`plan_revision`. ``drop_residues`` (off by default) makes the next revision also
+    remove the residues handed over by :meth:`TedTok.set_residues` (LiteToken).
     """
 
     alpha: float = 5e-5
@@ -73,6 +75,7 @@ class TedTokConfig:
     freeze_last: float = 0.0
     recycle_ids: bool = True
     base_token_cost: float = 0.0
+    drop_residues: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -283,6 +286,7 @@ class TedTok:
         self.revisions: list[Revision] = []
         self.last_counts: StepCounts | None = None
         self.revision_seconds = 0.0  # wall time spent in revise(), for overhead reports
+        self.pending_residues: frozenset[str] = frozenset()
 
     def observe_texts(self, texts: Sequence[str]) -> Revision | None:
         """One time step over a batch of documents."""
@@ -305,16 +309,31 @@ class TedTok:
         finally:
             self.revision_seconds += time.perf_counter() - started
 
+    def set_residues(self, residues: Iterable[str]) -> None:
+        """Hand over the residues of the latest LiteToken scores. With ``drop_residues`` the next
+        revision removes them (once: residues a standard BPE still needs stay as scaffolding)."""
+        self.pending_residues = frozenset(residues)
+
     def _revise(self) -> Revision | None:
         plan = plan_revision(
             self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size,
             base_vocab=self.base_vocab, base_token_cost=self.config.base_token_cost,
         )
-        if not plan.adds:
+        residues = self.pending_residues if self.config.drop_residues else frozenset()
+        if not plan.adds and not residues:
             return None
         revised, entries, edit = apply_revision(
             self.tokenizer, self.graph, plan, recycle_ids=self.config.recycle_ids
         )
+        added_merges = [
+            (revised.id_to_token[e.parents[0]], revised.id_to_token[e.parents[1]]) for e in entries if e.new_token
+        ]
+        graph = self.graph.revised(revised, removed=[e.old_token for e in entries if e.old_token], added=added_merges)
+        if residues:
+            revised, graph, entries, edit = self._drop_residues(revised, graph, entries, edit, added_merges)
+            self.pending_residues = frozenset()
+            if not entries:
+                return None
         diff = RevisionDiff(
             lineage=self.lineage,
             version=self.version + 1,
@@ -336,11 +355,27 @@ class TedTok:
             removed=[e.old_token for e in entries if e.old_token is not None],
         )
         self.tokenizer = revised
-        added_merges = [
-            (revised.id_to_token[e.parents[0]], revised.id_to_token[e.parents[1]]) for e in entries if e.new_token
-        ]
-        self.graph = self.graph.revised(revised, removed=revision.removed, added=added_merges)
+        self.graph = graph
         self.counter.set_tokenizer(revised)
         self.version += 1
         self.revisions.append(revision)
         return revision
+
+    def _drop_residues(self, revised: BPETokenizer, graph: MergeGraph, entries: list[DiffEntry], edit: StatsEdit,
+                       added_merges: list[tuple[str, str]]):
+        """Remove the pending residues from a planned version (parents of new merges stay).
+
+        Removed residues leave holes (their ids are not recycled); in the statistics each is a
+        delete like Ted-Tok's own, applied longest first so a residue's children go before it.
+        """
+        protected = {t for merge in added_merges for t in merge} | revised.base_tokens
+        candidates = [t for t in self.pending_residues if t in revised.vocab and t not in protected]
+        removal = residue_free_tokenizer(revised, candidates, graph=graph)
+        if not removal.removed:
+            return revised, graph, entries, edit
+        vocab = revised.vocab
+        longest_first = sorted(removal.removed, key=lambda t: (-len(t), vocab[t]))
+        deletes = [(vocab[t], vocab[graph.parents[t][0]], vocab[graph.parents[t][1]]) for t in longest_first]
+        merged = sorted(entries + removal.entries, key=lambda e: e.id)
+        final = removal.tokenizer
+        return final, MergeGraph(final), merged, StatsEdit(deletes=edit.deletes + deletes, adds=edit.adds)
