@@ -143,6 +143,10 @@ def test_thresholds_default_to_the_papers_by_kind(byte_tokenizer, corpus):
     scores = score_tokens(byte_tokenizer, count_corpus(byte_tokenizer, corpus[:50]))
     report = find_residues(byte_tokenizer, scores)
     assert (report.kind, report.r, report.s) == ("classic", 0.15, 4.0)
+    named = find_residues(byte_tokenizer, scores, kind="tiktoken")
+    assert (named.kind, named.r, named.s) == ("tiktoken", 0.05, 3.5)
+    with pytest.raises(ValueError, match="kind"):
+        find_residues(byte_tokenizer, scores, kind="sentencepiece")
     assert not set(report.residues) & byte_tokenizer.base_tokens
 
 

@@ -141,7 +141,8 @@ def cmd_residues(args: argparse.Namespace) -> int:
     if args.min_count != "auto" and not args.min_count.isdigit():
         raise ValueError(f"--min-count must be a whole number or 'auto', got {args.min_count!r}")
     min_count = args.min_count if args.min_count == "auto" else int(args.min_count)
-    options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=min_count)
+    options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=min_count,
+                             kind=None if args.kind == "auto" else args.kind)
     audit = audit_residues(tokenizer, texts, options, progress=not args.json and sys.stderr.isatty())
     if args.out:
         write_audit(audit, tokenizer, options, Path(args.out))
@@ -191,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     residues.add_argument("--corpus", required=True, help="JSONL(.gz) with 'text' per line, or .txt (a document a line)")
     residues.add_argument("--r", type=float, help="FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)")
     residues.add_argument("--s", type=float, help="entropy threshold (default: 4.0 classic BPE, 3.5 tiktoken-style)")
+    residues.add_argument("--kind", choices=["auto", "classic", "tiktoken"], default="auto",
+                          help="which of the paper's threshold pairs r, s apply (auto: tiktoken-style when the "
+                               "file has ignore_merges or several merges for one token; GPT-4o's has neither)")
     residues.add_argument("--log-base", type=float, default=math.e, help="entropy log base (default e: nats)")
     residues.add_argument("--scope", choices=["ascii", "all"], default="ascii",
                           help="tokens the share counts: all-ASCII tokens (the paper's) or all")

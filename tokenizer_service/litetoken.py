@@ -225,9 +225,11 @@ class ResidueReport:
 
 def find_residues(tokenizer: BPETokenizer, scores: TokenScores, *, graph: MergeGraph | None = None,
                   r: float | None = None, s: float | None = None, scope: str = "ascii",
-                  min_count: int | str = 0, log_base: float = math.e) -> ResidueReport:
+                  min_count: int | str = 0, log_base: float = math.e, kind: str | None = None) -> ResidueReport:
     """Tokens with R ≤ r and S ≤ s inside the scope; ``r``/``s`` default to the paper's values
-    for the tokenizer's kind. Residues come most frequent (F1 + F2) first.
+    for the tokenizer's kind (``kind``, or :func:`tokenizer_kind`: a tiktoken vocabulary exported
+    with one merge per token, such as GPT-4o's, looks classic; name its kind to get the paper's
+    tiktoken thresholds). Residues come most frequent (F1 + F2) first.
 
     ``min_count`` > 0 asks for evidence: a token emitted (F1) fewer times is not flagged by the
     entropy test, and a token never emitted needs F2 ≥ min_count appearances inside others.
@@ -242,7 +244,9 @@ def find_residues(tokenizer: BPETokenizer, scores: TokenScores, *, graph: MergeG
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     graph = graph or MergeGraph(tokenizer)
-    kind = tokenizer_kind(tokenizer, graph)
+    if kind not in (None, *PAPER_THRESHOLDS):
+        raise ValueError(f"kind must be one of {sorted(PAPER_THRESHOLDS)}, got {kind!r}")
+    kind = kind or tokenizer_kind(tokenizer, graph)
     r = PAPER_THRESHOLDS[kind][0] if r is None else r
     s = PAPER_THRESHOLDS[kind][1] if s is None else s
     specials = tokenizer.special_tokens

@@ -34,13 +34,14 @@ from tokenizer_service.residue_removal import ResidueRemoval, SplitRemerge, resi
 
 @dataclass(frozen=True)
 class ResidueOptions:
-    """Thresholds (None: the paper's for the tokenizer's kind), entropy log base, scope, evidence."""
+    """Thresholds (None: the paper's for the kind, detected unless given), log base, scope, evidence."""
 
     r: float | None = None
     s: float | None = None
     log_base: float = math.e
     scope: str = "ascii"
     min_count: int | str = 0
+    kind: str | None = None
     batch_size: int = 2000
 
 
@@ -61,7 +62,7 @@ def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOp
     counts = count_corpus(tokenizer, texts, batch_size=options.batch_size, progress=progress)
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
     report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
-                           min_count=options.min_count, log_base=options.log_base)
+                           min_count=options.min_count, log_base=options.log_base, kind=options.kind)
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     every = SplitRemerge(tokenizer, report.residues, graph=graph)
     removed = SplitRemerge(tokenizer, removal.removed, graph=graph)
