@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import fields, replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +68,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_directory(final: Path, write: Callable[[Path], None]) -> None:
+    """Fill a directory atomically: ``write`` fills a staging directory next to ``final``, which
+    then replaces ``final`` in one rename, so a crash never leaves a half-written one."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        write(staging)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _write_version(out: Path, version: int, tokenizer, diff=None) -> None:
-    """Write a version directory atomically: a crash never leaves a half-written version."""
-    final = out / f"v{version:04d}"
-    staging = Path(tempfile.mkdtemp(prefix=f".v{version:04d}-", dir=out))
-    tokenizer.save(staging / "tokenizer.json")
-    if diff is not None:
-        (staging / "diff.json").write_text(diff.to_json(), encoding="utf-8")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
+    """One version directory: tokenizer.json, plus diff.json after the first."""
+
+    def write(staging: Path) -> None:
+        tokenizer.save(staging / "tokenizer.json")
+        if diff is not None:
+            (staging / "diff.json").write_text(diff.to_json(), encoding="utf-8")
+
+    _write_directory(out / f"v{version:04d}", write)
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
@@ -145,7 +159,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
                              kind=None if args.kind == "auto" else args.kind)
     audit = audit_residues(tokenizer, texts, options, progress=not args.json and sys.stderr.isatty())
     if args.out:
-        write_audit(audit, tokenizer, options, Path(args.out))
+        _write_directory(Path(args.out), lambda staging: write_audit(audit, tokenizer, options, staging))
     summary = dict(audit.summary)
     top = summary.pop("top_residues")
     if args.json:

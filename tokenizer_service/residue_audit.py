@@ -118,7 +118,6 @@ def write_audit(audit: ResidueAudit, tokenizer: BPETokenizer, options: ResidueOp
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out.mkdir(parents=True, exist_ok=True)
     exported = audit.removal.tokenizer
     diff = RevisionDiff(
         lineage="litetoken", version=2, parent_version=1, tokenizer_sha256=exported.sha256,
