@@ -84,28 +84,25 @@ class CorpusCounts:
         >>> c.emitted.tolist(), c.neighbour_counts.tolist(), c.documents
         ([2.0, 2.0], [1.0, 1.0], 2)
         """
-        emitted = np.zeros(size)
-        keys, docs = [], 0
-        for ids in id_lists:
-            docs += 1
-            arr = np.asarray(ids, np.int64)
-            if len(arr):
-                emitted += np.bincount(arr, minlength=size)[:size]
-                keys.append(pack_pair(arr[:-1], arr[1:]))
-        flat = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-        uniq, counts = np.unique(flat, return_counts=True)
-        return cls(emitted=emitted, neighbour_keys=uniq, neighbour_counts=counts.astype(np.float64), documents=docs)
+        arrays = [np.asarray(ids, np.int64) for ids in id_lists]
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+        emitted = np.bincount(flat, minlength=size)[:size].astype(np.float64)
+        keys = [pack_pair(a[:-1], a[1:]) for a in arrays if len(a) > 1]
+        uniq, counts = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
+        return cls(emitted=emitted, neighbour_keys=uniq, neighbour_counts=counts.astype(np.float64),
+                   documents=len(arrays))
 
-    def merged_with(self, other: "CorpusCounts") -> "CorpusCounts":
-        """The counts of both corpora together (for counting in batches)."""
-        size = max(len(self.emitted), len(other.emitted))
+    @classmethod
+    def combined(cls, parts: Sequence["CorpusCounts"]) -> "CorpusCounts":
+        """The counts of several corpora together (counting in batches), merged in one pass."""
+        size = max(len(p.emitted) for p in parts)
         emitted = np.zeros(size)
-        emitted[: len(self.emitted)] += self.emitted
-        emitted[: len(other.emitted)] += other.emitted
-        keys = np.concatenate([self.neighbour_keys, other.neighbour_keys])
+        for part in parts:
+            emitted[: len(part.emitted)] += part.emitted
+        keys = np.concatenate([p.neighbour_keys for p in parts])
         uniq, inverse = np.unique(keys, return_inverse=True)
-        counts = np.bincount(inverse, weights=np.concatenate([self.neighbour_counts, other.neighbour_counts]))
-        return CorpusCounts(emitted, uniq, counts, self.documents + other.documents)
+        counts = np.bincount(inverse, weights=np.concatenate([p.neighbour_counts for p in parts]))
+        return cls(emitted, uniq, counts, sum(p.documents for p in parts))
 
 
 def count_corpus(tokenizer: BPETokenizer, texts: Sequence[str], *, batch_size: int = 2000,
@@ -113,11 +110,10 @@ def count_corpus(tokenizer: BPETokenizer, texts: Sequence[str], *, batch_size: i
     """Encode the texts with the full tokenizer (Rust, in batches) and count."""
     size = max(tokenizer.vocab.values()) + 1
     size = max([size] + [t["id"] + 1 for t in tokenizer.pipeline.get("added_tokens", [])])
-    total = None
+    parts = [CorpusCounts.from_id_lists([], size)]
     for start in tqdm(range(0, len(texts), batch_size), desc="count", unit="batch", disable=not progress):
-        part = CorpusCounts.from_id_lists(tokenizer.encode_batch(texts[start : start + batch_size]), size)
-        total = part if total is None else total.merged_with(part)
-    return total if total is not None else CorpusCounts.from_id_lists([], size)
+        parts.append(CorpusCounts.from_id_lists(tokenizer.encode_batch(texts[start : start + batch_size]), size))
+    return CorpusCounts.combined(parts)
 
 
 @dataclass(frozen=True)
