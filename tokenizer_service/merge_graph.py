@@ -32,8 +32,8 @@ class MergeGraph:
     vocabularies (several merges per token) it is the one that wins the rank order, which is
     also the one that formed every emitted occurrence of w (merges never cross a token that is
     emitted, so inside a longer word w forms exactly as on its own). A token no merge path
-    reaches keeps its first listed merge and is listed in ``unreachable_by_merges``.
-    ``producers[w]`` has every merge producing w; ``children`` follows all of them.
+    reaches (:meth:`formed_by` is None) keeps its first listed merge.
+    ``producers[w]`` has every merge producing w, in rank order; ``children`` follows all of them.
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")], pipeline={})
@@ -51,20 +51,25 @@ class MergeGraph:
             self.producers[w].append((u, v))
             self.children[u].add(w)
             self.children[v].add(w)
-        self.unreachable_by_merges: list[str] = []
-        ranks = None
         for w, merges in self.producers.items():
-            if len(merges) == 1:
-                self.parents[w] = merges[0]
-                continue
-            if ranks is None:
-                ranks = {m: i for i, m in reversed(list(enumerate(tokenizer.merges)))}
-            pieces = bpe_pieces(w, ranks, until=2)
-            if len(pieces) == 2 and (pieces[0], pieces[1]) in ranks:
-                self.parents[w] = (pieces[0], pieces[1])
-            else:
-                self.parents[w] = merges[0]
-                self.unreachable_by_merges.append(w)
+            self.parents[w] = merges[0] if len(merges) == 1 else (self.formed_by(w) or merges[0])
+
+    @cached_property
+    def ranks(self) -> dict[Merge, int]:
+        """Each merge's rank: its first position in the merge list."""
+        return {m: i for i, m in reversed(list(enumerate(self.tokenizer.merges)))}
+
+    def formed_by(self, token: str) -> Merge | None:
+        """The merge BPE performs last on the token's own symbols; None when no merge forms it.
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
+        >>> MergeGraph(tok).formed_by("ab"), MergeGraph(tok).formed_by("abc")
+        (('a', 'b'), None)
+        """
+        pieces = bpe_pieces(token, self.ranks, until=2)
+        merge = (pieces[0], pieces[1]) if len(pieces) == 2 else None
+        return merge if merge in self.ranks else None
 
     def revised(self, tokenizer: BPETokenizer, *, removed: Iterable[str], added: Sequence[Merge]) -> "MergeGraph":
         """The graph of ``tokenizer``, derived from this one by a revision's edits (no full rebuild).
@@ -78,7 +83,8 @@ class MergeGraph:
         ({'ba': ('b', 'a')}, True)
         """
         graph = copy.copy(self)
-        graph.__dict__.pop("sink_tokens", None)
+        for derived in ("sink_tokens", "ranks"):  # cached for the old tokenizer
+            graph.__dict__.pop(derived, None)
         graph.tokenizer = tokenizer
         graph.parents = dict(self.parents)
         graph.producers = defaultdict(list, self.producers)

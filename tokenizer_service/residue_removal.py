@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from tokenizers import Encoding
 
 from schemas.revision import DiffEntry
@@ -60,12 +59,9 @@ class SplitRemerge:
         unknown = self.residues - tokenizer.vocab.keys()
         if unknown:
             raise ValueError(f"residues not in the vocabulary: {sorted(unknown)[:5]}")
-        self.residue_ids = np.array(sorted(tokenizer.vocab[t] for t in self.residues), np.int64)
-        self.ranks: dict[Merge, int] = {}
-        for rank, (u, v) in enumerate(tokenizer.merges):
-            if u + v not in self.residues:
-                self.ranks.setdefault((u, v), rank)
-        self._residue_id_set = frozenset(self.residue_ids.tolist())
+        self.residue_ids = frozenset(tokenizer.vocab[t] for t in self.residues)
+        # Re-merging uses every merge whose product is not a residue, at its rank.
+        self.ranks = {m: r for m, r in self.graph.ranks.items() if m[0] + m[1] not in self.residues}
         self._split: dict[str, list[str]] = {}
         self._words: dict[tuple[int, ...], tuple[int, list[int]]] = {}
 
@@ -101,7 +97,7 @@ class SplitRemerge:
 
     def apply(self, encodings: Sequence[Encoding]) -> list[LiteEncoding]:
         """Split & re-merge full-tokenizer encodings (``tokenizers.Encoding``: ids and word ids)."""
-        out, residue_set = [], self._residue_id_set
+        out, residue_set = [], self.residue_ids
         for enc in encodings:
             ids = enc.ids
             if residue_set.isdisjoint(ids):
@@ -159,14 +155,10 @@ def residue_free_tokenizer(tokenizer: BPETokenizer, residues: Iterable[str], *,
     residues = set(residues)
     if residues & tokenizer.base_tokens:
         raise ValueError(f"base or special tokens cannot be removed: {sorted(residues & tokenizer.base_tokens)[:5]}")
-    first_rank: dict[str, int] = {}
-    for rank, (u, v) in enumerate(tokenizer.merges):
-        first_rank.setdefault(u + v, rank)
-    original_ranks = {m: r for r, m in reversed(list(enumerate(tokenizer.merges)))}
-    order = sorted(graph.producers, key=lambda t: (len(t), first_rank[t]))
+    order = sorted(graph.producers, key=lambda t: (len(t), _first_rank(graph, t)))
     removed = set(residues)
     while True:
-        merges, stuck, rewired = _rewire(graph, order, removed, first_rank, original_ranks)
+        merges, stuck, rewired = _rewire(graph, order, removed)
         if not stuck:
             break
         removed -= {t for w in stuck for t in _topmost_removed(graph, w, removed)}
@@ -186,8 +178,12 @@ def residue_free_tokenizer(tokenizer: BPETokenizer, residues: Iterable[str], *,
     )
 
 
-def _rewire(graph: MergeGraph, order: list[str], removed: set[str], first_rank: dict[str, int],
-            original_ranks: dict[Merge, int]) -> tuple[list[Merge], list[str], list[str]]:
+def _first_rank(graph: MergeGraph, token: str) -> int:
+    """The rank of the first merge producing ``token`` (producers are kept in rank order)."""
+    return graph.ranks[graph.producers[token][0]]
+
+
+def _rewire(graph: MergeGraph, order: list[str], removed: set[str]) -> tuple[list[Merge], list[str], list[str]]:
     """One export attempt: (merges in rank order, tokens no merge can form, rewired tokens)."""
     kept: dict[Merge, float] = {}  # merge -> rank key; a rewired merge sits just before its token's first
     stuck, rewired = [], []
@@ -197,14 +193,14 @@ def _rewire(graph: MergeGraph, order: list[str], removed: set[str], first_rank: 
         survivors = [(u, v) for u, v in graph.producers[w] if u not in removed and v not in removed]
         pieces = bpe_pieces(w, kept, until=2)
         reached = len(pieces) == 2 and (pieces[0], pieces[1]) in survivors
-        if not reached and tuple(bpe_pieces(w, original_ranks, until=2)) in graph.producers[w]:
+        if not reached and graph.formed_by(w) is not None:
             if len(pieces) != 2:
                 stuck.append(w)
                 continue
-            kept[(pieces[0], pieces[1])] = first_rank[w] - 0.5
+            kept[(pieces[0], pieces[1])] = _first_rank(graph, w) - 0.5
             rewired.append(w)
         for merge in survivors:
-            kept.setdefault(merge, original_ranks[merge])
+            kept.setdefault(merge, graph.ranks[merge])
     return [m for m, _ in sorted(kept.items(), key=lambda kv: kv[1])], stuck, rewired
 
 
