@@ -88,17 +88,22 @@ def test_malformed_corpus_line_is_named(tmp_path, capsys):
     assert "bad.jsonl:2" in capsys.readouterr().err
 
 
-def test_residues_reports_every_key_and_writes_outputs(drifting_corpus, tmp_path, capsys):
-    import pyarrow.parquet as pq
-
+@pytest.fixture(scope="module")
+def corpus_tokenizer(drifting_corpus, tmp_path_factory):
+    """A tokenizer.json trained on the drifting corpus itself."""
     from tokenizer_service.bpe import BPETokenizer
     from tokenizer_service.corpus import read_corpus
 
-    texts = [d.text for d in read_corpus(drifting_corpus)]
-    tokenizer_path = tmp_path / "tokenizer.json"
-    BPETokenizer.train(texts, vocab_size=330).save(tokenizer_path)
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    BPETokenizer.train([d.text for d in read_corpus(drifting_corpus)], vocab_size=330).save(path)
+    return path
+
+
+def test_residues_reports_every_key_and_writes_outputs(drifting_corpus, corpus_tokenizer, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
     out = tmp_path / "lite"
-    result = run_json(capsys, "residues", "--tokenizer", str(tokenizer_path), "--corpus", str(drifting_corpus),
+    result = run_json(capsys, "residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
                       "--r", "0.5", "--s", "3", "--log-base", "2", "--out", str(out))
     for key in ("vocab_size", "scope_size", "unseen", "residues", "residue_share", "residue_share_ratio_only",
                 "lossless", "export_agreement"):
@@ -115,23 +120,14 @@ def test_residues_reports_every_key_and_writes_outputs(drifting_corpus, tmp_path
     assert sum(table.column("residue").to_pylist()) == result["residues"]
 
 
-def test_residues_table_lists_the_top_residues(drifting_corpus, tmp_path, capsys):
-    from tokenizer_service.bpe import BPETokenizer
-    from tokenizer_service.corpus import read_corpus
-
-    tokenizer_path = tmp_path / "tokenizer.json"
-    BPETokenizer.train([d.text for d in read_corpus(drifting_corpus)], vocab_size=330).save(tokenizer_path)
-    assert main(["residues", "--tokenizer", str(tokenizer_path), "--corpus", str(drifting_corpus),
+def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer, capsys):
+    assert main(["residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
                  "--r", "0.5", "--s", "3"]) == 0
     out = capsys.readouterr().out
     assert "residue_share" in out and "most frequent residues" in out
 
 
-def test_residues_rejects_a_bad_min_count(drifting_corpus, tmp_path, capsys):
-    from tokenizer_service.bpe import BPETokenizer
-
-    tokenizer_path = tmp_path / "tokenizer.json"
-    BPETokenizer.train(["abc"], vocab_size=260).save(tokenizer_path)
-    assert main(["residues", "--tokenizer", str(tokenizer_path), "--corpus", str(drifting_corpus),
+def test_residues_rejects_a_bad_min_count(drifting_corpus, corpus_tokenizer, capsys):
+    assert main(["residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
                  "--min-count", "many"]) == 2
     assert "min-count" in capsys.readouterr().err

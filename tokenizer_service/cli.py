@@ -9,8 +9,8 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import fields, replace
 from collections.abc import Callable
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,11 @@ def print_result(result: dict[str, Any], *, as_json: bool) -> None:
         print(f"{key:<{width}}  {shown}")
 
 
+def _show_progress(args: argparse.Namespace) -> bool:
+    """Progress bars go to an interactive stderr, never under ``--json``."""
+    return not args.json and sys.stderr.isatty()
+
+
 def _add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
     """One ``--option`` per field of a settings dataclass, defaulting to the dataclass default."""
     for f in fields(settings_type):
@@ -51,7 +56,7 @@ def _settings(args: argparse.Namespace, settings_type: type):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    progress = not args.json and sys.stderr.isatty()
+    progress = _show_progress(args)
     if args.bench == "arithmetic":
         from tokenizer_service.bench.arithmetic import ArithmeticSettings, run_arithmetic
 
@@ -120,7 +125,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     tedtok = TedTok(initial, config=config, lineage=args.lineage)
     parent = initial
     with open(out / "steps.jsonl", "w", encoding="utf-8") as log, tqdm(
-        total=total, desc="evolve", unit="step", disable=args.json or not sys.stderr.isatty()
+        total=total, desc="evolve", unit="step", disable=not _show_progress(args)
     ) as bar:
         for texts in batches(stream, args.step_docs):
             revision = tedtok.observe_texts(texts)
@@ -157,7 +162,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
     min_count = args.min_count if args.min_count == "auto" else int(args.min_count)
     options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=min_count,
                              kind=None if args.kind == "auto" else args.kind)
-    audit = audit_residues(tokenizer, texts, options, progress=not args.json and sys.stderr.isatty())
+    audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))
     if args.out:
         _write_directory(Path(args.out), lambda staging: write_audit(audit, tokenizer, options, staging))
     summary = dict(audit.summary)

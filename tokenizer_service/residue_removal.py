@@ -46,19 +46,25 @@ class LiteEncoding:
     ids: list[int]
 
 
+def _checked_residues(tokenizer: BPETokenizer, residues: Iterable[str]) -> frozenset[str]:
+    """The residues as a set, refused with reasons if one is a base or special token or unknown."""
+    residues = frozenset(residues)
+    protected = residues & tokenizer.base_tokens
+    if protected:
+        raise ValueError(f"base or special tokens cannot be residues: {sorted(protected)[:5]}")
+    unknown = residues - tokenizer.vocab.keys()
+    if unknown:
+        raise ValueError(f"residues not in the vocabulary: {sorted(unknown)[:5]}")
+    return residues
+
+
 class SplitRemerge:
     """Split & re-merge encoding on top of a tokenizer and a residue set (cached per word)."""
 
     def __init__(self, tokenizer: BPETokenizer, residues: Iterable[str], *, graph: MergeGraph | None = None) -> None:
         self.tokenizer = tokenizer
         self.graph = graph or MergeGraph(tokenizer)
-        self.residues = frozenset(residues)
-        protected = self.residues & tokenizer.base_tokens
-        if protected:
-            raise ValueError(f"base or special tokens cannot be residues: {sorted(protected)[:5]}")
-        unknown = self.residues - tokenizer.vocab.keys()
-        if unknown:
-            raise ValueError(f"residues not in the vocabulary: {sorted(unknown)[:5]}")
+        self.residues = _checked_residues(tokenizer, residues)
         self.residue_ids = frozenset(tokenizer.vocab[t] for t in self.residues)
         # Re-merging uses every merge whose product is not a residue, at its rank.
         self.ranks = {m: r for m, r in self.graph.ranks.items() if m[0] + m[1] not in self.residues}
@@ -152,9 +158,7 @@ def residue_free_tokenizer(tokenizer: BPETokenizer, residues: Iterable[str], *,
     (whole-word entries of ``ignore_merges`` vocabularies) keep what they had.
     """
     graph = graph or MergeGraph(tokenizer)
-    residues = set(residues)
-    if residues & tokenizer.base_tokens:
-        raise ValueError(f"base or special tokens cannot be removed: {sorted(residues & tokenizer.base_tokens)[:5]}")
+    residues = _checked_residues(tokenizer, residues)
     order = sorted(graph.producers, key=lambda t: (len(t), _first_rank(graph, t)))
     removed = set(residues)
     while True:
