@@ -9,7 +9,7 @@ Defaults: Old sees the oldest 60% (a model pre-trained on most of the history, t
 New the newest 20%, and Ted-Tok charges ``base_token_cost`` for deleting a pre-trained token so
 it recycles its own ids first. Why: on the git corpus with Old on the oldest 20% (2005-2008) the
 vocabulary has to move so far that even an oracle — Ted-Tok revising on the newest slice's own
-counts — closes 0.95 of the gap only after changing ~12% of the ids.
+counts — closes 0.95 of the gap only after changing more than 11% of the ids.
 """
 
 from __future__ import annotations

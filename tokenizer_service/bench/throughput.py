@@ -5,8 +5,7 @@
 encode new words with the version's cache, vectorised token/pair counts, EMA update of the
 in-memory store) in steps of ``step_docs`` documents, starting from an empty cache.
 ``revision_seconds``: one revision with K=100 at V=50,257 over a pair table padded to ~1M pairs
-(one extra step of rare random pairs)
-(``revision_changes`` says how many ids it changed).
+by one extra step of rare random pairs (``revision_changes`` says how many ids it changed).
 """
 
 from __future__ import annotations
