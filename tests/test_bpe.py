@@ -8,13 +8,14 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from tokenizer_service.bpe import BPETokenizer, jaccard_distance
-from tokenizer_service.validation import probe_texts
+from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.validation import load_tokenizer, probe_texts
 
 
 def test_export_encodes_like_the_source(byte_tokenizer, corpus, tmp_path):
     path = tmp_path / "tokenizer.json"
     byte_tokenizer.save(path)
-    reloaded = BPETokenizer.from_file(path)
+    reloaded = load_tokenizer(path)
     hf = Tokenizer.from_file(str(path))
     fast = PreTrainedTokenizerFast(tokenizer_file=str(path))
     texts = corpus[:50] + probe_texts(byte_tokenizer, n=100)
@@ -47,8 +48,8 @@ def test_string_merges_of_older_files_are_read():
 
 
 def test_rejects_non_bpe_models():
-    with pytest.raises(ValueError, match="not a BPE"):
-        BPETokenizer.from_json(json.dumps({"model": {"type": "WordPiece", "vocab": {}}}))
+    with pytest.raises(InvalidTokenizer, match="model.type: 'WordPiece'; tokmaint maintains BPE tokenizers only"):
+        BPETokenizer.from_json(json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}))
 
 
 def test_rejects_duplicate_ids():
@@ -79,6 +80,10 @@ def test_pre_tokenize_byte_level_words(byte_tokenizer):
 def test_bytes_per_token_and_jaccard(byte_tokenizer):
     text = "stream token"
     assert byte_tokenizer.bytes_per_token([text]) == len(text) / len(byte_tokenizer.encode(text))
+    # Bytes, not characters: "é" is two UTF-8 bytes, "€" three, one character each.
+    chars = BPETokenizer.train(["éé€"] * 3, vocab_size=4, byte_level=False)
+    assert chars.encode("é€") == [chars.vocab["é"], chars.vocab["€"]]
+    assert chars.bytes_per_token(["é€", "é"]) == pytest.approx((2 + 3 + 2) / 3)
     other = BPETokenizer.train(["zzz yyy"] * 5, vocab_size=260)
     shared = len(set(byte_tokenizer.vocab) & set(other.vocab))
     union = len(set(byte_tokenizer.vocab) | set(other.vocab))

@@ -44,25 +44,29 @@ def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
     assert result["bytes_per_token"]["last_step"] > result["bytes_per_token"]["first_step"]
 
 
-def test_bench_drift_reports_every_key(drifting_corpus, capsys):
+def test_bench_drift_closes_the_gap_within_its_id_budget(drifting_corpus, capsys):
     result = run_json(capsys, "bench", "drift", "--corpus", str(drifting_corpus), "--vocab-size", "300",
                       "--held-out", "50", "--old-share", "0.3", "--new-share", "0.3", "--step-docs", "10",
-                      "--alpha", "0.3", "--interval", "5")
+                      "--alpha", "0.3", "--interval", "5", "--batch-size", "20")
     bpt = result["bytes_per_token"]
     assert bpt["new"] > bpt["old"] and bpt["tedtok"] > bpt["old"]
-    assert result["gap_closed"] == pytest.approx((bpt["tedtok"] - bpt["old"]) / (bpt["new"] - bpt["old"]))
+    assert result["gap_closed"] > 0.5
     assert result["jaccard"]["tedtok_vs_new"] < result["jaccard"]["old_vs_new"]
-    assert 0 < result["ids_stable"] < 1
-    assert set(result["seconds"]) == {"revisions", "new_training"}
+    # With recycled ids a revision changes at most K ids of the 300, and it did change some.
+    assert result["revisions"] >= 1
+    assert 1 - result["revisions"] * 20 / 300 <= result["ids_stable"] < 1
+    assert result["documents"] == {"old": 180, "stream": 370, "new": 130, "held_out": 50}
 
 
-def test_bench_throughput_reports_every_key(drifting_corpus, capsys):
+def test_bench_throughput_times_what_it_says(drifting_corpus, capsys):
     result = run_json(capsys, "bench", "throughput", "--corpus", str(drifting_corpus), "--vocab-size", "400",
                       "--tracked-pairs", "5000", "--step-docs", "100", "--batch-size", "10")
-    assert result["encode_mb_s"] > 0 and result["stats_mb_s"] > 0
-    assert result["ratio"] == pytest.approx(result["stats_mb_s"] / result["encode_mb_s"])
-    assert result["tracked_pairs"] >= 5000 and result["revision_seconds"] > 0
-    assert result["revision_changes"] == 10
+    with gzip.open(drifting_corpus, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    assert result["documents"] == len(texts)
+    assert result["megabytes"] == pytest.approx(sum(len(t.encode("utf-8")) for t in texts) / 1e6)
+    assert result["tracked_pairs"] >= 5000
+    assert result["revision_changes"] == 10  # K=10 adds, each recycling one deleted id
 
 
 def test_bench_arithmetic_reproduces_table_2():
@@ -76,18 +80,6 @@ def test_bench_arithmetic_reproduces_table_2():
     assert result["jaccard"]["old_vs_new"] > 0.5
 
 
-def test_missing_corpus_is_a_clear_error(tmp_path, capsys):
-    assert main(["bench", "drift", "--corpus", str(tmp_path / "nope.jsonl")]) == 2
-    assert "corpus not found" in capsys.readouterr().err
-
-
-def test_malformed_corpus_line_is_named(tmp_path, capsys):
-    path = tmp_path / "bad.jsonl"
-    path.write_text('{"ts": "1", "text": "ok"}\n{"text": "no ts"}\n')
-    assert main(["evolve", "--corpus", str(path), "--out", str(tmp_path / "o")]) == 2
-    assert "bad.jsonl:2" in capsys.readouterr().err
-
-
 @pytest.fixture(scope="module")
 def corpus_tokenizer(drifting_corpus, tmp_path_factory):
     """A tokenizer.json trained on the drifting corpus itself."""
@@ -99,25 +91,35 @@ def corpus_tokenizer(drifting_corpus, tmp_path_factory):
     return path
 
 
-def test_residues_reports_every_key_and_writes_outputs(drifting_corpus, corpus_tokenizer, tmp_path, capsys):
+def test_residues_writes_outputs_that_agree_with_the_report(drifting_corpus, corpus_tokenizer, tmp_path, capsys):
     import pyarrow.parquet as pq
 
     out = tmp_path / "lite"
     result = run_json(capsys, "residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
                       "--r", "0.5", "--s", "3", "--log-base", "2", "--out", str(out))
-    for key in ("vocab_size", "scope_size", "unseen", "residues", "residue_share", "residue_share_ratio_only",
-                "lossless", "export_agreement"):
-        assert key in result
-    assert result["residues"] > 0 and 0 < result["residue_share"] <= result["residue_share_ratio_only"] <= 1
+    source = json.loads(corpus_tokenizer.read_text())["model"]["vocab"]
+    table = pq.read_table(out / "scores.parquet").to_pydict()
+    assert table["id"] == sorted(source.values()) and result["vocab_size"] == len(source)
+    # The scope is every all-ASCII token; tokenizers' own decoder says which those are.
+    hf = Tokenizer.from_file(str(corpus_tokenizer))
+    in_scope = [hf.decode([i]).isascii() for i in table["id"]]
+    assert result["scope_size"] == sum(in_scope) > 0
+    merged = {t for t in source if len(t) > 1}  # a byte-level tokenizer's base tokens are single symbols
+    unseen = sum(s and t in merged and f1 == 0 and f2 == 0
+                 for s, t, f1, f2 in zip(in_scope, table["token"], table["f1"], table["f2"]))
+    assert result["unseen"] == unseen
+    flagged = [r and s and f1 / (f1 + f2) <= 0.5 and e <= 3
+               for r, s, f1, f2, e in zip(table["residue"], in_scope, table["f1"], table["f2"], table["entropy"])]
+    assert sum(table["residue"]) == sum(flagged) == result["residues"] > 0
     assert result["tokens"]["split"] >= result["tokens"]["remerged"] >= result["tokens"]["original"]
     assert result["lossless"] is True and 0.99 <= result["export_agreement"] <= 1
     assert result["thresholds"] == {"r": 0.5, "s": 3.0, "log_base": 2.0, "min_count": 0}
     diff = RevisionDiff.from_dict(json.loads((out / "diff.json").read_text()))
+    assert sorted(e.old_token for e in diff.entries) == sorted(
+        t for t, removed in zip(table["token"], table["removed"]) if removed)
     assert len(diff.entries) == result["export"]["removed"]
-    assert Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab_size() == result["export"]["vocab_size"]
-    table = pq.read_table(out / "scores.parquet")
-    assert table.num_rows == result["vocab_size"]
-    assert sum(table.column("residue").to_pylist()) == result["residues"]
+    exported = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert exported.get_vocab_size() == result["export"]["vocab_size"] == len(source) - len(diff.entries)
 
 
 def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer, capsys):
@@ -127,7 +129,3 @@ def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer
     assert "residue_share" in out and "most frequent residues" in out
 
 
-def test_residues_rejects_a_bad_min_count(drifting_corpus, corpus_tokenizer, capsys):
-    assert main(["residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
-                 "--min-count", "many"]) == 2
-    assert "min-count" in capsys.readouterr().err

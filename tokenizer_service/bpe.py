@@ -22,14 +22,20 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from tokenizer_service.errors import InvalidTokenizer
+
 Merge = tuple[str, str]
+
+# Ids index embedding rows and per-id arrays, so an id of 10**9 would allocate gigabytes. The
+# largest real vocabularies hold ~262k tokens; 4M leaves room for years of holes.
+MAX_ID_SPACE = 1 << 22
 
 
 def byte_to_unicode() -> dict[int, str]:
@@ -67,6 +73,138 @@ GPT2_ASCII_PATTERN = re.compile(
 _ASCII_TO_BYTE_LEVEL = {b: BYTE_TO_UNICODE[b] for b in range(128)}
 
 
+class _JSONObject(dict):
+    """A parsed JSON object that remembers the keys it held more than once (JSON keeps the last)."""
+
+    duplicates: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> "_JSONObject":
+        obj = cls(pairs)
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+        return obj
+
+
+def _json_kind(value: Any) -> str:
+    """How a JSON value is named in a reason: ``_json_kind([]) == 'a list'``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", _JSONObject: "an object", list: "a list", str: "a string", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _examples(items: list[Any], what: str, path: str) -> str:
+    """One reason for a list of offending items: count plus the first three."""
+    return f"{path}: {len(items)} {what}, e.g. {', '.join(items[:3])}"
+
+
+def _duplicate_keys(value: Any, path: str = "") -> Iterator[str]:
+    """Every key a JSON object held twice, by its JSON path.
+
+    >>> list(_duplicate_keys(json.loads('{"m": {"a": 1, "a": 2}}', object_pairs_hook=_JSONObject.from_pairs)))
+    ["m: key 'a' appears more than once"]
+    """
+    if isinstance(value, dict):
+        for key in getattr(value, "duplicates", ()):
+            yield f"{path or '(top level)'}: key {key!r} appears more than once"
+        # The vocabulary's values are ids, not objects: skip walking 100k+ numbers.
+        for key, child in value.items():
+            if isinstance(child, (dict, list)):
+                yield from _duplicate_keys(child, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for k, child in enumerate(value):
+            if isinstance(child, (dict, list)):
+                yield from _duplicate_keys(child, f"{path}[{k}]")
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _valid_unicode(text: str) -> bool:
+    """False for strings holding lone surrogates (JSON allows the escape, UTF-8 cannot encode it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def tokenizer_json_problems(data: Any) -> list[str]:
+    """Every structural problem of a parsed ``tokenizer.json`` for a BPE model, by JSON path.
+
+    >>> tokenizer_json_problems([1, 2])
+    ['the top level must be a JSON object, got a list']
+    >>> tokenizer_json_problems({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": ["a b"]}})
+    ["model.vocab: 1 ids given to two tokens, e.g. 0 ('a', 'b')", 'model.merges: 1 merges produce tokens \
+outside the vocabulary, e.g. [0] ab']
+    """
+    if not isinstance(data, dict):
+        return [f"the top level must be a JSON object, got {_json_kind(data)}"]
+    reasons = list(_duplicate_keys(data))
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return reasons + [f"model: must be an object, got {'nothing' if model is None else _json_kind(model)}"]
+    if model.get("type", "BPE") != "BPE":
+        reasons.append(f"model.type: {model.get('type')!r}; tokmaint maintains BPE tokenizers only")
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict):
+        reasons.append(f"model.vocab: must be an object of token -> id, got "
+                       f"{'nothing' if vocab is None else _json_kind(vocab)}")
+        vocab = {}
+    not_ids = [f"{t!r}: {_json_kind(i)}" for t, i in vocab.items() if not _is_id(i)]
+    negative = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i < 0]
+    too_large = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i >= MAX_ID_SPACE]
+    bad_text = [f"{t.encode('utf-8', 'backslashreplace').decode()!r}" for t in vocab if not _valid_unicode(t)]
+    for items, what in ((not_ids, "ids that are not whole numbers"), (negative, "negative ids"),
+                        (too_large, f"ids of {MAX_ID_SPACE:,} or more"),
+                        (bad_text, "tokens that are not valid Unicode (lone surrogates)")):
+        if items:
+            reasons.append(_examples(items, what, "model.vocab"))
+    holders: dict[int, str] = {}
+    shared = []
+    for token, i in vocab.items():
+        if _is_id(i):
+            if i in holders:
+                shared.append(f"{i} ({holders[i]!r}, {token!r})")
+            holders.setdefault(i, token)
+    if shared:
+        reasons.append(_examples(shared, "ids given to two tokens", "model.vocab"))
+    merges = model.get("merges")
+    if not isinstance(merges, list):
+        reasons.append(f"model.merges: must be a list, got {'nothing' if merges is None else _json_kind(merges)}")
+        merges = []
+    malformed, outside, products = [], [], []
+    for k, merge in enumerate(merges):
+        pair = merge.split(" ", 1) if isinstance(merge, str) else merge
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) and p for p in pair)):
+            malformed.append(f"[{k}] {json.dumps(merge)[:40]}")
+        elif pair[0] not in vocab or pair[1] not in vocab:
+            outside.append(f"[{k}] {json.dumps(pair, ensure_ascii=False)[:60]}")
+        elif pair[0] + pair[1] not in vocab:
+            products.append(f"[{k}] {pair[0] + pair[1]}")
+    for items, what in ((malformed, 'merges that are not "a b" or ["a", "b"]'),
+                        (outside, "merges name tokens outside the vocabulary"),
+                        (products, "merges produce tokens outside the vocabulary")):
+        if items:
+            reasons.append(_examples(items, what, "model.merges"))
+    added = data.get("added_tokens", [])
+    if not isinstance(added, list):
+        reasons.append(f"added_tokens: must be a list, got {_json_kind(added)}")
+        added = []
+    bad_added = [f"[{k}]" for k, t in enumerate(added)
+                 if not (isinstance(t, dict) and isinstance(t.get("content"), str) and t["content"]
+                         and _valid_unicode(t["content"]) and _is_id(t.get("id")) and 0 <= t["id"] < MAX_ID_SPACE)]
+    if bad_added:
+        reasons.append(_examples(bad_added, f"entries without a non-empty 'content' and an 'id' in [0, "
+                                            f"{MAX_ID_SPACE:,})", "added_tokens"))
+    return reasons
+
+
 def _mentions_byte_level(section: Any) -> bool:
     """True when a pipeline section (or any nested step) is a ByteLevel component.
 
@@ -83,7 +221,7 @@ def _mentions_byte_level(section: Any) -> bool:
 class BPETokenizer:
     """One immutable tokenizer version: vocabulary, merges, specials and HF pipeline settings.
 
-    Build one with :meth:`train`, :meth:`from_json` or :meth:`from_file`; derive a revised one
+    Build one with :meth:`train`, :meth:`from_json` or ``validation.load_tokenizer``; derive a revised one
     with :meth:`replace_model`. ``hf`` is the cached ``tokenizers.Tokenizer`` that encodes.
 
     >>> tok = BPETokenizer.train(["1+1=2", "11+1=12"], vocab_size=10, byte_level=False)
@@ -120,12 +258,13 @@ class BPETokenizer:
         special_tokens: Sequence[str] = (),
         pre_tokenizer: pre_tokenizers.PreTokenizer | None = None,
         alphabet: Sequence[str] = (),
+        progress: bool = False,
     ) -> "BPETokenizer":
         """Train a fresh tokenizer with ``tokenizers``' BpeTrainer.
 
         Byte-level (default) uses GPT-2's pre-tokenizer and the full 256-byte alphabet; character
         level uses ``pre_tokenizer`` (none: each text is one word) and the characters seen plus
-        ``alphabet``.
+        ``alphabet``. ``progress`` shows the trainer's progress bars on stderr.
         """
         hf = Tokenizer(models.BPE())
         if byte_level:
@@ -141,26 +280,43 @@ class BPETokenizer:
             vocab_size=vocab_size,
             special_tokens=list(special_tokens),
             initial_alphabet=initial,
-            show_progress=False,
+            show_progress=progress,
         )
         hf.train_from_iterator(texts, trainer)
         return cls.from_json(hf.to_str())
 
     @classmethod
-    def from_json(cls, text: str) -> "BPETokenizer":
-        """Parse a HF ``tokenizer.json`` string whose model is BPE."""
-        data = json.loads(text)
-        model = data.get("model") or {}
-        if model.get("type", "BPE") != "BPE" or "merges" not in model:
-            raise ValueError(f"not a BPE tokenizer.json (model type {model.get('type')!r})")
+    def from_json(cls, text: str, *, source: str | Path | None = None) -> "BPETokenizer":
+        """Parse a HF ``tokenizer.json`` string whose model is BPE.
+
+        The structure is checked before anything is built, so a bad file is an
+        :class:`InvalidTokenizer` naming every problem by its JSON path, never another exception
+        and never a huge allocation (ids must lie below ``MAX_ID_SPACE``). Whether ``tokenizers``
+        loads it and encodes losslessly is :func:`validation.validate`'s job; files are read by
+        :func:`validation.load_tokenizer`.
+
+        >>> try:
+        ...     BPETokenizer.from_json('{"model": {"vocab": {"a": 0, "b": -1}, "merges": [["a", "c"]]}}')
+        ... except InvalidTokenizer as exc:
+        ...     print(*exc.reasons, sep="\\n")
+        model.vocab: 1 negative ids, e.g. 'b': -1
+        model.merges: 1 merges name tokens outside the vocabulary, e.g. [0] ["a", "c"]
+        """
+        try:
+            data = json.loads(text, object_pairs_hook=_JSONObject.from_pairs)
+        except json.JSONDecodeError as exc:
+            raise InvalidTokenizer([f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"],
+                                   source=source) from None
+        except RecursionError:
+            raise InvalidTokenizer(["JSON nested too deeply"], source=source) from None
+        reasons = tokenizer_json_problems(data)
+        if reasons:
+            raise InvalidTokenizer(reasons, source=source)
+        model = data["model"]
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         options = {k: v for k, v in model.items() if k not in ("vocab", "merges", "type")}
         pipeline = {k: v for k, v in data.items() if k != "model"}
         return cls(vocab=model["vocab"], merges=merges, pipeline=pipeline, model_options=options)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "BPETokenizer":
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
     def replace_model(self, *, vocab: Mapping[str, int], merges: Sequence[Merge]) -> "BPETokenizer":
         """A new version with the same pipeline and options but another vocabulary and merges."""
@@ -329,9 +485,10 @@ def bpe_pieces(symbols: Sequence[str], ranks: Mapping[Merge, int], *, until: int
 def jaccard_distance(a: BPETokenizer, b: BPETokenizer) -> float:
     """1 - |Va ∩ Vb| / |Va ∪ Vb| over token strings (Ted-Tok section 3.1).
 
-    >>> t = BPETokenizer.train(["aa"], vocab_size=5, byte_level=False)
-    >>> jaccard_distance(t, t)
-    0.0
+    >>> a = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
+    >>> b = BPETokenizer(vocab={"a": 0, "b": 1, "ba": 2}, merges=[("b", "a")], pipeline={})
+    >>> jaccard_distance(a, b)  # 2 shared of 4 tokens
+    0.5
     """
     va, vb = set(a.vocab), set(b.vocab)
     return 1.0 - len(va & vb) / len(va | vb)

@@ -1,20 +1,30 @@
-"""``tokmaint``: the command line. Every command prints a table, or JSON with ``--json``."""
+"""``tokmaint``: the command line. Every command prints a table, or JSON with ``--json``.
+
+Errors a user can fix (a bad corpus, tokenizer, option or output directory) are one line on
+stderr and exit code 2 (``tokmaint --debug ...`` adds the traceback). Ctrl-C stops cleanly with
+exit code 130 (SIGTERM: 143); what was written before stays complete.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import shutil
+import signal
 import sys
-import tempfile
-from collections.abc import Callable
+import traceback
 from dataclasses import fields, replace
-from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from tqdm import tqdm
+from tokenizer_service.errors import CorpusError, TokmaintError
+from tokenizer_service.options import Number, whole
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so ``finally`` blocks run as for Ctrl-C."""
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -37,22 +47,50 @@ def print_result(result: dict[str, Any], *, as_json: bool) -> None:
         print(f"{key:<{width}}  {shown}")
 
 
+def warn(message: str) -> None:
+    print(f"tokmaint: warning: {message}", file=sys.stderr)
+
+
 def _show_progress(args: argparse.Namespace) -> bool:
     """Progress bars go to an interactive stderr, never under ``--json``."""
     return not args.json and sys.stderr.isatty()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (the option, what it must be, and where help is)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
-    """One ``--option`` per field of a settings dataclass, defaulting to the dataclass default."""
+    """One ``--option`` per field of a settings dataclass, with its range, help and default."""
     for f in fields(settings_type):
-        kind = type(f.default)
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
-                            help=f"default {f.default}")
+        option = f"--{f.name.replace('_', '-')}"
+        help_text = f.metadata.get("help", "")
+        if isinstance(f.default, bool):
+            parser.add_argument(option, action="store_true", default=None, help=help_text)
+            continue
+        parse = f.metadata.get("parse") or type(f.default)
+        if isinstance(parse, Number):
+            help_text += f"; {parse.describe()}"
+        parser.add_argument(option, type=parse, default=None, metavar=f.name.upper(),
+                            help=f"{help_text} (default: {f.default:g})" if isinstance(f.default, float)
+                            else f"{help_text} (default: {f.default})")
 
 
-def _settings(args: argparse.Namespace, settings_type: type):
+def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type):
+    """The settings the options chose; a rule between options fails here, as a usage error."""
     chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name) is not None}
-    return replace(settings_type(), **chosen)
+    try:
+        return replace(settings_type(), **chosen)
+    except ValueError as exc:
+        parser.error(str(exc).replace("_", "-"))
+
+
+def _report_skipped(corpus) -> None:
+    if corpus.skipped:
+        warn(f"skipped {len(corpus.skipped)} bad records of {corpus.path} (--skip-bad); the first: {corpus.skipped[0]}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -60,111 +98,63 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "arithmetic":
         from tokenizer_service.bench.arithmetic import ArithmeticSettings, run_arithmetic
 
-        result = run_arithmetic(_settings(args, ArithmeticSettings), progress=progress)
+        result = run_arithmetic(_settings(args.parser, args, ArithmeticSettings), progress=progress)
     elif args.bench == "drift":
         from tokenizer_service.bench.drift import DriftSettings, run_drift
 
-        result = run_drift(args.corpus, _settings(args, DriftSettings), progress=progress)
+        result = run_drift(args.corpus, _settings(args.parser, args, DriftSettings), progress=progress)
     else:
         from tokenizer_service.bench.throughput import ThroughputSettings, run_throughput
 
-        result = run_throughput(args.corpus, _settings(args, ThroughputSettings), progress=progress)
+        result = run_throughput(args.corpus, _settings(args.parser, args, ThroughputSettings), progress=progress)
     print_result(result, as_json=args.json)
     return 0
 
 
-def _write_directory(final: Path, write: Callable[[Path], None]) -> None:
-    """Fill a directory atomically: ``write`` fills a staging directory next to ``final``, which
-    then replaces ``final`` in one rename, so a crash never leaves a half-written one."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        write(staging)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _write_version(out: Path, version: int, tokenizer, diff=None) -> None:
-    """One version directory: tokenizer.json, plus diff.json after the first."""
-
-    def write(staging: Path) -> None:
-        tokenizer.save(staging / "tokenizer.json")
-        if diff is not None:
-            (staging / "diff.json").write_text(diff.to_json(), encoding="utf-8")
-
-    _write_directory(out / f"v{version:04d}", write)
-
-
 def cmd_evolve(args: argparse.Namespace) -> int:
-    from tokenizer_service.bpe import BPETokenizer
-    from tokenizer_service.corpus import batches, read_corpus
-    from tokenizer_service.tedtok import TedTok, TedTokConfig
-    from tokenizer_service.validation import validate
+    from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.evolve import VERSION_OUTPUTS, EvolveSettings, evolve_run_identity, run_evolve
+    from tokenizer_service.output_dir import OutputDir
+    from tokenizer_service.validation import load_tokenizer
 
-    docs = read_corpus(args.corpus)
-    if args.tokenizer:
-        initial = BPETokenizer.from_file(args.tokenizer)
-        stream = docs
-    else:
-        n_init = max(1, round(args.init_share * len(docs)))
-        initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=args.vocab_size)
-        stream = docs[n_init:]
-    validate(initial).raise_for_reasons()
-    total = -(-len(stream) // args.step_docs)
-    config = TedTokConfig.for_schedule(
-        total, warmup=args.warmup, freeze_last=args.freeze_last, alpha=args.alpha, beta=args.beta,
-        batch_size=args.batch_size, interval=args.interval, recycle_ids=not args.append_ids,
-        base_token_cost=args.base_token_cost,
-    )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_version(out, 1, initial)
-    tedtok = TedTok(initial, config=config, lineage=args.lineage)
-    parent = initial
-    with open(out / "steps.jsonl", "w", encoding="utf-8") as log, tqdm(
-        total=total, desc="evolve", unit="step", disable=not _show_progress(args)
-    ) as bar:
-        for texts in batches(stream, args.step_docs):
-            revision = tedtok.observe_texts(texts)
-            counts = tedtok.last_counts
-            log.write(json.dumps({"step": tedtok.store.step, "version": tedtok.version,
-                                  "bytes_per_token": counts.bytes_per_token}) + "\n")
-            if revision is not None:
-                validate(revision.tokenizer, parent=parent).raise_for_reasons()
-                _write_version(out, revision.diff.version, revision.tokenizer, revision.diff)
-                parent = revision.tokenizer
-            bar.update()
-            bar.set_postfix(bpt=f"{counts.bytes_per_token:.3f}", version=tedtok.version)
-    print_result({
-        "steps": total,
-        "versions": tedtok.version,
-        "tokens_changed": sum(len(r.diff.entries) for r in tedtok.revisions),
-        "bytes_per_token": {"first_step": json.loads((out / "steps.jsonl").open().readline())["bytes_per_token"],
-                            "last_step": tedtok.last_counts.bytes_per_token},
-        "revision_seconds": tedtok.revision_seconds,
-        "out": str(out),
-    }, as_json=args.json)
+    settings = _settings(args.parser, args, EvolveSettings)
+    progress = _show_progress(args)
+    initial = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=progress)
+    _report_skipped(corpus)
+    out = OutputDir.claim(args.out, command="evolve", outputs=VERSION_OUTPUTS, force=args.force,
+                          run=evolve_run_identity(corpus, settings, initial, skip_bad=args.skip_bad))
+    print_result(run_evolve(corpus, out, settings, initial=initial, progress=progress), as_json=args.json)
     return 0
 
 
 def cmd_residues(args: argparse.Namespace) -> int:
-    from tokenizer_service.bpe import BPETokenizer
     from tokenizer_service.corpus import read_corpus
-    from tokenizer_service.residue_audit import ResidueOptions, audit_residues, write_audit
+    from tokenizer_service.output_dir import OutputDir
+    from tokenizer_service.residue_audit import AUDIT_OUTPUTS, ResidueOptions, audit_residues, write_audit
+    from tokenizer_service.validation import load_tokenizer, validate
 
-    tokenizer = BPETokenizer.from_file(args.tokenizer)
-    texts = [d.text for d in read_corpus(args.corpus)]
-    if args.min_count != "auto" and not args.min_count.isdigit():
-        raise ValueError(f"--min-count must be a whole number or 'auto', got {args.min_count!r}")
-    min_count = args.min_count if args.min_count == "auto" else int(args.min_count)
-    options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=min_count,
+    options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=args.min_count,
                              kind=None if args.kind == "auto" else args.kind)
-    audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))
+    tokenizer = load_tokenizer(args.tokenizer, check=not args.allow_invalid)
+    if args.allow_invalid:
+        report = validate(tokenizer)
+        if not report.ok:
+            warn(f"{args.tokenizer} fails validation ({'; '.join(report.reasons)}); auditing it anyway "
+                 "(--allow-invalid)")
+    corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=_show_progress(args))
+    _report_skipped(corpus)
+    texts = corpus.texts
+    if not any(texts):
+        raise CorpusError(corpus.path, "every document is empty: nothing to audit")
+    out = None
     if args.out:
-        _write_directory(Path(args.out), lambda staging: write_audit(audit, tokenizer, options, staging))
+        run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256, "skip_bad": args.skip_bad,
+               "options": {k: v for k, v in vars(args).items() if k in {f.name for f in fields(ResidueOptions)}}}
+        out = OutputDir.claim(args.out, command="residues", run=run, outputs=AUDIT_OUTPUTS, force=args.force)
+    audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))
+    if out is not None:
+        out.replace_files(lambda staging: write_audit(audit, tokenizer, options, staging))
     summary = dict(audit.summary)
     top = summary.pop("top_residues")
     if args.json:
@@ -178,74 +168,109 @@ def cmd_residues(args: argparse.Namespace) -> int:
     return 0
 
 
+def _min_count(text: str) -> int | str:
+    """``--min-count``: a whole number ≥ 0 or ``auto``."""
+    return text if text == "auto" else whole(0)(text)
+
+
+def _add_corpus_options(parser: argparse.ArgumentParser, *, skip_bad: bool) -> None:
+    parser.add_argument("--corpus", required=True,
+                        help="JSONL(.gz): an object a line with a string 'text' and an ISO-8601 'ts' (on every line "
+                             "or none); or .txt(.gz): a document a line")
+    if skip_bad:
+        parser.add_argument("--skip-bad", action="store_true",
+                            help="skip records that are not valid documents (counted and reported) instead of "
+                                 "stopping at the first")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tokenizer_service.bench.arithmetic import ArithmeticSettings
     from tokenizer_service.bench.drift import DriftSettings
     from tokenizer_service.bench.throughput import ThroughputSettings
+    from tokenizer_service.evolve import EvolveSettings
+    from tokenizer_service.residue_audit import ResidueOptions
 
-    parser = argparse.ArgumentParser(prog="tokmaint", description="Lifelong BPE tokenizer maintenance.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="tokmaint", description="Lifelong BPE tokenizer maintenance.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     evolve = sub.add_parser("evolve", help="replay a timestamped corpus through Ted-Tok, writing every version")
-    evolve.add_argument("--corpus", required=True, help="JSONL(.gz) with 'ts' and 'text' per line")
-    evolve.add_argument("--out", required=True, help="output directory: v0001/, v0002/ ... and steps.jsonl")
+    _add_corpus_options(evolve, skip_bad=True)
+    evolve.add_argument("--out", required=True,
+                        help="new or empty directory for v0001/, v0002/ ... and steps.jsonl; the same command "
+                             "again continues a run there")
+    evolve.add_argument("--force", action="store_true",
+                        help="replace the files an earlier, different evolve run wrote in --out (never others)")
     evolve.add_argument("--tokenizer", help="initial tokenizer.json (default: train one on the oldest documents)")
-    evolve.add_argument("--vocab-size", type=int, default=4096, help="vocabulary of the trained initial tokenizer")
-    evolve.add_argument("--init-share", type=float, default=0.2, help="share of oldest documents to train it on")
-    evolve.add_argument("--step-docs", type=int, default=64, help="documents per time step")
-    evolve.add_argument("--alpha", type=float, default=0.01, help="EMA smoothing factor")
-    evolve.add_argument("--beta", type=float, default=1.2, help="margin: add only if τ_pair > β·τ_token[sink]")
-    evolve.add_argument("--batch-size", type=int, default=20, help="adds+deletes per revision (K)")
-    evolve.add_argument("--interval", type=int, default=10, help="steps between revisions (Δ)")
-    evolve.add_argument("--warmup", type=float, default=0.03, help="share of steps before the first revision")
-    evolve.add_argument("--freeze-last", type=float, default=0.0, help="share of final steps without revisions")
-    evolve.add_argument("--base-token-cost", type=float, default=2.5e-5,
-                        help="share of the stream's tokens a swap must save to delete a pre-trained token (0: paper)")
-    evolve.add_argument("--append-ids", action="store_true", help="give new tokens fresh ids instead of recycling")
-    evolve.add_argument("--lineage", default="default", help="lineage name recorded in every diff")
+    _add_settings(evolve, EvolveSettings)
     evolve.add_argument("--json", action="store_true", help="print JSON")
-    evolve.set_defaults(func=cmd_evolve)
+    evolve.set_defaults(func=cmd_evolve, parser=evolve)
 
     residues = sub.add_parser("residues", help="LiteToken: find a tokenizer's residues on a corpus and remove them")
-    residues.add_argument("--tokenizer", required=True, help="a BPE tokenizer.json")
-    residues.add_argument("--corpus", required=True, help="JSONL(.gz) with 'text' per line, or .txt (a document a line)")
-    residues.add_argument("--r", type=float, help="FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)")
-    residues.add_argument("--s", type=float, help="entropy threshold (default: 4.0 classic BPE, 3.5 tiktoken-style)")
+    residues.add_argument("--tokenizer", required=True, help="a BPE tokenizer.json (or a folder holding one)")
+    _add_corpus_options(residues, skip_bad=True)
+    option = {f.name: f for f in fields(ResidueOptions)}
+    for name in ("r", "s", "log_base"):
+        f = option[name]
+        default = "" if f.default is None else f" (default: {f.default:g})"
+        residues.add_argument(f"--{name.replace('_', '-')}", type=f.metadata["parse"], default=f.default,
+                              metavar=name.upper(), help=f"{f.metadata['help']}; {f.metadata['parse'].describe()}"
+                                                         f"{default}")
     residues.add_argument("--kind", choices=["auto", "classic", "tiktoken"], default="auto",
                           help="which of the paper's threshold pairs r, s apply (auto: tiktoken-style when the "
                                "file has ignore_merges or several merges for one token; GPT-4o's has neither)")
-    residues.add_argument("--log-base", type=float, default=math.e, help="entropy log base (default e: nats)")
     residues.add_argument("--scope", choices=["ascii", "all"], default="ascii",
-                          help="tokens the share counts: all-ASCII tokens (the paper's) or all")
-    residues.add_argument("--min-count", default="0",
-                          help="evidence a test needs to flag a token: an int, or 'auto' = ceil(log_base^s); 0: paper")
-    residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
+                          help="tokens the share counts: all-ASCII tokens (the paper's) or all (default: ascii)")
+    residues.add_argument("--min-count", type=_min_count, default=0,
+                          help="evidence a test needs to flag a token: a whole number, or 'auto' = "
+                               "ceil(log_base^s) (default: 0, the paper's)")
+    residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet into "
+                                        "this new or empty directory")
+    residues.add_argument("--force", action="store_true",
+                          help="replace an earlier, different audit's files in --out (never others)")
+    residues.add_argument("--allow-invalid", action="store_true",
+                          help="audit a tokenizer that fails validation (say why on stderr) instead of refusing it")
     residues.add_argument("--json", action="store_true", help="print JSON")
-    residues.set_defaults(func=cmd_residues)
+    residues.set_defaults(func=cmd_residues, parser=residues)
 
     bench = sub.add_parser("bench", help="reproducible benchmarks")
-    benches = bench.add_subparsers(dest="bench", required=True)
+    benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
     for name, settings_type, needs_corpus, summary in (
         ("arithmetic", ArithmeticSettings, False, "Ted-Tok Table 2, synthetic arithmetic"),
         ("drift", DriftSettings, True, "Old / New / Ted-Tok on a timestamped corpus"),
         ("throughput", ThroughputSettings, True, "stats update vs raw encoding; revision latency"),
     ):
-        p = benches.add_parser(name, help=summary)
+        p = benches.add_parser(name, help=summary, description=summary)
         if needs_corpus:
-            p.add_argument("--corpus", required=True, help="JSONL(.gz) with 'ts' and 'text' per line")
+            _add_corpus_options(p, skip_bad=False)
         _add_settings(p, settings_type)
         p.add_argument("--json", action="store_true", help="print JSON")
-        p.set_defaults(func=cmd_bench)
+        p.set_defaults(func=cmd_bench, parser=p)
     return parser
+
+
+def _terminate(signum: int, frame: Any) -> NoReturn:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (TokmaintError, OSError) as exc:
+        if args.debug:
+            traceback.print_exc()
         print(f"tokmaint: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tokmaint: interrupted; everything written so far is complete", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("tokmaint: terminated; everything written so far is complete", file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

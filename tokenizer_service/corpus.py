@@ -1,55 +1,222 @@
-"""Timestamped corpora: one JSON object a line with at least ``ts`` and ``text``.
+"""Corpora: the one reader every command and service uses.
+
+A corpus is a file of documents, plain or gzip-compressed (detected from its first bytes):
+
+* JSONL (any name but ``.txt``): one JSON object a line with a string ``text`` and, on every
+  line or on none, an ISO-8601 ``ts`` (``2021-05-04``, ``2021-05-04T10:00:00+02:00``, ``...Z``;
+  a time without offset is UTC). Documents are ordered by ``ts`` in UTC, stable for equal times;
+  without ``ts``, file order is time order. Other fields are ignored.
+* ``.txt`` / ``.txt.gz``: one document a line, in file order; blank lines are skipped.
+
+Anything else is a :class:`CorpusError` naming the file, the line and the reason; with
+``skip_bad=True`` bad records are skipped instead and listed in ``Corpus.skipped``.
 
 >>> import gzip, json, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "c.jsonl.gz")
 >>> with gzip.open(path, "wt") as f:
-...     _ = f.write(json.dumps({"ts": "2021-01-02", "text": "b"}) + "\\n" + json.dumps({"ts": "2020", "text": "a"}) + "\\n")
->>> [d.text for d in read_corpus(path)]
-['a', 'b']
+...     _ = f.write(json.dumps({"ts": "2021-01-01T23:30:00Z", "text": "second"}) + "\\n"
+...                 + json.dumps({"ts": "2021-01-02T01:00:00+02:00", "text": "first"}) + "\\n")
+>>> [(d.text, d.ts.isoformat()) for d in read_corpus(path)]
+[('first', '2021-01-01T23:00:00+00:00'), ('second', '2021-01-01T23:30:00+00:00')]
+>>> with open(path, "w") as f:
+...     _ = f.write('{"ts": "2021-01-01", "text": null}\\n')
+>>> read_corpus(path)
+Traceback (most recent call last):
+...
+tokenizer_service.errors.CorpusError: ...c.jsonl.gz:1: 'text' must be a string, got null
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import re
+import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO, Any, overload
+
+from tqdm import tqdm
+
+from tokenizer_service.errors import CorpusError
+
+GZIP_MAGIC = b"\x1f\x8b"
+# ISO-8601 reduced precision (a year, a month), which datetime.fromisoformat does not take.
+_YEAR_OR_MONTH = re.compile(r"\d{4}(-\d{2})?")
 
 
 @dataclass(frozen=True)
 class Document:
-    ts: str
+    """One document; ``ts`` is an aware UTC datetime, or None in a corpus without times."""
+
+    ts: datetime | None
     text: str
 
 
-def _lines(path: Path) -> Iterator[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        yield from f
+@dataclass(frozen=True)
+class Corpus(Sequence[Document]):
+    """The documents of one file in time order, with what was skipped and a content hash."""
+
+    path: Path
+    documents: list[Document]
+    skipped: list[str] = field(default_factory=list)
+    sha256: str = ""
+
+    @overload
+    def __getitem__(self, index: int) -> Document: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Document]: ...
+    def __getitem__(self, index):
+        return self.documents[index]
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def __iter__(self) -> Iterator[Document]:
+        return iter(self.documents)
+
+    @property
+    def texts(self) -> list[str]:
+        return [d.text for d in self.documents]
 
 
-def read_corpus(path: str | Path) -> list[Document]:
-    """Read a ``.jsonl``/``.jsonl.gz`` corpus (or ``.txt``: one document a line, no times),
-    ordered by ``ts`` (stable, so equal times keep file order)."""
+def _json_type(value: Any) -> str:
+    """How a JSON value is called in an error message.
+
+    >>> [_json_type(v) for v in (None, True, 3, 2.5, [1], {"a": 1}, "s")]
+    ['null', 'a boolean', 'a number', 'a number', 'a list', 'an object', 'a string']
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {list: "a list", dict: "an object", str: "a string"}[type(value)]
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """An ISO-8601 string as an aware UTC datetime (no offset means UTC); ValueError otherwise.
+
+    >>> parse_timestamp("2021-05-04T10:00:00+02:00").isoformat()
+    '2021-05-04T08:00:00+00:00'
+    >>> parse_timestamp("2021").isoformat(), parse_timestamp("2021-05-04T10:00:00Z").hour
+    ('2021-01-01T00:00:00+00:00', 10)
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"'ts' must be an ISO-8601 string, got {_json_type(value)}")
+    text = value.strip()
+    if _YEAR_OR_MONTH.fullmatch(text):
+        text += "-01" * (2 - text.count("-"))
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"'ts' is not an ISO-8601 time: {value[:40]!r}") from None
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+def _record(line: str, *, timed: bool | None) -> Document:
+    """One JSONL line as a Document; ValueError with the reason when it is not one."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object with 'text', got {_json_type(record)}")
+    if "text" not in record:
+        raise ValueError("no 'text' field")
+    text = record["text"]
+    if not isinstance(text, str):
+        raise ValueError(f"'text' must be a string, got {_json_type(text)}")
+    if timed is not None and ("ts" in record) != timed:
+        raise ValueError("no 'ts' field, but earlier records have one" if timed
+                         else "has a 'ts' field, but earlier records have none (give every record a 'ts' or none)")
+    return Document(ts=parse_timestamp(record["ts"]) if "ts" in record else None, text=text)
+
+
+def _open_binary(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+    """(raw file, decompressed stream): gzip is recognised by its magic bytes, not its name."""
+    raw = open(path, "rb")
+    if raw.read(2) == GZIP_MAGIC:
+        raw.seek(0)
+        return raw, gzip.GzipFile(fileobj=raw, mode="rb")
+    raw.seek(0)
+    return raw, raw
+
+
+def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = False) -> Corpus:
+    """Read a corpus (see the module docstring); refuse an empty one.
+
+    ``skip_bad``: skip records that are not valid documents instead of stopping at the first,
+    and list them (``"line N: reason"``) in ``Corpus.skipped``. Files that cannot be read at all
+    (missing, a directory, corrupt or truncated gzip) are an error either way.
+    """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"corpus not found: {path}")
-    if path.name.endswith((".txt", ".txt.gz")):
-        return [Document(ts="", text=line.rstrip("\n")) for line in _lines(path) if line.strip()]
-    docs = []
-    for number, line in enumerate(_lines(path), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            docs.append(Document(ts=str(record["ts"]), text=str(record["text"])))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: expected a JSON object with 'ts' and 'text' ({exc})") from None
-    return sorted(docs, key=lambda d: d.ts)
+        raise CorpusError(path, "corpus not found")
+    if path.is_dir():
+        raise CorpusError(path, "is a directory; a corpus is a JSONL(.gz) or .txt(.gz) file")
+    plain_text = path.name.endswith((".txt", ".txt.gz"))
+    docs: list[Document] = []
+    skipped: list[str] = []
+    digest = hashlib.sha256()
+    timed: bool | None = None
+    number = 0
+    try:
+        raw, stream = _open_binary(path)
+        with raw, stream, tqdm(total=path.stat().st_size, desc=f"read {path.name}", unit="B", unit_scale=True,
+                               disable=not progress) as bar:
+            for number, data in enumerate(stream, 1):
+                digest.update(data)
+                if number % 4096 == 0:
+                    bar.update(raw.tell() - bar.n)
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    reason = f"not UTF-8 (byte 0x{data[exc.start]:02x} at byte {exc.start + 1} of the line)"
+                    if not skip_bad:
+                        raise CorpusError(path, reason, line=number) from None
+                    skipped.append(f"line {number}: {reason}")
+                    continue
+                if number == 1:
+                    line = line.removeprefix("\ufeff")
+                if not line.strip():
+                    continue
+                if plain_text:
+                    docs.append(Document(ts=None, text=line.removesuffix("\n").removesuffix("\r")))
+                    continue
+                try:
+                    doc = _record(line, timed=timed)
+                except ValueError as exc:
+                    if not skip_bad:
+                        raise CorpusError(path, str(exc), line=number) from None
+                    skipped.append(f"line {number}: {exc}")
+                    continue
+                timed = doc.ts is not None
+                docs.append(doc)
+            bar.update(bar.total - bar.n)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise CorpusError(path, f"corrupt or truncated gzip after line {number} ({exc})") from None
+    except OSError as exc:
+        raise CorpusError(path, exc.strerror or str(exc)) from None
+    if not docs:
+        detail = f" ({len(skipped)} bad records skipped, the first: {skipped[0]})" if skipped else ""
+        raise CorpusError(path, f"no documents{detail}")
+    if timed:
+        docs.sort(key=lambda d: d.ts)
+    return Corpus(path=path, documents=docs, skipped=skipped, sha256=digest.hexdigest())
 
 
 def batches(docs: Sequence[Document], size: int) -> Iterator[list[str]]:
-    """Consecutive time steps of ``size`` documents (the last may be shorter)."""
+    """Consecutive time steps of ``size`` documents (the last may be shorter).
+
+    >>> [len(b) for b in batches([Document(None, "x")] * 5, 2)]
+    [2, 2, 1]
+    """
+    if size < 1:
+        raise ValueError(f"a time step needs at least one document, got {size}")
     for start in range(0, len(docs), size):
         yield [d.text for d in docs[start : start + size]]

@@ -29,20 +29,31 @@ from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.litetoken import ResidueReport, TokenScores, count_corpus, find_residues, score_tokens
 from tokenizer_service.merge_graph import MergeGraph
+from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.residue_removal import ResidueRemoval, SplitRemerge, residue_free_tokenizer
+
+
+AUDIT_OUTPUTS = ("tokenizer.json", "diff.json", "scores.parquet")
 
 
 @dataclass(frozen=True)
 class ResidueOptions:
     """Thresholds (None: the paper's for the kind, detected unless given), log base, scope, evidence."""
 
-    r: float | None = None
-    s: float | None = None
-    log_base: float = math.e
+    r: float | None = setting(None, Number(float, low=0, high=1),
+                              "FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)")
+    s: float | None = setting(None, Number(float, low=0), "entropy threshold (default: 4.0 classic BPE, "
+                                                          "3.5 tiktoken-style)")
+    log_base: float = setting(math.e, Number(float, low=1, low_open=True), "entropy log base (default e: nats)")
     scope: str = "ascii"
     min_count: int | str = 0
     kind: str | None = None
-    batch_size: int = 2000
+    batch_size: int = setting(2000, whole(1), "documents encoded per batch")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        if self.min_count != "auto" and not whole(0).allows(self.min_count):
+            raise ValueError(f"min_count must be a whole number ≥ 0 or 'auto', got {self.min_count!r}")
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ rank order. It is lossless and never emits a residue.
 
 The residue-free export is a standard BPE ``tokenizer.json``: residues leave the vocabulary,
 merges that produce one go, and a surviving token whose merges needed a residue is rewired to
-the merge of surviving tokens that BPE now reaches on its own bytes. A token no merge can reach
-any more is removed as well (reported as ``unreachable``). Freed ids stay **holes**: every other
+the merge of surviving tokens that BPE now reaches on its own bytes. A residue that some
+surviving token cannot be formed without stays in the vocabulary as *scaffolding* (reported in
+``ResidueRemoval.scaffolding``), so every surviving token stays reachable, which ``validate``
+checks against the parent. Freed ids stay **holes**: every other
 token keeps its id, so a model's embedding and output rows stay where they were, and no text
 can ever encode to a hole (a placeholder token could be typed in). The removal is an ordinary
 revision diff (``removed`` entries with their parents).

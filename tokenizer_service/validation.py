@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from tokenizer_service.bpe import BYTE_TO_UNICODE, BPETokenizer
+from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
-
-
-class InvalidTokenizer(ValueError):
-    """Raised when a tokenizer fails validation; ``reasons`` says why."""
-
-    def __init__(self, reasons: list[str]) -> None:
-        super().__init__("invalid tokenizer: " + "; ".join(reasons))
-        self.reasons = reasons
 
 
 @dataclass
@@ -40,9 +34,9 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.reasons
 
-    def raise_for_reasons(self) -> None:
+    def raise_for_reasons(self, *, source: str | Path | None = None) -> None:
         if self.reasons:
-            raise InvalidTokenizer(self.reasons)
+            raise InvalidTokenizer(self.reasons, source=source)
 
 
 def probe_texts(tokenizer: BPETokenizer, *, n: int = 200, seed: int = 0) -> list[str]:
@@ -113,3 +107,51 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if new:
             report.reasons.append(f"{len(new)} added tokens are unreachable, e.g. {new[:5]}")
     return report
+
+
+def load_tokenizer(path: str | Path, *, check: bool = True) -> BPETokenizer:
+    """The tokenizer loader every command and service uses: a ``tokenizer.json`` (or a directory
+    holding one, such as a version folder), refused with an :class:`InvalidTokenizer` that names
+    the file and every reason.
+
+    The structure is always checked (:meth:`BPETokenizer.from_json`) and ``tokenizers`` must
+    load the file; with ``check`` (default) it must also pass :func:`validate`, the rule every
+    published version follows, so no command works on a tokenizer that encodes lossily.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
+    >>> BPETokenizer.train(["hello world"], vocab_size=270).save(path)
+    >>> load_tokenizer(os.path.dirname(path)).decode(load_tokenizer(path).encode("hello"))
+    'hello'
+    >>> _ = open(path, "w").write("[]")
+    >>> load_tokenizer(path)
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.InvalidTokenizer: ...tokenizer.json: invalid tokenizer: the top level must be a JSON \
+object, got a list
+    """
+    path = Path(path)
+    if path.is_dir() and (path / "tokenizer.json").is_file():
+        path = path / "tokenizer.json"
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise InvalidTokenizer(["is a directory without a tokenizer.json"], source=path) from None
+    except FileNotFoundError:
+        raise InvalidTokenizer(["file not found"], source=path) from None
+    except OSError as exc:
+        raise InvalidTokenizer([exc.strerror or str(exc)], source=path) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidTokenizer([f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"],
+                               source=path) from None
+    tokenizer = BPETokenizer.from_json(text, source=path)
+    if check:
+        validate(tokenizer).raise_for_reasons(source=path)
+    else:
+        try:
+            tokenizer.hf
+        except Exception as exc:  # tokenizers raises plain Exception; its text is the reason
+            raise InvalidTokenizer([f"tokenizers cannot load it: {exc}"], source=path) from None
+    return tokenizer

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from tokenizer_service.bpe import BPETokenizer, jaccard_distance
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer, jaccard_distance
 from tokenizer_service.counting import WordVocabulary
+from tokenizer_service.options import Number, check_settings, setting, share, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
 PAPER = {"bytes_per_token": {"old": 1.216, "new": 1.366, "tedtok": 1.359},
@@ -33,19 +34,25 @@ def arithmetic_dataset(max_operand: int) -> list[str]:
     return sums + diffs
 
 
+NEW_EXAMPLES = len(arithmetic_dataset(200))
+
+
 @dataclass(frozen=True)
 class ArithmeticSettings:
-    vocab_size: int = 50
-    batch: int = 4096
-    epochs: int = 1000
-    validation: int = 2000
-    alpha: float = 0.3
-    beta: float = 1.2
-    interval: int = 300
-    warmup: float = 0.1
-    freeze_last: float = 0.2
-    batch_size: int = 1
-    seed: int = 0
+    vocab_size: int = setting(50, whole(1, MAX_ID_SPACE), "vocabulary size of Old, New and Ted-Tok")
+    batch: int = setting(4096, whole(1), "examples per time step (the paper's training batch)")
+    epochs: int = setting(1000, whole(1), "epochs over Old, then as many over New")
+    validation: int = setting(2000, whole(1, NEW_EXAMPLES - 1), "New examples held out for evaluation")
+    alpha: float = setting(0.3, share(one=False), "EMA smoothing factor α")
+    beta: float = setting(1.2, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink]")
+    interval: int = setting(300, whole(1), "steps between revisions (Δ)")
+    warmup: float = setting(0.1, share(zero=True, one=False), "share of steps before the first revision")
+    freeze_last: float = setting(0.2, share(zero=True, one=False), "share of final steps without revisions")
+    batch_size: int = setting(1, whole(1), "adds+deletes per revision (K)")
+    seed: int = setting(0, whole(0), "seed of the held-out split and the batch order")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 def run_arithmetic(settings: ArithmeticSettings = ArithmeticSettings(), *, progress: bool = True) -> dict:

@@ -22,61 +22,64 @@ from tqdm import tqdm
 
 from tokenizer_service.bpe import BPETokenizer, jaccard_distance
 from tokenizer_service.corpus import batches, read_corpus
-from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.errors import CorpusError
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.options import setting, share, whole
+from tokenizer_service.tedtok import TedTok
 
 
 @dataclass(frozen=True)
-class DriftSettings:
-    vocab_size: int = 4096
-    old_share: float = 0.6
-    new_share: float = 0.2
-    held_out: int = 2000
-    step_docs: int = 64
-    alpha: float = 0.01
-    beta: float = 1.2
-    batch_size: int = 20
-    interval: int = 10
-    warmup: float = 0.03
-    freeze_last: float = 0.0
-    base_token_cost: float = 2.5e-5
+class DriftSettings(StreamSettings):
+    old_share: float = setting(0.6, share(one=False), "share of the oldest documents Old is trained on")
+    new_share: float = setting(0.2, share(one=False), "share of the newest documents New is trained on "
+                                                      "(the newest --held-out of them are held out)")
+    held_out: int = setting(2000, whole(1), "newest documents no tokenizer sees, scored for all three")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.old_share + self.new_share > 1:
+            raise ValueError(f"old_share + new_share must be at most 1, got {self.old_share} + {self.new_share}")
 
 
 def ids_stable(old: BPETokenizer, new: BPETokenizer) -> float:
     """Share of the old version's ids that still hold the same token.
 
-    >>> t = BPETokenizer.train(["abc"], vocab_size=260)
-    >>> ids_stable(t, t)
-    1.0
+    >>> old = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2, "abb": 3}, merges=[("a", "b"), ("ab", "b")], pipeline={})
+    >>> new = BPETokenizer(vocab={"a": 0, "b": 1, "ba": 2, "ab": 3}, merges=[("a", "b"), ("b", "a")], pipeline={})
+    >>> ids_stable(old, new)  # ids 0 and 1 kept; "ab" moved from 2 to 3; "abb" is gone
+    0.5
     """
     return sum(new.id_to_token.get(i) == t for i, t in old.id_to_token.items()) / len(old.id_to_token)
 
 
 def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, progress: bool = True) -> dict:
-    docs = read_corpus(corpus)
+    docs = read_corpus(corpus, progress=progress)
     n = len(docs)
+    n_old, n_new = round(settings.old_share * n), round(settings.new_share * n)
+    if n_old < 1:
+        raise CorpusError(docs.path, f"{n} documents: --old-share {settings.old_share} gives Old no documents; "
+                                     "raise --old-share")
+    if n_new <= settings.held_out:
+        raise CorpusError(docs.path, f"{n} documents: --new-share {settings.new_share} is {n_new} documents, not "
+                                     f"more than --held-out {settings.held_out}; lower --held-out below {n_new} "
+                                     "or raise --new-share")
+    if n_old + settings.held_out >= n:
+        raise CorpusError(docs.path, f"{n} documents: Old ({n_old}) and --held-out {settings.held_out} leave no "
+                                     "stream; lower --held-out or --old-share")
     held = docs[n - settings.held_out :]
     rest = docs[: n - settings.held_out]
-    n_old, n_new = round(settings.old_share * n), round(settings.new_share * n)
-    if n_old < 1 or n_new <= 0 or n_old + settings.held_out >= n:
-        raise ValueError(f"corpus of {n} documents is too small for these slices")
     old_texts = [d.text for d in rest[:n_old]]
-    new_texts = [d.text for d in rest[-(n_new - settings.held_out):]] if n_new > settings.held_out else []
-    if not new_texts:
-        raise ValueError("new_share must cover more documents than held_out")
+    new_texts = [d.text for d in rest[-(n_new - settings.held_out):]]
     stream = rest[n_old:]
     eval_texts = [d.text for d in held]
 
-    old = BPETokenizer.train(old_texts, vocab_size=settings.vocab_size)
+    old = BPETokenizer.train(old_texts, vocab_size=settings.vocab_size, progress=progress)
     started = time.perf_counter()
     new = BPETokenizer.train(new_texts, vocab_size=settings.vocab_size)
     new_seconds = time.perf_counter() - started
 
     total = -(-len(stream) // settings.step_docs)
-    config = TedTokConfig.for_schedule(
-        total, warmup=settings.warmup, freeze_last=settings.freeze_last, alpha=settings.alpha, beta=settings.beta,
-        batch_size=settings.batch_size, interval=settings.interval, base_token_cost=settings.base_token_cost,
-    )
-    tedtok = TedTok(old, config=config, lineage="drift")
+    tedtok = TedTok(old, config=settings.tedtok_config(total), lineage="drift")
     for texts in tqdm(batches(stream, settings.step_docs), total=total, desc="ted-tok drift", unit="step",
                       disable=not progress):
         tedtok.observe_texts(texts)

@@ -17,19 +17,23 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.counting import pack_pair
+from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
 
 @dataclass(frozen=True)
 class ThroughputSettings:
-    max_mb: float = 20.0
-    vocab_size: int = 50257
-    step_docs: int = 1024
-    tracked_pairs: int = 1_000_000
-    batch_size: int = 100
+    max_mb: float = setting(20.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
+    vocab_size: int = setting(50257, whole(257, MAX_ID_SPACE), "vocabulary of the tokenizer trained on that text")
+    step_docs: int = setting(1024, whole(1), "documents per stats-update step")
+    tracked_pairs: int = setting(1_000_000, whole(0), "pairs in the table the timed revision ranks")
+    batch_size: int = setting(100, whole(1), "adds+deletes of the timed revision (K)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 def run_throughput(corpus: str | Path, settings: ThroughputSettings = ThroughputSettings(), *,

@@ -1,0 +1,147 @@
+"""``tokmaint evolve``: replay a timestamped corpus through Ted-Tok and write every version.
+
+The output directory holds ``v0001/tokenizer.json`` (the initial tokenizer), one folder per
+revision with ``tokenizer.json`` and ``diff.json``, and ``steps.jsonl`` (one line a time step:
+step, current version, bytes per token). Each version is validated against its parent and
+written atomically *before* the step that made it is logged, so the log never names a version
+that is not on disk. The run is deterministic, so running the same command over the same
+directory again (after a crash or Ctrl-C) replays the stream, checks every version and log line
+already there byte for byte, and writes only what is missing (see ``output_dir``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.corpus import Corpus, batches
+from tokenizer_service.errors import CorpusError, OutputError
+from tokenizer_service.options import Number, check_settings, lineage_name, setting, share, whole
+from tokenizer_service.output_dir import OutputDir, StepLog
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.validation import validate
+from schemas.revision import RevisionDiff
+
+VERSION_OUTPUTS = ("steps.jsonl", "v[0-9][0-9][0-9][0-9]*/tokenizer.json", "v[0-9][0-9][0-9][0-9]*/diff.json")
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Ted-Tok on a document stream: the settings ``evolve`` and ``bench drift`` share."""
+
+    vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer it trains")
+    step_docs: int = setting(64, whole(1), "documents per time step")
+    alpha: float = setting(0.01, share(one=False), "EMA smoothing factor α")
+    beta: float = setting(1.2, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink]")
+    batch_size: int = setting(20, whole(1), "adds+deletes per revision (K)")
+    interval: int = setting(10, whole(1), "steps between revisions (Δ)")
+    warmup: float = setting(0.03, share(zero=True, one=False), "share of steps before the first revision")
+    freeze_last: float = setting(0.0, share(zero=True, one=False), "share of final steps without revisions")
+    base_token_cost: float = setting(2.5e-5, Number(float, low=0),
+                                     "share of the stream's tokens a swap must save to delete a pre-trained "
+                                     "token (0: the paper's rule)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+    def tedtok_config(self, total_steps: int, **options: Any) -> TedTokConfig:
+        """The Ted-Tok config for a stream of ``total_steps`` steps."""
+        return TedTokConfig.for_schedule(
+            total_steps, warmup=self.warmup, freeze_last=self.freeze_last, alpha=self.alpha, beta=self.beta,
+            batch_size=self.batch_size, interval=self.interval, base_token_cost=self.base_token_cost, **options,
+        )
+
+
+@dataclass(frozen=True)
+class EvolveSettings(StreamSettings):
+    init_share: float = setting(0.2, share(one=False),
+                                "share of the oldest documents the initial tokenizer is trained on")
+    append_ids: bool = setting(False, None, "give new tokens fresh ids instead of recycling freed ones")
+    lineage: str = setting("default", lineage_name, "lineage name recorded in every diff")
+
+
+def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: RevisionDiff | None) -> None:
+    """Write ``vNNNN/`` atomically, or, when a resumed run finds it, check it is byte for byte
+    the version this run made (versions are immutable)."""
+    name = f"v{version:04d}"
+    files = {"tokenizer.json": tokenizer.to_json().encode("utf-8")}
+    if diff is not None:
+        files["diff.json"] = diff.to_json().encode("utf-8")
+    folder = out.path / name
+    if folder.exists():
+        for file_name, data in files.items():
+            path = folder / file_name
+            if not path.is_file() or path.read_bytes() != data:
+                raise OutputError(f"{path} is not the version this run makes (changed since it was written?); "
+                                  "choose another --out")
+        return
+
+    def write(staging):
+        for file_name, data in files.items():
+            (staging / file_name).write_bytes(data)
+
+    out.write_directory(name, write)
+
+
+def run_evolve(corpus: Corpus, out: OutputDir, settings: EvolveSettings = EvolveSettings(), *,
+               initial: BPETokenizer | None = None, progress: bool = False) -> dict[str, Any]:
+    """Evolve ``initial`` (default: trained on the oldest ``init_share``) over the rest of the
+    corpus, writing every version into ``out``; returns the summary the CLI prints."""
+    docs = corpus.documents
+    if initial is None:
+        n_init = max(1, round(settings.init_share * len(docs)))
+        if n_init >= len(docs):
+            raise CorpusError(corpus.path, f"{len(docs)} documents: --init-share {settings.init_share} leaves none to "
+                                           "stream after training the initial tokenizer; lower --init-share")
+        initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=settings.vocab_size,
+                                     progress=progress)
+        validate(initial).raise_for_reasons(source="the trained initial tokenizer")
+        stream = docs[n_init:]
+    else:
+        stream = docs
+    total = -(-len(stream) // settings.step_docs)
+    config = settings.tedtok_config(total, recycle_ids=not settings.append_ids)
+    _write_version(out, 1, initial, None)
+    tedtok = TedTok(initial, config=config, lineage=settings.lineage)
+    parent = initial
+    log = StepLog(out.path / "steps.jsonl", resume=out.resumed)
+    first_bpt = None
+    try:
+        with tqdm(total=total, desc="evolve", unit="step", disable=not progress) as bar:
+            for texts in batches(stream, settings.step_docs):
+                revision = tedtok.observe_texts(texts)
+                if revision is not None:
+                    validate(revision.tokenizer, parent=parent).raise_for_reasons(
+                        source=f"version {revision.diff.version}")
+                    _write_version(out, revision.diff.version, revision.tokenizer, revision.diff)
+                    parent = revision.tokenizer
+                bpt = tedtok.last_counts.bytes_per_token
+                first_bpt = bpt if first_bpt is None else first_bpt
+                log.write({"step": tedtok.store.step, "version": tedtok.version, "bytes_per_token": bpt})
+                if revision is not None:
+                    log.sync()
+                bar.update()
+                bar.set_postfix(bpt=f"{bpt:.3f}", version=tedtok.version)
+        log.sync()
+    finally:
+        log.close()
+    return {
+        "steps": total,
+        "versions": tedtok.version,
+        "tokens_changed": sum(len(r.diff.entries) for r in tedtok.revisions),
+        "bytes_per_token": {"first_step": first_bpt, "last_step": tedtok.last_counts.bytes_per_token},
+        "revision_seconds": tedtok.revision_seconds,
+        "resumed": out.resumed,
+        "skipped_records": len(corpus.skipped),
+        "out": str(out.path),
+    }
+
+
+def evolve_run_identity(corpus: Corpus, settings: EvolveSettings, initial: BPETokenizer | None, *,
+                        skip_bad: bool) -> dict[str, Any]:
+    """What makes two evolve runs the same run (the output directory's marker records it)."""
+    return {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
+            "skip_bad": skip_bad, **asdict(settings)}

@@ -1,0 +1,240 @@
+"""Output directories that never lose data: what tokmaint writes, and nothing else, it may replace.
+
+Rules (every command with ``--out`` follows them):
+
+* ``--out`` is a new or empty directory, or one tokmaint wrote for the same command, recognised by
+  its marker file ``.tokmaint.json``, which records the run: the command, its inputs' hashes and
+  its options. Anything else (a file, a directory with a user's files and no marker) is refused
+  before anything is written.
+* The same run again continues (``evolve`` verifies what is there and writes what is missing). A
+  different run is refused, naming what differs, unless ``force``; even then only the files
+  tokmaint wrote (the command's ``outputs`` patterns) are removed, never a user's file.
+* Every directory or file set is written to a staging directory first and renamed into place;
+  files are fsynced before the rename. Modes follow the umask.
+
+>>> import tempfile
+>>> root = Path(tempfile.mkdtemp())
+>>> out = OutputDir.claim(root / "run", command="demo", run={"seed": 1}, outputs=["v*/data.txt"])
+>>> out.write_directory("v0001", lambda d: (d / "data.txt").write_text("one"))
+>>> sorted(p.name for p in (root / "run").iterdir())
+['.tokmaint.json', 'v0001']
+>>> OutputDir.claim(root / "run", command="demo", run={"seed": 2}, outputs=["v*/data.txt"])
+Traceback (most recent call last):
+...
+tokenizer_service.errors.OutputError: ...run holds a different `tokmaint demo` run (seed: 1 there, 2 now); \
+choose another --out, or pass --force to replace the files tokmaint wrote there
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from tokenizer_service.errors import OutputError
+
+MARKER = ".tokmaint.json"
+_STAGING = ".tmp-"
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write and fsync one file (a crash after this call cannot lose or truncate it)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_directory(path: Path) -> None:
+    """Make renames inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _listing(names: Sequence[str], limit: int = 4) -> str:
+    shown = ", ".join(sorted(names)[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+@dataclass
+class OutputDir:
+    """A claimed output directory; ``resumed`` is True when it already held this very run."""
+
+    path: Path
+    command: str
+    outputs: tuple[str, ...]
+    resumed: bool
+
+    @classmethod
+    def claim(cls, path: str | Path, *, command: str, run: dict[str, Any], outputs: Sequence[str],
+              force: bool = False) -> "OutputDir":
+        """Check ``path`` against the rules above and mark it as this run's.
+
+        ``run`` identifies the run (JSON-serialisable); ``outputs`` are the glob patterns of the
+        files this command writes, relative to ``path``: the only files ``force`` may remove.
+        """
+        path = Path(path)
+        out = cls(path=path, command=command, outputs=tuple(outputs), resumed=False)
+        try:
+            out._claim(run, force)
+        except OSError as exc:
+            raise OutputError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+        return out
+
+    def _claim(self, run: dict[str, Any], force: bool) -> None:
+        path = self.path
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"--out {path} is a file, not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+        marker = path / MARKER
+        if marker.exists():
+            try:
+                recorded = json.loads(marker.read_text(encoding="utf-8"))
+                recorded_command, recorded_run = recorded["command"], recorded["run"]
+            except (ValueError, KeyError, TypeError):
+                raise OutputError(f"{marker} is not a marker tokmaint can read; choose another --out") from None
+            if recorded_command != self.command:
+                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; choose another --out")
+            if recorded_run == run:
+                self.resumed = True
+            elif force:
+                self._remove_outputs()
+            else:
+                changed = [f"{k}: {recorded_run.get(k)} there, {run.get(k)} now"
+                           for k in sorted(set(recorded_run) | set(run)) if recorded_run.get(k) != run.get(k)]
+                raise OutputError(
+                    f"{path} holds a different `tokmaint {self.command}` run ({_listing(changed, 3)}); choose "
+                    "another --out, or pass --force to replace the files tokmaint wrote there")
+        else:
+            foreign = [p.name for p in path.iterdir()]
+            if foreign:
+                raise OutputError(f"{path} is not empty and was not written by tokmaint ({_listing(foreign)}); "
+                                  "choose a new or empty directory")
+        for stale in path.glob(f".*{_STAGING}*"):
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        if not self.resumed:
+            staged = path / f"{MARKER}{_STAGING}{os.getpid()}"
+            write_file(staged, json.dumps({"command": self.command, "run": run}, indent=2).encode("utf-8"))
+            os.replace(staged, marker)
+            _fsync_directory(path)
+
+    def owns(self, relative: str) -> bool:
+        """Whether a path (relative, POSIX) is one of this command's outputs."""
+        return any(fnmatchcase(relative, pattern) for pattern in self.outputs)
+
+    def _owns_folder(self, name: str) -> bool:
+        """Whether a top-level folder is one this command writes files into."""
+        return any("/" in pattern and fnmatchcase(name, pattern.split("/", 1)[0]) for pattern in self.outputs)
+
+    def _remove_outputs(self) -> None:
+        """Remove the files tokmaint wrote (and folders they leave empty); refuse, before removing
+        anything, when one of its folders also holds a user's file."""
+        files, foreign = [], []
+        for p in sorted(self.path.rglob("*")):
+            relative = p.relative_to(self.path).as_posix()
+            if p.is_file() and self.owns(relative):
+                files.append(p)
+            elif p.is_file() and "/" in relative and self._owns_folder(relative.split("/", 1)[0]):
+                foreign.append(relative)
+        if foreign:
+            raise OutputError(f"--force would have to replace folders of {self.path} that hold files tokmaint did "
+                              f"not write ({_listing(foreign)}); move them or choose another --out")
+        for p in files:
+            p.unlink()
+        for folder in sorted({p.parent for p in files if p.parent != self.path}, reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
+
+    def _staging(self, name: str) -> Path:
+        staging = self.path / f".{name}{_STAGING}{os.getpid()}"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir()
+        return staging
+
+    def write_directory(self, name: str, write: Callable[[Path], None]) -> None:
+        """Create the folder ``name`` atomically: ``write`` fills a staging folder, which is then
+        renamed; an existing folder is never replaced (versions are immutable)."""
+        final = self.path / name
+        if final.exists():
+            raise OutputError(f"{final} exists already; versions are never overwritten")
+        staging = self._staging(name)
+        try:
+            write(staging)
+            for p in staging.iterdir():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+            os.rename(staging, final)
+            _fsync_directory(self.path)
+        except OSError as exc:
+            raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def replace_files(self, write: Callable[[Path], None]) -> None:
+        """Write a set of top-level files: ``write`` fills a staging folder, then each file is
+        renamed over its old version (tokmaint's own, as ``claim`` checked)."""
+        staging = self._staging("files")
+        try:
+            write(staging)
+            for p in sorted(staging.iterdir()):
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(p, self.path / p.name)
+            _fsync_directory(self.path)
+        except OSError as exc:
+            raise OutputError(f"cannot write into {self.path}: {exc.strerror or exc}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+class StepLog:
+    """An append-only JSONL log (``steps.jsonl``): each record is flushed when written; on a
+    resumed run the records already there are kept (a torn last line from a crash is cut) and
+    each replayed record must equal the one logged, so the log describes one run only."""
+
+    def __init__(self, path: Path, *, resume: bool) -> None:
+        self.path = path
+        self.logged: list[dict[str, Any]] = []
+        keep = 0
+        if resume and path.exists():
+            with open(path, "rb") as f:
+                for line in f:
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        break
+                    if not line.endswith(b"\n") or not isinstance(record, dict):
+                        break
+                    self.logged.append(record)
+                    keep += len(line)
+        self._file = open(path, "r+b" if keep else "wb")
+        self._file.truncate(keep)
+        self._file.seek(keep)
+        self.count = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Log the next record, or check it against the one a previous run logged."""
+        index, self.count = self.count, self.count + 1
+        if index < len(self.logged):
+            if self.logged[index] != record:
+                raise OutputError(f"{self.path} line {index + 1} differs from this run ({self.logged[index]} there, "
+                                  f"{record} now); choose another --out, or pass --force")
+            return
+        self._file.write(json.dumps(record).encode("utf-8") + b"\n")
+        self._file.flush()
+
+    def sync(self) -> None:
+        """fsync the log (after each version, so a logged version is never lost to a power cut)."""
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
