@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import random
 
 import pytest
 
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import read_corpus
 
+NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
 WORDS = ["stream", "token", "merge", "drift", "commit", "revise", "vocab", "tensor", "model", "data",
          "kafka", "redis", "beam", "train", "byte", "pair", "sink", "graph", "epoch", "batch"]
 
@@ -27,3 +31,22 @@ def corpus() -> list[str]:
 @pytest.fixture(scope="session")
 def byte_tokenizer(corpus) -> BPETokenizer:
     return BPETokenizer.train(corpus, vocab_size=320)
+
+
+@pytest.fixture(scope="session")
+def drifting_corpus(tmp_path_factory):
+    """600 documents whose vocabulary moves from WORDS to NEW_WORDS over 'time'."""
+    path = tmp_path_factory.mktemp("corpus") / "stream.jsonl.gz"
+    old, new = sentences(300, seed=1), sentences(300, seed=2, words=NEW_WORDS + WORDS[:4])
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i, text in enumerate(old + new):
+            f.write(json.dumps({"id": i, "ts": f"2020-01-01T00:{i // 60:02d}:{i % 60:02d}", "text": text}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def corpus_tokenizer(drifting_corpus, tmp_path_factory):
+    """A tokenizer.json trained on the drifting corpus itself."""
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    BPETokenizer.train([d.text for d in read_corpus(drifting_corpus)], vocab_size=330).save(path)
+    return path

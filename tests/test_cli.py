@@ -6,20 +6,6 @@ from tokenizers import Tokenizer
 
 from schemas.revision import RevisionDiff
 from tokenizer_service.cli import main
-from tests.conftest import WORDS, sentences
-
-NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
-
-
-@pytest.fixture(scope="module")
-def drifting_corpus(tmp_path_factory):
-    """600 documents whose vocabulary moves from WORDS to NEW_WORDS over 'time'."""
-    path = tmp_path_factory.mktemp("corpus") / "stream.jsonl.gz"
-    old, new = sentences(300, seed=1), sentences(300, seed=2, words=NEW_WORDS + WORDS[:4])
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        for i, text in enumerate(old + new):
-            f.write(json.dumps({"id": i, "ts": f"2020-01-01T00:{i // 60:02d}:{i % 60:02d}", "text": text}) + "\n")
-    return path
 
 
 def run_json(capsys, *argv):
@@ -78,17 +64,6 @@ def test_bench_arithmetic_reproduces_table_2():
     assert result["jaccard"]["tedtok_vs_new"] <= 0.2456
     assert result["bytes_per_token"]["old"] < result["bytes_per_token"]["new"]
     assert result["jaccard"]["old_vs_new"] > 0.5
-
-
-@pytest.fixture(scope="module")
-def corpus_tokenizer(drifting_corpus, tmp_path_factory):
-    """A tokenizer.json trained on the drifting corpus itself."""
-    from tokenizer_service.bpe import BPETokenizer
-    from tokenizer_service.corpus import read_corpus
-
-    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
-    BPETokenizer.train([d.text for d in read_corpus(drifting_corpus)], vocab_size=330).save(path)
-    return path
 
 
 def test_residues_writes_outputs_that_agree_with_the_report(drifting_corpus, corpus_tokenizer, tmp_path, capsys):

@@ -113,8 +113,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_evolve(args: argparse.Namespace) -> int:
     from tokenizer_service.corpus import read_corpus
-    from tokenizer_service.evolve import VERSION_OUTPUTS, EvolveSettings, evolve_run_identity, run_evolve
-    from tokenizer_service.output_dir import OutputDir
+    from tokenizer_service.evolve import EvolveSettings, run_evolve
     from tokenizer_service.validation import load_tokenizer
 
     settings = _settings(args.parser, args, EvolveSettings)
@@ -122,9 +121,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     initial = load_tokenizer(args.tokenizer) if args.tokenizer else None
     corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=progress)
     _report_skipped(corpus)
-    out = OutputDir.claim(args.out, command="evolve", outputs=VERSION_OUTPUTS, force=args.force,
-                          run=evolve_run_identity(corpus, settings, initial, skip_bad=args.skip_bad))
-    print_result(run_evolve(corpus, out, settings, initial=initial, progress=progress), as_json=args.json)
+    result = run_evolve(corpus, args.out, settings, initial=initial, force=args.force, progress=progress)
+    print_result(result, as_json=args.json)
     return 0
 
 
@@ -149,7 +147,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
         raise CorpusError(corpus.path, "every document is empty: nothing to audit")
     out = None
     if args.out:
-        run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256, "skip_bad": args.skip_bad,
+        run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256, "skipped_records": len(corpus.skipped),
                "options": {k: v for k, v in vars(args).items() if k in {f.name for f in fields(ResidueOptions)}}}
         out = OutputDir.claim(args.out, command="residues", run=run, outputs=AUDIT_OUTPUTS, force=args.force)
     audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))

@@ -12,6 +12,7 @@ already there byte for byte, and writes only what is missing (see ``output_dir``
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -86,28 +87,32 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
     out.write_directory(name, write)
 
 
-def run_evolve(corpus: Corpus, out: OutputDir, settings: EvolveSettings = EvolveSettings(), *,
-               initial: BPETokenizer | None = None, progress: bool = False) -> dict[str, Any]:
+def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = EvolveSettings(), *,
+               initial: BPETokenizer | None = None, force: bool = False, progress: bool = False) -> dict[str, Any]:
     """Evolve ``initial`` (default: trained on the oldest ``init_share``) over the rest of the
-    corpus, writing every version into ``out``; returns the summary the CLI prints."""
+    corpus, writing every version into the output directory ``out`` (claimed by the rules of
+    ``output_dir``, after the inputs are checked); returns the summary the CLI prints."""
     docs = corpus.documents
+    n_init = 0
     if initial is None:
         n_init = max(1, round(settings.init_share * len(docs)))
         if n_init >= len(docs):
             raise CorpusError(corpus.path, f"{len(docs)} documents: --init-share {settings.init_share} leaves none to "
                                            "stream after training the initial tokenizer; lower --init-share")
+    run = {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
+           "skipped_records": len(corpus.skipped), **asdict(settings)}
+    output = OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS, force=force)
+    if initial is None:
         initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=settings.vocab_size,
                                      progress=progress)
         validate(initial).raise_for_reasons(source="the trained initial tokenizer")
-        stream = docs[n_init:]
-    else:
-        stream = docs
+    stream = docs[n_init:]
     total = -(-len(stream) // settings.step_docs)
     config = settings.tedtok_config(total, recycle_ids=not settings.append_ids)
-    _write_version(out, 1, initial, None)
+    _write_version(output, 1, initial, None)
     tedtok = TedTok(initial, config=config, lineage=settings.lineage)
     parent = initial
-    log = StepLog(out.path / "steps.jsonl", resume=out.resumed)
+    log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
     first_bpt = None
     try:
         with tqdm(total=total, desc="evolve", unit="step", disable=not progress) as bar:
@@ -116,7 +121,7 @@ def run_evolve(corpus: Corpus, out: OutputDir, settings: EvolveSettings = Evolve
                 if revision is not None:
                     validate(revision.tokenizer, parent=parent).raise_for_reasons(
                         source=f"version {revision.diff.version}")
-                    _write_version(out, revision.diff.version, revision.tokenizer, revision.diff)
+                    _write_version(output, revision.diff.version, revision.tokenizer, revision.diff)
                     parent = revision.tokenizer
                 bpt = tedtok.last_counts.bytes_per_token
                 first_bpt = bpt if first_bpt is None else first_bpt
@@ -134,14 +139,7 @@ def run_evolve(corpus: Corpus, out: OutputDir, settings: EvolveSettings = Evolve
         "tokens_changed": sum(len(r.diff.entries) for r in tedtok.revisions),
         "bytes_per_token": {"first_step": first_bpt, "last_step": tedtok.last_counts.bytes_per_token},
         "revision_seconds": tedtok.revision_seconds,
-        "resumed": out.resumed,
+        "resumed": output.resumed,
         "skipped_records": len(corpus.skipped),
-        "out": str(out.path),
+        "out": str(output.path),
     }
-
-
-def evolve_run_identity(corpus: Corpus, settings: EvolveSettings, initial: BPETokenizer | None, *,
-                        skip_bad: bool) -> dict[str, Any]:
-    """What makes two evolve runs the same run (the output directory's marker records it)."""
-    return {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
-            "skip_bad": skip_bad, **asdict(settings)}

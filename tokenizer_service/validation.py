@@ -153,5 +153,5 @@ object, got a list
         try:
             tokenizer.hf
         except Exception as exc:  # tokenizers raises plain Exception; its text is the reason
-            raise InvalidTokenizer([f"tokenizers cannot load it: {exc}"], source=path) from None
+            raise InvalidTokenizer([f"tokenizer.json does not load in tokenizers: {exc}"], source=path) from None
     return tokenizer

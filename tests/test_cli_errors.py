@@ -1,0 +1,201 @@
+"""Every bad input a user can give the CLI: one line on stderr, exit code 2, and nothing lost or half-written.
+
+Each case is run in a scratch directory holding a good corpus, a good tokenizer, a bad input
+and a user's file; afterwards every file there must be byte for byte what it was.
+"""
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.cli import main
+
+GOOD_LINES = [json.dumps({"ts": f"2020-01-01T00:00:{i:02d}Z", "text": f"doc {i} text"}) for i in range(40)]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    """main() as a process would end: its return code, or argparse's exit code."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+
+def _tokenizer_with(edit):
+    data = json.loads(BPETokenizer.train(["doc text words"] * 5, vocab_size=270).to_json())
+    edit(data)
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _shared_token(data):
+    data["model"]["vocab"]["te"] = data["model"]["vocab"]["do"]
+
+
+def _drop_byte(data):
+    del data["model"]["vocab"]["Ā"]
+
+
+BAD_FILES = {
+    "truncated.jsonl.gz": gzip.compress("\n".join(GOOD_LINES * 20).encode())[:-40],
+    "garbage.jsonl.gz": b"\x1f\x8b\x08\x00not really gzip at all",
+    "binary.jsonl.gz": bytes(range(255, -1, -1)),
+    "latin1.jsonl": ("\n".join(GOOD_LINES[:3]) + '\n{"text": "caf\xe9"}\n').encode("latin-1"),
+    "number.jsonl": b'{"text": 7}\n',
+    "null.jsonl": b'{"ts": "2020-01-01", "text": null}\n',
+    "list-text.jsonl": b'{"text": ["a"]}\n',
+    "bad-ts.jsonl": b'{"ts": "last tuesday", "text": "a"}\n',
+    "empty.jsonl": b"",
+    "list.json": json.dumps([1, 2]).encode(),
+    "merge-outside.json": _tokenizer_with(lambda d: d["model"]["merges"].append(["q", "zz"])),
+    "twice.json": _tokenizer_with(lambda d: None).replace(b'"vocab":{', b'"vocab":{"do":1,', 1),
+    "negative.json": _tokenizer_with(lambda d: d["model"]["vocab"].update(do=-4)),
+    "giant-id.json": _tokenizer_with(lambda d: d["model"]["vocab"].update(do=10**9)),
+    "shared-id.json": _tokenizer_with(_shared_token),
+    "lossy.json": _tokenizer_with(_drop_byte),
+}
+
+RESIDUES = ["residues", "--tokenizer", "tok.json", "--corpus", "corpus.jsonl"]
+EVOLVE = ["evolve", "--corpus", "corpus.jsonl", "--out", "out", "--vocab-size", "280"]
+DRIFT = ["bench", "drift", "--corpus", "corpus.jsonl"]
+
+CASES = [
+    # corpora, for each command that reads one
+    *[(f"{cmd[0]} {name}", [*cmd[:-1], name] if cmd is DRIFT else [*cmd, "--corpus", name], f"{name}{where}: {reason}")
+      for cmd in (EVOLVE, RESIDUES, DRIFT)
+      for name, where, reason in (
+          ("truncated.jsonl.gz", "", "corrupt or truncated gzip"),
+          ("garbage.jsonl.gz", "", "corrupt or truncated gzip"),
+          ("binary.jsonl.gz", ":1", "not UTF-8"),
+          ("latin1.jsonl", ":4", "not UTF-8 (byte 0xe9"),
+          ("number.jsonl", ":1", "'text' must be a string, got a number"),
+          ("null.jsonl", ":1", "'text' must be a string, got null"),
+          ("list-text.jsonl", ":1", "'text' must be a string, got a list"),
+          ("bad-ts.jsonl", ":1", "'ts' is not an ISO-8601 time"),
+          ("empty.jsonl", "", "no documents"),
+          ("sub", "", "is a directory"),
+          ("missing.jsonl", "", "corpus not found"))],
+    # tokenizers: residues and evolve follow the same loader rules
+    *[(f"{cmd[0]} {name}", [*cmd, "--tokenizer", name], f"{name}: invalid tokenizer: {reason}")
+      for cmd in (RESIDUES, EVOLVE)
+      for name, reason in (
+          ("list.json", "the top level must be a JSON object, got a list"),
+          ("merge-outside.json", "model.merges: 1 merges name tokens outside the vocabulary"),
+          ("twice.json", "model.vocab: key 'do' appears more than once"),
+          ("negative.json", "model.vocab: 1 negative ids, e.g. 'do': -4"),
+          ("giant-id.json", "model.vocab: 1 ids of 4,194,304 or more, e.g. 'do': 1000000000"),
+          ("shared-id.json", "model.vocab: 1 ids given to two tokens"),
+          ("lossy.json", "byte alphabet incomplete"),
+          ("sub", "is a directory without a tokenizer.json"))],
+    # output directories
+    ("evolve --out file", [*EVOLVE, "--out", "corpus.jsonl"], "--out corpus.jsonl is a file, not a directory"),
+    ("evolve --out under a file", [*EVOLVE, "--out", "corpus.jsonl/v"], "cannot write --out corpus.jsonl/v"),
+    ("evolve --out .", [*EVOLVE, "--out", "."], ". is not empty and was not written by tokmaint"),
+    ("residues --out .", [*RESIDUES, "--out", "."], ". is not empty and was not written by tokmaint"),
+    ("residues --out user dir", [*RESIDUES, "--out", "sub"], "sub is not empty and was not written by tokmaint"),
+    ("evolve --out user dir", [*EVOLVE, "--out", "sub", "--force"], "sub is not empty and was not written"),
+    # numeric options, named with their range
+    ("evolve --step-docs 0", [*EVOLVE, "--step-docs", "0"], "argument --step-docs: must be a whole number ≥ 1, got '0'"),
+    ("evolve --vocab-size 0", [*EVOLVE, "--vocab-size", "0"], "argument --vocab-size: must be a whole number in [257"),
+    ("evolve --vocab-size -1", [*EVOLVE, "--vocab-size", "-1"], "argument --vocab-size: must be a whole number"),
+    ("evolve --warmup 1.5", [*EVOLVE, "--warmup", "1.5"], "argument --warmup: must be a number in [0, 1), got '1.5'"),
+    ("evolve --init-share 0", [*EVOLVE, "--init-share", "0"], "argument --init-share: must be a number in (0, 1)"),
+    ("evolve --alpha inf", [*EVOLVE, "--alpha", "inf"], "argument --alpha: must be a number in (0, 1)"),
+    ("evolve --interval 2.5", [*EVOLVE, "--interval", "2.5"], "argument --interval: must be a whole number ≥ 1"),
+    ("evolve --lineage", [*EVOLVE, "--lineage", "../x"], "argument --lineage: must be 1-64 letters"),
+    ("residues --r 2", [*RESIDUES, "--r", "2"], "argument --r: must be a number in [0, 1], got '2'"),
+    ("residues --r nan", [*RESIDUES, "--r", "nan"], "argument --r: must be a number in [0, 1], got 'nan'"),
+    ("residues --s -1", [*RESIDUES, "--s", "-1"], "argument --s: must be a number ≥ 0"),
+    ("residues --log-base 0", [*RESIDUES, "--log-base", "0"], "argument --log-base: must be a number > 1, got '0'"),
+    ("residues --min-count", [*RESIDUES, "--min-count", "many"], "argument --min-count: must be a whole number ≥ 0"),
+    ("arithmetic --batch 0", ["bench", "arithmetic", "--batch", "0"], "argument --batch: must be a whole number ≥ 1"),
+    ("arithmetic --epochs 0", ["bench", "arithmetic", "--epochs", "0"], "argument --epochs: must be a whole number"),
+    ("arithmetic --validation", ["bench", "arithmetic", "--validation", "70000"], "argument --validation: must be"),
+    ("drift --held-out 0", [*DRIFT, "--held-out", "0"], "argument --held-out: must be a whole number ≥ 1, got '0'"),
+    ("drift --new-share 1.5", [*DRIFT, "--new-share", "1.5"], "argument --new-share: must be a number in (0, 1)"),
+    ("drift shares", [*DRIFT, "--old-share", "0.9", "--new-share", "0.2"], "old-share + new-share must be at most 1"),
+    ("throughput --max-mb 0", ["bench", "throughput", "--corpus", "corpus.jsonl", "--max-mb", "0"],
+     "argument --max-mb: must be a number > 0"),
+    # a corpus too small for the benchmark's slices says which option to change
+    ("drift small corpus", DRIFT, "40 documents: --new-share 0.2 is 8 documents, not more than --held-out 2000; "
+                                  "lower --held-out below 8"),
+    ("evolve --init-share leaves nothing", [*EVOLVE, "--init-share", "0.99"],
+     "40 documents: --init-share 0.99 leaves none to stream"),
+]
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch, corpus_tokenizer):
+    (tmp_path / "corpus.jsonl").write_text("\n".join(GOOD_LINES) + "\n")
+    (tmp_path / "tok.json").write_bytes(corpus_tokenizer.read_bytes())
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "notes.txt").write_text("a user's file")
+    for name, data in BAD_FILES.items():
+        (tmp_path / name).write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("case, argv, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_loses_nothing(scratch, capsys, case, argv, message):
+    before = snapshot(scratch)
+    started = time.perf_counter()
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err and err.startswith("tokmaint"), err
+    assert message in err
+    assert out == ""
+    assert snapshot(scratch) == before  # nothing deleted, changed or left half-written
+    assert time.perf_counter() - started < 30  # refused, not ground through (a 10**9 id once hung)
+
+
+def test_debug_adds_the_traceback(scratch, capsys):
+    code, _, err = run(["--debug", *RESIDUES[:2], "list.json", *RESIDUES[3:]], capsys)
+    assert code == 2 and "Traceback" in err and err.rstrip().endswith("got a list")
+
+
+def test_skip_bad_reports_the_count_and_goes_on(scratch, capsys):
+    (scratch / "mixed.jsonl").write_text("\n".join(GOOD_LINES[:30] + ['{"text": null}', "{", *GOOD_LINES[30:]]))
+    code, out, err = run([*EVOLVE, "--corpus", "mixed.jsonl", "--skip-bad", "--json"], capsys)
+    assert code == 0
+    assert err.startswith("tokmaint: warning: skipped 2 bad records of mixed.jsonl (--skip-bad); the first: line 31")
+    assert json.loads(out)["skipped_records"] == 2
+
+
+def test_allow_invalid_audits_and_says_why(scratch, capsys):
+    code, out, err = run([*RESIDUES[:2], "lossy.json", *RESIDUES[3:], "--allow-invalid", "--json"], capsys)
+    assert code == 0
+    assert "tokmaint: warning: lossy.json fails validation (byte alphabet incomplete" in err
+    assert "auditing it anyway (--allow-invalid)" in err
+    assert json.loads(out)["documents"] == len(GOOD_LINES)
+
+
+def test_every_settings_option_shows_its_range_and_default(capsys):
+    from dataclasses import fields
+
+    from tokenizer_service.bench.arithmetic import ArithmeticSettings
+    from tokenizer_service.bench.drift import DriftSettings
+    from tokenizer_service.bench.throughput import ThroughputSettings
+    from tokenizer_service.evolve import EvolveSettings
+
+    for argv, settings_type in ((["evolve"], EvolveSettings), (["bench", "arithmetic"], ArithmeticSettings),
+                                (["bench", "drift"], DriftSettings), (["bench", "throughput"], ThroughputSettings)):
+        code, out, _ = run([*argv, "--help"], capsys)
+        assert code == 0
+        text = " ".join(out.split())
+        for f in fields(settings_type):
+            if isinstance(f.default, bool):
+                continue
+            option = f"--{f.name.replace('_', '-')} {f.name.upper()} {f.metadata['help']}"
+            assert option in text, option
+            shown = f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
+            assert f"{option}" in text and f"(default: {shown})" in text.split(option, 1)[1][:200]

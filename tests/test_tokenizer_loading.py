@@ -1,0 +1,119 @@
+"""The tokenizer loader: every malformed tokenizer.json is an InvalidTokenizer naming file, JSON path
+and reason (all of them), fast, and never another exception; good files load unchanged."""
+
+import json
+import time
+
+import pytest
+
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.validation import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A small valid byte-level tokenizer.json as a dict."""
+    return json.loads(BPETokenizer.train(["low lower lowest newer wider"] * 4, vocab_size=280).to_json())
+
+
+def save(tmp_path, data, name="tokenizer.json"):
+    path = tmp_path / name
+    path.write_bytes(data if isinstance(data, bytes) else json.dumps(data).encode())
+    return path
+
+
+def edited(good, edit):
+    data = json.loads(json.dumps(good))
+    edit(data)
+    return data
+
+
+def _duplicate_token(good) -> bytes:
+    """The same token twice in model.vocab (JSON allows it; the last would silently win)."""
+    return compact(good).replace('"vocab":{', '"vocab":{"low":5,', 1).encode()
+
+
+def compact(data) -> str:
+    return json.dumps(data, separators=(",", ":"))
+
+
+CASES = [
+    ("JSON list", lambda g: [g], "the top level must be a JSON object, got a list"),
+    ("not JSON", lambda g: b'{"model": ', "not JSON (Expecting value at line 1 column 11)"),
+    ("not UTF-8", lambda g: b'{"model": "\xff"}', "not UTF-8 (byte 0xff at offset 11)"),
+    ("no model", lambda g: {"version": "1.0"}, "model: must be an object, got nothing"),
+    ("WordPiece", lambda g: edited(g, lambda d: d["model"].update(type="WordPiece")),
+     "model.type: 'WordPiece'; tokmaint maintains BPE tokenizers only"),
+    ("vocab a list", lambda g: edited(g, lambda d: d["model"].update(vocab=["a"])),
+     "model.vocab: must be an object of token -> id, got a list"),
+    ("negative id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=-1)),
+     "model.vocab: 1 negative ids, e.g. 'low': -1"),
+    ("huge id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=10**9)),
+     f"model.vocab: 1 ids of {MAX_ID_SPACE:,} or more, e.g. 'low': 1000000000"),
+    ("string id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low="7")),
+     "model.vocab: 1 ids that are not whole numbers, e.g. 'low': a string"),
+    ("boolean id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=True)),
+     "ids that are not whole numbers, e.g. 'low': a boolean"),
+    ("shared id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=d["model"]["vocab"]["w"])),
+     "model.vocab: 1 ids given to two tokens"),
+    ("duplicate token", _duplicate_token, "model.vocab: key 'low' appears more than once"),
+    ("lone surrogate", lambda g: compact(g).replace('"vocab":{', '"vocab":{"\\ud800":999,', 1).encode(),
+     "model.vocab: 1 tokens that are not valid Unicode"),
+    ("merge outside", lambda g: edited(g, lambda d: d["model"]["merges"].append(["q", "zz"])),
+     'model.merges: 1 merges name tokens outside the vocabulary, e.g. ['),
+    ("merge product outside", lambda g: edited(g, lambda d: d["model"]["merges"].append(["w", "w"])),
+     "model.merges: 1 merges produce tokens outside the vocabulary"),
+    ("merge malformed", lambda g: edited(g, lambda d: d["model"]["merges"].append(["a"])),
+     'merges that are not "a b" or ["a", "b"]'),
+    ("merges missing", lambda g: edited(g, lambda d: d["model"].pop("merges")), "model.merges: must be a list"),
+    ("added token without id", lambda g: edited(g, lambda d: d["added_tokens"].append({"content": "<x>"})),
+     "added_tokens: 1 entries without a non-empty 'content' and an 'id'"),
+    ("pre-tokenizer tokenizers rejects", lambda g: edited(g, lambda d: d.update(pre_tokenizer={"type": "Nope"})),
+     "tokenizer.json does not load in tokenizers: data did not match any variant"),
+]
+
+
+@pytest.mark.parametrize("case, make, reason", CASES, ids=[c[0] for c in CASES])
+def test_malformed_tokenizers_are_refused_with_the_reason(tmp_path, good, case, make, reason):
+    path = save(tmp_path, make(good))
+    started = time.perf_counter()
+    for check in (True, False):
+        with pytest.raises(InvalidTokenizer) as caught:
+            load_tokenizer(path, check=check)
+        assert any(reason in r for r in caught.value.reasons), caught.value.reasons
+        assert str(caught.value).startswith(f"{path}: invalid tokenizer: ")
+    assert time.perf_counter() - started < 10  # refused before anything is allocated or encoded
+
+
+def test_every_reason_is_reported(tmp_path, good):
+    def two_problems(d):
+        d["model"]["vocab"]["low"] = -3
+        d["model"]["merges"].append(["q", "zz"])
+    with pytest.raises(InvalidTokenizer) as caught:
+        load_tokenizer(save(tmp_path, edited(good, two_problems)))
+    assert len(caught.value.reasons) == 2
+
+
+def test_a_lossy_tokenizer_fails_validation_but_loads_unchecked(tmp_path, good):
+    def drop_a_byte(d):
+        del d["model"]["vocab"]["Ā"]  # byte 0x00: it no longer encodes
+    path = save(tmp_path, edited(good, drop_a_byte))
+    with pytest.raises(InvalidTokenizer, match="byte alphabet incomplete"):
+        load_tokenizer(path)
+    assert "Ā" not in load_tokenizer(path, check=False).vocab
+
+
+def test_paths_that_hold_no_tokenizer(tmp_path):
+    with pytest.raises(InvalidTokenizer, match="file not found"):
+        load_tokenizer(tmp_path / "missing.json")
+    with pytest.raises(InvalidTokenizer, match="is a directory without a tokenizer.json"):
+        load_tokenizer(tmp_path)
+
+
+def test_good_files_load_unchanged(tmp_path, good):
+    path = save(tmp_path, good)
+    assert load_tokenizer(path).to_json() == json.dumps(good, ensure_ascii=False, separators=(",", ":"))
+    assert load_tokenizer(tmp_path).vocab == good["model"]["vocab"]  # a folder holding tokenizer.json
+    old_style = edited(good, lambda d: d["model"].update(merges=[" ".join(m) for m in d["model"]["merges"]]))
+    assert load_tokenizer(save(tmp_path, old_style, "old.json")).merges == tuple(map(tuple, good["model"]["merges"]))
