@@ -59,8 +59,9 @@ def _fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def _listing(names: Sequence[str], limit: int = 4) -> str:
-    shown = ", ".join(sorted(names)[:limit])
+def _listing(names: Sequence[str], limit: int = 4, *, separator: str = ", ") -> str:
+    """``a, b, c and 2 more``: a short list for an error message."""
+    shown = separator.join(sorted(names)[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
@@ -111,7 +112,7 @@ class OutputDir:
                 changed = [f"{k}: {recorded_run.get(k)} there, {run.get(k)} now"
                            for k in sorted(set(recorded_run) | set(run)) if recorded_run.get(k) != run.get(k)]
                 raise OutputError(
-                    f"{path} holds a different `tokmaint {self.command}` run ({_listing(changed, 3)}); choose "
+                    f"{path} holds a different `tokmaint {self.command}` run ({_listing(changed, 3, separator="; ")}); choose "
                     "another --out, or pass --force to replace the files tokmaint wrote there")
         else:
             foreign = [p.name for p in path.iterdir()]

@@ -1,0 +1,204 @@
+"""Output directories: a user's files survive every command with --out, versions are immutable and
+atomic, a run interrupted by a signal (or a crash) continues to exactly the uninterrupted result."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenizer_service.cli import main
+from tokenizer_service.errors import OutputError
+from tokenizer_service.output_dir import MARKER, OutputDir, StepLog
+
+EVOLVE_OPTIONS = ["--vocab-size", "300", "--alpha", "0.3", "--interval", "2", "--batch-size", "5",
+                  "--init-share", "0.3"]
+
+
+def evolve(corpus, out, *extra, step_docs=10) -> list[str]:
+    return ["evolve", "--corpus", str(corpus), "--out", str(out), "--step-docs", str(step_docs), *EVOLVE_OPTIONS,
+            *extra]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def reference(drifting_corpus, tmp_path_factory):
+    """One uninterrupted evolve run with step_docs=2 (many versions), to compare continued runs with."""
+    out = tmp_path_factory.mktemp("reference") / "out"
+    assert main(evolve(drifting_corpus, out, step_docs=2)) == 0
+    return tree(out)
+
+
+def test_reference_run_is_complete(reference):
+    versions = sorted({name.split("/")[0] for name in reference if name.startswith("v")})
+    steps = [json.loads(line) for line in reference["steps.jsonl"].splitlines()]
+    assert len(versions) > 20 and versions[0] == "v0001"
+    assert {s["version"] for s in steps} == set(range(1, len(versions) + 1))
+    assert all(f"{v}/diff.json" in reference for v in versions[1:])
+
+
+@pytest.mark.parametrize("signum, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                                 (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_stops_cleanly_and_the_same_command_continues(drifting_corpus, reference, tmp_path, signum, code,
+                                                               word):
+    out = tmp_path / "out"
+    argv = evolve(drifting_corpus, out, step_docs=2)
+    process = subprocess.Popen([sys.executable, "-m", "tokenizer_service.cli", *argv], stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "v0004").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == code, err
+    assert err.splitlines() == [f"tokmaint: {word}; everything written so far is complete"]
+
+    # Whatever the log names is on disk and whole; nothing half-written stays behind.
+    written = tree(out)
+    logged = [json.loads(line) for line in written["steps.jsonl"].splitlines()]
+    assert 0 < len(logged) < len(reference["steps.jsonl"].splitlines())
+    for record in logged:
+        assert written[f"v{record['version']:04d}/tokenizer.json"] == reference[f"v{record['version']:04d}/tokenizer.json"]
+    assert all(name in reference for name in written if name != "steps.jsonl")
+    assert not [p for p in out.iterdir() if p.name.startswith(".v")]
+
+    assert main([*argv, "--json"]) == 0
+    assert tree(out) == reference
+
+
+def test_a_crash_mid_write_continues_to_the_same_result(drifting_corpus, reference, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = evolve(drifting_corpus, out, step_docs=2)
+    out.mkdir()
+    for name, data in reference.items():  # the state a crash could leave: a prefix, a torn log line
+        if not name.startswith("v") or int(name[1:5]) <= 6:
+            (out / name).parent.mkdir(exist_ok=True)
+            (out / name).write_bytes(data)
+    lines = reference["steps.jsonl"].splitlines(keepends=True)
+    (out / "steps.jsonl").write_bytes(b"".join(lines[:40]) + lines[40][:15])
+    (out / ".v0007.tmp-999").mkdir()
+    (out / ".v0007.tmp-999" / "tokenizer.json").write_text("{half")
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["resumed"] is True
+    assert tree(out) == reference
+
+
+def test_the_same_run_again_changes_nothing(drifting_corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(evolve(drifting_corpus, out)) == 0
+    first = tree(out)
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    assert main(evolve(drifting_corpus, out)) == 0
+    assert tree(out) == first
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != "steps.jsonl"} == {
+        p: t for p, t in mtimes.items() if p.name != "steps.jsonl"}
+
+
+def test_a_changed_version_is_never_overwritten(drifting_corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(evolve(drifting_corpus, out)) == 0
+    (out / "v0002" / "tokenizer.json").write_text("{}")
+    assert main(evolve(drifting_corpus, out)) == 2
+    assert "v0002/tokenizer.json is not the version this run makes" in capsys.readouterr().err
+    assert (out / "v0002" / "tokenizer.json").read_text() == "{}"
+
+
+def test_a_different_run_is_refused_naming_what_differs(drifting_corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(evolve(drifting_corpus, out)) == 0
+    before = tree(out)
+    assert main(evolve(drifting_corpus, out, "--alpha", "0.2", "--lineage", "other")) == 2
+    err = capsys.readouterr().err
+    assert "holds a different `tokmaint evolve` run (alpha: 0.3 there, 0.2 now; lineage: default there, other now)" \
+        in err and "--force" in err
+    assert tree(out) == before
+
+
+def test_force_replaces_only_what_tokmaint_wrote(drifting_corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(evolve(drifting_corpus, out, "--batch-size", "2")) == 0
+    versions = len(list(out.glob("v*")))
+    (out / "notes.txt").write_text("mine")
+    (out / "plots").mkdir()
+    (out / "plots" / "a.png").write_bytes(b"png")
+    (out / "v0001" / "mine.txt").write_text("mine too")
+    before = tree(out)
+    assert main(evolve(drifting_corpus, out, "--batch-size", "5", "--force")) == 2
+    assert "v0001/mine.txt" in capsys.readouterr().err
+    assert tree(out) == before  # refused before removing anything
+    (out / "v0001" / "mine.txt").unlink()
+    assert main(evolve(drifting_corpus, out, "--batch-size", "5", "--force", "--json")) == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "plots" / "a.png").read_bytes() == b"png"
+    assert json.loads((out / MARKER).read_text())["run"]["batch_size"] == 5
+    assert len(list(out.glob("v*"))) != versions or tree(out) != before
+
+
+def test_residues_out_keeps_a_users_files(drifting_corpus, corpus_tokenizer, tmp_path, capsys):
+    out = tmp_path / "audit"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    residues = ["residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus), "--out", str(out)]
+    assert main(residues) == 2
+    assert "is not empty and was not written by tokmaint (mine.txt)" in capsys.readouterr().err
+    assert main([*residues, "--force"]) == 2  # --force replaces tokmaint's files only
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    (out / "mine.txt").unlink()
+    assert main([*residues, "--r", "0.5", "--s", "3"]) == 0
+    first = tree(out)
+    (out / "mine.txt").write_text("mine")
+    assert main([*residues, "--r", "0.5", "--s", "3"]) == 0  # the same audit again: same files
+    assert tree(out) == {**first, "mine.txt": b"mine"}
+    assert main([*residues, "--r", "0.3", "--s", "3"]) == 2
+    assert "(options: " in capsys.readouterr().err
+    assert main([*residues, "--r", "0.3", "--s", "3", "--force"]) == 0
+    assert (out / "mine.txt").read_text() == "mine" and tree(out)["scores.parquet"] != first["scores.parquet"]
+    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+
+
+def test_modes_follow_the_umask(drifting_corpus, tmp_path):
+    previous = os.umask(0o027)
+    try:
+        assert main(evolve(drifting_corpus, tmp_path / "out")) == 0
+    finally:
+        os.umask(previous)
+    paths = [tmp_path / "out", *(tmp_path / "out").rglob("*")]
+    assert {oct(p.stat().st_mode & 0o777) for p in paths if p.is_dir()} == {"0o750"}
+    assert {oct(p.stat().st_mode & 0o777) for p in paths if p.is_file()} == {"0o640"}
+
+
+def test_claim_rules(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "a").write_text("x")
+    with pytest.raises(OutputError, match=r"user is not empty and was not written by tokmaint \(a\)"):
+        OutputDir.claim(user, command="c", run={}, outputs=[], force=True)
+    assert OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[]).resumed is False
+    assert OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[]).resumed is True
+    with pytest.raises(OutputError, match="holds the output of `tokmaint c`"):
+        OutputDir.claim(tmp_path / "new" / "deep", command="other", run={"k": 1}, outputs=[])
+    (tmp_path / "new" / "deep" / MARKER).write_text("not json")
+    with pytest.raises(OutputError, match="is not a marker tokmaint can read"):
+        OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[])
+
+
+def test_step_log_keeps_the_whole_records_and_checks_replays(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_bytes(b'{"step": 1}\n{"step": 2}\n{"st')
+    log = StepLog(path, resume=True)
+    assert log.logged == [{"step": 1}, {"step": 2}]
+    log.write({"step": 1})
+    with pytest.raises(OutputError, match="line 2 differs from this run"):
+        log.write({"step": 7})
+    log.close()
+    assert path.read_bytes() == b'{"step": 1}\n{"step": 2}\n'
+    log = StepLog(path, resume=False)
+    log.write({"step": 9})
+    log.close()
+    assert path.read_bytes() == b'{"step": 9}\n'
