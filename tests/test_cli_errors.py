@@ -104,7 +104,8 @@ CASES = [
     ("residues --out user dir", [*RESIDUES, "--out", "sub"], "sub is not empty and was not written by tokmaint"),
     ("evolve --out user dir", [*EVOLVE, "--out", "sub", "--force"], "sub is not empty and was not written"),
     # numeric options, named with their range
-    ("evolve --step-docs 0", [*EVOLVE, "--step-docs", "0"], "argument --step-docs: must be a whole number ≥ 1, got '0'"),
+    ("evolve --step-docs 0", [*EVOLVE, "--step-docs", "0"],
+     "argument --step-docs: must be a whole number ≥ 1, got '0'"),
     ("evolve --vocab-size 0", [*EVOLVE, "--vocab-size", "0"], "argument --vocab-size: must be a whole number in [257"),
     ("evolve --vocab-size -1", [*EVOLVE, "--vocab-size", "-1"], "argument --vocab-size: must be a whole number"),
     ("evolve --warmup 1.5", [*EVOLVE, "--warmup", "1.5"], "argument --warmup: must be a number in [0, 1), got '1.5'"),

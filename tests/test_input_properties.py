@@ -143,16 +143,18 @@ def test_mutated_tokenizers_load_or_are_refused_and_loaded_ones_work(tmp_path, v
     data = json.loads(json.dumps(valid_tokenizer_json))
     for k in range(more + 1):
         data = _mutate(data, where // (k + 1), json.loads(json.dumps(value)), action)
+    load_and_audit(tmp_path, data)
+
+
+def load_and_audit(tmp_path, data):
+    """Save ``data`` as a tokenizer.json: the loader refuses it, or it encodes losslessly and
+    survives a whole residue audit."""
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     tokenizer = load_or_refuse(path)
     event("refused" if tokenizer is None else "loaded")
-    if tokenizer is not None:
-        audit_works(tokenizer)
-
-
-def audit_works(tokenizer):
-    """A tokenizer the loader accepted encodes losslessly and survives a whole residue audit."""
+    if tokenizer is None:
+        return
     texts = ["low lower lowest", "ab abc abd abx", "newer wider 12 ü"]
     with time_bound(30):
         assert [tokenizer.decode(ids) for ids in tokenizer.encode_batch(texts)] == texts
@@ -198,9 +200,4 @@ def test_hand_edited_tokenizers_load_or_are_refused_and_loaded_ones_work(tmp_pat
     data = json.loads(json.dumps(valid_tokenizer_json))
     for edit, a, b in edits:
         data = _edit_model(data, edit, a, b)
-    path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    tokenizer = load_or_refuse(path)
-    event("refused" if tokenizer is None else "loaded")
-    if tokenizer is not None:
-        audit_works(tokenizer)
+    load_and_audit(tmp_path, data)

@@ -65,7 +65,8 @@ def test_a_signal_stops_cleanly_and_the_same_command_continues(drifting_corpus, 
     logged = [json.loads(line) for line in written["steps.jsonl"].splitlines()]
     assert 0 < len(logged) < len(reference["steps.jsonl"].splitlines())
     for record in logged:
-        assert written[f"v{record['version']:04d}/tokenizer.json"] == reference[f"v{record['version']:04d}/tokenizer.json"]
+        name = f"v{record['version']:04d}/tokenizer.json"
+        assert written[name] == reference[name]
     assert all(name in reference for name in written if name != "steps.jsonl")
     assert not [p for p in out.iterdir() if p.name.startswith(".v")]
 

@@ -147,7 +147,8 @@ def cmd_residues(args: argparse.Namespace) -> int:
         raise CorpusError(corpus.path, "every document is empty: nothing to audit")
     out = None
     if args.out:
-        run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256, "skipped_records": len(corpus.skipped),
+        run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256,
+               "skipped_records": len(corpus.skipped),
                "options": {k: v for k, v in vars(args).items() if k in {f.name for f in fields(ResidueOptions)}}}
         out = OutputDir.claim(args.out, command="residues", run=run, outputs=AUDIT_OUTPUTS, force=args.force)
     audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))

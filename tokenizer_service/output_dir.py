@@ -109,11 +109,11 @@ class OutputDir:
             elif force:
                 self._remove_outputs()
             else:
-                changed = [f"{k}: {recorded_run.get(k)} there, {run.get(k)} now"
-                           for k in sorted(set(recorded_run) | set(run)) if recorded_run.get(k) != run.get(k)]
-                raise OutputError(
-                    f"{path} holds a different `tokmaint {self.command}` run ({_listing(changed, 3, separator='; ')}); choose "
-                    "another --out, or pass --force to replace the files tokmaint wrote there")
+                changed = _listing([f"{k}: {recorded_run.get(k)} there, {run.get(k)} now"
+                                    for k in sorted(set(recorded_run) | set(run)) if recorded_run.get(k) != run.get(k)],
+                                   3, separator="; ")
+                raise OutputError(f"{path} holds a different `tokmaint {self.command}` run ({changed}); choose another "
+                                  "--out, or pass --force to replace the files tokmaint wrote there")
         else:
             foreign = [p.name for p in path.iterdir()]
             if foreign:
