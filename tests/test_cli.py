@@ -20,7 +20,7 @@ def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
                       "--init-share", "0.3")
     versions = sorted(p.name for p in out.glob("v*"))
     assert len(versions) == result["versions"] > 1
-    assert not list(out.glob(".v*"))  # no staging leftovers
+    assert not list(out.glob(".tokmaint-staging-*"))  # no staging leftovers
     for name in versions[1:]:
         diff = RevisionDiff.from_dict(json.loads((out / name / "diff.json").read_text()))
         assert Tokenizer.from_file(str(out / name / "tokenizer.json"))

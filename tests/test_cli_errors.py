@@ -200,3 +200,28 @@ def test_every_settings_option_shows_its_range_and_default(capsys):
             assert option in text, option
             shown = f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
             assert f"{option}" in text and f"(default: {shown})" in text.split(option, 1)[1][:200]
+
+
+def test_ctrl_c_while_the_commands_load_exits_130(monkeypatch, capsys):
+    import tokenizer_service.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert run(["evolve"], capsys)[::2] == (130, "tokmaint: interrupted; everything written so far is complete\n")
+
+
+def test_an_entropy_threshold_too_large_for_auto_evidence_flags_nothing(scratch, capsys):
+    code, out, _ = run([*RESIDUES, "--s", "710", "--min-count", "auto", "--json"], capsys)
+    result = json.loads(out)
+    assert code == 0 and result["thresholds"]["min_count"] == 2**62 and result["residues"] == 0
+
+
+def test_drift_gap_is_null_when_old_and_new_compress_alike(tmp_path, capsys):
+    path = tmp_path / "spaces.jsonl"
+    path.write_text("\n".join(json.dumps({"text": " " * (1 + i % 3)}) for i in range(200)))
+    code, out, _ = run(["bench", "drift", "--corpus", str(path), "--vocab-size", "300", "--held-out", "10",
+                        "--json"], capsys)
+    result = json.loads(out)
+    assert code == 0 and result["bytes_per_token"]["old"] == result["bytes_per_token"]["new"]
+    assert result["gap_closed"] is None

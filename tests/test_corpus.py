@@ -27,6 +27,7 @@ def write(tmp_path, name: str, data: bytes):
     # gzip is recognised by its bytes, not its name
     ("named-plain.jsonl", gzip.compress(jsonl({"text": "x"})), ["x"]),
     ("lines.txt", b"first doc\r\n\n  \nsecond doc\n", ["first doc", "second doc"]),
+    ("old-mac.txt", b"one\rtwo\r\rthree", ["one", "two", "three"]),
     ("lines.txt.gz", gzip.compress(b"one\ntwo"), ["one", "two"]),
     # without 'ts' file order is time order; other fields are ignored
     ("untimed.jsonl", jsonl({"text": "z", "id": 1}, {"text": "y", "source": "web"}), ["z", "y"]),
@@ -82,6 +83,10 @@ BAD = [
     ("ts-missing.jsonl", jsonl({"ts": "2020-01-01", "text": "a"}, {"text": "b"}), 2,
      "no 'ts' field, but earlier records have one"),
     ("ts-late.jsonl", jsonl({"text": "a"}, {"ts": "2020-01-01", "text": "b"}), 2, "earlier records have none"),
+    ("ts-overflow.jsonl", jsonl({"ts": "0001-01-01T00:00:00+01:00", "text": "a"}), 1,
+     "'ts' is out of range in UTC: '0001-01-01T00:00:00+01:00'"),
+    ("deep.jsonl", jsonl({"text": "a"}) + b"[" * 100_000 + b"\n", 2, "not JSON tokmaint can read (nested too deeply)"),
+    ("twice.jsonl", b'{"text": "a", "text": "b"}\n', 1, "key 'text' appears twice"),
     ("empty.jsonl", b"", None, "no documents"),
     ("blank.txt", b"\n  \n\n", None, "no documents"),
 ]

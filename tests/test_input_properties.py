@@ -95,8 +95,8 @@ def test_any_json_lines_as_a_corpus(tmp_path, records, skip_bad):
 def test_any_bytes_or_json_as_a_tokenizer(tmp_path, data):
     path = tmp_path / "tokenizer.json"
     path.write_bytes(data)
-    for check in (True, False):
-        load_or_refuse(path, check=check)
+    for allow_invalid in (False, True):
+        load_or_refuse(path, allow_invalid=allow_invalid)
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ def test_a_signal_stops_cleanly_and_the_same_command_continues(drifting_corpus, 
         name = f"v{record['version']:04d}/tokenizer.json"
         assert written[name] == reference[name]
     assert all(name in reference for name in written if name != "steps.jsonl")
-    assert not [p for p in out.iterdir() if p.name.startswith(".v")]
+    assert not list(out.glob(".tokmaint-staging-*"))
 
     assert main([*argv, "--json"]) == 0
     assert tree(out) == reference
@@ -84,8 +84,8 @@ def test_a_crash_mid_write_continues_to_the_same_result(drifting_corpus, referen
             (out / name).write_bytes(data)
     lines = reference["steps.jsonl"].splitlines(keepends=True)
     (out / "steps.jsonl").write_bytes(b"".join(lines[:40]) + lines[40][:15])
-    (out / ".v0007.tmp-999").mkdir()
-    (out / ".v0007.tmp-999" / "tokenizer.json").write_text("{half")
+    (out / ".tokmaint-staging-v0007-999").mkdir()
+    (out / ".tokmaint-staging-v0007-999" / "tokenizer.json").write_text("{half")
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["resumed"] is True
     assert tree(out) == reference
@@ -141,6 +141,25 @@ def test_force_replaces_only_what_tokmaint_wrote(drifting_corpus, tmp_path, caps
     assert len(list(out.glob("v*"))) != versions or tree(out) != before
 
 
+def test_force_spares_files_that_only_look_like_tokmaints(drifting_corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(evolve(drifting_corpus, out)) == 0
+    (out / "v0002-keep").mkdir()
+    (out / "v0002-keep" / "tokenizer.json").write_text("a copy")
+    (out / ".notes.tmp-backup").write_text("precious")
+    (out / "steps.jsonl.bak").write_text("old log")
+    assert main(evolve(drifting_corpus, out)) == 0  # the same run: continues
+    assert main(evolve(drifting_corpus, out, "--alpha", "0.5", "--force")) == 0
+    assert (out / "v0002-keep" / "tokenizer.json").read_text() == "a copy"
+    assert (out / ".notes.tmp-backup").read_text() == "precious"
+    assert (out / "steps.jsonl.bak").read_text() == "old log"
+    (out / "v0003" / "mine").mkdir()
+    (out / "v0003" / "mine" / "diff.json").write_text("mine")
+    assert main(evolve(drifting_corpus, out, "--force")) == 2
+    assert "v0003/mine/diff.json" in capsys.readouterr().err
+    assert (out / "v0003" / "mine" / "diff.json").read_text() == "mine"
+
+
 def test_residues_out_keeps_a_users_files(drifting_corpus, corpus_tokenizer, tmp_path, capsys):
     out = tmp_path / "audit"
     out.mkdir()
@@ -160,7 +179,7 @@ def test_residues_out_keeps_a_users_files(drifting_corpus, corpus_tokenizer, tmp
     assert "(options: " in capsys.readouterr().err
     assert main([*residues, "--r", "0.3", "--s", "3", "--force"]) == 0
     assert (out / "mine.txt").read_text() == "mine" and tree(out)["scores.parquet"] != first["scores.parquet"]
-    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+    assert not list(out.glob(".tokmaint-staging-*"))
 
 
 def test_modes_follow_the_umask(drifting_corpus, tmp_path):
@@ -180,13 +199,25 @@ def test_claim_rules(tmp_path):
     (user / "a").write_text("x")
     with pytest.raises(OutputError, match=r"user is not empty and was not written by tokmaint \(a\)"):
         OutputDir.claim(user, command="c", run={}, outputs=[], force=True)
-    assert OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[]).resumed is False
-    assert OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[]).resumed is True
+    for resumed in (False, True):
+        with OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[]) as out:
+            assert out.resumed is resumed
     with pytest.raises(OutputError, match="holds the output of `tokmaint c`"):
         OutputDir.claim(tmp_path / "new" / "deep", command="other", run={"k": 1}, outputs=[])
-    (tmp_path / "new" / "deep" / MARKER).write_text("not json")
-    with pytest.raises(OutputError, match="is not a marker tokmaint can read"):
-        OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[])
+    with pytest.raises(OutputError, match=r"--out .*inside .*deep, the output of another tokmaint command"):
+        OutputDir.claim(tmp_path / "new" / "deep" / "v0001" / "sub", command="c", run={"k": 1}, outputs=[])
+    for broken in ("not json", "[]", '{"command": "c", "run": [1]}', '{"command": "c", "run": null}', "{}"):
+        (tmp_path / "new" / "deep" / MARKER).write_text(broken)
+        with pytest.raises(OutputError, match="is not a marker tokmaint can read"):
+            OutputDir.claim(tmp_path / "new" / "deep", command="c", run={"k": 1}, outputs=[])
+
+
+def test_one_command_at_a_time_writes_into_a_directory(tmp_path):
+    first = OutputDir.claim(tmp_path / "out", command="c", run={}, outputs=[])
+    with pytest.raises(OutputError, match="another tokmaint command is writing into"):
+        OutputDir.claim(tmp_path / "out", command="c", run={}, outputs=[])
+    first.release()
+    OutputDir.claim(tmp_path / "out", command="c", run={}, outputs=[]).release()
 
 
 def test_step_log_keeps_the_whole_records_and_checks_replays(tmp_path):

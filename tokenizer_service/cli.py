@@ -130,30 +130,32 @@ def cmd_residues(args: argparse.Namespace) -> int:
     from tokenizer_service.corpus import read_corpus
     from tokenizer_service.output_dir import OutputDir
     from tokenizer_service.residue_audit import AUDIT_OUTPUTS, ResidueOptions, audit_residues, write_audit
-    from tokenizer_service.validation import load_tokenizer, validate
+    from tokenizer_service.validation import load_tokenizer
 
     options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=args.min_count,
                              kind=None if args.kind == "auto" else args.kind)
-    tokenizer = load_tokenizer(args.tokenizer, check=not args.allow_invalid)
-    if args.allow_invalid:
-        report = validate(tokenizer)
-        if not report.ok:
-            warn(f"{args.tokenizer} fails validation ({'; '.join(report.reasons)}); auditing it anyway "
-                 "(--allow-invalid)")
+    tokenizer = load_tokenizer(
+        args.tokenizer, allow_invalid=args.allow_invalid,
+        on_invalid=lambda reasons: warn(f"{args.tokenizer} fails validation ({'; '.join(reasons)}); auditing it "
+                                        "anyway (--allow-invalid)"))
     corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=_show_progress(args))
     _report_skipped(corpus)
     texts = corpus.texts
     if not any(texts):
         raise CorpusError(corpus.path, "every document is empty: nothing to audit")
-    out = None
+    out = None  # claimed before the audit, so a bad --out fails in a second, not after minutes
     if args.out:
         run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256,
                "skipped_records": len(corpus.skipped),
                "options": {k: v for k, v in vars(args).items() if k in {f.name for f in fields(ResidueOptions)}}}
         out = OutputDir.claim(args.out, command="residues", run=run, outputs=AUDIT_OUTPUTS, force=args.force)
-    audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))
-    if out is not None:
-        out.replace_files(lambda staging: write_audit(audit, tokenizer, options, staging))
+    try:
+        audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))
+        if out is not None:
+            out.replace_files(lambda staging: write_audit(audit, tokenizer, options, staging))
+    finally:
+        if out is not None:
+            out.release()
     summary = dict(audit.summary)
     top = summary.pop("top_residues")
     if args.json:
@@ -253,12 +255,15 @@ def _terminate(signum: int, frame: Any) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate)
+    debug = False
     try:
+        # Parsing imports the command modules (numpy, tokenizers): Ctrl-C there stops cleanly too.
+        args = build_parser().parse_args(argv)
+        debug = args.debug
         return args.func(args)
     except (TokmaintError, OSError) as exc:
-        if args.debug:
+        if debug:
             traceback.print_exc()
         print(f"tokmaint: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -6,7 +6,8 @@ A corpus is a file of documents, plain or gzip-compressed (detected from its fir
   line or on none, an ISO-8601 ``ts`` (``2021-05-04``, ``2021-05-04T10:00:00+02:00``, ``...Z``;
   a time without offset is UTC). Documents are ordered by ``ts`` in UTC, stable for equal times;
   without ``ts``, file order is time order. Other fields are ignored.
-* ``.txt`` / ``.txt.gz``: one document a line, in file order; blank lines are skipped.
+* ``.txt`` / ``.txt.gz``: one document a line (``\n``, ``\r\n`` or ``\r``), in file order;
+  blank lines are skipped.
 
 Anything else is a :class:`CorpusError` naming the file, the line and the reason; with
 ``skip_bad=True`` bad records are skipped instead and listed in ``Corpus.skipped``.
@@ -113,17 +114,37 @@ def parse_timestamp(value: Any) -> datetime:
         text += "-01" * (2 - text.count("-"))
     try:
         ts = datetime.fromisoformat(text)
+        return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
     except ValueError:
         raise ValueError(f"'ts' is not an ISO-8601 time: {value[:40]!r}") from None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+    except OverflowError:  # in UTC it falls outside years 1-9999
+        raise ValueError(f"'ts' is out of range in UTC: {value[:40]!r}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it names a key twice (JSON would silently keep the last).
+
+    >>> json.loads('{"text": "a", "text": "b"}', object_pairs_hook=_unique_keys)
+    Traceback (most recent call last):
+    ...
+    ValueError: key 'text' appears twice
+    """
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {twice!r} appears twice")
+    return record
 
 
 def _record(line: str, *, timed: bool | None) -> Document:
     """One JSONL line as a Document; ValueError with the reason when it is not one."""
     try:
-        record = json.loads(line)
+        record = json.loads(line, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("not JSON tokmaint can read (nested too deeply)") from None
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object with 'text', got {_json_type(record)}")
     if "text" not in record:
@@ -186,7 +207,9 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
                 if not line.strip():
                     continue
                 if plain_text:
-                    docs.append(Document(ts=None, text=line.removesuffix("\n").removesuffix("\r")))
+                    # \r alone ends a line too (old Mac files); "\r\n" leaves an empty piece.
+                    docs.extend(Document(ts=None, text=piece) for piece in line.removesuffix("\n").split("\r")
+                                if piece.strip())
                     continue
                 try:
                     doc = _record(line, timed=timed)

@@ -26,7 +26,7 @@ from tokenizer_service.tedtok import TedTok, TedTokConfig
 from tokenizer_service.validation import validate
 from schemas.revision import RevisionDiff
 
-VERSION_OUTPUTS = ("steps.jsonl", "v[0-9][0-9][0-9][0-9]*/tokenizer.json", "v[0-9][0-9][0-9][0-9]*/diff.json")
+VERSION_OUTPUTS = (r"steps\.jsonl", r"v\d{4,}/tokenizer\.json", r"v\d{4,}/diff\.json")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class StreamSettings:
     interval: int = setting(10, whole(1), "steps between revisions (Δ)")
     warmup: float = setting(0.03, share(zero=True, one=False), "share of steps before the first revision")
     freeze_last: float = setting(0.0, share(zero=True, one=False), "share of final steps without revisions")
+    id_price: float = setting(0.0, Number(float, low=0), "share of the stream's tokens a swap must save for the id it "
+                                                         "changes (0: the paper's rule)")
     base_token_cost: float = setting(2.5e-5, Number(float, low=0),
                                      "share of the stream's tokens a swap must save to delete a pre-trained "
                                      "token (0: the paper's rule)")
@@ -52,7 +54,8 @@ class StreamSettings:
         """The Ted-Tok config for a stream of ``total_steps`` steps."""
         return TedTokConfig.for_schedule(
             total_steps, warmup=self.warmup, freeze_last=self.freeze_last, alpha=self.alpha, beta=self.beta,
-            batch_size=self.batch_size, interval=self.interval, base_token_cost=self.base_token_cost, **options,
+            batch_size=self.batch_size, interval=self.interval, id_price=self.id_price,
+            base_token_cost=self.base_token_cost, **options,
         )
 
 
@@ -87,6 +90,29 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
     out.write_directory(name, write)
 
 
+def _replay(output: OutputDir, tedtok: TedTok, stream: list[list[str]], *, progress: bool) -> float | None:
+    """Observe the stream step by step; write each version before the step that made it is
+    logged. Returns the first step's bytes per token."""
+    parent, first_bpt = tedtok.tokenizer, None
+    log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
+    try:
+        for texts in tqdm(stream, desc="evolve", unit="step", disable=not progress):
+            revision = tedtok.observe_texts(texts)
+            if revision is not None:
+                validate(revision.tokenizer, parent=parent).raise_for_reasons(source=f"version {revision.diff.version}")
+                _write_version(output, revision.diff.version, revision.tokenizer, revision.diff)
+                parent = revision.tokenizer
+            bpt = tedtok.last_counts.bytes_per_token
+            first_bpt = bpt if first_bpt is None else first_bpt
+            log.write({"step": tedtok.store.step, "version": tedtok.version, "bytes_per_token": bpt})
+            if revision is not None:
+                log.sync()
+        log.sync()
+    finally:
+        log.close()
+    return first_bpt
+
+
 def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = EvolveSettings(), *,
                initial: BPETokenizer | None = None, force: bool = False, progress: bool = False) -> dict[str, Any]:
     """Evolve ``initial`` (default: trained on the oldest ``init_share``) over the rest of the
@@ -101,40 +127,18 @@ def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = Evolv
                                            "stream after training the initial tokenizer; lower --init-share")
     run = {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
            "skipped_records": len(corpus.skipped), **asdict(settings)}
-    output = OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS, force=force)
-    if initial is None:
-        initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=settings.vocab_size,
-                                     progress=progress)
-        validate(initial).raise_for_reasons(source="the trained initial tokenizer")
-    stream = docs[n_init:]
-    total = -(-len(stream) // settings.step_docs)
-    config = settings.tedtok_config(total, recycle_ids=not settings.append_ids)
-    _write_version(output, 1, initial, None)
-    tedtok = TedTok(initial, config=config, lineage=settings.lineage)
-    parent = initial
-    log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
-    first_bpt = None
-    try:
-        with tqdm(total=total, desc="evolve", unit="step", disable=not progress) as bar:
-            for texts in batches(stream, settings.step_docs):
-                revision = tedtok.observe_texts(texts)
-                if revision is not None:
-                    validate(revision.tokenizer, parent=parent).raise_for_reasons(
-                        source=f"version {revision.diff.version}")
-                    _write_version(output, revision.diff.version, revision.tokenizer, revision.diff)
-                    parent = revision.tokenizer
-                bpt = tedtok.last_counts.bytes_per_token
-                first_bpt = bpt if first_bpt is None else first_bpt
-                log.write({"step": tedtok.store.step, "version": tedtok.version, "bytes_per_token": bpt})
-                if revision is not None:
-                    log.sync()
-                bar.update()
-                bar.set_postfix(bpt=f"{bpt:.3f}", version=tedtok.version)
-        log.sync()
-    finally:
-        log.close()
+    with OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS, force=force) as output:
+        if initial is None:
+            initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=settings.vocab_size,
+                                         progress=progress)
+            validate(initial).raise_for_reasons(source="the trained initial tokenizer")
+        stream = list(batches(docs[n_init:], settings.step_docs))
+        tedtok = TedTok(initial, config=settings.tedtok_config(len(stream), recycle_ids=not settings.append_ids),
+                        lineage=settings.lineage)
+        _write_version(output, 1, initial, None)
+        first_bpt = _replay(output, tedtok, stream, progress=progress)
     return {
-        "steps": total,
+        "steps": len(stream),
         "versions": tedtok.version,
         "tokens_changed": sum(len(r.diff.entries) for r in tedtok.revisions),
         "bytes_per_token": {"first_step": first_bpt, "last_step": tedtok.last_counts.bytes_per_token},

@@ -108,8 +108,7 @@ class CorpusCounts:
 def count_corpus(tokenizer: BPETokenizer, texts: Sequence[str], *, batch_size: int = 2000,
                  progress: bool = False) -> CorpusCounts:
     """Encode the texts with the full tokenizer (Rust, in batches) and count."""
-    size = max(tokenizer.vocab.values()) + 1
-    size = max([size] + [t["id"] + 1 for t in tokenizer.pipeline.get("added_tokens", [])])
+    size = tokenizer.id_space
     parts = [CorpusCounts.from_id_lists([], size)]
     for start in tqdm(range(0, len(texts), batch_size), desc="count", unit="batch", disable=not progress):
         parts.append(CorpusCounts.from_id_lists(tokenizer.encode_batch(texts[start : start + batch_size]), size))
@@ -255,7 +254,8 @@ def find_residues(tokenizer: BPETokenizer, scores: TokenScores, *, graph: MergeG
     # A token seen only inside others has no neighbour of its own, so its entropies are 0: S = 0.
     seen, ratio, entropy = scores.seen[ids], scores.ratio[ids], scores.s[ids]
     if min_count == "auto":
-        min_count = math.ceil(log_base**s)
+        # ⌈base^s⌉ occurrences; past 2^62 no corpus has that many, and the power would overflow.
+        min_count = math.ceil(log_base**s) if s * math.log(log_base) < 62 * math.log(2) else 2**62
     f1, f2 = scores.f1[ids], scores.f2[ids]
     evidence = np.where(f1 == 0, f2, f1) >= min_count
     low_ratio = seen & (ratio <= r)

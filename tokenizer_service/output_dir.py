@@ -10,15 +10,16 @@ Rules (every command with ``--out`` follows them):
   different run is refused, naming what differs, unless ``force``; even then only the files
   tokmaint wrote (the command's ``outputs`` patterns) are removed, never a user's file.
 * Every directory or file set is written to a staging directory first and renamed into place;
-  files are fsynced before the rename. Modes follow the umask.
+  files are fsynced before the rename. Modes follow the umask. One command at a time writes
+  into a directory (an exclusive lock on it), and no ``--out`` lies inside another's output.
 
 >>> import tempfile
 >>> root = Path(tempfile.mkdtemp())
->>> out = OutputDir.claim(root / "run", command="demo", run={"seed": 1}, outputs=["v*/data.txt"])
->>> out.write_directory("v0001", lambda d: (d / "data.txt").write_text("one"))
+>>> with OutputDir.claim(root / "run", command="demo", run={"seed": 1}, outputs=["v[0-9]+/data[.]txt"]) as out:
+...     out.write_directory("v0001", lambda d: (d / "data.txt").write_text("one"))
 >>> sorted(p.name for p in (root / "run").iterdir())
 ['.tokmaint.json', 'v0001']
->>> OutputDir.claim(root / "run", command="demo", run={"seed": 2}, outputs=["v*/data.txt"])
+>>> OutputDir.claim(root / "run", command="demo", run={"seed": 2}, outputs=["v[0-9]+/data[.]txt"])
 Traceback (most recent call last):
 ...
 tokenizer_service.errors.OutputError: ...run holds a different `tokmaint demo` run (seed: 1 there, 2 now); \
@@ -27,19 +28,21 @@ choose another --out, or pass --force to replace the files tokmaint wrote there
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokenizer_service.errors import OutputError
 
 MARKER = ".tokmaint.json"
-_STAGING = ".tmp-"
+# Staging files and folders are named ".tokmaint-staging-<name>-<pid>": only these are cleaned up.
+_STAGING = ".tokmaint-staging-"
 
 
 def write_file(path: Path, data: bytes) -> None:
@@ -73,33 +76,50 @@ class OutputDir:
     command: str
     outputs: tuple[str, ...]
     resumed: bool
+    _lock: int | None = field(default=None, repr=False)
 
     @classmethod
     def claim(cls, path: str | Path, *, command: str, run: dict[str, Any], outputs: Sequence[str],
               force: bool = False) -> "OutputDir":
         """Check ``path`` against the rules above and mark it as this run's.
 
-        ``run`` identifies the run (JSON-serialisable); ``outputs`` are the glob patterns of the
-        files this command writes, relative to ``path``: the only files ``force`` may remove.
+        ``run`` identifies the run (JSON-serialisable); ``outputs`` are regular expressions for the
+        paths (relative, POSIX) of the files this command writes: the only files ``force`` may
+        remove.
         """
         path = Path(path)
         out = cls(path=path, command=command, outputs=tuple(outputs), resumed=False)
         try:
             out._claim(run, force)
         except OSError as exc:
+            out.release()
             raise OutputError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+        except OutputError:
+            out.release()
+            raise
         return out
 
     def _claim(self, run: dict[str, Any], force: bool) -> None:
         path = self.path
         if path.exists() and not path.is_dir():
             raise OutputError(f"--out {path} is a file, not a directory")
+        for parent in path.resolve().parents:
+            if (parent / MARKER).is_file():
+                raise OutputError(f"--out {path} is inside {parent}, the output of another tokmaint command; "
+                                  "choose a directory outside it")
         path.mkdir(parents=True, exist_ok=True)
+        self._lock = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(f"another tokmaint command is writing into {path}; wait for it to end") from None
         marker = path / MARKER
         if marker.exists():
             try:
                 recorded = json.loads(marker.read_text(encoding="utf-8"))
                 recorded_command, recorded_run = recorded["command"], recorded["run"]
+                if not isinstance(recorded_command, str) or not isinstance(recorded_run, dict):
+                    raise TypeError
             except (ValueError, KeyError, TypeError):
                 raise OutputError(f"{marker} is not a marker tokmaint can read; choose another --out") from None
             if recorded_command != self.command:
@@ -119,21 +139,33 @@ class OutputDir:
             if foreign:
                 raise OutputError(f"{path} is not empty and was not written by tokmaint ({_listing(foreign)}); "
                                   "choose a new or empty directory")
-        for stale in path.glob(f".*{_STAGING}*"):
+        for stale in path.glob(f"{_STAGING}*"):
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         if not self.resumed:
-            staged = path / f"{MARKER}{_STAGING}{os.getpid()}"
+            staged = path / f"{_STAGING}marker-{os.getpid()}"
             write_file(staged, json.dumps({"command": self.command, "run": run}, indent=2).encode("utf-8"))
             os.replace(staged, marker)
             _fsync_directory(path)
 
+    def release(self) -> None:
+        """Let other commands write here again (the lock also ends with the process)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> "OutputDir":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
     def owns(self, relative: str) -> bool:
         """Whether a path (relative, POSIX) is one of this command's outputs."""
-        return any(fnmatchcase(relative, pattern) for pattern in self.outputs)
+        return any(re.fullmatch(pattern, relative) for pattern in self.outputs)
 
     def _owns_folder(self, name: str) -> bool:
         """Whether a top-level folder is one this command writes files into."""
-        return any("/" in pattern and fnmatchcase(name, pattern.split("/", 1)[0]) for pattern in self.outputs)
+        return any("/" in pattern and re.fullmatch(pattern.split("/", 1)[0], name) for pattern in self.outputs)
 
     def _remove_outputs(self) -> None:
         """Remove the files tokmaint wrote (and folders they leave empty); refuse, before removing
@@ -155,7 +187,7 @@ class OutputDir:
                 folder.rmdir()
 
     def _staging(self, name: str) -> Path:
-        staging = self.path / f".{name}{_STAGING}{os.getpid()}"
+        staging = self.path / f"{_STAGING}{name}-{os.getpid()}"
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir()

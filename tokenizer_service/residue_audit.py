@@ -33,7 +33,7 @@ from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.residue_removal import ResidueRemoval, SplitRemerge, residue_free_tokenizer
 
 
-AUDIT_OUTPUTS = ("tokenizer.json", "diff.json", "scores.parquet")
+AUDIT_OUTPUTS = (r"tokenizer\.json", r"diff\.json", r"scores\.parquet")
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def write_audit(audit: ResidueAudit, tokenizer: BPETokenizer, options: ResidueOp
     exported = audit.removal.tokenizer
     diff = RevisionDiff(
         lineage="litetoken", version=2, parent_version=1, tokenizer_sha256=exported.sha256,
-        parent_sha256=tokenizer.sha256, vocab_size=len(exported), id_space=max(exported.vocab.values()) + 1,
+        parent_sha256=tokenizer.sha256, vocab_size=len(exported), id_space=exported.id_space,
         entries=audit.removal.entries, config={"litetoken": asdict(options) | {"r": audit.report.r,
                                                                               "s": audit.report.s}},
     )

@@ -74,6 +74,7 @@ class TedTokConfig:
     total_steps: int | None = None
     freeze_last: float = 0.0
     recycle_ids: bool = True
+    id_price: float = 0.0
     base_token_cost: float = 0.0
     drop_residues: bool = False
 
@@ -82,8 +83,8 @@ class TedTokConfig:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
         if self.beta <= 0 or self.batch_size < 1 or self.interval < 1:
             raise ValueError("beta must be > 0, batch_size and interval >= 1")
-        if self.base_token_cost < 0:
-            raise ValueError(f"base_token_cost must be >= 0, got {self.base_token_cost}")
+        if self.base_token_cost < 0 or self.id_price < 0:
+            raise ValueError(f"id_price and base_token_cost must be >= 0, got {self.id_price}, {self.base_token_cost}")
         if not 0 <= self.freeze_last < 1:
             raise ValueError(f"freeze_last must be in [0, 1), got {self.freeze_last}")
 
@@ -133,22 +134,39 @@ def plan_revision(
     beta: float,
     batch_size: int,
     base_vocab: Mapping[str, int] | None = None,
+    id_price: float = 0.0,
     base_token_cost: float = 0.0,
 ) -> RevisionPlan:
-    """Algorithm 2, batched: the K best admissible pairs against the K weakest sinks.
+    """Algorithm 2, batched: the best admissible pairs against the weakest sinks, up to K.
 
-    With ``base_token_cost`` > 0 (0 is the paper's rule) deleting a *base* token — one that still
-    holds its id from ``base_vocab``, the version the model was pre-trained with, so its
-    embedding row is the most valuable — costs ``base_token_cost``·Σ τ_token: sinks are ranked by
-    τ_token + cost and a swap must also save that cost, τ_pair − τ_token[sink] ≥ cost (a merged
-    occurrence saves one token, a split one costs one). Ted-Tok then recycles the ids of tokens
-    it added itself before it touches a pre-trained id.
+    A swap (add the pair (u,v), delete the sink w) saves about τ_pair[u,v] − τ_token[w] tokens
+    per step: every merged occurrence saves one token, every split one costs one. The paper's
+    rule takes a swap when τ_pair > β·τ_token[w]. ``id_price`` (0: the paper's rule) also prices
+    the id the swap changes — an embedding row every trainer must re-learn — as that share of
+    the stream's tokens per step, Σ τ_token: a swap must save at least ``id_price``·Σ τ_token.
+    Then the evidence, not K, decides how much a revision changes, and K is only a safety cap.
+    ``base_token_cost`` adds to the price of deleting a *base* token — one that still holds its
+    id from ``base_vocab``, the version the model was pre-trained with — and sinks are ranked by
+    τ_token plus their price, so Ted-Tok recycles the ids it added itself before it takes a
+    pre-trained one. Pairs come strongest first and sinks weakest first, so the saving falls
+    along the batch and the first swap that does not pay ends it.
     """
     vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
+    sinks = list(graph.sink_tokens)
+    sink_ids = np.array([vocab[t] for t in sinks], np.int64)
+    sink_scores = store.token(sink_ids) if sinks else np.zeros(0)
+    total = float(store.token(np.fromiter(vocab.values(), np.int64, len(vocab))).sum()) if base_token_cost else 0.0
+    costs = np.full(len(sinks), id_price)
+    if base_token_cost > 0 and base_vocab:
+        is_base = np.array([base_vocab.get(t) == i for t, i in zip(sinks, sink_ids.tolist())], bool)
+        costs[is_base] += base_token_cost * total
+    # No pair weaker than what the cheapest swap needs can pass: stop scanning there.
+    needs = np.maximum(beta * sink_scores, np.where(costs > 0, sink_scores + costs, -np.inf))
+    floor = float(needs.min()) if sinks else float("inf")
     keys, values = store.top_pairs(4 * batch_size + 64)
     adds, add_scores = [], []
     for key, value in zip(keys.tolist(), values.tolist()):
-        if len(adds) == batch_size or value <= 0:
+        if len(adds) == batch_size or value <= 0 or value < floor:
             break
         u, v = unpack_pair(key)
         tu, tv = id_to_token.get(u), id_to_token.get(v)
@@ -160,16 +178,10 @@ def plan_revision(
         adds.append((tu, tv))
         add_scores.append(value)
     protected = {t for pair in adds for t in pair}
-    sinks = list(graph.sink_tokens - protected)
-    sink_ids = np.array([vocab[t] for t in sinks], np.int64)
-    sink_scores = store.token(sink_ids) if sinks else np.zeros(0)
-    costs = np.zeros(len(sinks))
-    if base_token_cost > 0 and base_vocab:
-        total = float(store.token(np.fromiter(vocab.values(), np.int64, len(vocab))).sum())
-        is_base = np.array([base_vocab.get(t) == i for t, i in zip(sinks, sink_ids.tolist())], bool)
-        costs[is_base] = base_token_cost * total
-    index = {t: k for k, t in enumerate(sinks)}
-    weakest = [index[t] for _, t in _weakest(sink_scores + costs, sinks, len(adds))]
+    keep = np.array([t not in protected for t in sinks], bool)
+    sinks = [t for t, k in zip(sinks, keep.tolist()) if k]
+    sink_scores, costs = sink_scores[keep], costs[keep]
+    weakest = _weakest(sink_scores + costs, sinks, len(adds))
 
     def passes(add_score: float, k: int) -> bool:
         return add_score > beta * sink_scores[k] and (costs[k] == 0 or add_score - sink_scores[k] >= costs[k])
@@ -185,18 +197,18 @@ def plan_revision(
     )
 
 
-def _weakest(scores: np.ndarray, tokens: list[str], n: int) -> list[tuple[float, str]]:
-    """The n lowest (score, token) pairs, ties broken by token: sorts only the candidates.
+def _weakest(scores: np.ndarray, names: list[str], n: int) -> list[int]:
+    """Indices of the n lowest (score, name): ties broken by name; sorts only the candidates.
 
     >>> _weakest(np.array([3.0, 0.0, 0.0, 1.0]), ["c", "b", "a", "d"], 3)
-    [(0.0, 'a'), (0.0, 'b'), (1.0, 'd')]
+    [2, 1, 3]
     """
-    if n <= 0 or not tokens:
+    if n <= 0 or not names:
         return []
-    n = min(n, len(tokens))
+    n = min(n, len(names))
     cutoff = np.partition(scores, n - 1)[n - 1]
-    candidates = np.flatnonzero(scores <= cutoff)
-    return sorted((float(scores[i]), tokens[i]) for i in candidates.tolist())[:n]
+    candidates = np.flatnonzero(scores <= cutoff).tolist()
+    return sorted(candidates, key=lambda i: (float(scores[i]), names[i]))[:n]
 
 
 def apply_revision(
@@ -217,7 +229,7 @@ def apply_revision(
         gone = set(deletes)
         vocab = {t: i for t, i in tokenizer.vocab.items() if t not in gone}
         freed = sorted(tokenizer.vocab[t] for t in deletes)
-        next_id = max(tokenizer.vocab.values()) + 1
+        next_id = tokenizer.id_space
         new_ids = []
         for k, (u, v) in enumerate(adds):
             if recycle_ids and k < len(freed):
@@ -317,7 +329,8 @@ class TedTok:
     def _revise(self) -> Revision | None:
         plan = plan_revision(
             self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size,
-            base_vocab=self.base_vocab, base_token_cost=self.config.base_token_cost,
+            base_vocab=self.base_vocab, id_price=self.config.id_price * self.config.alpha,
+            base_token_cost=self.config.base_token_cost,
         )
         residues = self.pending_residues if self.config.drop_residues else frozenset()
         if not plan.adds and not residues:
@@ -342,7 +355,7 @@ class TedTok:
             tokenizer_sha256=revised.sha256,
             parent_sha256=self.tokenizer.sha256,
             vocab_size=len(revised),
-            id_space=max(revised.vocab.values()) + 1,
+            id_space=revised.id_space,
             entries=entries,
             config=asdict(self.config),
         )

@@ -14,6 +14,7 @@ every new token must be reachable.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,12 +24,23 @@ from tokenizer_service.bpe import BYTE_TO_UNICODE, BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
 
+_BYTE_LEVEL_ALPHABET = frozenset(BYTE_TO_UNICODE.values())
+
 
 @dataclass
 class ValidationReport:
+    """Every failed check in ``reasons``; ``unusable`` lists those that leave nothing to work
+    with (it does not load, it crashes encoding, it has tokens byte-level BPE cannot hold)."""
+
     reasons: list[str] = field(default_factory=list)
+    unusable: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
     probes: int = 0
+
+    def refuse(self, reason: str) -> None:
+        """Record a reason that makes the tokenizer unusable."""
+        self.reasons.append(reason)
+        self.unusable.append(reason)
 
     @property
     def ok(self) -> bool:
@@ -82,18 +94,29 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     try:
         loaded = Tokenizer.from_str(tokenizer.to_json())
     except Exception as exc:  # the library's own error text is the reason
-        report.reasons.append(f"tokenizer.json does not load in tokenizers: {exc}")
+        report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
         return report
 
     if tokenizer.byte_level:
         missing = [b for b, c in BYTE_TO_UNICODE.items() if c not in vocab]
         if missing:
             report.reasons.append(f"byte alphabet incomplete: {len(missing)} of 256 bytes missing, e.g. {missing[:5]}")
+        foreign = [t for t in vocab if t not in tokenizer.special_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
+        if foreign:
+            report.refuse(f"{len(foreign)} tokens hold characters outside the byte-level alphabet, e.g. {foreign[:3]}")
+            return report
 
     texts = probes if probes is not None else probe_texts(tokenizer)
     report.probes = len(texts)
-    lossy = [t for t, enc in zip(texts, loaded.encode_batch(texts, add_special_tokens=False))
-             if loaded.decode(enc.ids, skip_special_tokens=False) != t]
+    try:
+        decoded = [loaded.decode(enc.ids, skip_special_tokens=False)
+                   for enc in loaded.encode_batch(texts, add_special_tokens=False)]
+    except BaseException as exc:  # a Rust panic is a BaseException; signals must still stop us
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
+        return report
+    lossy = [t for t, d in zip(texts, decoded) if d != t]
     if lossy:
         report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
 
@@ -109,14 +132,16 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     return report
 
 
-def load_tokenizer(path: str | Path, *, check: bool = True) -> BPETokenizer:
+def load_tokenizer(path: str | Path, *, allow_invalid: bool = False,
+                   on_invalid: Callable[[list[str]], None] | None = None) -> BPETokenizer:
     """The tokenizer loader every command and service uses: a ``tokenizer.json`` (or a directory
     holding one, such as a version folder), refused with an :class:`InvalidTokenizer` that names
     the file and every reason.
 
-    The structure is always checked (:meth:`BPETokenizer.from_json`) and ``tokenizers`` must
-    load the file; with ``check`` (default) it must also pass :func:`validate`, the rule every
-    published version follows, so no command works on a tokenizer that encodes lossily.
+    The structure is checked first (:meth:`BPETokenizer.from_json`), then :func:`validate`, the
+    rule every published version follows, so no command works on a tokenizer that encodes
+    lossily. ``allow_invalid`` accepts one that fails validation but can still be used, and hands
+    the reasons to ``on_invalid``; one that does not load or crashes is refused either way.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
@@ -147,11 +172,9 @@ object, got a list
         raise InvalidTokenizer([f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"],
                                source=path) from None
     tokenizer = BPETokenizer.from_json(text, source=path)
-    if check:
-        validate(tokenizer).raise_for_reasons(source=path)
-    else:
-        try:
-            tokenizer.hf
-        except Exception as exc:  # tokenizers raises plain Exception; its text is the reason
-            raise InvalidTokenizer([f"tokenizer.json does not load in tokenizers: {exc}"], source=path) from None
+    report = validate(tokenizer)
+    if report.unusable or (report.reasons and not allow_invalid):
+        report.raise_for_reasons(source=path)
+    if report.reasons and on_invalid is not None:
+        on_invalid(report.reasons)
     return tokenizer

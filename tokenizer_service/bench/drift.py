@@ -87,7 +87,8 @@ def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, 
     bpt = {name: tok.bytes_per_token(eval_texts) for name, tok in (("old", old), ("new", new), ("tedtok", evolved))}
     return {
         "bytes_per_token": bpt,
-        "gap_closed": (bpt["tedtok"] - bpt["old"]) / (bpt["new"] - bpt["old"]),
+        # Undefined (null) when Old and New compress the held-out documents equally well.
+        "gap_closed": (bpt["tedtok"] - bpt["old"]) / gap if (gap := bpt["new"] - bpt["old"]) else None,
         "jaccard": {"old_vs_new": jaccard_distance(old, new), "tedtok_vs_new": jaccard_distance(evolved, new)},
         "ids_stable": ids_stable(old, evolved),
         "seconds": {"revisions": tedtok.revision_seconds, "new_training": new_seconds},
