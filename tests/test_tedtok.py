@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import pack_pair
+from tokenizer_service.counting import pack_pair, unpack_pair
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
 from tokenizer_service.tedtok import TedTok, TedTokConfig, apply_revision, plan_revision
@@ -155,11 +155,13 @@ def test_freeze_and_warmup_schedule():
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_proposition_1_redistribution_equals_recount(seed):
-    """τ_token of a deleted token's parents equals a recount crediting them its occurrences.
+    """τ_token and τ_buffer of every token, and τ_pair[u,v] = τ_token[w] of every deleted w (while u
+    and v live), equal a recount crediting the deleted tokens' occurrences to their parents.
 
-    Random streams over a growing vocabulary with random adds and sink deletions, including
-    tokens built on added tokens and nested deletions. The brute force keeps every token's
-    count history; deleting w credits w's (already credited) history since its addition to u and v.
+    Random streams over a growing vocabulary with random adds and revisions of one to four sink
+    deletions in one edit — chains included (a deletion can make a parent a sink, deleted next in
+    the same edit), and tokens built on added tokens. The brute force keeps every token's count
+    history; deleting w credits w's (already credited) history since its addition to u and v.
     """
     rng = np.random.default_rng(seed)
     alpha = float(rng.uniform(0.01, 0.5))
@@ -172,14 +174,18 @@ def test_proposition_1_redistribution_equals_recount(seed):
     next_id = 4
     t = 0
 
+    def buffered(a: int) -> float:
+        return sum(alpha * (1 - alpha) ** (t - l) * c for l, c in history[a].items())
+
     def recount(a: int) -> float:
-        value = init.get(a, 0.0) * (1 - alpha) ** (t - added_at.get(a, 0))
-        return value + sum(alpha * (1 - alpha) ** (t - l) * c for l, c in history[a].items())
+        return init.get(a, 0.0) * (1 - alpha) ** (t - added_at.get(a, 0)) + buffered(a)
+
+    def sinks() -> list[int]:
+        children = {p for pair in (parents[w] for w in alive if w in parents) for p in pair}
+        return sorted(w for w in alive if w in parents and w not in children)
 
     for _ in range(int(rng.integers(20, 60))):
         action = rng.random()
-        children = {p for pair in (parents[w] for w in alive if w in parents) for p in pair}
-        sinks = [w for w in alive if w in parents and w not in children]
         if action < 0.2 and len(alive) >= 2:
             u, v = (int(x) for x in rng.choice(sorted(alive), 2))
             w = next_id
@@ -188,17 +194,27 @@ def test_proposition_1_redistribution_equals_recount(seed):
             store.apply_edit(StatsEdit(adds=[(w, u, v)]))
             parents[w], added_at[w], history[w] = (u, v), t, {}
             alive.add(w)
-        elif action < 0.35 and sinks:
-            w = int(rng.choice(sorted(sinks)))
-            u, v = parents[w]
-            store.apply_edit(StatsEdit(deletes=[(w, u, v)]))
-            for l, c in history[w].items():
-                if l > added_at[w]:
-                    for p in (u, v):
-                        history[p][l] = history[p].get(l, 0.0) + c
-            alive.discard(w)
-            for p in {u, v}:
-                assert store.token(np.array([p]))[0] == pytest.approx(recount(p), rel=1e-9, abs=1e-12)
+        elif action < 0.4 and sinks():
+            deletes, freed = [], {}
+            for _ in range(int(rng.integers(1, 5))):
+                if not sinks():
+                    break
+                w = int(rng.choice(sinks()))
+                u, v = parents[w]
+                freed[pack_pair(u, v)] = recount(w)
+                for l, c in history[w].items():
+                    if l > added_at[w]:
+                        for p in (u, v):
+                            history[p][l] = history[p].get(l, 0.0) + c
+                deletes.append((w, u, v))
+                alive.discard(w)
+            store.apply_edit(StatsEdit(deletes=deletes))
+            # A freed pair whose own token went in the same edit (a chain) is forgotten with it.
+            keys = np.array(sorted(k for k in freed if set(unpack_pair(k)) <= alive), np.int64)
+            np.testing.assert_allclose(store.pair(keys), [freed[k] for k in keys.tolist()], rtol=1e-9, atol=1e-12)
+            for a in sorted(alive):
+                assert store.token(np.array([a]))[0] == pytest.approx(recount(a), rel=1e-9, abs=1e-12)
+                assert store.buffer(np.array([a]))[0] == pytest.approx(buffered(a), rel=1e-9, abs=1e-12)
         else:
             t += 1
             ids = sorted(alive)
@@ -237,3 +253,93 @@ def test_residues_are_kept_without_drop_residues(small):
     tt.set_residues(["ab"])
     tt.observe_texts(["abc"])
     assert "ab" in tt.tokenizer.vocab
+
+
+def test_an_add_unreachable_in_its_batch_is_dropped_with_one_delete():
+    """apply_revision keeps the vocabulary size and the diff consistent when a planned add cannot be
+    reached once the batch is in place (plan_revision never proposes one, but a plan made from other
+    statistics may): "abc" encodes as ab + c, so the merge (a, bc) would never fire."""
+    from tokenizer_service.tedtok import RevisionPlan
+
+    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "x": 3, "y": 4, "ab": 5, "bc": 6, "xy": 7, "ca": 8},
+                       merges=[("a", "b"), ("b", "c"), ("x", "y"), ("c", "a")], pipeline={"decoder": {"type": "Fuse"}})
+    plan = RevisionPlan(adds=[("a", "bc"), ("c", "x")], deletes=["xy", "ca"], add_scores=[9.0, 8.0],
+                        delete_scores=[0.0, 0.0])
+    revised, entries, edit = apply_revision(tok, MergeGraph(tok), plan)
+    assert len(revised) == len(tok) and "abc" not in revised.vocab and "ca" in revised.vocab
+    assert [(e.id, e.kind, e.old_token, e.new_token) for e in entries] == [(7, "reassigned", "xy", "cx")]
+    assert edit.deletes == [(7, 3, 4)] and edit.adds == [(7, 2, 3)]
+    assert revised.tokenize_word("cx") == [7] and validate(revised, parent=tok).ok
+
+
+def test_a_chained_edit_equals_its_deletes_one_by_one():
+    """Deleting "abc" = ab + c and then "ab" = a + b in one edit moves abc's buffer through ab to a and b,
+    exactly as two edits in a row do."""
+    rng = np.random.default_rng(7)
+    stores = [MemoryStatsStore(alpha=0.2), MemoryStatsStore(alpha=0.2)]
+    ids = np.arange(6, dtype=np.int64)  # a b c x ab abc
+    keys = np.array([pack_pair(0, 1), pack_pair(4, 2), pack_pair(3, 0)], np.int64)
+    for _ in range(12):
+        counts, pair_counts = rng.integers(0, 9, 6).astype(float), rng.integers(0, 5, 3).astype(float)
+        for store in stores:
+            store.apply_counts(token_ids=ids, token_counts=counts, pair_keys=keys, pair_counts=pair_counts)
+    chained, one_by_one = stores
+    chained.apply_edit(StatsEdit(deletes=[(5, 4, 2), (4, 0, 1)]))
+    one_by_one.apply_edit(StatsEdit(deletes=[(5, 4, 2)]))
+    one_by_one.apply_edit(StatsEdit(deletes=[(4, 0, 1)]))
+    for read in ("token", "buffer"):
+        np.testing.assert_allclose(getattr(chained, read)(ids), getattr(one_by_one, read)(ids), rtol=1e-12)
+    all_keys = np.array([pack_pair(0, 1), pack_pair(4, 2), pack_pair(3, 0)], np.int64)
+    np.testing.assert_allclose(chained.pair(all_keys), one_by_one.pair(all_keys), rtol=1e-12)
+    assert chained.token(np.array([4, 5])).tolist() == [0.0, 0.0]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), batch_size=st.integers(1, 12))
+def test_revised_merge_graph_equals_a_rebuild(byte_tokenizer, seed, batch_size):
+    """After every revision of a random drifting stream, the incrementally revised graph is the
+    graph built from scratch: parents, producers, children, sinks and ranks."""
+    rng = np.random.default_rng(seed)
+    tedtok = TedTok(byte_tokenizer, config=TedTokConfig(alpha=0.3, beta=1.0, batch_size=batch_size, interval=2))
+    for step in range(16):
+        words = NEW_WORDS + [f"w{int(x)}" for x in rng.integers(0, 40, 6)]
+        if tedtok.observe_texts(sentences(15, seed=int(rng.integers(1 << 30)), words=words)) is not None:
+            rebuilt = MergeGraph(tedtok.tokenizer)
+            graph = tedtok.graph
+            assert graph.parents == rebuilt.parents and graph.ranks == rebuilt.ranks
+            assert {w: m for w, m in graph.producers.items() if m} == dict(rebuilt.producers)
+            assert {t: c for t, c in graph.children.items() if c} == {t: c for t, c in rebuilt.children.items() if c}
+            assert graph.sink_tokens == rebuilt.sink_tokens
+    assert tedtok.revisions
+
+
+def test_warmup_and_freeze_hold_through_a_real_run(byte_tokenizer):
+    config = TedTokConfig.for_schedule(40, warmup=0.25, freeze_last=0.25, alpha=0.3, beta=1.0, batch_size=3,
+                                       interval=4)
+    tedtok = TedTok(byte_tokenizer, config=config)
+    for texts in drifted_stream(40, docs=6):
+        tedtok.observe_texts(texts)
+    steps = [r.diff.step for r in tedtok.revisions]
+    assert steps and set(steps) <= {12, 16, 20, 24, 28} and steps == sorted(steps)
+    assert all(config.revision_due(s) for s in steps)
+
+
+def test_observe_words_counts_like_observe_texts():
+    """A step given as word ids and frequencies updates the statistics exactly as the same words given
+    as documents (a character-level tokenizer without pre-tokenizer: a document is one word)."""
+    from tokenizer_service.counting import WordVocabulary
+
+    tok = BPETokenizer.train(["12+3=15", "7-2=5", "11+1=12"] * 5, vocab_size=20, byte_level=False)
+    docs = ["12+3=15", "7-2=5", "12+3=15", "99+1=100", "7-2=5", "12+3=15"]
+    config = TedTokConfig(alpha=0.3, beta=1.2, batch_size=2, interval=100)
+    by_text = TedTok(tok, config=config)
+    words = WordVocabulary()
+    by_word = TedTok(tok, config=config, words=words)
+    unique = sorted(set(docs))
+    by_text.observe_texts(docs)
+    by_word.observe_words(words.ids(unique), np.array([docs.count(w) for w in unique], float))
+    ids = np.array(sorted(tok.vocab.values()), np.int64)
+    np.testing.assert_allclose(by_word.store.token(ids), by_text.store.token(ids))
+    keys, values = by_text.store.top_pairs(100)
+    np.testing.assert_allclose(by_word.store.pair(keys), values)
+    assert by_word.last_counts.bytes_per_token == by_text.last_counts.bytes_per_token

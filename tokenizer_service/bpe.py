@@ -481,11 +481,20 @@ class BPETokenizer:
         """BPE on one pre-tokenized word (no pre-tokenizer applied), as token ids."""
         return [t.id for t in self.hf.model.tokenize(word)]
 
-    def bytes_per_token(self, texts: Sequence[str]) -> float:
-        """Compression: UTF-8 bytes of the texts over the number of tokens they encode to."""
+    def bytes_per_token(self, texts: Sequence[str], *, delimited: bool = False) -> float:
+        """Compression: UTF-8 bytes of the texts over the number of tokens they encode to.
+
+        ``delimited`` counts one end-of-text delimiter per text, one byte and one token, as in
+        the sequences a model trains on (Ted-Tok's Table 2 convention).
+
+        >>> tok = BPETokenizer(vocab={"1": 0, "+": 1, "=": 2, "2": 3, "1+": 4}, merges=[("1", "+")], pipeline={})
+        >>> tok.encode("1+1=2"), tok.bytes_per_token(["1+1=2"]), tok.bytes_per_token(["1+1=2"], delimited=True)
+        ([4, 0, 2, 3], 1.25, 1.2)
+        """
         n_bytes = sum(len(t.encode("utf-8")) for t in texts)
         n_tokens = sum(len(ids) for ids in self.encode_batch(texts))
-        return n_bytes / max(n_tokens, 1)
+        extra = len(texts) if delimited else 0
+        return (n_bytes + extra) / max(n_tokens + extra, 1)
 
 
 def bpe_pieces(symbols: Sequence[str], ranks: Mapping[Merge, int], *, until: int = 1) -> list[str]:
