@@ -108,10 +108,14 @@ CASES = [
      "argument --step-docs: must be a whole number ≥ 1, got '0'"),
     ("evolve --vocab-size 0", [*EVOLVE, "--vocab-size", "0"], "argument --vocab-size: must be a whole number in [257"),
     ("evolve --vocab-size -1", [*EVOLVE, "--vocab-size", "-1"], "argument --vocab-size: must be a whole number"),
-    ("evolve --warmup 1.5", [*EVOLVE, "--warmup", "1.5"], "argument --warmup: must be a number in [0, 1), got '1.5'"),
+    ("evolve --warmup-docs -1", [*EVOLVE, "--warmup-docs", "-1"],
+     "argument --warmup-docs: must be a whole number ≥ 0, got '-1'"),
     ("evolve --init-share 0", [*EVOLVE, "--init-share", "0"], "argument --init-share: must be a number in (0, 1)"),
-    ("evolve --alpha inf", [*EVOLVE, "--alpha", "inf"], "argument --alpha: must be a number in (0, 1)"),
-    ("evolve --interval 2.5", [*EVOLVE, "--interval", "2.5"], "argument --interval: must be a whole number ≥ 1"),
+    ("evolve --horizon-docs 0", [*EVOLVE, "--horizon-docs", "0"], "argument --horizon-docs: must be a whole number"),
+    ("evolve --interval-docs 2.5", [*EVOLVE, "--interval-docs", "2.5"], "argument --interval-docs: must be a whole"),
+    ("evolve --beta inf", [*EVOLVE, "--beta", "inf"], "argument --beta: must be a number > 0, got 'inf'"),
+    ("evolve --id-price nan", [*EVOLVE, "--id-price", "nan"], "argument --id-price: must be a number ≥ 0"),
+    ("drift --sweep", [*DRIFT, "--sweep", "1,-2"], "argument --sweep: must be a number ≥ 0, got '-2'"),
     ("evolve --lineage", [*EVOLVE, "--lineage", "../x"], "argument --lineage: must be 1-64 letters"),
     ("residues --r 2", [*RESIDUES, "--r", "2"], "argument --r: must be a number in [0, 1], got '2'"),
     ("residues --r nan", [*RESIDUES, "--r", "nan"], "argument --r: must be a number in [0, 1], got 'nan'"),
@@ -222,6 +226,5 @@ def test_drift_gap_is_null_when_old_and_new_compress_alike(tmp_path, capsys):
     path.write_text("\n".join(json.dumps({"text": " " * (1 + i % 3)}) for i in range(200)))
     code, out, _ = run(["bench", "drift", "--corpus", str(path), "--vocab-size", "300", "--held-out", "10",
                         "--json"], capsys)
-    result = json.loads(out)
-    assert code == 0 and result["bytes_per_token"]["old"] == result["bytes_per_token"]["new"]
-    assert result["gap_closed"] is None
+    [row] = json.loads(out)["rows"]
+    assert code == 0 and row["bpt_old"] == row["bpt_new"] and row["gap_closed"] is None

@@ -15,7 +15,8 @@ from tokenizer_service.cli import main
 from tokenizer_service.errors import OutputError
 from tokenizer_service.output_dir import MARKER, OutputDir, StepLog
 
-EVOLVE_OPTIONS = ["--vocab-size", "300", "--alpha", "0.3", "--interval", "2", "--batch-size", "5",
+EVOLVE_OPTIONS = ["--vocab-size", "300", "--horizon-docs", "20", "--interval-docs", "10", "--warmup-docs", "0",
+                  "--batch-size", "5",
                   "--init-share", "0.3"]
 
 
@@ -39,7 +40,7 @@ def reference(drifting_corpus, tmp_path_factory):
 def test_reference_run_is_complete(reference):
     versions = sorted({name.split("/")[0] for name in reference if name.startswith("v")})
     steps = [json.loads(line) for line in reference["steps.jsonl"].splitlines()]
-    assert len(versions) > 20 and versions[0] == "v0001"
+    assert len(versions) > 10 and versions[0] == "v0001"
     assert {s["version"] for s in steps} == set(range(1, len(versions) + 1))
     assert all(f"{v}/diff.json" in reference for v in versions[1:])
 
@@ -115,10 +116,10 @@ def test_a_different_run_is_refused_naming_what_differs(drifting_corpus, tmp_pat
     out = tmp_path / "out"
     assert main(evolve(drifting_corpus, out)) == 0
     before = tree(out)
-    assert main(evolve(drifting_corpus, out, "--alpha", "0.2", "--lineage", "other")) == 2
+    assert main(evolve(drifting_corpus, out, "--horizon-docs", "25", "--lineage", "other")) == 2
     err = capsys.readouterr().err
-    assert "holds a different `tokmaint evolve` run (alpha: 0.3 there, 0.2 now; lineage: default there, other now)" \
-        in err and "--force" in err
+    assert "holds a different `tokmaint evolve` run (horizon_docs: 20 there, 25 now; lineage: default there, other " \
+           "now)" in err and "--force" in err
     assert tree(out) == before
 
 
@@ -149,7 +150,7 @@ def test_force_spares_files_that_only_look_like_tokmaints(drifting_corpus, tmp_p
     (out / ".notes.tmp-backup").write_text("precious")
     (out / "steps.jsonl.bak").write_text("old log")
     assert main(evolve(drifting_corpus, out)) == 0  # the same run: continues
-    assert main(evolve(drifting_corpus, out, "--alpha", "0.5", "--force")) == 0
+    assert main(evolve(drifting_corpus, out, "--horizon-docs", "40", "--force")) == 0
     assert (out / "v0002-keep" / "tokenizer.json").read_text() == "a copy"
     assert (out / ".notes.tmp-backup").read_text() == "precious"
     assert (out / "steps.jsonl.bak").read_text() == "old log"

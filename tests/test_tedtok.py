@@ -343,3 +343,30 @@ def test_observe_words_counts_like_observe_texts():
     keys, values = by_text.store.top_pairs(100)
     np.testing.assert_allclose(by_word.store.pair(keys), values)
     assert by_word.last_counts.bytes_per_token == by_text.last_counts.bytes_per_token
+
+
+def test_the_id_price_lets_the_evidence_decide_how_many_ids_change(small):
+    # Two swaps are on offer: (c,x) for "xy" saves 20 - 1 = 19 tokens a step, (y,a) for "abc" 6 - 2 = 4.
+    store = store_with(small, {("c", "x"): 20.0, ("y", "a"): 6.0}, {"xy": 1.0, "abc": 2.0, "a": 50.0})
+    graph = MergeGraph(small)
+
+    def adds(**kwargs):
+        return plan_revision(small, graph, store, beta=1.2, batch_size=10, **kwargs).adds
+
+    assert adds() == [("c", "x"), ("y", "a")]  # the paper's rule: both beat the margin
+    assert adds(id_price=8.0) == [("c", "x")]  # only one pays for its id; K = 10 is no budget
+    assert adds(id_price=3.0) == [("c", "x"), ("y", "a")]
+    assert adds(id_price=19.5) == []
+
+
+def test_stream_settings_count_documents_not_steps():
+    """Grouping the same documents into steps twice as large keeps the statistics' memory, the
+    revision cadence and the warmup in documents; no stream length is needed."""
+    from tokenizer_service.evolve import StreamSettings
+
+    fine, coarse = StreamSettings(step_docs=32), StreamSettings(step_docs=64)
+    assert (1 - fine.alpha) ** 2 == pytest.approx(1 - coarse.alpha, rel=1e-12)
+    a, b = fine.tedtok_config(), coarse.tedtok_config()
+    assert (a.interval * 32, a.warmup_steps * 32) == (b.interval * 64, b.warmup_steps * 64) == (640, 1280)
+    assert a.total_steps is None and a.revision_due(10**9 // 20 * 20)
+    assert a.id_price == b.id_price  # tokens over the horizon: the same evidence either way

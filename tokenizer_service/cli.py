@@ -100,15 +100,59 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         result = run_arithmetic(_settings(args.parser, args, ArithmeticSettings), progress=progress)
     elif args.bench == "drift":
-        from tokenizer_service.bench.drift import DriftSettings, run_drift
-
-        result = run_drift(args.corpus, _settings(args.parser, args, DriftSettings), progress=progress)
+        return _bench_drift(args, progress=progress)
     else:
         from tokenizer_service.bench.throughput import ThroughputSettings, run_throughput
 
         result = run_throughput(args.corpus, _settings(args.parser, args, ThroughputSettings), progress=progress)
     print_result(result, as_json=args.json)
     return 0
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """A table: one line per row, a column per key (floats to 4 places, None as '-')."""
+    cells = [[("-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)) for v in row.values()]
+             for row in rows]
+    header = list(rows[0])
+    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(header)]
+    for line in [header, *cells]:
+        print("  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths))))
+
+
+def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
+    from tokenizer_service.bench.drift import DriftSettings, drift_table, plot_drift
+    from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.output_dir import OutputDir
+
+    settings = _settings(args.parser, args, DriftSettings)
+    prices = args.sweep
+    out = None
+    if args.plot:
+        run = {"corpora": [read_corpus(c).sha256 for c in args.corpus], "prices": prices,
+               "settings": {f.name: getattr(settings, f.name) for f in fields(settings)}}
+        out = OutputDir.claim(args.plot, command="bench drift", run=run, outputs=[r"drift\.png"], force=args.force)
+    try:
+        table = drift_table(args.corpus, settings, prices=prices, progress=progress)
+        if out is not None:
+            out.replace_files(lambda staging: plot_drift(table, staging / "drift.png"))
+    finally:
+        if out is not None:
+            out.release()
+    if args.json:
+        print_result(table, as_json=True)
+        return 0
+    print_rows(table["rows"])
+    print()
+    print_rows([{"worst case": "all corpora", **w} for w in table["worst"]])
+    print(f"\ntargets: gap_closed >= {table['targets']['gap_closed']}, ids_stable >= {table['targets']['ids_stable']}"
+          + (f"; plot: {out.path / 'drift.png'}" if out is not None else ""))
+    return 0
+
+
+def _prices(text: str) -> list[float]:
+    """``--sweep``: comma-separated price factors, each a number ≥ 0."""
+    price = Number(float, low=0)
+    return [price(p.strip()) for p in text.split(",") if p.strip()]
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
@@ -186,7 +230,7 @@ def _add_corpus_options(parser: argparse.ArgumentParser, *, skip_bad: bool) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     from tokenizer_service.bench.arithmetic import ArithmeticSettings
-    from tokenizer_service.bench.drift import DriftSettings
+    from tokenizer_service.bench.drift import SWEEP_PRICES, DriftSettings
     from tokenizer_service.bench.throughput import ThroughputSettings
     from tokenizer_service.evolve import EvolveSettings
     from tokenizer_service.residue_audit import ResidueOptions
@@ -242,7 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("throughput", ThroughputSettings, True, "stats update vs raw encoding; revision latency"),
     ):
         p = benches.add_parser(name, help=summary, description=summary)
-        if needs_corpus:
+        if name == "drift":
+            p.add_argument("--corpus", required=True, action="append",
+                           help="JSONL(.gz) with 'text' and 'ts'; give it several times for one row per corpus and "
+                                "the worst case")
+            p.add_argument("--sweep", type=_prices, nargs="?", const=list(SWEEP_PRICES), metavar="PRICES",
+                           help="run each corpus with both id prices times each factor (comma-separated; alone: "
+                                f"{','.join(f'{x:g}' for x in SWEEP_PRICES)}; 0 is the paper's rule) to show "
+                                "the trade-off")
+            p.add_argument("--plot", metavar="DIR", help="write drift.png (gap_closed against ids_stable) into this "
+                                                         "new or empty directory")
+            p.add_argument("--force", action="store_true", help="replace an earlier plot's drift.png in --plot")
+        elif needs_corpus:
             _add_corpus_options(p, skip_bad=False)
         _add_settings(p, settings_type)
         p.add_argument("--json", action="store_true", help="print JSON")

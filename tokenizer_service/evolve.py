@@ -11,6 +11,7 @@ already there byte for byte, and writes only what is missing (see ``output_dir``
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,30 +32,43 @@ VERSION_OUTPUTS = (r"steps\.jsonl", r"v\d{4,}/tokenizer\.json", r"v\d{4,}/diff\.
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """Ted-Tok on a document stream: the settings ``evolve`` and ``bench drift`` share."""
+    """Ted-Tok on an open-ended document stream: the one place the defaults of ``evolve``,
+    ``bench drift`` and the pipeline come from.
+
+    Everything is counted in documents, so nothing needs the stream's length, and how documents
+    are grouped into time steps (``step_docs``) changes only the granularity: the statistics
+    remember about ``horizon_docs`` documents (α per step = 1 − exp(−step_docs / horizon_docs)),
+    and revisions come every ``interval_docs`` documents after the first ``warmup_docs``.
+    """
 
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer it trains")
     step_docs: int = setting(64, whole(1), "documents per time step")
-    alpha: float = setting(0.01, share(one=False), "EMA smoothing factor α")
+    horizon_docs: int = setting(6400, whole(1), "documents the statistics remember (the EMA's time constant)")
+    interval_docs: int = setting(640, whole(1), "documents between revisions (rounded to whole steps)")
+    warmup_docs: int = setting(1280, whole(0), "documents before the first revision")
     beta: float = setting(1.2, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink]")
-    batch_size: int = setting(20, whole(1), "adds+deletes per revision (K)")
-    interval: int = setting(10, whole(1), "steps between revisions (Δ)")
-    warmup: float = setting(0.03, share(zero=True, one=False), "share of steps before the first revision")
-    freeze_last: float = setting(0.0, share(zero=True, one=False), "share of final steps without revisions")
-    id_price: float = setting(0.0, Number(float, low=0), "share of the stream's tokens a swap must save for the id it "
-                                                         "changes (0: the paper's rule)")
+    batch_size: int = setting(1000, whole(1), "most adds+deletes per revision (K, a safety cap)")
+    id_price: float = setting(10.0, Number(float, low=0),
+                              "tokens a swap must save among the horizon's documents for the id it changes "
+                              "(0: the paper's rule)")
     base_token_cost: float = setting(2.5e-5, Number(float, low=0),
-                                     "share of the stream's tokens a swap must save to delete a pre-trained "
-                                     "token (0: the paper's rule)")
+                                     "share of the stream's tokens a swap must also save when it takes a "
+                                     "pre-trained id (0: none)")
 
     def __post_init__(self) -> None:
         check_settings(self)
 
-    def tedtok_config(self, total_steps: int, **options: Any) -> TedTokConfig:
-        """The Ted-Tok config for a stream of ``total_steps`` steps."""
-        return TedTokConfig.for_schedule(
-            total_steps, warmup=self.warmup, freeze_last=self.freeze_last, alpha=self.alpha, beta=self.beta,
-            batch_size=self.batch_size, interval=self.interval, id_price=self.id_price,
+    @property
+    def alpha(self) -> float:
+        """The EMA factor per time step."""
+        return -math.expm1(-self.step_docs / self.horizon_docs)
+
+    def tedtok_config(self, **options: Any) -> TedTokConfig:
+        """The Ted-Tok config of this stream (no length needed)."""
+        return TedTokConfig(
+            alpha=self.alpha, beta=self.beta, batch_size=self.batch_size,
+            interval=max(1, round(self.interval_docs / self.step_docs)),
+            warmup_steps=round(self.warmup_docs / self.step_docs), id_price=self.id_price,
             base_token_cost=self.base_token_cost, **options,
         )
 
@@ -133,7 +147,7 @@ def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = Evolv
                                          progress=progress)
             validate(initial).raise_for_reasons(source="the trained initial tokenizer")
         stream = list(batches(docs[n_init:], settings.step_docs))
-        tedtok = TedTok(initial, config=settings.tedtok_config(len(stream), recycle_ids=not settings.append_ids),
+        tedtok = TedTok(initial, config=settings.tedtok_config(recycle_ids=not settings.append_ids),
                         lineage=settings.lineage)
         _write_version(output, 1, initial, None)
         first_bpt = _replay(output, tedtok, stream, progress=progress)

@@ -21,10 +21,12 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
   (strongest pair against weakest sink) and the batch stops at the first pair that fails the
   margin τ_pair > β·τ_token[w_delete]; the condition is monotone (without ``base_token_cost``),
   so this is Algorithm 2 run K times without re-ranking.
-* Id stability (an addition): on a long drifting stream Ted-Tok keeps replacing tokens it added
-  for a past period, and every pre-trained token it deletes on the way is an embedding row the
-  model loses. ``base_token_cost`` charges such deletes, so ids Ted-Tok recycled before are
-  reused first; with 0 (default) the rule is the paper's.
+* How much a revision changes (an addition): the paper's fixed K adds+deletes per revision is a
+  budget that fits one stream only: too small on a short or fast-drifting stream, too large on a
+  long one. Here every changed id has a price (``id_price``, ``base_token_cost``; see
+  :func:`plan_revision`), a revision makes the swaps that pay for their ids, and K is a safety
+  cap. Deleting a pre-trained token costs more, so ids Ted-Tok recycled before are reused
+  first. With both prices 0 (default) the rule is the paper's.
 * Ids: with ``recycle_ids`` (default) the vocabulary size is fixed and an added token takes a
   freed id of the same revision, lowest first; otherwise new tokens get fresh ids past the
   largest and freed ids stay holes. Statistics of a deleted token are forgotten before its id is
@@ -57,13 +59,16 @@ from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStor
 
 @dataclass(frozen=True)
 class TedTokConfig:
-    """Revision settings. Defaults are the paper's real-world (MT/QA) settings.
+    """Revision settings. Defaults are the paper's real-world (MT/QA) settings; an open-ended
+    stream's come from ``evolve.StreamSettings``.
 
-    ``warmup_steps`` and revisions in the final ``freeze_last`` fraction of ``total_steps`` are
-    off (the latter only when ``total_steps`` is known). ``base_token_cost`` (not in the paper,
-    0 = off) makes deleting a pre-trained token cost that share of the stream's tokens; see
-    :func:`plan_revision`. ``drop_residues`` (off by default) makes the next revision also
-    remove the residues handed over by :meth:`TedTok.set_residues` (LiteToken).
+    Revisions come every ``interval`` steps from step ``warmup_steps`` on; only a fixed-length
+    run (``for_schedule``, the paper's reproductions) knows ``total_steps`` and can stop the
+    final ``freeze_last`` fraction. The prices (not in the paper, 0 = the paper's rule; see
+    :func:`plan_revision`): ``id_price``, tokens a swap must save over the statistics' horizon
+    (1/α steps) for the id it changes; ``base_token_cost``, the share of the stream's tokens a
+    swap must also save when it takes a pre-trained id. ``drop_residues`` (off by default)
+    makes the next revision also remove the residues handed over by :meth:`TedTok.set_residues`.
     """
 
     alpha: float = 5e-5
@@ -141,23 +146,28 @@ def plan_revision(
 
     A swap (add the pair (u,v), delete the sink w) saves about τ_pair[u,v] − τ_token[w] tokens
     per step: every merged occurrence saves one token, every split one costs one. The paper's
-    rule takes a swap when τ_pair > β·τ_token[w]. ``id_price`` (0: the paper's rule) also prices
-    the id the swap changes — an embedding row every trainer must re-learn — as that share of
-    the stream's tokens per step, Σ τ_token: a swap must save at least ``id_price``·Σ τ_token.
-    Then the evidence, not K, decides how much a revision changes, and K is only a safety cap.
-    ``base_token_cost`` adds to the price of deleting a *base* token — one that still holds its
-    id from ``base_vocab``, the version the model was pre-trained with — and sinks are ranked by
-    τ_token plus their price, so Ted-Tok recycles the ids it added itself before it takes a
-    pre-trained one. Pairs come strongest first and sinks weakest first, so the saving falls
-    along the batch and the first swap that does not pay ends it.
+    rule takes a swap when τ_pair > β·τ_token[w], so a fixed K per revision is all that limits
+    how many ids change. Here every changed id — an embedding row each trainer must re-learn —
+    has a price in the same unit, tokens per step, and a swap must save at least its price:
+
+    * ``id_price`` (tokens per step) for any id;
+    * plus ``base_token_cost``·Σ τ_token (a share of the stream's tokens) when the sink is a
+      *base* token, one that still holds its id from ``base_vocab``, the version the model was
+      pre-trained with. Sinks are ranked by τ_token plus their price, so Ted-Tok recycles the
+      ids it added itself before it takes a pre-trained one.
+
+    Then the evidence decides how much a revision changes and K is only a safety cap. With both
+    prices 0 this is the paper's rule; β still applies either way. Pairs come strongest first
+    and sinks cheapest first, so the saving falls along the batch and the first swap that does
+    not pay ends it.
     """
     vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
     sinks = list(graph.sink_tokens)
     sink_ids = np.array([vocab[t] for t in sinks], np.int64)
     sink_scores = store.token(sink_ids) if sinks else np.zeros(0)
-    total = float(store.token(np.fromiter(vocab.values(), np.int64, len(vocab))).sum()) if base_token_cost else 0.0
     costs = np.full(len(sinks), id_price)
     if base_token_cost > 0 and base_vocab:
+        total = float(store.token(np.fromiter(vocab.values(), np.int64, len(vocab))).sum())
         is_base = np.array([base_vocab.get(t) == i for t, i in zip(sinks, sink_ids.tolist())], bool)
         costs[is_base] += base_token_cost * total
     # No pair weaker than what the cheapest swap needs can pass: stop scanning there.
@@ -329,6 +339,7 @@ class TedTok:
     def _revise(self) -> Revision | None:
         plan = plan_revision(
             self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size,
+            # τ is a per-step rate: saving id_price tokens over the 1/α-step horizon is α·id_price a step.
             base_vocab=self.base_vocab, id_price=self.config.id_price * self.config.alpha,
             base_token_cost=self.config.base_token_cost,
         )

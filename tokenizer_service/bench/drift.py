@@ -15,7 +15,8 @@ counts — closes 0.95 of the gap only after changing more than 11% of the ids.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -26,6 +27,12 @@ from tokenizer_service.errors import CorpusError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.options import setting, share, whole
 from tokenizer_service.tedtok import TedTok
+
+
+# The outcome a default must reach on every corpus (issue: Ted-Tok for open-ended streams).
+TARGETS = {"gap_closed": 0.90, "ids_stable": 0.85}
+# The price factors ``bench drift --sweep`` tries: both id prices times each (0: the paper's rule).
+SWEEP_PRICES = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,7 @@ def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, 
     new_seconds = time.perf_counter() - started
 
     total = -(-len(stream) // settings.step_docs)
-    tedtok = TedTok(old, config=settings.tedtok_config(total), lineage="drift")
+    tedtok = TedTok(old, config=settings.tedtok_config(), lineage="drift")
     for texts in tqdm(batches(stream, settings.step_docs), total=total, desc="ted-tok drift", unit="step",
                       disable=not progress):
         tedtok.observe_texts(texts)
@@ -96,3 +103,61 @@ def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, 
         "steps": total,
         "documents": {"old": len(old_texts), "stream": len(stream), "new": len(new_texts), "held_out": len(held)},
     }
+
+
+def drift_table(corpora: Sequence[str | Path], settings: DriftSettings = DriftSettings(), *,
+                prices: Sequence[float] | None = None, progress: bool = True) -> dict:
+    """:func:`run_drift` on each corpus: one row per run, and the worst case over the corpora,
+    the figure a default must hold on. ``prices`` are factors: each runs every corpus with both
+    id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own)."""
+    rows = []
+    for corpus in corpora:
+        for price in prices if prices is not None else [1.0]:
+            priced = replace(settings, id_price=settings.id_price * price,
+                             base_token_cost=settings.base_token_cost * price)
+            result = run_drift(corpus, priced, progress=progress)
+            rows.append({
+                "corpus": Path(corpus).name.removesuffix(".gz").removesuffix(".jsonl"), "price": price,
+                "gap_closed": result["gap_closed"], "ids_stable": result["ids_stable"],
+                **{f"bpt_{k}": v for k, v in result["bytes_per_token"].items()},
+                "revisions": result["revisions"], "stream_docs": result["documents"]["stream"],
+            })
+    worst = []
+    for price in dict.fromkeys(r["price"] for r in rows):
+        at = [r for r in rows if r["price"] == price]
+        gaps = [r["gap_closed"] for r in at if r["gap_closed"] is not None]
+        worst.append({"price": price, "gap_closed": min(gaps, default=None),
+                      "ids_stable": min(r["ids_stable"] for r in at)})
+    return {"rows": rows, "worst": worst, "targets": TARGETS}
+
+
+def plot_drift(table: dict, path: Path) -> None:
+    """gap_closed against ids_stable, a line per corpus through its prices, the targets shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    ax.add_patch(Rectangle((TARGETS["ids_stable"], TARGETS["gap_closed"]), 1, 10, color="tab:green", alpha=0.08,
+                           label="targets"))
+    ax.axhline(TARGETS["gap_closed"], color="tab:green", linestyle="--", linewidth=1)
+    ax.axvline(TARGETS["ids_stable"], color="tab:green", linestyle="--", linewidth=1)
+    for corpus in dict.fromkeys(r["corpus"] for r in table["rows"]):
+        rows = [r for r in table["rows"] if r["corpus"] == corpus and r["gap_closed"] is not None]
+        ax.plot([r["ids_stable"] for r in rows], [r["gap_closed"] for r in rows], marker="o", label=corpus)
+        for r in rows:
+            ax.annotate(f"×{r['price']:g}", (r["ids_stable"], r["gap_closed"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
+    gaps = [r["gap_closed"] for r in table["rows"] if r["gap_closed"] is not None] + [TARGETS["gap_closed"]]
+    ids = [r["ids_stable"] for r in table["rows"]] + [TARGETS["ids_stable"]]
+    ax.set_ylim(min(0, min(gaps)) - 0.05, max(gaps) + 0.1)
+    ax.set_xlim(min(ids) - 0.02, 1.0)
+    ax.set_xlabel("ids_stable (share of Old's ids unchanged)")
+    ax.set_ylabel("gap_closed (share of the Old→New bytes/token gap)")
+    ax.set_title("Ted-Tok drift: what the id price buys (labels: × the default prices)")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
