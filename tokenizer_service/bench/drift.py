@@ -5,11 +5,14 @@ and Ted-Tok evolves Old over the documents in between and the newest slice, one 
 ``step_docs`` documents. All three are scored on the newest ``held_out`` documents, which no
 tokenizer sees.
 
-Defaults: Old sees the oldest 60% (a model pre-trained on most of the history, then maintained),
-New the newest 20%, and Ted-Tok charges ``base_token_cost`` for deleting a pre-trained token so
-it recycles its own ids first. Why: on the git corpus with Old on the oldest 20% (2005-2008) the
-vocabulary has to move so far that even an oracle — Ted-Tok revising on the newest slice's own
-counts — closes 0.95 of the gap only after changing more than 11% of the ids.
+Slices: Old sees the oldest 60% (a model pre-trained on most of the history, then maintained),
+New the newest 20%. Why: on the git corpus with Old on the oldest 20% (2005-2008) the vocabulary
+has to move so far that even an oracle — Ted-Tok revising on the newest slice's own counts —
+closes 0.95 of the gap only after changing more than 11% of the ids. Ted-Tok runs with the
+stream defaults every command shares (``evolve.StreamSettings``): each changed id has a price
+and K is only a safety cap. Several corpora give one row each and the worst case; ``prices``
+(``--sweep``) reruns them with both prices scaled, to show what the price buys; ``plot_drift``
+draws it.
 """
 
 from __future__ import annotations
