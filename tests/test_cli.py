@@ -42,7 +42,8 @@ def test_bench_drift_closes_the_gap_within_its_id_budget(drifting_corpus, capsys
     assert row["revisions"] >= 1
     assert 1 - row["revisions"] * 20 / 300 <= row["ids_stable"] < 1
     assert row["stream_docs"] == 370
-    assert result["worst"] == [{"price": 1.0, "gap_closed": row["gap_closed"], "ids_stable": row["ids_stable"]}]
+    assert result["worst"] == [{"price": 1.0, "gap_closed": row["gap_closed"], "ids_stable": row["ids_stable"],
+                                "gap_undefined": 0}]
 
 
 def test_bench_drift_sweeps_several_corpora_and_plots(drifting_corpus, tmp_path, capsys):

@@ -370,3 +370,13 @@ def test_stream_settings_count_documents_not_steps():
     assert (a.interval * 32, a.warmup_steps * 32) == (b.interval * 64, b.warmup_steps * 64) == (640, 1280)
     assert a.total_steps is None and a.revision_due(10**9 // 20 * 20)
     assert a.id_price == b.id_price  # tokens over the horizon: the same evidence either way
+
+
+def test_sinks_are_ranked_by_what_replacing_them_needs(small):
+    """A young sink (τ 5, no price) needs a pair above β·5 = 6; a pre-trained one (τ 0, price 5.5)
+    needs 5.5: the pair at 5.8 replaces the pre-trained one instead of failing on the young one."""
+    store = store_with(small, {("c", "x"): 5.8}, {"abc": 5.0, "xy": 0.0, "a": 100.0})
+    base = {t: i for t, i in small.vocab.items() if t != "abc"}
+    plan = plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=2, base_vocab=base,
+                         base_token_cost=0.055)
+    assert plan.adds == [("c", "x")] and plan.deletes == ["xy"]

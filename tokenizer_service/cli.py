@@ -8,11 +8,13 @@ exit code 130 (SIGTERM: 143); what was written before stays complete.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import signal
 import sys
 import traceback
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any, NoReturn
 
 from tokenizer_service.errors import CorpusError, TokmaintError
@@ -121,16 +123,19 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 
 def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
     from tokenizer_service.bench.drift import DriftSettings, drift_table, plot_drift
-    from tokenizer_service.corpus import read_corpus
     from tokenizer_service.output_dir import OutputDir
 
     settings = _settings(args.parser, args, DriftSettings)
+    resolved = [Path(c).resolve() for c in args.corpus]
+    if len(set(resolved)) < len(resolved):
+        args.parser.error("argument --corpus: the same corpus is given twice")
     prices = args.sweep
     out = None
     if args.plot:
-        run = {"corpora": [read_corpus(c).sha256 for c in args.corpus], "prices": prices,
+        run = {"corpora": [_file_sha256(p) for p in resolved], "prices": prices,
                "settings": {f.name: getattr(settings, f.name) for f in fields(settings)}}
-        out = OutputDir.claim(args.plot, command="bench drift", run=run, outputs=[r"drift\.png"], force=args.force)
+        out = OutputDir.claim(args.plot, command="bench drift", run=run, outputs=[r"drift\.png"], force=args.force,
+                              option="--plot")
     try:
         table = drift_table(args.corpus, settings, prices=prices, progress=progress)
         if out is not None:
@@ -149,10 +154,22 @@ def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
     return 0
 
 
+def _file_sha256(path: Path) -> str | None:
+    """A file's content hash (None when it cannot be read: the command then says why)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
 def _prices(text: str) -> list[float]:
-    """``--sweep``: comma-separated price factors, each a number ≥ 0."""
+    """``--sweep``: comma-separated price factors, each a number ≥ 0, in order, each once."""
     price = Number(float, low=0)
-    return [price(p.strip()) for p in text.split(",") if p.strip()]
+    factors = list(dict.fromkeys(price(p.strip()) for p in text.split(",") if p.strip()))
+    if not factors:
+        raise argparse.ArgumentTypeError(f"must name at least one factor, got {text!r}")
+    return factors
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:

@@ -38,25 +38,33 @@ class StreamSettings:
     Everything is counted in documents, so nothing needs the stream's length, and how documents
     are grouped into time steps (``step_docs``) changes only the granularity: the statistics
     remember about ``horizon_docs`` documents (α per step = 1 − exp(−step_docs / horizon_docs)),
-    and revisions come every ``interval_docs`` documents after the first ``warmup_docs``.
+    and revisions come every ``interval_docs`` documents, the first at the first interval
+    boundary once ``warmup_docs`` have passed. The price is in tokens over the horizon, so early
+    in a stream, while the statistics have seen less than a horizon (τ starts at 0), it is
+    stricter: a swap then needs more evidence, deliberately.
     """
 
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer it trains")
     step_docs: int = setting(64, whole(1), "documents per time step")
-    horizon_docs: int = setting(6400, whole(1), "documents the statistics remember (the EMA's time constant)")
+    horizon_docs: int = setting(6400, whole(1), "documents the statistics remember (the EMA's time constant; at "
+                                                "least --step-docs)")
     interval_docs: int = setting(640, whole(1), "documents between revisions (rounded to whole steps)")
-    warmup_docs: int = setting(1280, whole(0), "documents before the first revision")
+    warmup_docs: int = setting(1280, whole(0), "documents before the first revision (which comes at the next "
+                                               "interval boundary)")
     beta: float = setting(1.2, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink]")
-    batch_size: int = setting(1000, whole(1), "most adds+deletes per revision (K, a safety cap)")
+    batch_size: int = setting(1000, whole(1), "most swaps (an add and a delete) per revision (K, a safety cap)")
     id_price: float = setting(10.0, Number(float, low=0),
                               "tokens a swap must save among the horizon's documents for the id it changes "
-                              "(0: the paper's rule)")
+                              "(0 with --base-token-cost 0: the paper's rule)")
     base_token_cost: float = setting(2.5e-5, Number(float, low=0),
-                                     "share of the stream's tokens a swap must also save when it takes a "
-                                     "pre-trained id (0: none)")
+                                     "share of the stream's tokens a swap must also save when it deletes a "
+                                     "pre-trained token (0: none)")
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.horizon_docs < self.step_docs:
+            raise ValueError(f"horizon_docs must be at least step_docs ({self.step_docs}): the statistics remember "
+                             f"at least one step, got {self.horizon_docs}")
 
     @property
     def alpha(self) -> float:

@@ -76,24 +76,25 @@ class OutputDir:
     command: str
     outputs: tuple[str, ...]
     resumed: bool
+    option: str = "--out"
     _lock: int | None = field(default=None, repr=False)
 
     @classmethod
     def claim(cls, path: str | Path, *, command: str, run: dict[str, Any], outputs: Sequence[str],
-              force: bool = False) -> "OutputDir":
+              force: bool = False, option: str = "--out") -> "OutputDir":
         """Check ``path`` against the rules above and mark it as this run's.
 
         ``run`` identifies the run (JSON-serialisable); ``outputs`` are regular expressions for the
         paths (relative, POSIX) of the files this command writes: the only files ``force`` may
-        remove.
+        remove. ``option`` names the directory's option in messages.
         """
         path = Path(path)
-        out = cls(path=path, command=command, outputs=tuple(outputs), resumed=False)
+        out = cls(path=path, command=command, outputs=tuple(outputs), resumed=False, option=option)
         try:
             out._claim(run, force)
         except OSError as exc:
             out.release()
-            raise OutputError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+            raise OutputError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
         except OutputError:
             out.release()
             raise
@@ -102,10 +103,10 @@ class OutputDir:
     def _claim(self, run: dict[str, Any], force: bool) -> None:
         path = self.path
         if path.exists() and not path.is_dir():
-            raise OutputError(f"--out {path} is a file, not a directory")
+            raise OutputError(f"{self.option} {path} is a file, not a directory")
         for parent in path.resolve().parents:
             if (parent / MARKER).is_file():
-                raise OutputError(f"--out {path} is inside {parent}, the output of another tokmaint command; "
+                raise OutputError(f"{self.option} {path} is inside {parent}, the output of another tokmaint command; "
                                   "choose a directory outside it")
         path.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(path, os.O_RDONLY)
@@ -121,9 +122,9 @@ class OutputDir:
                 if not isinstance(recorded_command, str) or not isinstance(recorded_run, dict):
                     raise TypeError
             except (ValueError, KeyError, TypeError):
-                raise OutputError(f"{marker} is not a marker tokmaint can read; choose another --out") from None
+                raise OutputError(f"{marker} is not a marker tokmaint can read; choose another {self.option}") from None
             if recorded_command != self.command:
-                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; choose another --out")
+                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; choose another {self.option}")
             if recorded_run == run:
                 self.resumed = True
             elif force:
@@ -133,7 +134,7 @@ class OutputDir:
                                     for k in sorted(set(recorded_run) | set(run)) if recorded_run.get(k) != run.get(k)],
                                    3, separator="; ")
                 raise OutputError(f"{path} holds a different `tokmaint {self.command}` run ({changed}); choose another "
-                                  "--out, or pass --force to replace the files tokmaint wrote there")
+                                  f"{self.option}, or pass --force to replace the files tokmaint wrote there")
         else:
             foreign = [p.name for p in path.iterdir()]
             if foreign:
@@ -179,7 +180,7 @@ class OutputDir:
                 foreign.append(relative)
         if foreign:
             raise OutputError(f"--force would have to replace folders of {self.path} that hold files tokmaint did "
-                              f"not write ({_listing(foreign)}); move them or choose another --out")
+                              f"not write ({_listing(foreign)}); move them or choose another {self.option}")
         for p in files:
             p.unlink()
         for folder in sorted({p.parent for p in files if p.parent != self.path}, reverse=True):

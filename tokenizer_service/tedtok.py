@@ -18,9 +18,9 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 * Inside one batch: the adds are chosen first; their parents are protected and never deleted in
   the same batch; only tokens that are sinks *before* the batch may be deleted (no cascade);
   add i is paired with delete i
-  (strongest pair against weakest sink) and the batch stops at the first pair that fails the
-  margin τ_pair > β·τ_token[w_delete]; the condition is monotone (without ``base_token_cost``),
-  so this is Algorithm 2 run K times without re-ranking.
+  (strongest pair against weakest sink, sinks ranked by what replacing them needs) and the
+  batch stops at the first pair that fails the margin τ_pair > β·τ_token[w_delete] (and its
+  price); the condition is monotone, so this is Algorithm 2 run K times without re-ranking.
 * How much a revision changes (an addition): the paper's fixed K adds+deletes per revision is a
   budget that fits one stream only: too small on a short or fast-drifting stream, too large on a
   long one. Here every changed id has a price (``id_price``, ``base_token_cost``; see
@@ -153,13 +153,13 @@ def plan_revision(
     * ``id_price`` (tokens per step) for any id;
     * plus ``base_token_cost``·Σ τ_token (a share of the stream's tokens) when the sink is a
       *base* token, one that still holds its id from ``base_vocab``, the version the model was
-      pre-trained with. Sinks are ranked by τ_token plus their price, so Ted-Tok recycles the
-      ids it added itself before it takes a pre-trained one.
+      pre-trained with, so Ted-Tok recycles the ids it added itself before it takes a
+      pre-trained one.
 
     Then the evidence decides how much a revision changes and K is only a safety cap. With both
-    prices 0 this is the paper's rule; β still applies either way. Pairs come strongest first
-    and sinks cheapest first, so the saving falls along the batch and the first swap that does
-    not pay ends it.
+    prices 0 this is the paper's rule; β still applies either way. A pair replaces a sink when
+    it scores above max(β·τ_token, τ_token + price): pairs come strongest first and sinks
+    in the order of that need, so the first pair that falls short ends the batch.
     """
     vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
     sinks = list(graph.sink_tokens)
@@ -170,9 +170,9 @@ def plan_revision(
         total = float(store.token(np.fromiter(vocab.values(), np.int64, len(vocab))).sum())
         is_base = np.array([base_vocab.get(t) == i for t, i in zip(sinks, sink_ids.tolist())], bool)
         costs[is_base] += base_token_cost * total
-    # No pair weaker than what the cheapest swap needs can pass: stop scanning there.
+    # What a pair must score to replace each sink: the margin, and the sink's score plus its price.
     needs = np.maximum(beta * sink_scores, np.where(costs > 0, sink_scores + costs, -np.inf))
-    floor = float(needs.min()) if sinks else float("inf")
+    floor = float(needs.min()) if sinks else float("inf")  # no weaker pair can pass: stop scanning
     keys, values = store.top_pairs(4 * batch_size + 64)
     adds, add_scores = [], []
     for key, value in zip(keys.tolist(), values.tolist()):
@@ -190,8 +190,10 @@ def plan_revision(
     protected = {t for pair in adds for t in pair}
     keep = np.array([t not in protected for t in sinks], bool)
     sinks = [t for t, k in zip(sinks, keep.tolist()) if k]
-    sink_scores, costs = sink_scores[keep], costs[keep]
-    weakest = _weakest(sink_scores + costs, sinks, len(adds))
+    sink_scores, costs, needs = sink_scores[keep], costs[keep], needs[keep]
+    # Sinks in the order of what replacing them needs: strongest pair against cheapest sink is
+    # then the best matching, and the first pair that falls short ends the batch.
+    weakest = _weakest(needs, sinks, len(adds))
 
     def passes(add_score: float, k: int) -> bool:
         return add_score > beta * sink_scores[k] and (costs[k] == 0 or add_score - sink_scores[k] >= costs[k])

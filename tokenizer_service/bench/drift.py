@@ -62,7 +62,22 @@ def ids_stable(old: BPETokenizer, new: BPETokenizer) -> float:
     return sum(new.id_to_token.get(i) == t for i, t in old.id_to_token.items()) / len(old.id_to_token)
 
 
-def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, progress: bool = True) -> dict:
+@dataclass(frozen=True)
+class DriftSetup:
+    """One corpus cut into its slices, with Old and New trained: what every price replays on."""
+
+    name: str
+    old: BPETokenizer
+    new: BPETokenizer
+    stream: list[list[str]]
+    eval_texts: list[str]
+    documents: dict[str, int]
+    new_seconds: float
+
+
+def prepare_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, progress: bool = True
+                  ) -> DriftSetup:
+    """Read the corpus, cut it into Old, stream, New and held-out slices and train Old and New."""
     docs = read_corpus(corpus, progress=progress)
     n = len(docs)
     n_old, n_new = round(settings.old_share * n), round(settings.new_share * n)
@@ -81,56 +96,73 @@ def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, 
     old_texts = [d.text for d in rest[:n_old]]
     new_texts = [d.text for d in rest[-(n_new - settings.held_out):]]
     stream = rest[n_old:]
-    eval_texts = [d.text for d in held]
-
     old = BPETokenizer.train(old_texts, vocab_size=settings.vocab_size, progress=progress)
     started = time.perf_counter()
     new = BPETokenizer.train(new_texts, vocab_size=settings.vocab_size)
-    new_seconds = time.perf_counter() - started
+    return DriftSetup(
+        name=Path(corpus).name.removesuffix(".gz").removesuffix(".jsonl"), old=old, new=new,
+        stream=list(batches(stream, settings.step_docs)), eval_texts=[d.text for d in held],
+        documents={"old": len(old_texts), "stream": len(stream), "new": len(new_texts), "held_out": len(held)},
+        new_seconds=time.perf_counter() - started,
+    )
 
-    total = -(-len(stream) // settings.step_docs)
-    tedtok = TedTok(old, config=settings.tedtok_config(), lineage="drift")
-    for texts in tqdm(batches(stream, settings.step_docs), total=total, desc="ted-tok drift", unit="step",
-                      disable=not progress):
+
+def replay_drift(setup: DriftSetup, settings: DriftSettings, *, progress: bool = True) -> dict:
+    """Evolve Old over the stream with Ted-Tok and score Old, New and the result."""
+    tedtok = TedTok(setup.old, config=settings.tedtok_config(), lineage="drift")
+    for texts in tqdm(setup.stream, desc=f"ted-tok {setup.name}", unit="step", disable=not progress):
         tedtok.observe_texts(texts)
     evolved = tedtok.tokenizer
-    bpt = {name: tok.bytes_per_token(eval_texts) for name, tok in (("old", old), ("new", new), ("tedtok", evolved))}
+    bpt = {name: tok.bytes_per_token(setup.eval_texts)
+           for name, tok in (("old", setup.old), ("new", setup.new), ("tedtok", evolved))}
     return {
         "bytes_per_token": bpt,
         # Undefined (null) when Old and New compress the held-out documents equally well.
         "gap_closed": (bpt["tedtok"] - bpt["old"]) / gap if (gap := bpt["new"] - bpt["old"]) else None,
-        "jaccard": {"old_vs_new": jaccard_distance(old, new), "tedtok_vs_new": jaccard_distance(evolved, new)},
-        "ids_stable": ids_stable(old, evolved),
-        "seconds": {"revisions": tedtok.revision_seconds, "new_training": new_seconds},
+        "jaccard": {"old_vs_new": jaccard_distance(setup.old, setup.new),
+                    "tedtok_vs_new": jaccard_distance(evolved, setup.new)},
+        "ids_stable": ids_stable(setup.old, evolved),
+        "seconds": {"revisions": tedtok.revision_seconds, "new_training": setup.new_seconds},
         "revisions": len(tedtok.revisions),
-        "steps": total,
-        "documents": {"old": len(old_texts), "stream": len(stream), "new": len(new_texts), "held_out": len(held)},
+        "steps": len(setup.stream),
+        "documents": setup.documents,
     }
+
+
+def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, progress: bool = True) -> dict:
+    """The drift benchmark on one corpus at one setting."""
+    return replay_drift(prepare_drift(corpus, settings, progress=progress), settings, progress=progress)
 
 
 def drift_table(corpora: Sequence[str | Path], settings: DriftSettings = DriftSettings(), *,
                 prices: Sequence[float] | None = None, progress: bool = True) -> dict:
-    """:func:`run_drift` on each corpus: one row per run, and the worst case over the corpora,
-    the figure a default must hold on. ``prices`` are factors: each runs every corpus with both
-    id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own)."""
+    """The drift benchmark on each corpus: one row per run, and the worst case over the corpora,
+    the figure a default must hold on. ``prices`` are factors: each replays every corpus with
+    both id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own);
+    Old and New are trained once per corpus."""
     rows = []
-    for corpus in corpora:
+    names = [Path(c).name.removesuffix(".gz").removesuffix(".jsonl") for c in corpora]
+    for corpus, name in zip(corpora, names):
+        setup = prepare_drift(corpus, settings, progress=progress)
         for price in prices if prices is not None else [1.0]:
             priced = replace(settings, id_price=settings.id_price * price,
                              base_token_cost=settings.base_token_cost * price)
-            result = run_drift(corpus, priced, progress=progress)
+            result = replay_drift(setup, priced, progress=progress)
             rows.append({
-                "corpus": Path(corpus).name.removesuffix(".gz").removesuffix(".jsonl"), "price": price,
+                # Corpora of the same file name are told apart by the path given.
+                "corpus": name if names.count(name) == 1 else str(corpus), "price": price,
                 "gap_closed": result["gap_closed"], "ids_stable": result["ids_stable"],
                 **{f"bpt_{k}": v for k, v in result["bytes_per_token"].items()},
+                **{f"jaccard_{k}": v for k, v in result["jaccard"].items()},
                 "revisions": result["revisions"], "stream_docs": result["documents"]["stream"],
+                "seconds": result["seconds"]["revisions"],
             })
     worst = []
     for price in dict.fromkeys(r["price"] for r in rows):
         at = [r for r in rows if r["price"] == price]
         gaps = [r["gap_closed"] for r in at if r["gap_closed"] is not None]
         worst.append({"price": price, "gap_closed": min(gaps, default=None),
-                      "ids_stable": min(r["ids_stable"] for r in at)})
+                      "ids_stable": min(r["ids_stable"] for r in at), "gap_undefined": len(at) - len(gaps)})
     return {"rows": rows, "worst": worst, "targets": TARGETS}
 
 
@@ -159,7 +191,7 @@ def plot_drift(table: dict, path: Path) -> None:
     ax.set_xlim(min(ids) - 0.02, 1.0)
     ax.set_xlabel("ids_stable (share of Old's ids unchanged)")
     ax.set_ylabel("gap_closed (share of the Old→New bytes/token gap)")
-    ax.set_title("Ted-Tok drift: what the id price buys (labels: × the default prices)")
+    ax.set_title("Ted-Tok drift: what the id price buys (labels: × the prices set)")
     ax.legend(loc="lower left")
     fig.tight_layout()
     fig.savefig(path, format="png")
