@@ -51,7 +51,7 @@ import numpy as np
 
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, pack_pair, unpack_pair
+from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, unpack_pair
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import residue_free_tokenizer
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
