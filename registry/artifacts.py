@@ -1,0 +1,88 @@
+"""Content-addressed artifact storage: a blob's name is its sha256, so names can never escape the
+store and identical content is stored once.
+
+:class:`ArtifactStore` is the interface the registry needs; :class:`LocalArtifactStore` keeps
+blobs in a directory (``ab/cdef...``), written atomically. An object store implements the same
+three methods.
+
+>>> import tempfile
+>>> store = LocalArtifactStore(tempfile.mkdtemp())
+>>> name = store.put(b"{}")
+>>> name[:12], store.get(name)
+('44136fa355b3', b'{}')
+>>> store.get("../../etc/passwd")
+Traceback (most recent call last):
+...
+KeyError: "not an artifact name: '../../etc/passwd'"
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import os
+import re
+from pathlib import Path
+
+_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def artifact_name(data: bytes) -> str:
+    """The name of a blob: its sha256, hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_name(name: str) -> str:
+    """A valid artifact name (64 lowercase hex digits), or KeyError."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise KeyError(f"not an artifact name: {name!r}")
+    return name
+
+
+class ArtifactStore(abc.ABC):
+    @abc.abstractmethod
+    def put(self, data: bytes) -> str:
+        """Store a blob (durably, before returning) and return its name."""
+
+    @abc.abstractmethod
+    def get(self, name: str) -> bytes:
+        """The blob of that name; KeyError if there is none."""
+
+    @abc.abstractmethod
+    def exists(self, name: str) -> bool:
+        """Whether a blob of that name is stored."""
+
+
+class LocalArtifactStore(ArtifactStore):
+    """Blobs in ``root/ab/cdef…``; each written to a temporary file, fsynced and renamed."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, name: str) -> Path:
+        name = check_name(name)
+        return self.root / name[:2] / name[2:]
+
+    def put(self, data: bytes) -> str:
+        name = artifact_name(data)
+        final = self.path(name)
+        if final.exists():
+            return name
+        final.parent.mkdir(exist_ok=True)
+        staging = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        with open(staging, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staging, final)
+        return name
+
+    def get(self, name: str) -> bytes:
+        try:
+            return self.path(name).read_bytes()
+        except FileNotFoundError:
+            raise KeyError(f"no artifact {name}") from None
+
+    def exists(self, name: str) -> bool:
+        return self.path(name).is_file()

@@ -1,0 +1,365 @@
+"""The registry: lineages of immutable numbered tokenizer versions, aliases and revision events.
+
+Every publish is validated (the core's ``validate`` plus the lineage rules below), its artifacts
+are stored first, and then one transaction numbers the version, moves ``latest`` and writes the
+revision event to the outbox: a version is visible with all its artifacts or not at all.
+
+Lineage rules (every publish but a rollback): surviving tokens keep their ids; the parent's base
+alphabet and special tokens stay, at their ids; the new version is no less reachable than its
+parent; an uploaded diff must equal the diff the registry computes from parent and child.
+
+Numbers are gapless and unique per lineage however many processes publish at once: SQLite
+serialises writers (``BEGIN IMMEDIATE``, see ``db.py``), PostgreSQL locks the lineage row.
+Re-publishing the latest version's content returns that version.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from registry.artifacts import ArtifactStore
+from registry.models import VERSION_KINDS, Alias, Lineage, OutboxEvent, Version, utcnow
+from schemas.revision import RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.options import lineage_name
+from tokenizer_service.revision_diff import diff_entries
+from tokenizer_service.validation import validate
+
+T = TypeVar("T")
+
+
+class RegistryError(Exception):
+    """A refused request: a symbolic ``code``, the HTTP ``status`` it maps to and every reason."""
+
+    STATUS = {"invalid_name": 422, "invalid_tokenizer": 422, "invalid_diff": 422, "lineage_exists": 409,
+              "incompatible": 409, "stale_parent": 409, "lineage_not_found": 404, "version_not_found": 404,
+              "alias_not_found": 404}
+
+    def __init__(self, code: str, reasons: list[str]) -> None:
+        super().__init__(f"{code}: " + "; ".join(reasons))
+        self.code, self.reasons, self.status = code, list(reasons), self.STATUS[code]
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """What the registry knows of one version (the artifacts are fetched by their sha256)."""
+
+    lineage: str
+    number: int
+    parent: int | None
+    kind: str
+    sha256: str
+    diff_sha256: str
+    vocab_size: int
+    id_space: int
+    merges: int
+    changed_ids: int
+    metrics: dict[str, Any]
+    created_at: datetime
+    created_by: str
+
+    @classmethod
+    def of(cls, row: Version, lineage: str) -> "VersionInfo":
+        return cls(lineage=lineage, number=row.number, parent=row.parent_number, kind=row.kind, sha256=row.sha256,
+                   diff_sha256=row.diff_sha256, vocab_size=row.vocab_size, id_space=row.id_space, merges=row.merges,
+                   changed_ids=row.changed_ids, metrics=dict(row.metrics), created_by=row.created_by,
+                   # SQLite hands back naive datetimes; every time here is UTC.
+                   created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc))
+
+
+def check_lineage_name(name: str) -> str:
+    try:
+        return lineage_name(name)
+    except Exception as exc:  # argparse's error type carries the message
+        raise RegistryError("invalid_name", [f"lineage name {str(exc)}"]) from None
+
+
+def parse_tokenizer(data: bytes) -> BPETokenizer:
+    """An uploaded tokenizer.json, refused with every reason (``invalid_tokenizer``)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RegistryError("invalid_tokenizer", [f"not UTF-8 (byte at offset {exc.start})"]) from None
+    try:
+        return BPETokenizer.from_json(text)
+    except InvalidTokenizer as exc:
+        raise RegistryError("invalid_tokenizer", exc.reasons) from None
+
+
+def lineage_problems(parent: BPETokenizer, child: BPETokenizer) -> list[str]:
+    """The lineage rules a publish must keep (the core's ``validate`` comes on top).
+
+    >>> t = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
+    >>> lineage_problems(t, t.replace_model(vocab={"a": 0, "b": 1, "ab": 3}, merges=[("a", "b")]))
+    ["1 surviving tokens changed their id, e.g. 'ab': 2 -> 3"]
+    """
+    reasons = []
+    moved = [f"{t!r}: {i} -> {child.vocab[t]}" for t, i in parent.vocab.items() if t in child.vocab
+             and child.vocab[t] != i]
+    if moved:
+        reasons.append(f"{len(moved)} surviving tokens changed their id, e.g. {', '.join(moved[:3])}")
+    base = parent.base_tokens - parent.special_tokens
+    lost = sorted(t for t in base if child.vocab.get(t) != parent.vocab.get(t))
+    if lost:
+        reasons.append(f"{len(lost)} base tokens are missing or moved, e.g. {lost[:3]}")
+    specials = {t["content"]: t["id"] for t in parent.pipeline.get("added_tokens", []) if t.get("special")}
+    kept = {t["content"]: t["id"] for t in child.pipeline.get("added_tokens", []) if t.get("special")}
+    gone = sorted(t for t, i in specials.items() if kept.get(t) != i)
+    if gone:
+        reasons.append(f"{len(gone)} special tokens are missing or moved, e.g. {gone[:3]}")
+    return reasons
+
+
+class Registry:
+    """The registry over a database ``engine`` (migrated: ``db.migrate``) and an artifact store."""
+
+    def __init__(self, engine: Engine, artifacts: ArtifactStore) -> None:
+        self.engine = engine
+        self.artifacts = artifacts
+
+    # ----- reading ------------------------------------------------------------------------
+    def _lineage(self, session: Session, name: str, *, lock: bool = False) -> Lineage:
+        query = select(Lineage).where(Lineage.name == name)
+        lineage = session.scalars(query.with_for_update() if lock else query).one_or_none()
+        if lineage is None:
+            raise RegistryError("lineage_not_found", [f"no lineage {name!r}"])
+        return lineage
+
+    def lineages(self) -> list[tuple[str, int]]:
+        """(name, latest version) of every lineage, by name."""
+        with Session(self.engine) as session:
+            return [(n, latest) for n, latest in session.execute(select(Lineage.name, Lineage.latest)
+                                                                  .order_by(Lineage.name))]
+
+    def versions(self, name: str, *, offset: int = 0, limit: int = 100) -> tuple[list[VersionInfo], int]:
+        """A page of a lineage's versions, oldest first, and how many there are."""
+        with Session(self.engine) as session:
+            lineage = self._lineage(session, name)
+            rows = session.scalars(select(Version).where(Version.lineage_id == lineage.id)
+                                   .order_by(Version.number).offset(offset).limit(limit)).all()
+            return [VersionInfo.of(r, name) for r in rows], lineage.latest
+
+    def version(self, name: str, ref: int | str = "latest") -> VersionInfo:
+        """A version by number, ``latest`` or an alias name."""
+        with Session(self.engine) as session:
+            lineage = self._lineage(session, name)
+            number = self._resolve(session, lineage, ref)
+            row = session.scalars(select(Version).where(Version.lineage_id == lineage.id,
+                                                        Version.number == number)).one_or_none()
+            if row is None:
+                raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
+            return VersionInfo.of(row, name)
+
+    def _resolve(self, session: Session, lineage: Lineage, ref: int | str) -> int:
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+            return int(ref)
+        if ref == "latest":
+            return lineage.latest
+        alias = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == ref)).one_or_none()
+        if alias is None:
+            raise RegistryError("alias_not_found", [f"lineage {lineage.name!r} has no alias {ref!r}"])
+        return alias.number
+
+    def tokenizer(self, name: str, ref: int | str = "latest") -> BPETokenizer:
+        return BPETokenizer.from_json(self.artifacts.get(self.version(name, ref).sha256).decode("utf-8"))
+
+    def diff(self, name: str, ref: int | str = "latest") -> RevisionDiff:
+        """A version's own diff against its parent."""
+        return RevisionDiff.from_dict(json.loads(self.artifacts.get(self.version(name, ref).diff_sha256)))
+
+    def composed_diff(self, name: str, start: int, end: int) -> RevisionDiff:
+        """One diff from version ``start`` to ``end``, for a trainer that skipped versions: the ids
+        whose token differs between the two, with parents as of ``end``."""
+        first, last = self.version(name, start), self.version(name, end)
+        parent, child = self.tokenizer(name, start), self.tokenizer(name, end)
+        return RevisionDiff(lineage=name, version=last.number, parent_version=first.number,
+                            tokenizer_sha256=last.sha256, parent_sha256=first.sha256, vocab_size=len(child),
+                            id_space=child.id_space, entries=diff_entries(parent, child),
+                            config={"composed": True})
+
+    # ----- writing ------------------------------------------------------------------------
+    def create_lineage(self, name: str, tokenizer_json: bytes, *, kind: str = "initial", created_by: str = "",
+                       metrics: dict[str, Any] | None = None) -> VersionInfo:
+        """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
+        check_lineage_name(name)
+        tokenizer = parse_tokenizer(tokenizer_json)
+        report = validate(tokenizer)
+        if report.reasons:
+            raise RegistryError("invalid_tokenizer", report.reasons)
+
+        def insert(session: Session) -> VersionInfo:
+            if session.scalars(select(Lineage).where(Lineage.name == name)).one_or_none() is not None:
+                raise RegistryError("lineage_exists", [f"lineage {name!r} exists already"])
+            lineage = Lineage(name=name, latest=0)
+            session.add(lineage)
+            session.flush()
+            return self._insert_version(session, lineage, tokenizer, None, kind=kind, created_by=created_by,
+                                        metrics=metrics or {})
+
+        return self._write(insert)
+
+    def publish(self, name: str, tokenizer_json: bytes, *, diff_json: bytes | None = None, kind: str = "tedtok",
+                parent: int | None = None, created_by: str = "", metrics: dict[str, Any] | None = None
+                ) -> VersionInfo:
+        """Publish a new version on top of ``parent`` (default: the latest; a stale parent is
+        refused) after every check; the latest version's own content again returns it."""
+        if kind not in VERSION_KINDS or kind == "initial":
+            raise RegistryError("invalid_tokenizer", [f"kind must be one of {VERSION_KINDS[1:]}, got {kind!r}"])
+        child = parse_tokenizer(tokenizer_json)
+        uploaded = self._parse_diff(diff_json) if diff_json is not None else None
+        while True:
+            latest = self.version(name)
+            if parent is not None and parent != latest.number:
+                raise RegistryError("stale_parent", [f"parent {parent} is not the latest version of {name!r} "
+                                                     f"({latest.number}); rebase on it"])
+            if child.sha256 == latest.sha256 and kind != "rollback":
+                return latest
+            parent_tokenizer = self.tokenizer(name, latest.number)
+            self._check(parent_tokenizer, child, uploaded, rollback=kind == "rollback")
+            try:
+                return self._write(lambda session: self._insert_on_top(session, name, latest.number, parent_tokenizer,
+                                                                       child, kind, created_by, metrics or {}))
+            except _LatestMoved:
+                if parent is not None:
+                    raise RegistryError("stale_parent", [f"another version of {name!r} was published first; "
+                                                         "rebase on it"]) from None
+
+    def rollback(self, name: str, to: int, *, created_by: str = "") -> VersionInfo:
+        """Publish a new version whose content is version ``to``'s, with the diff that gets there."""
+        target = self.version(name, to)
+        return self.publish(name, self.artifacts.get(target.sha256), kind="rollback", created_by=created_by,
+                            metrics={"rollback_to": target.number})
+
+    def set_alias(self, name: str, alias: str, ref: int | str) -> int:
+        """Point ``alias`` at a version (created or moved); returns its number."""
+        if alias == "latest" or alias.isdigit():
+            raise RegistryError("invalid_name", [f"alias {alias!r} would shadow a version reference"])
+        check_lineage_name(alias)
+
+        def move(session: Session) -> int:
+            lineage = self._lineage(session, name)
+            number = self._resolve(session, lineage, ref)
+            if not 1 <= number <= lineage.latest:
+                raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
+            row = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == alias)
+                                  ).one_or_none()
+            if row is None:
+                session.add(Alias(lineage_id=lineage.id, name=alias, number=number))
+            else:
+                row.number = number
+            return number
+
+        return self._write(move)
+
+    def delete_alias(self, name: str, alias: str) -> None:
+        def delete(session: Session) -> None:
+            lineage = self._lineage(session, name)
+            row = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == alias)
+                                  ).one_or_none()
+            if row is None:
+                raise RegistryError("alias_not_found", [f"lineage {name!r} has no alias {alias!r}"])
+            session.delete(row)
+
+        self._write(delete)
+
+    def pending_events(self, limit: int = 100) -> list[tuple[int, dict[str, Any]]]:
+        """(outbox id, event) of events not yet marked sent, oldest first."""
+        with Session(self.engine) as session:
+            rows = session.scalars(select(OutboxEvent).where(OutboxEvent.sent_at.is_(None))
+                                   .order_by(OutboxEvent.id).limit(limit)).all()
+            return [(r.id, dict(r.payload)) for r in rows]
+
+    def mark_sent(self, ids: list[int]) -> None:
+        def mark(session: Session) -> None:
+            for row in session.scalars(select(OutboxEvent).where(OutboxEvent.id.in_(ids))):
+                row.sent_at = utcnow()
+
+        self._write(mark)
+
+    def count_versions(self) -> int:
+        with Session(self.engine) as session:
+            return session.scalar(select(func.count(Version.id))) or 0
+
+    # ----- internals ----------------------------------------------------------------------
+    def _write(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction (committed on success, rolled back on any error)."""
+        with Session(self.engine) as session, session.begin():
+            return work(session)
+
+    @staticmethod
+    def _parse_diff(diff_json: bytes) -> RevisionDiff:
+        try:
+            return RevisionDiff.from_dict(json.loads(diff_json))
+        except Exception as exc:  # JSON or schema errors: their text is the reason
+            raise RegistryError("invalid_diff", [f"the diff is not a revision diff: {str(exc).splitlines()[0]}"]
+                                ) from None
+
+    @staticmethod
+    def _check(parent: BPETokenizer, child: BPETokenizer, uploaded: RevisionDiff | None, *, rollback: bool) -> None:
+        report = validate(child, parent=parent)
+        if report.reasons:
+            raise RegistryError("invalid_tokenizer", report.reasons)
+        reasons = [] if rollback else lineage_problems(parent, child)
+        if uploaded is not None:
+            if uploaded.tokenizer_sha256 != child.sha256:
+                reasons.append(f"the diff describes tokenizer {uploaded.tokenizer_sha256[:12]}, not the uploaded "
+                               f"{child.sha256[:12]}")
+            expected = diff_entries(parent, child)
+            if uploaded.entries != expected:
+                wrong = sorted({e.id for e in uploaded.entries} ^ {e.id for e in expected}
+                               | {a.id for a, b in zip(uploaded.entries, expected) if a != b})
+                reasons.append(f"the diff does not match the tokenizers: {len(uploaded.entries)} entries uploaded, "
+                               f"{len(expected)} computed, ids differ at e.g. {wrong[:5]}")
+        if reasons:
+            raise RegistryError("incompatible", reasons)
+
+    def _insert_on_top(self, session: Session, name: str, expected: int, parent: BPETokenizer,
+                       child: BPETokenizer, kind: str, created_by: str, metrics: dict[str, Any]) -> VersionInfo:
+        lineage = self._lineage(session, name, lock=True)
+        if lineage.latest != expected:
+            raise _LatestMoved()
+        return self._insert_version(session, lineage, child, parent, kind=kind, created_by=created_by,
+                                    metrics=metrics)
+
+    def _insert_version(self, session: Session, lineage: Lineage, child: BPETokenizer,
+                        parent: BPETokenizer | None, *, kind: str, created_by: str, metrics: dict[str, Any]
+                        ) -> VersionInfo:
+        """Artifacts first, then the row, ``latest`` and the outbox event, in the caller's transaction."""
+        number = lineage.latest + 1
+        entries = diff_entries(parent, child) if parent is not None else []
+        diff = RevisionDiff(lineage=lineage.name, version=number, parent_version=lineage.latest or None,
+                            tokenizer_sha256=child.sha256, parent_sha256=parent.sha256 if parent else None,
+                            vocab_size=len(child), id_space=child.id_space, entries=entries,
+                            config={"kind": kind, **({"metrics": metrics} if metrics else {})})
+        sha = self.artifacts.put(child.to_json().encode("utf-8"))
+        diff_sha = self.artifacts.put(diff.to_json().encode("utf-8"))
+        row = Version(lineage_id=lineage.id, number=number, parent_number=lineage.latest or None, kind=kind,
+                      sha256=sha, diff_sha256=diff_sha, vocab_size=len(child), id_space=child.id_space,
+                      merges=len(child.merges), changed_ids=len(entries), metrics=metrics, created_by=created_by)
+        session.add(row)
+        lineage.latest = number
+        event = {"event_id": str(uuid.uuid4()), "lineage": lineage.name, "version": number,
+                 "parent_version": row.parent_number, "sha256": sha, "kind": kind,
+                 "download_url": f"/v1/tokenizers/{lineage.name}/versions/{number}/tokenizer.json",
+                 "created_at": utcnow().isoformat()}
+        session.add(OutboxEvent(event_id=event["event_id"], lineage=lineage.name, payload=event))
+        try:
+            session.flush()
+        except IntegrityError:
+            raise _LatestMoved() from None
+        row.lineage = lineage
+        return VersionInfo.of(row, lineage.name)
+
+
+class _LatestMoved(Exception):
+    """Another publish took the next number first (the caller retries on the new latest)."""

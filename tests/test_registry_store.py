@@ -1,0 +1,247 @@
+"""The registry store on SQLite and on PostgreSQL (a fresh database on the local server per test
+session): migrations, publishing a real Ted-Tok lineage, refusals that store nothing, aliases,
+rollback, composed diffs, the outbox, and several processes publishing to one lineage at once."""
+
+import json
+import multiprocessing
+import uuid
+
+import psycopg2
+import pytest
+from sqlalchemy import inspect
+
+from registry.artifacts import LocalArtifactStore
+from registry.db import make_engine, migrate
+from registry.store import Registry, RegistryError
+from tests.conftest import NEW_WORDS, WORDS, sentences
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.merge_graph import MergeGraph
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432"
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A database of its own on the local PostgreSQL server, dropped after the session."""
+    name = f"tokmaint_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432 ({str(exc).strip()}); `make test` starts the local one")
+    admin.autocommit = True
+    admin.cursor().execute(f'CREATE DATABASE "{name}"')
+    yield f"{POSTGRES}/{name}"
+    admin.cursor().execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """An empty database per test: a SQLite file, or a schema-reset PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'registry.db'}"
+    url = request.getfixturevalue("postgres_url")
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def registry(database_url, tmp_path):
+    migrate(database_url)
+    return Registry(make_engine(database_url), LocalArtifactStore(tmp_path / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def lineage():
+    """An initial tokenizer and the revisions Ted-Tok made of it over a drifting stream."""
+    initial = BPETokenizer.train(sentences(300), vocab_size=320)
+    tedtok = TedTok(initial, config=TedTokConfig(alpha=0.3, batch_size=5, interval=2), lineage="demo")
+    for step in range(24):
+        tedtok.observe_texts(sentences(20, seed=100 + step, words=NEW_WORDS + WORDS[:3]))
+    assert len(tedtok.revisions) >= 8
+    return initial, tedtok.revisions
+
+
+def publish_lineage(registry, lineage):
+    initial, revisions = lineage
+    registry.create_lineage("demo", initial.to_json().encode())
+    return [registry.publish("demo", r.tokenizer.to_json().encode(), diff_json=r.diff.to_json().encode())
+            for r in revisions]
+
+
+def test_migrations_create_every_table(database_url):
+    migrate(database_url)
+    migrate(database_url)  # already at head: nothing to do
+    tables = set(inspect(make_engine(database_url)).get_table_names())
+    assert {"lineages", "versions", "aliases", "outbox", "alembic_version"} <= tables
+
+
+def test_a_tedtok_lineage_is_published_gapless_with_its_diffs(registry, lineage):
+    initial, revisions = lineage
+    published = publish_lineage(registry, lineage)
+    assert [v.number for v in published] == list(range(2, len(revisions) + 2))
+    assert [v.parent for v in published] == list(range(1, len(revisions) + 1))
+    for info, revision in zip(published, revisions):
+        assert info.sha256 == revision.tokenizer.sha256 and info.id_space == revision.tokenizer.id_space
+        assert registry.diff("demo", info.number).entries == revision.diff.entries
+        assert registry.tokenizer("demo", info.number).to_json() == revision.tokenizer.to_json()
+    page, total = registry.versions("demo", offset=2, limit=3)
+    assert [v.number for v in page] == [3, 4, 5] and total == len(revisions) + 1
+    assert registry.lineages() == [("demo", len(revisions) + 1)]
+
+
+def test_republishing_the_latest_content_returns_it(registry, lineage):
+    published = publish_lineage(registry, lineage)
+    again = registry.publish("demo", lineage[1][-1].tokenizer.to_json().encode())
+    assert again == published[-1] and registry.count_versions() == len(published) + 1
+
+
+def test_a_publish_without_a_diff_gets_the_one_the_registry_computes(registry, lineage):
+    initial, revisions = lineage
+    registry.create_lineage("demo", initial.to_json().encode(), kind="import")
+    info = registry.publish("demo", revisions[0].tokenizer.to_json().encode(), kind="import")
+    assert registry.diff("demo", info.number).entries == revisions[0].diff.entries
+
+
+def test_composed_diff_equals_applying_every_diff_in_turn(registry, lineage):
+    published = publish_lineage(registry, lineage)
+    start, end = 2, published[-1].number
+    tokens = dict(registry.tokenizer("demo", start).id_to_token)
+    for n in range(start + 1, end + 1):
+        for e in registry.diff("demo", n).entries:
+            tokens.pop(e.id, None) if e.new_token is None else tokens.__setitem__(e.id, e.new_token)
+    composed = dict(registry.tokenizer("demo", start).id_to_token)
+    for e in registry.composed_diff("demo", start, end).entries:
+        composed.pop(e.id, None) if e.new_token is None else composed.__setitem__(e.id, e.new_token)
+    assert tokens == composed == registry.tokenizer("demo", end).id_to_token
+
+
+def test_aliases_and_rollback(registry, lineage):
+    published = publish_lineage(registry, lineage)
+    assert registry.set_alias("demo", "serving", 3) == 3
+    assert registry.version("demo", "serving").number == 3
+    registry.set_alias("demo", "serving", "latest")
+    assert registry.version("demo", "serving").number == published[-1].number
+    rolled = registry.rollback("demo", 3)
+    assert rolled.number == published[-1].number + 1 and rolled.kind == "rollback"
+    assert rolled.sha256 == registry.version("demo", 3).sha256
+    assert registry.composed_diff("demo", 3, rolled.number).entries == []
+    registry.delete_alias("demo", "serving")
+    with pytest.raises(RegistryError) as caught:
+        registry.version("demo", "serving")
+    assert caught.value.status == 404
+    with pytest.raises(RegistryError, match="shadow"):
+        registry.set_alias("demo", "latest", 2)
+
+
+def test_every_publish_writes_one_event(registry, lineage):
+    published = publish_lineage(registry, lineage)
+    events = registry.pending_events(limit=1000)
+    assert [e["version"] for _, e in events] == list(range(1, published[-1].number + 1))
+    assert len({e["event_id"] for _, e in events}) == len(events)
+    registry.mark_sent([i for i, _ in events[:3]])
+    assert [e["version"] for _, e in registry.pending_events()][0] == 4
+
+
+def _lying(diff_json: bytes) -> bytes:
+    data = json.loads(diff_json)
+    data["entries"] = data["entries"][1:]
+    return json.dumps(data).encode()
+
+
+def _moved_ids(tokenizer: BPETokenizer) -> bytes:
+    vocab = dict(tokenizer.vocab)
+    a, b = [t for t in tokenizer.vocab if len(t) > 2][:2]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    return tokenizer.replace_model(vocab=vocab, merges=tokenizer.merges).to_json().encode()
+
+
+def _unreachable_add(tokenizer: BPETokenizer) -> bytes:
+    sink = sorted(MergeGraph(tokenizer).sink_tokens)[0]
+    vocab = {t: i for t, i in tokenizer.vocab.items() if t != sink}
+    vocab["streamstream"] = tokenizer.vocab[sink]  # no merge forms it
+    merges = [m for m in tokenizer.merges if m[0] + m[1] != sink]
+    return tokenizer.replace_model(vocab=vocab, merges=merges).to_json().encode()
+
+
+REFUSALS = [
+    ("truncated JSON", lambda r: (r.tokenizer.to_json().encode()[:-20], None), 422, "not JSON"),
+    ("not BPE", lambda r: (json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}).encode(), None),
+     422, "tokmaint maintains BPE tokenizers only"),
+    ("a diff that lies", lambda r: (r.tokenizer.to_json().encode(), _lying(r.diff.to_json().encode())), 409,
+     "the diff does not match the tokenizers"),
+    ("surviving tokens moved", lambda r: (_moved_ids(r.tokenizer), None), 409, "surviving tokens changed their id"),
+    ("unreachable added token", lambda r: (_unreachable_add(r.tokenizer), None), 422, "added tokens are unreachable"),
+    ("not a diff", lambda r: (r.tokenizer.to_json().encode(), b'{"entries": 3}'), 422, "not a revision diff"),
+]
+
+
+@pytest.mark.parametrize("case, make, status, reason", REFUSALS, ids=[c[0] for c in REFUSALS])
+def test_refusals_give_every_reason_and_store_nothing(registry, lineage, tmp_path, case, make, status, reason):
+    initial, revisions = lineage
+    registry.create_lineage("demo", initial.to_json().encode())
+    stored = sorted((tmp_path / "artifacts").rglob("*"))
+    tokenizer_json, diff_json = make(revisions[0])
+    with pytest.raises(RegistryError) as caught:
+        registry.publish("demo", tokenizer_json, diff_json=diff_json)
+    assert caught.value.status == status and any(reason in r for r in caught.value.reasons), caught.value.reasons
+    assert registry.count_versions() == 1 and registry.version("demo").number == 1
+    assert sorted((tmp_path / "artifacts").rglob("*")) == stored
+    assert len(registry.pending_events()) == 1
+
+
+def test_names_stale_parents_and_duplicates_are_refused(registry, lineage):
+    initial, revisions = lineage
+    with pytest.raises(RegistryError) as caught:
+        registry.create_lineage("../etc", initial.to_json().encode())
+    assert caught.value.status == 422
+    registry.create_lineage("demo", initial.to_json().encode())
+    with pytest.raises(RegistryError, match="exists already"):
+        registry.create_lineage("demo", initial.to_json().encode())
+    registry.publish("demo", revisions[0].tokenizer.to_json().encode())
+    with pytest.raises(RegistryError, match="parent 1 is not the latest version") as caught:
+        registry.publish("demo", revisions[1].tokenizer.to_json().encode(), parent=1)
+    assert caught.value.status == 409
+    with pytest.raises(RegistryError) as caught:
+        registry.version("nope")
+    assert caught.value.status == 404
+
+
+def variant(base: BPETokenizer, k: int) -> bytes:
+    """The base tokenizer with its first sink's id given to a two-letter token of its own per k: any
+    variant is a valid child of any other (one reassigned id, everything else in place)."""
+    sink = sorted(MergeGraph(base).sink_tokens)[0]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    first, second = letters[k // 26 % 26], letters[k % 26]
+    vocab = {t: i for t, i in base.vocab.items() if t != sink}
+    merges = [m for m in base.merges if m[0] + m[1] != sink]
+    if first + second not in vocab:
+        vocab[first + second] = base.vocab[sink]
+        merges.append((first, second))
+    return base.replace_model(vocab=vocab, merges=merges).to_json().encode()
+
+
+def _publish_variants(url: str, artifacts: str, base_json: str, ks: list[int]) -> list[int]:
+    registry = Registry(make_engine(url), LocalArtifactStore(artifacts))
+    base = BPETokenizer.from_json(base_json)
+    return [registry.publish("demo", variant(base, k), kind="import").number for k in ks]
+
+
+def test_processes_publishing_at_once_get_gapless_unique_numbers(registry, database_url, tmp_path):
+    base = BPETokenizer.train(["zz yy xx " * 3] + sentences(100), vocab_size=300)
+    taken = {t for t in base.vocab if len(t) == 2}
+    ks = [k for k in range(26 * 26) if "abcdefghijklmnopqrstuvwxyz"[k // 26] + "abcdefghijklmnopqrstuvwxyz"[k % 26]
+          not in taken][:18]
+    registry.create_lineage("demo", base.to_json().encode())
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        results = pool.starmap(_publish_variants, [(database_url, str(tmp_path / "artifacts"), base.to_json(),
+                                                    ks[i::3]) for i in range(3)])
+    numbers = sorted(n for part in results for n in part)
+    assert numbers == list(range(2, 2 + len(ks)))
+    versions, latest = registry.versions("demo", limit=1000)
+    assert [v.number for v in versions] == list(range(1, latest + 1)) and latest == len(ks) + 1
+    assert [v.parent for v in versions[1:]] == list(range(1, latest))
