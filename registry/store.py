@@ -41,7 +41,8 @@ T = TypeVar("T")
 class RegistryError(Exception):
     """A refused request: a symbolic ``code``, the HTTP ``status`` it maps to and every reason."""
 
-    STATUS = {"invalid_name": 422, "invalid_tokenizer": 422, "invalid_diff": 422, "lineage_exists": 409,
+    STATUS = {"invalid_name": 422, "invalid_tokenizer": 422, "invalid_diff": 422, "invalid_request": 422,
+              "too_large": 413, "lineage_exists": 409,
               "incompatible": 409, "stale_parent": 409, "lineage_not_found": 404, "version_not_found": 404,
               "alias_not_found": 404}
 

@@ -5,7 +5,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from schemas.revision import RevisionDiff
-from tokenizer_service.cli import main
+from tokmaint.cli import main
 
 
 def run_json(capsys, *argv):

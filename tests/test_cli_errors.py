@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.cli import main
+from tokmaint.cli import main
 
 GOOD_LINES = [json.dumps({"ts": f"2020-01-01T00:00:{i:02d}Z", "text": f"doc {i} text"}) for i in range(40)]
 
@@ -211,7 +211,7 @@ def test_every_settings_option_shows_its_range_and_default(capsys):
 
 
 def test_ctrl_c_while_the_commands_load_exits_130(monkeypatch, capsys):
-    import tokenizer_service.cli as cli
+    import tokmaint.cli as cli
 
     def interrupted():
         raise KeyboardInterrupt

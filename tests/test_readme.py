@@ -4,7 +4,7 @@ and every file it reads ships with the repository (or ../shared) or an earlier c
 import shlex
 from pathlib import Path
 
-from tokenizer_service.cli import build_parser
+from tokmaint.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,69 +1,19 @@
-"""``tokmaint``: the command line. Every command prints a table, or JSON with ``--json``.
+"""The algorithms' commands: ``evolve``, ``residues`` and ``bench`` (``tokmaint.cli`` fronts them).
 
-Errors a user can fix (a bad corpus, tokenizer, option or output directory) are one line on
-stderr and exit code 2 (``tokmaint --debug ...`` adds the traceback). Ctrl-C stops cleanly with
-exit code 130 (SIGTERM: 143); what was written before stays complete.
+Every command prints a table, or JSON with ``--json``; the errors a user can fix are raised as
+``TokmaintError`` and printed by the front as one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import signal
-import sys
-import traceback
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, NoReturn
 
-from tokenizer_service.errors import CorpusError, TokmaintError
+from tokenizer_service.errors import CorpusError
 from tokenizer_service.options import Number, whole
-
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 128 + signal.SIGINT
-EXIT_TERMINATED = 128 + signal.SIGTERM
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised where the program is, so ``finally`` blocks run as for Ctrl-C."""
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dict to dotted rows: {"a": {"b": 1}} -> [("a.b", 1)]."""
-    rows = []
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        rows.extend(_flatten(value, name + ".") if isinstance(value, dict) else [(name, value)])
-    return rows
-
-
-def print_result(result: dict[str, Any], *, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    rows = _flatten(result)
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-        print(f"{key:<{width}}  {shown}")
-
-
-def warn(message: str) -> None:
-    print(f"tokmaint: warning: {message}", file=sys.stderr)
-
-
-def _show_progress(args: argparse.Namespace) -> bool:
-    """Progress bars go to an interactive stderr, never under ``--json``."""
-    return not args.json and sys.stderr.isatty()
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line (the option, what it must be, and where help is)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
+from tokmaint.cli import print_result, print_rows, show_progress, warn
 
 def _add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
     """One ``--option`` per field of a settings dataclass, with its range, help and default."""
@@ -96,7 +46,7 @@ def _report_skipped(corpus) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    progress = _show_progress(args)
+    progress = show_progress(args)
     if args.bench == "arithmetic":
         from tokenizer_service.bench.arithmetic import ArithmeticSettings, run_arithmetic
 
@@ -109,16 +59,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = run_throughput(args.corpus, _settings(args.parser, args, ThroughputSettings), progress=progress)
     print_result(result, as_json=args.json)
     return 0
-
-
-def print_rows(rows: list[dict[str, Any]]) -> None:
-    """A table: one line per row, a column per key (floats to 4 places, None as '-')."""
-    cells = [[("-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)) for v in row.values()]
-             for row in rows]
-    header = list(rows[0])
-    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(header)]
-    for line in [header, *cells]:
-        print("  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths))))
 
 
 def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
@@ -178,7 +118,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from tokenizer_service.validation import load_tokenizer
 
     settings = _settings(args.parser, args, EvolveSettings)
-    progress = _show_progress(args)
+    progress = show_progress(args)
     initial = load_tokenizer(args.tokenizer) if args.tokenizer else None
     corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=progress)
     _report_skipped(corpus)
@@ -199,7 +139,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
         args.tokenizer, allow_invalid=args.allow_invalid,
         on_invalid=lambda reasons: warn(f"{args.tokenizer} fails validation ({'; '.join(reasons)}); auditing it "
                                         "anyway (--allow-invalid)"))
-    corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=_show_progress(args))
+    corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=show_progress(args))
     _report_skipped(corpus)
     texts = corpus.texts
     if not any(texts):
@@ -211,7 +151,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
                "options": {k: v for k, v in vars(args).items() if k in {f.name for f in fields(ResidueOptions)}}}
         out = OutputDir.claim(args.out, command="residues", run=run, outputs=AUDIT_OUTPUTS, force=args.force)
     try:
-        audit = audit_residues(tokenizer, texts, options, progress=_show_progress(args))
+        audit = audit_residues(tokenizer, texts, options, progress=show_progress(args))
         if out is not None:
             out.replace_files(lambda staging: write_audit(audit, tokenizer, options, staging))
     finally:
@@ -245,16 +185,13 @@ def _add_corpus_options(parser: argparse.ArgumentParser, *, skip_bad: bool) -> N
                                  "stopping at the first")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """``evolve``, ``residues`` and ``bench``."""
     from tokenizer_service.bench.arithmetic import ArithmeticSettings
     from tokenizer_service.bench.drift import SWEEP_PRICES, DriftSettings
     from tokenizer_service.bench.throughput import ThroughputSettings
     from tokenizer_service.evolve import EvolveSettings
     from tokenizer_service.residue_audit import ResidueOptions
-
-    parser = _Parser(prog="tokmaint", description="Lifelong BPE tokenizer maintenance.")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     evolve = sub.add_parser("evolve", help="replay a timestamped corpus through Ted-Tok, writing every version")
     _add_corpus_options(evolve, skip_bad=True)
@@ -296,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     residues.set_defaults(func=cmd_residues, parser=residues)
 
     bench = sub.add_parser("bench", help="reproducible benchmarks")
-    benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
+    benches = bench.add_subparsers(dest="bench", required=True, parser_class=type(bench))
     for name, settings_type, needs_corpus, summary in (
         ("arithmetic", ArithmeticSettings, False, "Ted-Tok Table 2, synthetic arithmetic"),
         ("drift", DriftSettings, True, "Old / New / Ted-Tok on a timestamped corpus"),
@@ -319,35 +256,5 @@ def build_parser() -> argparse.ArgumentParser:
         _add_settings(p, settings_type)
         p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(func=cmd_bench, parser=p)
-    return parser
 
 
-def _terminate(signum: int, frame: Any) -> NoReturn:
-    raise Terminated()
-
-
-def main(argv: list[str] | None = None) -> int:
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    debug = False
-    try:
-        # Parsing imports the command modules (numpy, tokenizers): Ctrl-C there stops cleanly too.
-        args = build_parser().parse_args(argv)
-        debug = args.debug
-        return args.func(args)
-    except (TokmaintError, OSError) as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"tokmaint: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("tokmaint: interrupted; everything written so far is complete", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Terminated:
-        print("tokmaint: terminated; everything written so far is complete", file=sys.stderr)
-        return EXIT_TERMINATED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The registry's HTTP API: assembles the routers, maps refusals to JSON and counts requests.
+
+Run it with ``tokmaint registry serve`` (uvicorn). At start it migrates the database to the
+newest schema; OpenAPI docs are at ``/docs``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from registry.api.routes.tokenizers import ArtifactCache, router
+from registry.artifacts import LocalArtifactStore
+from registry.config import RegistrySettings
+from registry.db import make_engine, migrate
+from registry.store import Registry, RegistryError
+
+
+@dataclass
+class Metrics:
+    """The Prometheus metrics of one app (own registry, so several apps can live in one process)."""
+
+    registry: CollectorRegistry
+    requests: Counter
+    latency: Histogram
+    publishes: Counter
+    refusals: Counter
+
+    @classmethod
+    def create(cls) -> "Metrics":
+        reg = CollectorRegistry()
+        return cls(
+            registry=reg,
+            requests=Counter("tokmaint_registry_requests_total", "HTTP requests", ["method", "route", "status"],
+                             registry=reg),
+            latency=Histogram("tokmaint_registry_request_seconds", "HTTP request latency", ["method", "route"],
+                              registry=reg),
+            publishes=Counter("tokmaint_registry_publishes_total", "versions published", ["kind"], registry=reg),
+            refusals=Counter("tokmaint_registry_refusals_total", "refused requests", ["code"], registry=reg),
+        )
+
+
+def create_app(settings: RegistrySettings) -> FastAPI:
+    """The app for these settings (the database is migrated when it starts)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if settings.db.startswith("sqlite:///"):
+            Path(settings.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        migrate(settings.db)
+        engine = make_engine(settings.db)
+        app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts))
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="tokmaint registry", version="1", lifespan=lifespan,
+                  description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch.")
+    app.state.settings = settings
+    app.state.cache = ArtifactCache()
+    app.state.metrics = Metrics.create()
+    app.include_router(router)
+
+    @app.exception_handler(RegistryError)
+    async def refused(request: Request, exc: RegistryError) -> JSONResponse:
+        app.state.metrics.refusals.labels(exc.code).inc()
+        return JSONResponse(status_code=exc.status,
+                            content={"error_code": exc.code, "message": str(exc), "reasons": exc.reasons})
+
+    @app.middleware("http")
+    async def count(request: Request, call_next) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        app.state.metrics.latency.labels(request.method, template).observe(time.perf_counter() - started)
+        app.state.metrics.requests.labels(request.method, template, str(response.status_code)).inc()
+        return response
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> dict[str, str]:
+        app.state.registry.lineages()  # the database answers
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["operations"])
+    def metrics() -> Response:
+        return Response(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,270 @@
+"""``/v1/tokenizers``: lineages, versions, artifacts, diffs, aliases, rollback and watch.
+
+Reads are open; writes need the bearer token (``WriterDep``). Refusals answer 409/422 (or 404,
+413) with ``{error_code, message, reasons}``. A numbered version never changes, so its
+tokenizer.json is served from memory with its sha256 as ETag (``If-None-Match`` gives 304)
+without touching the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from registry.api.deps import RegistryDep, SettingsDep, WriterDep
+from registry.store import Registry, RegistryError, VersionInfo
+
+router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
+
+
+class VersionPublic(BaseModel):
+    lineage: str
+    number: int
+    parent: int | None
+    kind: str
+    sha256: str
+    diff_sha256: str
+    vocab_size: int
+    id_space: int
+    merges: int
+    changed_ids: int
+    metrics: dict[str, Any]
+    created_at: datetime
+    created_by: str
+    tokenizer_url: str
+    diff_url: str
+
+    @classmethod
+    def of(cls, info: VersionInfo) -> "VersionPublic":
+        base = f"/v1/tokenizers/{info.lineage}/versions/{info.number}"
+        return cls(**vars(info), tokenizer_url=f"{base}/tokenizer.json", diff_url=f"{base}/diff")
+
+
+class VersionsPublic(BaseModel):
+    data: list[VersionPublic]
+    count: int
+
+
+class LineagePublic(BaseModel):
+    name: str
+    latest: int
+
+
+class LineagesPublic(BaseModel):
+    data: list[LineagePublic]
+    count: int
+
+
+class AliasPublic(BaseModel):
+    lineage: str
+    alias: str
+    version: int
+
+
+class ArtifactCache:
+    """Numbered versions' sha256 and the artifacts' bytes, kept in memory (both immutable)."""
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.shas: dict[tuple[str, int], str] = {}
+        self.blobs: OrderedDict[str, bytes] = OrderedDict()
+        self.size, self.max_bytes = 0, max_bytes
+
+    def blob(self, registry: Registry, sha: str) -> bytes:
+        data = self.blobs.get(sha)
+        if data is None:
+            data = registry.artifacts.get(sha)
+            self.blobs[sha] = data
+            self.size += len(data)
+            while self.size > self.max_bytes and len(self.blobs) > 1:
+                self.size -= len(self.blobs.popitem(last=False)[1])
+        else:
+            self.blobs.move_to_end(sha)
+        return data
+
+
+BODY_SCHEMA = {"type": "object", "additionalProperties": True}
+
+
+async def json_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object, refused (413, 422) before anything is stored."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RegistryError("too_large", [f"the upload is {int(declared):,} bytes; the limit is {limit:,}"])
+    body = await request.body()
+    if len(body) > limit:
+        raise RegistryError("too_large", [f"the upload is {len(body):,} bytes; the limit is {limit:,}"])
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise RegistryError("invalid_request", [f"the body is not JSON ({exc})"]) from None
+    if not isinstance(data, dict):
+        raise RegistryError("invalid_request", ["the body must be a JSON object"])
+    return data
+
+
+def _field(data: dict[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True) -> Any:
+    """``data[key]`` of the given JSON type(s) (never a boolean), or a refusal naming it."""
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise RegistryError("invalid_request", [f"'{key}' is missing or of the wrong type"])
+    return value
+
+
+def _as_json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+@router.get("", response_model=LineagesPublic)
+def list_lineages(registry: RegistryDep) -> LineagesPublic:
+    rows = [LineagePublic(name=n, latest=latest) for n, latest in registry.lineages()]
+    return LineagesPublic(data=rows, count=len(rows))
+
+
+@router.post("", status_code=201, response_model=VersionPublic,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                 "type": "object", "required": ["name", "tokenizer"], "properties": {
+                     "name": {"type": "string"}, "tokenizer": {"type": "object"},
+                     "kind": {"enum": ["initial", "import"]}, "metrics": {"type": "object"}}}}}}})
+async def create_lineage(request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+                         ) -> VersionPublic:
+    """Create a lineage whose version 1 is the uploaded tokenizer.json."""
+    data = await json_body(request, settings.max_upload_bytes)
+    name, tokenizer = _field(data, "name", str), _field(data, "tokenizer", dict)
+    kind = data.get("kind") or "initial"
+    if kind not in ("initial", "import"):
+        raise RegistryError("invalid_request", ["'kind' of a new lineage is 'initial' or 'import'"])
+    metrics = _field(data, "metrics", dict, required=False) or {}
+    info = await run_in_threadpool(registry.create_lineage, name, _as_json_bytes(tokenizer), kind=kind,
+                                   created_by=writer, metrics=metrics)
+    request.app.state.metrics.publishes.labels(kind).inc()
+    return VersionPublic.of(info)
+
+
+@router.get("/{name}/versions", response_model=VersionsPublic)
+def list_versions(name: str, registry: RegistryDep, settings: SettingsDep, offset: int = Query(0, ge=0),
+                  limit: int = Query(100, ge=1)) -> VersionsPublic:
+    rows, count = registry.versions(name, offset=offset, limit=min(limit, settings.max_page))
+    return VersionsPublic(data=[VersionPublic.of(v) for v in rows], count=count)
+
+
+@router.post("/{name}/versions", status_code=201, response_model=VersionPublic,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                 "type": "object", "required": ["tokenizer"], "properties": {
+                     "tokenizer": {"type": "object"}, "diff": {"type": ["object", "null"]},
+                     "kind": {"enum": ["tedtok", "litetoken", "import"]}, "parent": {"type": ["integer", "null"]},
+                     "metrics": {"type": "object"}}}}}}})
+async def publish(name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+                  ) -> VersionPublic:
+    """Publish a version on top of the latest (or of ``parent``, which must be the latest)."""
+    data = await json_body(request, settings.max_upload_bytes)
+    tokenizer = _field(data, "tokenizer", dict)
+    diff = _field(data, "diff", dict, required=False)
+    kind = data.get("kind") or "tedtok"
+    if kind not in ("tedtok", "litetoken", "import"):
+        raise RegistryError("invalid_request", ["'kind' is 'tedtok', 'litetoken' or 'import'"])
+    parent = _field(data, "parent", int, required=False)
+    metrics = _field(data, "metrics", dict, required=False) or {}
+    info = await run_in_threadpool(registry.publish, name, _as_json_bytes(tokenizer),
+                                   diff_json=_as_json_bytes(diff) if diff is not None else None, kind=kind,
+                                   parent=parent, created_by=writer, metrics=metrics)
+    request.app.state.metrics.publishes.labels(kind).inc()
+    return VersionPublic.of(info)
+
+
+@router.get("/{name}/versions/{ref}", response_model=VersionPublic)
+def get_version(name: str, ref: str, registry: RegistryDep) -> VersionPublic:
+    """A version by number, ``latest`` or alias."""
+    return VersionPublic.of(registry.version(name, ref))
+
+
+@router.get("/{name}/versions/{ref}/tokenizer.json", responses={200: {"content": {"application/json": {}}},
+                                                                304: {"description": "not modified"}})
+async def download_tokenizer(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
+    """The version's tokenizer.json; ETag is its sha256 and ``If-None-Match`` answers 304."""
+    cache: ArtifactCache = request.app.state.cache
+    numbered = ref.isdigit()
+    sha = cache.shas.get((name, int(ref))) if numbered else None
+    if sha is None:
+        sha = (await run_in_threadpool(registry.version, name, ref)).sha256
+        if numbered:
+            cache.shas[(name, int(ref))] = sha
+    headers = {"ETag": f'"{sha}"',
+               "Cache-Control": "public, max-age=31536000, immutable" if numbered else "no-cache"}
+    if sha in request.headers.get("if-none-match", ""):
+        return Response(status_code=304, headers=headers)
+    data = cache.blobs.get(sha) or await run_in_threadpool(cache.blob, registry, sha)
+    return Response(content=data, media_type="application/json", headers=headers)
+
+
+@router.get("/{name}/versions/{ref}/diff")
+def get_diff(name: str, ref: str, registry: RegistryDep) -> Response:
+    """The version's diff against its parent (a revision diff, ``schemas/revision_diff.schema.json``)."""
+    info = registry.version(name, ref)
+    return Response(content=registry.artifacts.get(info.diff_sha256), media_type="application/json",
+                    headers={"ETag": f'"{info.diff_sha256}"'})
+
+
+@router.get("/{name}/diff")
+def composed_diff(name: str, registry: RegistryDep, start: int = Query(..., alias="from", ge=1),
+                  end: int | None = Query(None, alias="to", ge=1)) -> Response:
+    """One diff from version ``from`` to ``to`` (default: the latest): applying it equals applying
+    every version's diff in turn."""
+    end = end if end is not None else registry.version(name).number
+    return Response(content=registry.composed_diff(name, start, end).to_json(), media_type="application/json")
+
+
+@router.get("/{name}/watch", response_model=VersionPublic, responses={204: {"description": "nothing newer"}})
+async def watch(name: str, registry: RegistryDep, settings: SettingsDep, after: int = Query(0, ge=0),
+                timeout: float = Query(30.0, ge=0)) -> Any:
+    """Long-poll: the latest version as soon as it is newer than ``after``; 204 on timeout."""
+    deadline = time.monotonic() + min(timeout, settings.max_watch_seconds)
+    while True:
+        latest = await run_in_threadpool(registry.version, name)
+        if latest.number > after:
+            return VersionPublic.of(latest)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Response(status_code=204)
+        await asyncio.sleep(min(0.2, left))
+
+
+@router.put("/{name}/aliases/{alias}", response_model=AliasPublic,
+            openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["version"], "properties": {
+                    "version": {"type": ["integer", "string"]}}}}}}})
+async def set_alias(name: str, alias: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                    writer: WriterDep) -> AliasPublic:
+    """Point an alias at a version (a number, ``latest`` or another alias)."""
+    data = await json_body(request, settings.max_upload_bytes)
+    ref = _field(data, "version", (int, str))
+    number = await run_in_threadpool(registry.set_alias, name, alias, ref)
+    return AliasPublic(lineage=name, alias=alias, version=number)
+
+
+@router.delete("/{name}/aliases/{alias}", status_code=204)
+def delete_alias(name: str, alias: str, registry: RegistryDep, writer: WriterDep) -> Response:
+    registry.delete_alias(name, alias)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/rollback", status_code=201, response_model=VersionPublic,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                 "type": "object", "required": ["to"], "properties": {"to": {"type": "integer"}}}}}}})
+async def rollback(name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+                   ) -> VersionPublic:
+    """Publish a new version equal to an older one, with the diff that gets there."""
+    data = await json_body(request, settings.max_upload_bytes)
+    to = _field(data, "to", int)
+    info = await run_in_threadpool(registry.rollback, name, to, created_by=writer)
+    request.app.state.metrics.publishes.labels("rollback").inc()
+    return VersionPublic.of(info)

@@ -1,0 +1,137 @@
+"""A client of the registry's HTTP API (httpx), the one the CLI, the trainer and the pipeline use.
+
+Downloads are verified against the version's sha256 and cached on disk by sha256, so a cached
+file is revalidated with ``If-None-Match`` (a 304 costs no transfer) and never trusted blindly.
+Refusals raise :class:`RegistryRefused` with the server's code, HTTP status and every reason.
+
+    client = RegistryClient("http://127.0.0.1:8000", token=os.environ["TOKMAINT_REGISTRY_TOKEN"])
+    latest = client.version("news")
+    tokenizer_json = client.download("news", latest["number"])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tokenizer_service.errors import TokmaintError
+
+
+class RegistryRefused(TokmaintError):
+    """The registry refused a request (or could not be reached): ``status``, ``code``, ``reasons``."""
+
+    def __init__(self, status: int, code: str, reasons: list[str]) -> None:
+        super().__init__(f"registry answered {status} {code}: " + "; ".join(reasons))
+        self.status, self.code, self.reasons = status, code, reasons
+
+
+class RegistryClient:
+    """The registry at ``url``; ``token`` (default ``TOKMAINT_REGISTRY_TOKEN``) authorises writes."""
+
+    def __init__(self, url: str | None = None, *, token: str | None = None, cache_dir: str | Path | None = None,
+                 timeout: float = 60.0) -> None:
+        url = url or os.environ.get("TOKMAINT_REGISTRY_URL")
+        if not url:
+            raise TokmaintError("no registry URL: pass --registry or set TOKMAINT_REGISTRY_URL")
+        token = token if token is not None else os.environ.get("TOKMAINT_REGISTRY_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise RegistryRefused(0, "unreachable", [f"{self.http.base_url}{path}: {exc}"]) from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                code, reasons = body.get("error_code") or "http_error", body.get("reasons") or [str(body)]
+            except ValueError:
+                code, reasons = "http_error", [response.text[:200] or response.reason_phrase]
+            raise RegistryRefused(response.status_code, code, reasons)
+        return response
+
+    # ----- reading ------------------------------------------------------------------------
+    def lineages(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/tokenizers").json()["data"]
+
+    def versions(self, name: str, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        return self._request("GET", f"/v1/tokenizers/{name}/versions", params={"offset": offset,
+                                                                               "limit": limit}).json()
+
+    def version(self, name: str, ref: int | str = "latest") -> dict[str, Any]:
+        return self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}").json()
+
+    def diff(self, name: str, ref: int | str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}/diff").json()
+
+    def composed_diff(self, name: str, start: int, end: int | None = None) -> dict[str, Any]:
+        params = {"from": start} | ({"to": end} if end is not None else {})
+        return self._request("GET", f"/v1/tokenizers/{name}/diff", params=params).json()
+
+    def watch(self, name: str, *, after: int, timeout: float = 30.0) -> dict[str, Any] | None:
+        """The latest version once it is newer than ``after``; None when none came in ``timeout``."""
+        response = self._request("GET", f"/v1/tokenizers/{name}/watch", params={"after": after, "timeout": timeout},
+                                 timeout=timeout + 30)
+        return None if response.status_code == 204 else response.json()
+
+    def download(self, name: str, ref: int | str = "latest") -> bytes:
+        """A version's tokenizer.json, verified against its sha256 (and cached by it)."""
+        cached = None
+        if self.cache_dir is not None and str(ref).isdigit():
+            sha = self.version(name, ref)["sha256"]
+            path = self.cache_dir / sha
+            if path.is_file() and hashlib.sha256(data := path.read_bytes()).hexdigest() == sha:
+                cached = data
+        headers = {"If-None-Match": f'"{hashlib.sha256(cached).hexdigest()}"'} if cached else {}
+        response = self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}/tokenizer.json", headers=headers)
+        if response.status_code == 304 and cached is not None:
+            return cached
+        data = response.content
+        sha = response.headers.get("etag", "").strip('"')
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise RegistryRefused(response.status_code, "corrupt_download",
+                                  [f"{name} {ref}: the tokenizer.json does not match its sha256 {sha[:12]}"])
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            staging = self.cache_dir / f".{sha}.{os.getpid()}.tmp"
+            staging.write_bytes(data)
+            os.replace(staging, self.cache_dir / sha)
+        return data
+
+    # ----- writing ------------------------------------------------------------------------
+    def create(self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial",
+               metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"name": name, "tokenizer": json.loads(tokenizer_json), "kind": kind, "metrics": metrics or {}}
+        return self._request("POST", "/v1/tokenizers", json=body).json()
+
+    def publish(self, name: str, tokenizer_json: str | bytes, *, diff_json: str | bytes | None = None,
+                kind: str = "tedtok", parent: int | None = None, metrics: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
+        body = {"tokenizer": json.loads(tokenizer_json), "diff": json.loads(diff_json) if diff_json else None,
+                "kind": kind, "parent": parent, "metrics": metrics or {}}
+        return self._request("POST", f"/v1/tokenizers/{name}/versions", json=body).json()
+
+    def set_alias(self, name: str, alias: str, ref: int | str) -> dict[str, Any]:
+        return self._request("PUT", f"/v1/tokenizers/{name}/aliases/{alias}", json={"version": ref}).json()
+
+    def delete_alias(self, name: str, alias: str) -> None:
+        self._request("DELETE", f"/v1/tokenizers/{name}/aliases/{alias}")
+
+    def rollback(self, name: str, to: int) -> dict[str, Any]:
+        return self._request("POST", f"/v1/tokenizers/{name}/rollback", json={"to": to}).json()

@@ -1,0 +1,40 @@
+"""The registry server's settings, from the environment (``TOKMAINT_REGISTRY_*``) or arguments.
+
+A writable server needs a bearer token (``TOKMAINT_REGISTRY_TOKEN``); without one it refuses to
+start unless ``insecure_dev`` says writes may go unauthenticated. A bad setting fails at start,
+not at the first request.
+"""
+
+from __future__ import annotations
+
+from pydantic import model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PLACEHOLDER_TOKENS = {"", "changeme", "change-me", "secret", "token", "password"}
+
+
+class RegistrySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_", extra="ignore")
+
+    db: str = "sqlite:///tokmaint-registry/registry.db"
+    artifacts: str = "tokmaint-registry/artifacts"
+    token: str | None = None
+    insecure_dev: bool = False
+    max_upload_mb: float = 64.0
+    max_page: int = 1000
+    max_watch_seconds: float = 60.0
+
+    @model_validator(mode="after")
+    def _writes_need_a_token(self) -> "RegistrySettings":
+        if self.token is not None and self.token.strip().lower() in PLACEHOLDER_TOKENS:
+            raise ValueError("TOKMAINT_REGISTRY_TOKEN is a placeholder; set a real secret")
+        if self.token is None and not self.insecure_dev:
+            raise ValueError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
+                             "unauthenticated writes (development only)")
+        if self.db.startswith("postgres://"):
+            self.db = "postgresql+psycopg2://" + self.db.removeprefix("postgres://")
+        return self
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)

@@ -1,0 +1,176 @@
+"""The registry's HTTP API through a real uvicorn server (``tokmaint registry serve`` on a free
+loopback port), with the client library the trainer and the pipeline will use."""
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from registry.client import RegistryClient, RegistryRefused
+from tests.conftest import NEW_WORDS, WORDS, sentences
+from tests.test_registry_store import _moved_ids, _unreachable_add, _lying
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+TOKEN = secrets.token_hex(16)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A registry server on SQLite in a temporary directory, 1 MB upload limit."""
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port),
+                                "--db", f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the registry server exited: {process.stdout.read()}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail("the registry server did not answer /healthz within 60 s")
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def revisions():
+    initial = BPETokenizer.train(sentences(300), vocab_size=320)
+    tedtok = TedTok(initial, config=TedTokConfig(alpha=0.3, batch_size=5, interval=2), lineage="news")
+    for step in range(20):
+        tedtok.observe_texts(sentences(20, seed=300 + step, words=NEW_WORDS + WORDS[:3]))
+    return initial, tedtok.revisions
+
+
+def test_publish_watch_compose_and_download(server, revisions, tmp_path):
+    initial, made = revisions
+    client = RegistryClient(server, token=TOKEN, cache_dir=tmp_path / "cache")
+    assert client.create("news", initial.to_json())["number"] == 1
+    for revision in made[:-1]:
+        client.publish("news", revision.tokenizer.to_json(), diff_json=revision.diff.to_json())
+    latest = client.version("news")["number"]
+    assert latest == len(made) and [v["number"] for v in client.versions("news")["data"]] == list(range(1, latest + 1))
+
+    # A watcher of the latest wakes up within a second of the next publish.
+    woke: dict = {}
+
+    def watch():
+        woke["version"] = client_reader.watch("news", after=latest, timeout=20)
+        woke["at"] = time.monotonic()
+    client_reader = RegistryClient(server)
+    thread = threading.Thread(target=watch)
+    thread.start()
+    time.sleep(0.5)
+    client.publish("news", made[-1].tokenizer.to_json(), diff_json=made[-1].diff.to_json())
+    published_at = time.monotonic()
+    thread.join(timeout=30)
+    assert woke["version"]["number"] == latest + 1 and woke["at"] - published_at < 1.0
+    assert client_reader.watch("news", after=latest + 1, timeout=0.5) is None  # 204 on timeout
+
+    # One composed diff equals every diff in turn.
+    tokens = dict(BPETokenizer.from_json(client.download("news", 2)).id_to_token)
+    composed = dict(tokens)
+    for n in range(3, latest + 2):
+        for e in client.diff("news", n)["entries"]:
+            tokens.pop(e["id"], None) if e["new_token"] is None else tokens.__setitem__(e["id"], e["new_token"])
+    for e in client.composed_diff("news", 2)["entries"]:
+        composed.pop(e["id"], None) if e["new_token"] is None else composed.__setitem__(e["id"], e["new_token"])
+    assert tokens == composed == made[-1].tokenizer.id_to_token
+
+    # Downloads carry the sha256 as ETag; revalidation answers 304 with no body.
+    info = client.version("news", 3)
+    response = httpx.get(f"{server}{info['tokenizer_url']}")
+    assert response.headers["etag"] == f'"{info["sha256"]}"' and response.content == made[1].tokenizer.to_json().encode()
+    again = httpx.get(f"{server}{info['tokenizer_url']}", headers={"If-None-Match": response.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    assert client.download("news", 3) == client.download("news", 3) == response.content
+    assert (tmp_path / "cache" / info["sha256"]).read_bytes() == response.content
+
+    # Aliases and rollback.
+    assert client.set_alias("news", "serving", 3)["version"] == 3
+    assert client.version("news", "serving")["sha256"] == info["sha256"]
+    rolled = client.rollback("news", 3)
+    assert rolled["kind"] == "rollback" and rolled["sha256"] == info["sha256"] and rolled["number"] == latest + 2
+    client.delete_alias("news", "serving")
+    with pytest.raises(RegistryRefused) as caught:
+        client.version("news", "serving")
+    assert caught.value.status == 404 and caught.value.code == "alias_not_found"
+    metrics = httpx.get(f"{server}/metrics").text
+    assert 'tokmaint_registry_publishes_total{kind="tedtok"}' in metrics
+
+
+def _post(server, path, body: bytes, token: str | None = TOKEN):
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    return httpx.post(f"{server}{path}", content=body, headers=headers, timeout=60)
+
+
+def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
+    initial, made = revisions
+    client = RegistryClient(server, token=TOKEN)
+    client.create("refusals", initial.to_json())
+    revision = made[0]
+    tokenizer = json.loads(revision.tokenizer.to_json())
+    cases = [
+        ("truncated JSON", "/v1/tokenizers/refusals/versions", b'{"tokenizer": {"model": ', 422, "not JSON"),
+        ("not BPE", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": {"model": {"type": "Unigram", "vocab": {}, "merges": []}}}).encode(), 422,
+         "tokmaint maintains BPE tokenizers only"),
+        ("a diff that lies", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": tokenizer, "diff": json.loads(_lying(revision.diff.to_json().encode()))}).encode(),
+         409, "the diff does not match the tokenizers"),
+        ("moved ids", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": json.loads(_moved_ids(revision.tokenizer))}).encode(), 409,
+         "surviving tokens changed their id"),
+        ("unreachable add", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": json.loads(_unreachable_add(revision.tokenizer))}).encode(), 422,
+         "added tokens are unreachable"),
+        ("over the size limit", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": tokenizer, "pad": "x" * 2_000_000}).encode(), 413, "the limit is 1,048,576"),
+        ("a name with ../", "/v1/tokenizers", json.dumps({"name": "../etc", "tokenizer": tokenizer}).encode(), 422,
+         "lineage name must be"),
+        ("an unknown lineage", "/v1/tokenizers/nope/versions", json.dumps({"tokenizer": tokenizer}).encode(), 404,
+         "no lineage 'nope'"),
+    ]
+    for case, path, body, status, reason in cases:
+        response = _post(server, path, body)
+        assert response.status_code == status, (case, response.text)
+        answer = response.json()
+        assert any(reason in r for r in answer["reasons"]), (case, answer)
+        assert set(answer) == {"error_code", "message", "reasons"}
+    unauthorised = _post(server, "/v1/tokenizers/refusals/versions", json.dumps({"tokenizer": tokenizer}).encode(),
+                         token="wrong")
+    assert unauthorised.status_code == 401 and unauthorised.headers["www-authenticate"] == "Bearer"
+    assert _post(server, "/v1/tokenizers/refusals/rollback", b'{"to": 1}', token=None).status_code == 401
+    assert client.versions("refusals")["count"] == 1
+    assert [lineage["name"] for lineage in client.lineages()].count("refusals") == 1
+
+
+def test_a_writable_server_needs_a_token():
+    env = {k: v for k, v in os.environ.items() if k != "TOKMAINT_REGISTRY_TOKEN"}
+    result = subprocess.run([sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(free_port())],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["tokmaint: error: TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with "
+                                          "--insecure-dev to accept unauthenticated writes (development only)"]

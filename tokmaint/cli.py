@@ -1,0 +1,117 @@
+"""``tokmaint``: the one command line. Each package contributes its own subcommands
+(``add_commands`` in ``tokenizer_service.cli`` and ``registry.cli``), imported when the parser
+is built, so the algorithms never import SQL, HTTP, Kafka or Beam.
+
+Errors a user can fix (a bad corpus, tokenizer, option, output directory or registry answer)
+are one line on stderr and exit code 2 (``tokmaint --debug ...`` adds the traceback). Ctrl-C
+stops cleanly with exit code 130 (SIGTERM: 143); what was written before stays complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import sys
+import traceback
+from typing import Any, NoReturn
+
+from tokenizer_service.errors import TokmaintError
+
+# Modules with an ``add_commands(subparsers)``: the packages this command line fronts.
+COMMANDS = ("tokenizer_service.cli", "registry.cli")
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so ``finally`` blocks run as for Ctrl-C."""
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dict to dotted rows: {"a": {"b": 1}} -> [("a.b", 1)]."""
+    rows = []
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        rows.extend(_flatten(value, name + ".") if isinstance(value, dict) else [(name, value)])
+    return rows
+
+
+def print_result(result: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    rows = _flatten(result)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        print(f"{key:<{width}}  {shown}")
+
+
+def warn(message: str) -> None:
+    print(f"tokmaint: warning: {message}", file=sys.stderr)
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Progress bars go to an interactive stderr, never under ``--json``."""
+    return not args.json and sys.stderr.isatty()
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (the option, what it must be, and where help is)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """A table: one line per row, a column per key (floats to 4 places, None as '-')."""
+    cells = [[("-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)) for v in row.values()]
+             for row in rows]
+    header = list(rows[0])
+    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(header)]
+    for line in [header, *cells]:
+        print("  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths))))
+
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="tokmaint", description="Lifelong BPE tokenizer maintenance.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for module in COMMANDS:
+        importlib.import_module(module).add_commands(sub)
+    return parser
+
+
+def _terminate(signum: int, frame: Any) -> NoReturn:
+    raise Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    debug = False
+    try:
+        # Parsing imports the command modules (numpy, tokenizers): Ctrl-C there stops cleanly too.
+        args = build_parser().parse_args(argv)
+        debug = args.debug
+        return args.func(args)
+    except (TokmaintError, OSError) as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"tokmaint: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tokmaint: interrupted; everything written so far is complete", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("tokmaint: terminated; everything written so far is complete", file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
