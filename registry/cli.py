@@ -8,9 +8,11 @@ the server's URL comes from ``--registry`` or ``TOKMAINT_REGISTRY_URL``, the wri
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from pathlib import Path
 
-from tokmaint.cli import print_result
+from tokmaint.cli import print_result, print_rows
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -41,7 +43,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """``registry serve`` and ``registry migrate``."""
+    """``registry serve``, ``registry migrate`` and the client commands."""
     registry = sub.add_parser("registry", help="the versioned tokenizer registry: server and client")
     commands = registry.add_subparsers(dest="registry_command", required=True, parser_class=type(registry))
 
@@ -63,3 +65,138 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                          help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
     migrate.add_argument("--json", action="store_true", help="print JSON")
     migrate.set_defaults(func=cmd_migrate, parser=migrate)
+    add_client_commands(commands)
+
+
+def _client(args: argparse.Namespace):
+    from registry.client import RegistryClient
+
+    return RegistryClient(args.registry)
+
+
+def _read(path: str) -> bytes:
+    from tokenizer_service.errors import TokmaintError
+
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise TokmaintError(f"{path}: {exc.strerror or exc}") from None
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print_result(client.create(args.name, _read(args.tokenizer), kind=args.kind), as_json=args.json)
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.publish(args.name, _read(args.tokenizer), diff_json=_read(args.diff) if args.diff else None,
+                              kind=args.kind, parent=args.parent)
+    print_result(info, as_json=args.json)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        page = client.versions(args.name, offset=args.offset, limit=args.limit) if args.name else None
+        lineages = client.lineages() if page is None else None
+    if args.json:
+        print_result(page or {"data": lineages, "count": len(lineages)}, as_json=True)
+        return 0
+    if page is None:
+        print_rows([{"lineage": r["name"], "latest": r["latest"]} for r in lineages]) if lineages else print(
+            "no lineages")
+        return 0
+    rows = [{k: v[k] for k in ("number", "parent", "kind", "vocab_size", "changed_ids", "sha256", "created_at")}
+            for v in page["data"]]
+    if rows:
+        print_rows(rows)
+    print(f"{page['count']} versions")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print_result(client.version(args.name, args.version), as_json=args.json)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        diff = client.composed_diff(args.name, args.start, args.end) if args.start is not None else client.diff(
+            args.name, args.version)
+    print(json.dumps(diff, indent=1, ensure_ascii=False))
+    return 0
+
+
+def cmd_alias(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.delete:
+            client.delete_alias(args.name, args.alias)
+            print_result({"deleted": args.alias}, as_json=args.json)
+        else:
+            print_result(client.set_alias(args.name, args.alias, args.version), as_json=args.json)
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print_result(client.rollback(args.name, args.to), as_json=args.json)
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from tokenizer_service.output_dir import write_file
+
+    with _client(args) as client:
+        data = client.download(args.name, args.version)
+    write_file(Path(args.out), data)
+    print_result({"written": args.out, "bytes": len(data)}, as_json=args.json)
+    return 0
+
+
+def add_client_commands(commands: argparse._SubParsersAction) -> None:
+    """The commands that talk HTTP to a registry server."""
+    def client_parser(name: str, help_text: str, func) -> argparse.ArgumentParser:
+        p = commands.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.set_defaults(func=func, parser=p)
+        return p
+
+    p = client_parser("create", "create a lineage from a tokenizer.json (its version 1)", cmd_create)
+    p.add_argument("name")
+    p.add_argument("tokenizer", help="tokenizer.json")
+    p.add_argument("--kind", choices=["initial", "import"], default="initial")
+    p = client_parser("publish", "publish a new version of a lineage", cmd_publish)
+    p.add_argument("name")
+    p.add_argument("tokenizer", help="tokenizer.json")
+    p.add_argument("--diff", help="its revision diff (default: the registry computes it)")
+    p.add_argument("--kind", choices=["tedtok", "litetoken", "import"], default="import")
+    p.add_argument("--parent", type=int, help="the version it was made from (refused if no longer the latest)")
+    p = client_parser("list", "list lineages, or a lineage's versions", cmd_list)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=int, default=100)
+    p = client_parser("show", "one version's record", cmd_show)
+    p.add_argument("name")
+    p.add_argument("version", nargs="?", default="latest", help="a number, latest or an alias (default: latest)")
+    p = client_parser("diff", "a version's diff, or one composed diff --from M [--to N]", cmd_diff)
+    p.add_argument("name")
+    p.add_argument("version", nargs="?", default="latest")
+    p.add_argument("--from", dest="start", type=int, help="compose from this version")
+    p.add_argument("--to", dest="end", type=int, help="to this version (default: the latest)")
+    p = client_parser("alias", "point an alias at a version, or --delete it", cmd_alias)
+    p.add_argument("name")
+    p.add_argument("alias")
+    p.add_argument("version", nargs="?", default="latest")
+    p.add_argument("--delete", action="store_true")
+    p = client_parser("rollback", "publish a new version equal to an older one", cmd_rollback)
+    p.add_argument("name")
+    p.add_argument("to", type=int)
+    p = client_parser("download", "download a version's tokenizer.json (verified against its sha256)",
+                      cmd_download)
+    p.add_argument("name")
+    p.add_argument("version", nargs="?", default="latest")
+    p.add_argument("--out", required=True, help="file to write")

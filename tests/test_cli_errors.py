@@ -97,6 +97,8 @@ CASES = [
           ("lossy.json", "byte alphabet incomplete"),
           ("sub", "is a directory without a tokenizer.json"))],
     # output directories
+    ("evolve without --out or --registry", ["evolve", "--corpus", "corpus.jsonl"],
+     "give --out, --registry or both: where the versions go"),
     ("evolve --out file", [*EVOLVE, "--out", "corpus.jsonl"], "--out corpus.jsonl is a file, not a directory"),
     ("evolve --out under a file", [*EVOLVE, "--out", "corpus.jsonl/v"], "cannot write --out corpus.jsonl/v"),
     ("evolve --out .", [*EVOLVE, "--out", "."], ". is not empty and was not written by tokmaint"),

@@ -7,6 +7,7 @@ Every command prints a table, or JSON with ``--json``; the errors a user can fix
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 from dataclasses import fields, replace
 from pathlib import Path
@@ -118,11 +119,24 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from tokenizer_service.validation import load_tokenizer
 
     settings = _settings(args.parser, args, EvolveSettings)
+    if args.out is None and args.registry is None:
+        args.parser.error("give --out, --registry or both: where the versions go")
     progress = show_progress(args)
     initial = load_tokenizer(args.tokenizer) if args.tokenizer else None
     corpus = read_corpus(args.corpus, skip_bad=args.skip_bad, progress=progress)
     _report_skipped(corpus)
-    result = run_evolve(corpus, args.out, settings, initial=initial, force=args.force, progress=progress)
+    with contextlib.ExitStack() as stack:
+        publish = None
+        if args.registry is not None:
+            # The registry adapter is imported only when asked for: the algorithms need no HTTP.
+            from registry.client import RegistryClient
+            from registry.publisher import LineagePublisher
+
+            publish = LineagePublisher(stack.enter_context(RegistryClient(args.registry)), settings.lineage)
+        result = run_evolve(corpus, args.out, settings, initial=initial, force=args.force, progress=progress,
+                            publish=publish)
+    if args.registry is not None:
+        result["registry"] = {"url": args.registry, "lineage": settings.lineage}
     print_result(result, as_json=args.json)
     return 0
 
@@ -195,9 +209,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     evolve = sub.add_parser("evolve", help="replay a timestamped corpus through Ted-Tok, writing every version")
     _add_corpus_options(evolve, skip_bad=True)
-    evolve.add_argument("--out", required=True,
-                        help="new or empty directory for v0001/, v0002/ ... and steps.jsonl; the same command "
-                             "again continues a run there")
+    evolve.add_argument("--out", help="new or empty directory for v0001/, v0002/ ... and steps.jsonl; the same "
+                                      "command again continues a run there")
+    evolve.add_argument("--registry", help="also (or instead) publish every version to this registry URL, into "
+                                           "the lineage --lineage (TOKMAINT_REGISTRY_TOKEN authorises)")
     evolve.add_argument("--force", action="store_true",
                         help="replace the files an earlier, different evolve run wrote in --out (never others)")
     evolve.add_argument("--tokenizer", help="initial tokenizer.json (default: train one on the oldest documents)")

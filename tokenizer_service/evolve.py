@@ -1,6 +1,7 @@
 """``tokmaint evolve``: replay a timestamped corpus through Ted-Tok and write every version.
 
-The output directory holds ``v0001/tokenizer.json`` (the initial tokenizer), one folder per
+Versions go to an output directory and/or a registry lineage (``publish``). The directory holds
+``v0001/tokenizer.json`` (the initial tokenizer), one folder per
 revision with ``tokenizer.json`` and ``diff.json``, and ``steps.jsonl`` (one line a time step:
 step, current version, bytes per token). Each version is validated against its parent and
 written atomically *before* the step that made it is logged, so the log never names a version
@@ -11,7 +12,9 @@ already there byte for byte, and writes only what is missing (see ``output_dir``
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -112,34 +115,39 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
     out.write_directory(name, write)
 
 
-def _replay(output: OutputDir, tedtok: TedTok, stream: list[list[str]], *, progress: bool) -> float | None:
-    """Observe the stream step by step; write each version before the step that made it is
-    logged. Returns the first step's bytes per token."""
+VersionSink = Callable[[int, BPETokenizer, RevisionDiff | None], None]
+
+
+def _replay(tedtok: TedTok, stream: list[list[str]], sinks: list[VersionSink], log: StepLog | None, *,
+            progress: bool) -> float | None:
+    """Observe the stream step by step; hand each version to every sink before the step that made
+    it is logged. Returns the first step's bytes per token."""
     parent, first_bpt = tedtok.tokenizer, None
-    log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
-    try:
-        for texts in tqdm(stream, desc="evolve", unit="step", disable=not progress):
-            revision = tedtok.observe_texts(texts)
-            if revision is not None:
-                validate(revision.tokenizer, parent=parent).raise_for_reasons(source=f"version {revision.diff.version}")
-                _write_version(output, revision.diff.version, revision.tokenizer, revision.diff)
-                parent = revision.tokenizer
-            bpt = tedtok.last_counts.bytes_per_token
-            first_bpt = bpt if first_bpt is None else first_bpt
+    for texts in tqdm(stream, desc="evolve", unit="step", disable=not progress):
+        revision = tedtok.observe_texts(texts)
+        if revision is not None:
+            validate(revision.tokenizer, parent=parent).raise_for_reasons(source=f"version {revision.diff.version}")
+            for sink in sinks:
+                sink(revision.diff.version, revision.tokenizer, revision.diff)
+            parent = revision.tokenizer
+        bpt = tedtok.last_counts.bytes_per_token
+        first_bpt = bpt if first_bpt is None else first_bpt
+        if log is not None:
             log.write({"step": tedtok.store.step, "version": tedtok.version, "bytes_per_token": bpt})
             if revision is not None:
                 log.sync()
+    if log is not None:
         log.sync()
-    finally:
-        log.close()
     return first_bpt
 
 
-def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = EvolveSettings(), *,
-               initial: BPETokenizer | None = None, force: bool = False, progress: bool = False) -> dict[str, Any]:
+def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings = EvolveSettings(), *,
+               initial: BPETokenizer | None = None, force: bool = False, progress: bool = False,
+               publish: VersionSink | None = None) -> dict[str, Any]:
     """Evolve ``initial`` (default: trained on the oldest ``init_share``) over the rest of the
     corpus, writing every version into the output directory ``out`` (claimed by the rules of
-    ``output_dir``, after the inputs are checked); returns the summary the CLI prints."""
+    ``output_dir``, after the inputs are checked) and/or handing it to ``publish`` (a registry
+    lineage); returns the summary the CLI prints."""
     docs = corpus.documents
     n_init = 0
     if initial is None:
@@ -149,7 +157,15 @@ def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = Evolv
                                            "stream after training the initial tokenizer; lower --init-share")
     run = {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
            "skipped_records": len(corpus.skipped), **asdict(settings)}
-    with OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS, force=force) as output:
+    with contextlib.ExitStack() as stack:
+        output = None
+        sinks: list[VersionSink] = []
+        if out is not None:
+            output = stack.enter_context(OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS,
+                                                         force=force))
+            sinks.append(lambda number, tokenizer, diff: _write_version(output, number, tokenizer, diff))
+        if publish is not None:
+            sinks.append(publish)
         if initial is None:
             initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=settings.vocab_size,
                                          progress=progress)
@@ -157,15 +173,20 @@ def run_evolve(corpus: Corpus, out: str | Path, settings: EvolveSettings = Evolv
         stream = list(batches(docs[n_init:], settings.step_docs))
         tedtok = TedTok(initial, config=settings.tedtok_config(recycle_ids=not settings.append_ids),
                         lineage=settings.lineage)
-        _write_version(output, 1, initial, None)
-        first_bpt = _replay(output, tedtok, stream, progress=progress)
+        for sink in sinks:
+            sink(1, initial, None)
+        log = None
+        if output is not None:
+            log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
+            stack.callback(log.close)
+        first_bpt = _replay(tedtok, stream, sinks, log, progress=progress)
     return {
         "steps": len(stream),
         "versions": tedtok.version,
         "tokens_changed": sum(len(r.diff.entries) for r in tedtok.revisions),
         "bytes_per_token": {"first_step": first_bpt, "last_step": tedtok.last_counts.bytes_per_token},
         "revision_seconds": tedtok.revision_seconds,
-        "resumed": output.resumed,
+        "resumed": output.resumed if output is not None else None,
         "skipped_records": len(corpus.skipped),
-        "out": str(output.path),
+        "out": str(output.path) if output is not None else None,
     }
