@@ -66,6 +66,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     migrate.add_argument("--json", action="store_true", help="print JSON")
     migrate.set_defaults(func=cmd_migrate, parser=migrate)
     add_client_commands(commands)
+    add_bench(sub)
 
 
 def _client(args: argparse.Namespace):
@@ -200,3 +201,25 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument("version", nargs="?", default="latest")
     p.add_argument("--out", required=True, help="file to write")
+
+
+def cmd_bench_registry(args: argparse.Namespace) -> int:
+    from registry.bench import RegistryBenchSettings, run_registry_bench
+    from tokmaint.cli import chosen_settings, show_progress
+
+    settings = chosen_settings(args.parser, args, RegistryBenchSettings)
+    print_result(run_registry_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    """``bench registry``, in the benchmarks' group."""
+    from registry.bench import RegistryBenchSettings
+    from tokmaint.cli import add_settings, subcommands
+
+    summary = "registry: publish latency (p50/p99) and tokenizer.json downloads/revalidations per second"
+    p = subcommands(sub.choices["bench"]).add_parser("registry", help=summary, description=summary)
+    p.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to train the published tokenizer on")
+    add_settings(p, RegistryBenchSettings)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_bench_registry, parser=p)

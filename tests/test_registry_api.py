@@ -199,3 +199,15 @@ def test_evolve_publishes_every_version_and_continues(server, drifting_corpus, t
         assert "registry lineage 'stream' version 1 is not this run's" in capsys.readouterr().err
     finally:
         os.environ.pop("TOKMAINT_REGISTRY_TOKEN", None)
+
+
+def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
+    from tokmaint.cli import main
+
+    assert main(["bench", "registry", "--corpus", str(drifting_corpus), "--vocab-size", "300", "--batch-size", "5",
+                 "--publishes", "3", "--clients", "2", "--seconds", "0.3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 0 < result["publish_ms"]["p50"] <= result["publish_ms"]["p99"]
+    assert result["get_rps"] > 0 and result["get_304_rps"] > 0
+    assert result["publishes"] == 3 and result["changed_ids_per_publish"] == 5
+    assert 0 < result["tokenizer_mb"] < 1

@@ -9,37 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.options import Number, whole
-from tokmaint.cli import print_result, print_rows, show_progress, warn
-
-def _add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
-    """One ``--option`` per field of a settings dataclass, with its range, help and default."""
-    for f in fields(settings_type):
-        option = f"--{f.name.replace('_', '-')}"
-        help_text = f.metadata.get("help", "")
-        if isinstance(f.default, bool):
-            parser.add_argument(option, action="store_true", default=None, help=help_text)
-            continue
-        parse = f.metadata.get("parse") or type(f.default)
-        if isinstance(parse, Number):
-            help_text += f"; {parse.describe()}"
-        parser.add_argument(option, type=parse, default=None, metavar=f.name.upper(),
-                            help=f"{help_text} (default: {f.default:g})" if isinstance(f.default, float)
-                            else f"{help_text} (default: {f.default})")
-
-
-def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type):
-    """The settings the options chose; a rule between options fails here, as a usage error."""
-    chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name) is not None}
-    try:
-        return replace(settings_type(), **chosen)
-    except ValueError as exc:
-        parser.error(str(exc).replace("_", "-"))
-
+from tokmaint.cli import add_settings, chosen_settings, print_result, print_rows, show_progress, warn
 
 def _report_skipped(corpus) -> None:
     if corpus.skipped:
@@ -51,13 +26,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "arithmetic":
         from tokenizer_service.bench.arithmetic import ArithmeticSettings, run_arithmetic
 
-        result = run_arithmetic(_settings(args.parser, args, ArithmeticSettings), progress=progress)
+        result = run_arithmetic(chosen_settings(args.parser, args, ArithmeticSettings), progress=progress)
     elif args.bench == "drift":
         return _bench_drift(args, progress=progress)
     else:
         from tokenizer_service.bench.throughput import ThroughputSettings, run_throughput
 
-        result = run_throughput(args.corpus, _settings(args.parser, args, ThroughputSettings), progress=progress)
+        result = run_throughput(args.corpus, chosen_settings(args.parser, args, ThroughputSettings), progress=progress)
     print_result(result, as_json=args.json)
     return 0
 
@@ -66,7 +41,7 @@ def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
     from tokenizer_service.bench.drift import DriftSettings, drift_table, plot_drift
     from tokenizer_service.output_dir import OutputDir
 
-    settings = _settings(args.parser, args, DriftSettings)
+    settings = chosen_settings(args.parser, args, DriftSettings)
     resolved = [Path(c).resolve() for c in args.corpus]
     if len(set(resolved)) < len(resolved):
         args.parser.error("argument --corpus: the same corpus is given twice")
@@ -118,7 +93,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from tokenizer_service.evolve import EvolveSettings, run_evolve
     from tokenizer_service.validation import load_tokenizer
 
-    settings = _settings(args.parser, args, EvolveSettings)
+    settings = chosen_settings(args.parser, args, EvolveSettings)
     if args.out is None and args.registry is None:
         args.parser.error("give --out, --registry or both: where the versions go")
     progress = show_progress(args)
@@ -216,7 +191,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evolve.add_argument("--force", action="store_true",
                         help="replace the files an earlier, different evolve run wrote in --out (never others)")
     evolve.add_argument("--tokenizer", help="initial tokenizer.json (default: train one on the oldest documents)")
-    _add_settings(evolve, EvolveSettings)
+    add_settings(evolve, EvolveSettings)
     evolve.add_argument("--json", action="store_true", help="print JSON")
     evolve.set_defaults(func=cmd_evolve, parser=evolve)
 
@@ -268,7 +243,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--force", action="store_true", help="replace an earlier plot's drift.png in --plot")
         elif needs_corpus:
             _add_corpus_options(p, skip_bad=False)
-        _add_settings(p, settings_type)
+        add_settings(p, settings_type)
         p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(func=cmd_bench, parser=p)
 

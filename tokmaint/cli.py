@@ -15,9 +15,11 @@ import json
 import signal
 import sys
 import traceback
+from dataclasses import fields, replace
 from typing import Any, NoReturn
 
 from tokenizer_service.errors import TokmaintError
+from tokenizer_service.options import Number
 
 # Modules with an ``add_commands(subparsers)``: the packages this command line fronts.
 COMMANDS = ("tokenizer_service.cli", "registry.cli")
@@ -75,6 +77,36 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     for line in [header, *cells]:
         print("  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths))))
 
+
+
+def add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
+    """One ``--option`` per field of a settings dataclass, with its range, help and default."""
+    for f in fields(settings_type):
+        option = f"--{f.name.replace('_', '-')}"
+        help_text = f.metadata.get("help", "")
+        if isinstance(f.default, bool):
+            parser.add_argument(option, action="store_true", default=None, help=help_text)
+            continue
+        parse = f.metadata.get("parse") or type(f.default)
+        if isinstance(parse, Number):
+            help_text += f"; {parse.describe()}"
+        parser.add_argument(option, type=parse, default=None, metavar=f.name.upper(),
+                            help=f"{help_text} (default: {f.default:g})" if isinstance(f.default, float)
+                            else f"{help_text} (default: {f.default})")
+
+
+def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type):
+    """The settings the options chose; a rule between options fails here, as a usage error."""
+    chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name) is not None}
+    try:
+        return replace(settings_type(), **chosen)
+    except ValueError as exc:
+        parser.error(str(exc).replace("_", "-"))
+
+
+def subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """A command's group of subcommands, for a package adding one to another's (``bench registry``)."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
 def build_parser() -> Parser:

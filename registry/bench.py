@@ -1,0 +1,144 @@
+"""``tokmaint bench registry``: publish latency and download throughput of a real registry server.
+
+It trains a tokenizer of ``vocab_size`` on the corpus's oldest ``max_mb``, makes ``publishes``
+Ted-Tok revisions of K = ``batch_size`` from it, starts its own server (SQLite in a temporary
+directory, ``tokmaint registry serve`` on a free loopback port), publishes them one by one
+(``publish_ms``: p50/p99 of the client's wall time per publish, validation included), then
+downloads one version's tokenizer.json from ``clients`` concurrent clients for ``seconds``
+(``get_rps``) and revalidates it with ``If-None-Match`` (``get_304_rps``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from tqdm import tqdm
+
+from registry.client import RegistryClient
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.errors import TokmaintError
+from tokenizer_service.options import Number, check_settings, setting, whole
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+
+@dataclass(frozen=True)
+class RegistryBenchSettings:
+    max_mb: float = setting(20.0, Number(float, low=0, low_open=True), "megabytes of the corpus to train on")
+    vocab_size: int = setting(50257, whole(257, MAX_ID_SPACE), "vocabulary of the published tokenizer")
+    batch_size: int = setting(100, whole(1), "adds+deletes of each published revision (K)")
+    publishes: int = setting(20, whole(2), "revisions published (for p50/p99)")
+    clients: int = setting(16, whole(1), "concurrent download clients")
+    seconds: float = setting(5.0, Number(float, low=0, low_open=True), "seconds of each download test")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(root: Path, token: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
+         f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
+        env={**os.environ, "TOKMAINT_REGISTRY_TOKEN": token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise TokmaintError(f"the registry server exited: {process.stdout.read().decode()[-500:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise TokmaintError("the registry server did not start within 60 s")
+
+
+async def _hammer(url: str, clients: int, seconds: float, headers: dict[str, str], expected: int) -> float:
+    """Requests per second from ``clients`` concurrent connections for ``seconds``."""
+    done = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal done
+        while time.monotonic() < deadline:
+            response = await client.get(url, headers=headers)
+            if response.status_code != expected:
+                raise TokmaintError(f"GET {url} answered {response.status_code}, expected {expected}")
+            done += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        started = time.monotonic()
+        await asyncio.gather(*(worker(client) for _ in range(clients)))
+        return done / (time.monotonic() - started)
+
+
+def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = RegistryBenchSettings(), *,
+                       progress: bool = True) -> dict:
+    docs, size = [], 0
+    for d in read_corpus(corpus, progress=progress):
+        docs.append(d)
+        size += len(d.text.encode("utf-8"))
+        if size >= settings.max_mb * 1e6:
+            break
+    tokenizer = BPETokenizer.train([d.text for d in docs], vocab_size=settings.vocab_size, progress=progress)
+    # Trained on this very text, no pair beats a sink by the paper's margin; a near-zero margin
+    # makes every revision a full K adds and deletes (as in bench throughput).
+    tedtok = TedTok(tokenizer, config=TedTokConfig(batch_size=settings.batch_size, beta=1e-9, interval=1))
+    revisions = []
+    steps = batches(docs, 512)
+    with tqdm(total=settings.publishes, desc="revisions", disable=not progress) as bar:
+        while len(revisions) < settings.publishes:
+            revision = tedtok.observe_texts(next(steps))
+            if revision is not None:
+                revisions.append(revision)
+                bar.update()
+    token = secrets.token_hex(16)
+    with tempfile.TemporaryDirectory(prefix="tokmaint-bench-registry-") as root:
+        process, url = _start_server(Path(root), token)
+        try:
+            client = RegistryClient(url, token=token)
+            client.create("bench", tokenizer.to_json())
+            latencies = []
+            for revision in tqdm(revisions, desc="publish", disable=not progress):
+                started = time.perf_counter()
+                client.publish("bench", revision.tokenizer.to_json(), diff_json=revision.diff.to_json())
+                latencies.append(1000 * (time.perf_counter() - started))
+            info = client.version("bench", 2)
+            target = f"{url}{info['tokenizer_url']}"
+            size_mb = len(httpx.get(target).content) / 1e6
+            get_rps = asyncio.run(_hammer(target, settings.clients, settings.seconds, {}, 200))
+            get_304_rps = asyncio.run(_hammer(target, settings.clients, settings.seconds,
+                                              {"If-None-Match": f'"{info["sha256"]}"'}, 304))
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    return {
+        "publish_ms": {"p50": float(np.percentile(latencies, 50)), "p99": float(np.percentile(latencies, 99))},
+        "get_rps": get_rps,
+        "get_304_rps": get_304_rps,
+        "tokenizer_mb": size_mb,
+        "vocab_size": len(tokenizer),
+        "changed_ids_per_publish": float(np.mean([len(r.diff.entries) for r in revisions])),
+        "publishes": len(revisions),
+        "clients": settings.clients,
+    }
