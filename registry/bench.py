@@ -11,6 +11,7 @@ downloads one version's tokenizer.json from ``clients`` concurrent clients for `
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
 import socket
@@ -105,7 +106,7 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = Reg
     # makes every revision a full K adds and deletes (as in bench throughput).
     tedtok = TedTok(tokenizer, config=TedTokConfig(batch_size=settings.batch_size, beta=1e-9, interval=1))
     revisions = []
-    steps = batches(docs, 512)
+    steps = itertools.cycle(list(batches(docs, 256)))  # a small corpus comes round again
     with tqdm(total=settings.publishes, desc="revisions", disable=not progress) as bar:
         while len(revisions) < settings.publishes:
             revision = tedtok.observe_texts(next(steps))

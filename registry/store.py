@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,9 +29,10 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore
 from registry.models import VERSION_KINDS, Alias, Lineage, OutboxEvent, Version, utcnow
-from schemas.revision import RevisionDiff
+from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.merge_graph import unreachable_tokens
 from tokenizer_service.options import lineage_name
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.validation import validate
@@ -127,6 +129,22 @@ class Registry:
     def __init__(self, engine: Engine, artifacts: ArtifactStore) -> None:
         self.engine = engine
         self.artifacts = artifacts
+        # Parsed versions and their unreachable tokens, by sha256 (immutable): the next publish
+        # validates against the latest without parsing it or re-encoding its whole vocabulary.
+        self._prepared: OrderedDict[str, tuple[BPETokenizer, list[str]]] = OrderedDict()
+
+    def _prepare(self, sha: str, tokenizer: BPETokenizer | None = None,
+                 unreachable: list[str] | None = None) -> tuple[BPETokenizer, list[str]]:
+        """A version's parsed tokenizer and unreachable tokens (kept for the last few versions)."""
+        cached = self._prepared.get(sha)
+        if cached is None:
+            tokenizer = tokenizer or BPETokenizer.from_json(self.artifacts.get(sha).decode("utf-8"))
+            cached = (tokenizer, unreachable if unreachable is not None else unreachable_tokens(tokenizer))
+            self._prepared[sha] = cached
+            while len(self._prepared) > 4:
+                self._prepared.popitem(last=False)
+        self._prepared.move_to_end(sha)
+        return cached
 
     # ----- reading ------------------------------------------------------------------------
     def _lineage(self, session: Session, name: str, *, lock: bool = False) -> Lineage:
@@ -172,7 +190,7 @@ class Registry:
         return alias.number
 
     def tokenizer(self, name: str, ref: int | str = "latest") -> BPETokenizer:
-        return BPETokenizer.from_json(self.artifacts.get(self.version(name, ref).sha256).decode("utf-8"))
+        return self._prepare(self.version(name, ref).sha256)[0]
 
     def diff(self, name: str, ref: int | str = "latest") -> RevisionDiff:
         """A version's own diff against its parent."""
@@ -204,7 +222,7 @@ class Registry:
             lineage = Lineage(name=name, latest=0)
             session.add(lineage)
             session.flush()
-            return self._insert_version(session, lineage, tokenizer, None, kind=kind, created_by=created_by,
+            return self._insert_version(session, lineage, tokenizer, None, [], kind=kind, created_by=created_by,
                                         metrics=metrics or {})
 
         return self._write(insert)
@@ -225,11 +243,14 @@ class Registry:
                                                      f"({latest.number}); rebase on it"])
             if child.sha256 == latest.sha256 and kind != "rollback":
                 return latest
-            parent_tokenizer = self.tokenizer(name, latest.number)
-            self._check(parent_tokenizer, child, uploaded, rollback=kind == "rollback")
+            parent_tokenizer, parent_unreachable = self._prepare(latest.sha256)
+            entries, unreachable = self._check(parent_tokenizer, parent_unreachable, child, uploaded,
+                                               rollback=kind == "rollback")
             try:
-                return self._write(lambda session: self._insert_on_top(session, name, latest.number, parent_tokenizer,
-                                                                       child, kind, created_by, metrics or {}))
+                info = self._write(lambda session: self._insert_on_top(session, name, latest.number, parent_tokenizer,
+                                                                       child, entries, kind, created_by, metrics or {}))
+                self._prepare(info.sha256, child, unreachable)
+                return info
             except _LatestMoved:
                 if parent is not None:
                     raise RegistryError("stale_parent", [f"another version of {name!r} was published first; "
@@ -306,16 +327,18 @@ class Registry:
                                 ) from None
 
     @staticmethod
-    def _check(parent: BPETokenizer, child: BPETokenizer, uploaded: RevisionDiff | None, *, rollback: bool) -> None:
-        report = validate(child, parent=parent)
+    def _check(parent: BPETokenizer, parent_unreachable: list[str], child: BPETokenizer,
+               uploaded: RevisionDiff | None, *, rollback: bool) -> tuple[list[DiffEntry], list[str]]:
+        """Every check of a publish; returns the child's diff entries and unreachable tokens."""
+        report = validate(child, parent=parent, parent_unreachable=parent_unreachable)
         if report.reasons:
             raise RegistryError("invalid_tokenizer", report.reasons)
         reasons = [] if rollback else lineage_problems(parent, child)
+        expected = diff_entries(parent, child)
         if uploaded is not None:
             if uploaded.tokenizer_sha256 != child.sha256:
                 reasons.append(f"the diff describes tokenizer {uploaded.tokenizer_sha256[:12]}, not the uploaded "
                                f"{child.sha256[:12]}")
-            expected = diff_entries(parent, child)
             if uploaded.entries != expected:
                 wrong = sorted({e.id for e in uploaded.entries} ^ {e.id for e in expected}
                                | {a.id for a, b in zip(uploaded.entries, expected) if a != b})
@@ -323,21 +346,22 @@ class Registry:
                                f"{len(expected)} computed, ids differ at e.g. {wrong[:5]}")
         if reasons:
             raise RegistryError("incompatible", reasons)
+        return expected, report.unreachable
 
     def _insert_on_top(self, session: Session, name: str, expected: int, parent: BPETokenizer,
-                       child: BPETokenizer, kind: str, created_by: str, metrics: dict[str, Any]) -> VersionInfo:
+                       child: BPETokenizer, entries: list[DiffEntry], kind: str, created_by: str,
+                       metrics: dict[str, Any]) -> VersionInfo:
         lineage = self._lineage(session, name, lock=True)
         if lineage.latest != expected:
             raise _LatestMoved()
-        return self._insert_version(session, lineage, child, parent, kind=kind, created_by=created_by,
+        return self._insert_version(session, lineage, child, parent, entries, kind=kind, created_by=created_by,
                                     metrics=metrics)
 
     def _insert_version(self, session: Session, lineage: Lineage, child: BPETokenizer,
-                        parent: BPETokenizer | None, *, kind: str, created_by: str, metrics: dict[str, Any]
-                        ) -> VersionInfo:
+                        parent: BPETokenizer | None, entries: list[DiffEntry], *, kind: str, created_by: str,
+                        metrics: dict[str, Any]) -> VersionInfo:
         """Artifacts first, then the row, ``latest`` and the outbox event, in the caller's transaction."""
         number = lineage.latest + 1
-        entries = diff_entries(parent, child) if parent is not None else []
         diff = RevisionDiff(lineage=lineage.name, version=number, parent_version=lineage.latest or None,
                             tokenizer_sha256=child.sha256, parent_sha256=parent.sha256 if parent else None,
                             vocab_size=len(child), id_space=child.id_space, entries=entries,

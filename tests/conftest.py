@@ -50,3 +50,32 @@ def corpus_tokenizer(drifting_corpus, tmp_path_factory):
     path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
     BPETokenizer.train([d.text for d in read_corpus(drifting_corpus)], vocab_size=330).save(path)
     return path
+
+
+def edit_tokenizer_model(data, edit: str, a: int, b: int):
+    """One plausible hand edit of a tokenizer.json's model (many of them still pass validation)."""
+    model = data["model"]
+    vocab, merges = model["vocab"], model["merges"]
+    tokens = sorted(vocab, key=vocab.get)
+    ta, tb = tokens[a % len(tokens)], tokens[b % len(tokens)]
+    if edit == "drop merge":
+        merges.pop(a % len(merges))
+    elif edit == "repeat merge":
+        merges.insert(b % len(merges), merges[a % len(merges)])
+    elif edit == "swap merges":
+        i, j = a % len(merges), b % len(merges)
+        merges[i], merges[j] = merges[j], merges[i]
+    elif edit == "swap ids":
+        vocab[ta], vocab[tb] = vocab[tb], vocab[ta]
+    elif edit == "move id into a hole":
+        vocab[ta] = len(vocab) + b % 1000
+    elif edit == "drop token":
+        del vocab[ta]
+    elif edit == "add token":
+        vocab[f"tok{a}"] = len(vocab) + 5 + b % 50
+    elif edit == "ignore_merges":
+        model["ignore_merges"] = True
+    elif edit == "special token":
+        data["added_tokens"].append({"id": vocab[ta], "content": ta, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": False, "special": True})
+    return data

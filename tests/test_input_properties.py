@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import edit_tokenizer_model
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import CorpusError, InvalidTokenizer
@@ -162,35 +163,6 @@ def load_and_audit(tmp_path, data):
     assert audit.summary["lossless"] is True
 
 
-def _edit_model(data, edit: str, a: int, b: int):
-    """One plausible hand edit of a tokenizer.json's model (many of them still pass validation)."""
-    model = data["model"]
-    vocab, merges = model["vocab"], model["merges"]
-    tokens = sorted(vocab, key=vocab.get)
-    ta, tb = tokens[a % len(tokens)], tokens[b % len(tokens)]
-    if edit == "drop merge":
-        merges.pop(a % len(merges))
-    elif edit == "repeat merge":
-        merges.insert(b % len(merges), merges[a % len(merges)])
-    elif edit == "swap merges":
-        i, j = a % len(merges), b % len(merges)
-        merges[i], merges[j] = merges[j], merges[i]
-    elif edit == "swap ids":
-        vocab[ta], vocab[tb] = vocab[tb], vocab[ta]
-    elif edit == "move id into a hole":
-        vocab[ta] = len(vocab) + b % 1000
-    elif edit == "drop token":
-        del vocab[ta]
-    elif edit == "add token":
-        vocab[f"tok{a}"] = len(vocab) + 5 + b % 50
-    elif edit == "ignore_merges":
-        model["ignore_merges"] = True
-    elif edit == "special token":
-        data["added_tokens"].append({"id": vocab[ta], "content": ta, "single_word": False, "lstrip": False,
-                                     "rstrip": False, "normalized": False, "special": True})
-    return data
-
-
 @EXAMPLES
 @given(edits=st.lists(st.tuples(st.sampled_from(["drop merge", "repeat merge", "swap merges", "swap ids",
                                                  "move id into a hole", "drop token", "add token", "ignore_merges",
@@ -199,5 +171,5 @@ def _edit_model(data, edit: str, a: int, b: int):
 def test_hand_edited_tokenizers_load_or_are_refused_and_loaded_ones_work(tmp_path, valid_tokenizer_json, edits):
     data = json.loads(json.dumps(valid_tokenizer_json))
     for edit, a, b in edits:
-        data = _edit_model(data, edit, a, b)
+        data = edit_tokenizer_model(data, edit, a, b)
     load_and_audit(tmp_path, data)

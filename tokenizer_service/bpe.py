@@ -111,10 +111,14 @@ def _duplicate_keys(value: Any, path: str = "") -> Iterator[str]:
     if isinstance(value, dict):
         for key in getattr(value, "duplicates", ()):
             yield f"{path or '(top level)'}: key {key!r} appears more than once"
-        # The vocabulary's values are ids, not objects: skip walking 100k+ numbers.
         for key, child in value.items():
-            if isinstance(child, (dict, list)):
-                yield from _duplicate_keys(child, f"{path}.{key}" if path else key)
+            child_path = f"{path}.{key}" if path else key
+            if path == "model" and key in ("vocab", "merges"):
+                # Ids and pairs of strings (checked on their own): no need to walk 100k+ of them.
+                for duplicate in getattr(child, "duplicates", ()):
+                    yield f"{child_path}: key {duplicate!r} appears more than once"
+            elif isinstance(child, (dict, list)):
+                yield from _duplicate_keys(child, child_path)
     elif isinstance(value, list):
         for k, child in enumerate(value):
             if isinstance(child, (dict, list)):

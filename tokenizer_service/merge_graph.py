@@ -17,6 +17,7 @@ may delete without breaking other merges.
 from __future__ import annotations
 
 import copy
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cached_property
@@ -52,12 +53,17 @@ class MergeGraph:
             self.children[u].add(w)
             self.children[v].add(w)
         for w, merges in self.producers.items():
-            self.parents[w] = merges[0] if len(merges) == 1 else (self.formed_by(w) or merges[0])
+            self.parents[w] = _applied(w, merges, self.ranks) if len(merges) > 1 else merges[0]
+
+    @staticmethod
+    def rank_table(merges: Sequence[Merge]) -> dict[Merge, int]:
+        """Each merge's rank: its first position in the merge list."""
+        return {m: i for i, m in reversed(list(enumerate(merges)))}
 
     @cached_property
     def ranks(self) -> dict[Merge, int]:
         """Each merge's rank: its first position in the merge list."""
-        return {m: i for i, m in reversed(list(enumerate(self.tokenizer.merges)))}
+        return self.rank_table(self.tokenizer.merges)
 
     def formed_by(self, token: str) -> Merge | None:
         """The merge BPE performs last on the token's own symbols; None when no merge forms it.
@@ -67,9 +73,7 @@ class MergeGraph:
         >>> MergeGraph(tok).formed_by("ab"), MergeGraph(tok).formed_by("abc")
         (('a', 'b'), None)
         """
-        pieces = bpe_pieces(token, self.ranks, until=2)
-        merge = (pieces[0], pieces[1]) if len(pieces) == 2 else None
-        return merge if merge in self.ranks else None
+        return _formed_by(token, self.ranks)
 
     def revised(self, tokenizer: BPETokenizer, *, removed: Iterable[str], added: Sequence[Merge]) -> "MergeGraph":
         """The graph of ``tokenizer``, derived from this one by a revision's edits (no full rebuild).
@@ -126,20 +130,90 @@ class MergeGraph:
         return seen
 
 
-def unreachable_tokens(tokenizer: BPETokenizer) -> list[str]:
+def unreachable_tokens(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None,
+                       parent_unreachable: Iterable[str] | None = None) -> list[str]:
     """Tokens whose own symbols do not BPE-encode to exactly that token.
 
     Such a token can never be emitted (ByteSampler's check). Special tokens are matched before
-    BPE and are always reachable.
+    BPE and are always reachable. Given a ``parent`` version and its unreachable tokens, only
+    the tokens a change can act on are encoded again (see :func:`changed_substrings`); the
+    answer is the same as encoding all of them.
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
     >>> unreachable_tokens(tok)
     ['abc']
+    >>> new = tok.replace_model(vocab={**tok.vocab, "ca": 6}, merges=[*tok.merges, ("c", "a")])
+    >>> unreachable_tokens(new, parent=tok, parent_unreachable=["abc"])
+    ['abc']
     """
     specials = tokenizer.special_tokens
-    return [
-        t
-        for t, i in tokenizer.vocab.items()
-        if t not in specials and tokenizer.tokenize_word(t) != [i]
-    ]
+    changed = changed_substrings(parent, tokenizer) if parent is not None and parent_unreachable is not None \
+        else None
+    if changed is None:
+        return [t for t, i in tokenizer.vocab.items() if t not in specials and tokenizer.tokenize_word(t) != [i]]
+    was = set(parent_unreachable)
+    touched = re.compile("|".join(map(re.escape, sorted(changed, key=len, reverse=True)))) if changed else None
+    out = []
+    for t, i in tokenizer.vocab.items():
+        if t in specials:
+            continue
+        if t in parent.vocab and (touched is None or not touched.search(t)):
+            if t in was:
+                out.append(t)
+        elif tokenizer.tokenize_word(t) != [i]:
+            out.append(t)
+    return out
+
+
+def changed_substrings(parent: BPETokenizer, child: BPETokenizer, *, limit: int = 5000) -> set[str] | None:
+    """Strings whose presence in a token means BPE may encode it differently in ``child``:
+    the products of merges one version has and the other has not, and tokens only one
+    vocabulary holds. None when the versions differ in more (model options, the relative order
+    of the merges they share, or over ``limit`` changes), so that every token must be encoded.
+
+    Why this is exact: BPE on a token's symbols can only apply merges whose product is a
+    substring of it, so if none of those changed and they keep their relative order, it takes
+    the very same steps in both versions.
+
+    >>> a = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
+    >>> sorted(changed_substrings(a, a.replace_model(vocab={"a": 0, "b": 1, "ba": 2}, merges=[("b", "a")])))
+    ['ab', 'ba']
+    """
+    if parent.model_options != child.model_options:
+        return None
+    old, new = set(parent.merges), set(child.merges)
+    if [m for m in parent.merges if m in new] != [m for m in child.merges if m in old]:
+        return None
+    changed = {u + v for u, v in old ^ new} | (parent.vocab.keys() ^ child.vocab.keys())
+    return changed if len(changed) <= limit else None
+
+
+def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, Merge]:
+    """The merge that forms each of ``tokens`` (as ``MergeGraph.parents``), without building
+    the whole graph: for a revision diff, which needs a few hundred of them.
+
+    >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+    ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")], pipeline={})
+    >>> merge_parents(tok, ["abc", "a"])
+    {'abc': ('ab', 'c')}
+    """
+    wanted = set(tokens)
+    producers: dict[str, list[Merge]] = defaultdict(list)
+    for u, v in tokenizer.merges:
+        if u + v in wanted:
+            producers[u + v].append((u, v))
+    ranks = MergeGraph.rank_table(tokenizer.merges) if any(len(m) > 1 for m in producers.values()) else {}
+    return {w: _applied(w, merges, ranks) for w, merges in producers.items()}
+
+
+def _formed_by(token: str, ranks: dict[Merge, int]) -> Merge | None:
+    """The merge BPE performs last on the token's own symbols; None when no merge forms it."""
+    pieces = bpe_pieces(token, ranks, until=2)
+    merge = (pieces[0], pieces[1]) if len(pieces) == 2 else None
+    return merge if merge in ranks else None
+
+
+def _applied(token: str, producers: list[Merge], ranks: dict[Merge, int]) -> Merge:
+    """The producer BPE applies last on the token's own symbols (the first listed when none does)."""
+    return producers[0] if len(producers) == 1 else (_formed_by(token, ranks) or producers[0])

@@ -19,33 +19,31 @@ from __future__ import annotations
 
 from schemas.revision import DiffEntry
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.merge_graph import MergeGraph
+from tokenizer_service.merge_graph import merge_parents
 
 
-def _parent_ids(tokenizer: BPETokenizer, graph: MergeGraph, token: str) -> list[int]:
-    """Ids of the merge that forms ``token`` ([] for a base or special token)."""
-    merge = graph.parents.get(token)
-    return [tokenizer.vocab[merge[0]], tokenizer.vocab[merge[1]]] if merge else []
-
-
-def diff_entries(parent: BPETokenizer, child: BPETokenizer, *, parent_graph: MergeGraph | None = None,
-                 child_graph: MergeGraph | None = None) -> list[DiffEntry]:
+def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
     """Every id whose token differs between ``parent`` and ``child``, in id order."""
-    parent_graph = parent_graph or MergeGraph(parent)
-    child_graph = child_graph or MergeGraph(child)
+    changed = [i for i in sorted(parent.id_to_token.keys() | child.id_to_token.keys())
+               if parent.id_to_token.get(i) != child.id_to_token.get(i)]
+    old_parents = merge_parents(parent, (parent.id_to_token[i] for i in changed if i in parent.id_to_token))
+    new_parents = merge_parents(child, (child.id_to_token[i] for i in changed if i in child.id_to_token))
+
+    def ids(tokenizer: BPETokenizer, parents: dict, token: str) -> list[int]:
+        merge = parents.get(token)  # [] for a base or special token
+        return [tokenizer.vocab[merge[0]], tokenizer.vocab[merge[1]]] if merge else []
+
     entries = []
-    for i in sorted(parent.id_to_token.keys() | child.id_to_token.keys()):
+    for i in changed:
         old, new = parent.id_to_token.get(i), child.id_to_token.get(i)
-        if old == new:
-            continue
         if new is None:
             entries.append(DiffEntry(id=i, kind="removed", old_token=old, new_token=None,
-                                     parents=_parent_ids(parent, parent_graph, old)))
+                                     parents=ids(parent, old_parents, old)))
         elif old is None:
             entries.append(DiffEntry(id=i, kind="added", old_token=None, new_token=new,
-                                     parents=_parent_ids(child, child_graph, new)))
+                                     parents=ids(child, new_parents, new)))
         else:
             entries.append(DiffEntry(id=i, kind="reassigned", old_token=old, new_token=new,
-                                     parents=_parent_ids(child, child_graph, new),
-                                     old_parents=_parent_ids(parent, parent_graph, old)))
+                                     parents=ids(child, new_parents, new),
+                                     old_parents=ids(parent, old_parents, old)))
     return entries

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenizers import Tokenizer
+
 
 from tokenizer_service.bpe import BYTE_TO_UNICODE, BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
@@ -82,9 +82,13 @@ def probe_texts(tokenizer: BPETokenizer, *, n: int = 200, seed: int = 0) -> list
     return out
 
 
-def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, probes: list[str] | None = None
-             ) -> ValidationReport:
-    """Run every check; the report lists each failure as a human-readable reason."""
+def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, probes: list[str] | None = None,
+             parent_unreachable: list[str] | None = None) -> ValidationReport:
+    """Run every check; the report lists each failure as a human-readable reason.
+
+    ``parent_unreachable`` (the parent's own report) lets reachability re-encode only the tokens
+    a change can act on.
+    """
     report = ValidationReport()
     vocab = tokenizer.vocab
     bad_merges = [m for m in tokenizer.merges if m[0] not in vocab or m[1] not in vocab or m[0] + m[1] not in vocab]
@@ -92,7 +96,7 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         report.reasons.append(f"{len(bad_merges)} merges use or produce tokens outside the vocabulary, "
                               f"e.g. {bad_merges[:3]}")
     try:
-        loaded = Tokenizer.from_str(tokenizer.to_json())
+        loaded = tokenizer.hf
     except Exception as exc:  # the library's own error text is the reason
         report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
         return report
@@ -120,9 +124,9 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     if lossy:
         report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
 
-    report.unreachable = unreachable_tokens(tokenizer)
+    report.unreachable = unreachable_tokens(tokenizer, parent=parent, parent_unreachable=parent_unreachable)
     if parent is not None:
-        was_unreachable = set(unreachable_tokens(parent))
+        was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]
         new = [t for t in report.unreachable if t not in parent.vocab]
         if broken:
