@@ -20,7 +20,7 @@ def readme_commands() -> list[list[str]]:
             continue
         pending += line.rstrip("\\").strip() + " "
         if not line.endswith("\\"):
-            words = shlex.split(pending)
+            words = shlex.split(pending, comments=True)
             pending = ""
             if words and words[0].endswith("bin/tokmaint"):
                 commands.append(words[1:])
