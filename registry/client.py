@@ -22,6 +22,23 @@ import httpx
 from tokenizer_service.errors import TokmaintError
 
 
+_JSON = {"Content-Type": "application/json"}
+
+
+def _embed(fields: dict[str, Any], **documents: str | bytes | None) -> bytes:
+    """A JSON body of ``fields`` plus JSON documents spliced in as they are (a 2 MB
+    tokenizer.json is not parsed and re-encoded to be sent).
+
+    >>> _embed({"kind": "import"}, tokenizer=b'{"model": {}}', diff=None)
+    b'{"kind": "import", "tokenizer": {"model": {}}, "diff": null}'
+    """
+    parts = [json.dumps(fields).encode("utf-8")[1:-1]] if fields else []
+    for key, document in documents.items():
+        value = b"null" if document is None else document.encode("utf-8") if isinstance(document, str) else document
+        parts.append(json.dumps(key).encode("utf-8") + b": " + value.strip())
+    return b"{" + b", ".join(parts) + b"}"
+
+
 class RegistryRefused(TokmaintError):
     """The registry refused a request (or could not be reached): ``status``, ``code``, ``reasons``."""
 
@@ -117,15 +134,15 @@ class RegistryClient:
     # ----- writing ------------------------------------------------------------------------
     def create(self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial",
                metrics: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = {"name": name, "tokenizer": json.loads(tokenizer_json), "kind": kind, "metrics": metrics or {}}
-        return self._request("POST", "/v1/tokenizers", json=body).json()
+        body = _embed({"name": name, "kind": kind, "metrics": metrics or {}}, tokenizer=tokenizer_json)
+        return self._request("POST", "/v1/tokenizers", content=body, headers=_JSON).json()
 
     def publish(self, name: str, tokenizer_json: str | bytes, *, diff_json: str | bytes | None = None,
                 kind: str = "tedtok", parent: int | None = None, metrics: dict[str, Any] | None = None
                 ) -> dict[str, Any]:
-        body = {"tokenizer": json.loads(tokenizer_json), "diff": json.loads(diff_json) if diff_json else None,
-                "kind": kind, "parent": parent, "metrics": metrics or {}}
-        return self._request("POST", f"/v1/tokenizers/{name}/versions", json=body).json()
+        body = _embed({"kind": kind, "parent": parent, "metrics": metrics or {}}, tokenizer=tokenizer_json,
+                      diff=diff_json)
+        return self._request("POST", f"/v1/tokenizers/{name}/versions", content=body, headers=_JSON).json()
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> dict[str, Any]:
         return self._request("PUT", f"/v1/tokenizers/{name}/aliases/{alias}", json={"version": ref}).json()

@@ -87,14 +87,15 @@ def check_lineage_name(name: str) -> str:
         raise RegistryError("invalid_name", [f"lineage name {str(exc)}"]) from None
 
 
-def parse_tokenizer(data: bytes) -> BPETokenizer:
-    """An uploaded tokenizer.json, refused with every reason (``invalid_tokenizer``)."""
+def parse_tokenizer(data: bytes | dict[str, Any]) -> BPETokenizer:
+    """An uploaded tokenizer.json (bytes, or already parsed by ``bpe.parse_json``), refused with
+    every reason (``invalid_tokenizer``)."""
     try:
-        text = data.decode("utf-8")
+        if isinstance(data, dict):
+            return BPETokenizer.from_data(data)
+        return BPETokenizer.from_json(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise RegistryError("invalid_tokenizer", [f"not UTF-8 (byte at offset {exc.start})"]) from None
-    try:
-        return BPETokenizer.from_json(text)
     except InvalidTokenizer as exc:
         raise RegistryError("invalid_tokenizer", exc.reasons) from None
 
@@ -207,7 +208,7 @@ class Registry:
                             config={"composed": True})
 
     # ----- writing ------------------------------------------------------------------------
-    def create_lineage(self, name: str, tokenizer_json: bytes, *, kind: str = "initial", created_by: str = "",
+    def create_lineage(self, name: str, tokenizer_json: bytes | dict[str, Any], *, kind: str = "initial", created_by: str = "",
                        metrics: dict[str, Any] | None = None) -> VersionInfo:
         """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
         check_lineage_name(name)
@@ -227,7 +228,8 @@ class Registry:
 
         return self._write(insert)
 
-    def publish(self, name: str, tokenizer_json: bytes, *, diff_json: bytes | None = None, kind: str = "tedtok",
+    def publish(self, name: str, tokenizer_json: bytes | dict[str, Any], *, diff_json: bytes | None = None,
+                kind: str = "tedtok",
                 parent: int | None = None, created_by: str = "", metrics: dict[str, Any] | None = None
                 ) -> VersionInfo:
         """Publish a new version on top of ``parent`` (default: the latest; a stale parent is

@@ -119,6 +119,7 @@ def test_publish_watch_compose_and_download(server, revisions, tmp_path):
     assert caught.value.status == 404 and caught.value.code == "alias_not_found"
     metrics = httpx.get(f"{server}/metrics").text
     assert 'tokmaint_registry_publishes_total{kind="tedtok"}' in metrics
+    assert 'route="/v1/tokenizers/{name}/versions/{ref}/tokenizer.json",status="304"' in metrics
 
 
 def _post(server, path, body: bytes, token: str | None = TOKEN):

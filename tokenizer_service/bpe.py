@@ -87,6 +87,24 @@ class _JSONObject(dict):
         return obj
 
 
+def parse_json(text: str | bytes, *, source: str | Path | None = None) -> Any:
+    """JSON as tokmaint reads tokenizer files: objects remember keys they held twice, and
+    anything unreadable is an :class:`InvalidTokenizer` with the reason.
+
+    >>> parse_json('{"a": 1, "a": 2}').duplicates
+    ('a',)
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_JSONObject.from_pairs)
+    except json.JSONDecodeError as exc:
+        raise InvalidTokenizer([f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"],
+                               source=source) from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits, or bytes that are not UTF-8
+        raise InvalidTokenizer([f"not JSON tokmaint can read ({str(exc)[:80]})"], source=source) from None
+    except RecursionError:
+        raise InvalidTokenizer(["JSON nested too deeply"], source=source) from None
+
+
 def _json_kind(value: Any) -> str:
     """How a JSON value is named in a reason: ``_json_kind([]) == 'a list'``."""
     if value is None:
@@ -323,15 +341,12 @@ class BPETokenizer:
         model.vocab: 1 negative ids, e.g. 'b': -1
         model.merges: 1 merges name tokens outside the vocabulary, e.g. [0] ["a", "c"]
         """
-        try:
-            data = json.loads(text, object_pairs_hook=_JSONObject.from_pairs)
-        except json.JSONDecodeError as exc:
-            raise InvalidTokenizer([f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"],
-                                   source=source) from None
-        except ValueError as exc:  # e.g. an integer of thousands of digits
-            raise InvalidTokenizer([f"not JSON tokmaint can read ({str(exc)[:80]})"], source=source) from None
-        except RecursionError:
-            raise InvalidTokenizer(["JSON nested too deeply"], source=source) from None
+        return cls.from_data(parse_json(text, source=source), source=source)
+
+    @classmethod
+    def from_data(cls, data: Any, *, source: str | Path | None = None) -> "BPETokenizer":
+        """Build from a parsed ``tokenizer.json`` (:func:`parse_json`, which remembers duplicate
+        keys), after the same structural checks as :meth:`from_json`."""
         reasons = tokenizer_json_problems(data)
         if reasons:
             raise InvalidTokenizer(reasons, source=source)

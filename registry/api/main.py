@@ -14,6 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.api.routes.tokenizers import ArtifactCache, router
 from registry.artifacts import LocalArtifactStore
@@ -46,6 +47,33 @@ class Metrics:
         )
 
 
+class RequestMetrics:
+    """Counts and times every request by route template (a plain ASGI middleware: the hot path
+    of revalidations stays cheap)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            template = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.latency.labels(scope["method"], template).observe(time.perf_counter() - started)
+            self.metrics.requests.labels(scope["method"], template, str(status)).inc()
+
+
 def create_app(settings: RegistrySettings) -> FastAPI:
     """The app for these settings (the database is migrated when it starts)."""
 
@@ -72,15 +100,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         return JSONResponse(status_code=exc.status,
                             content={"error_code": exc.code, "message": str(exc), "reasons": exc.reasons})
 
-    @app.middleware("http")
-    async def count(request: Request, call_next) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        template = getattr(route, "path", "unmatched")
-        app.state.metrics.latency.labels(request.method, template).observe(time.perf_counter() - started)
-        app.state.metrics.requests.labels(request.method, template, str(response.status_code)).inc()
-        return response
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
 
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict[str, str]:

@@ -21,6 +21,8 @@ from pydantic import BaseModel
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep
 from registry.store import Registry, RegistryError, VersionInfo
+from tokenizer_service.bpe import parse_json
+from tokenizer_service.errors import InvalidTokenizer
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
 
@@ -102,9 +104,10 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     if len(body) > limit:
         raise RegistryError("too_large", [f"the upload is {len(body):,} bytes; the limit is {limit:,}"])
     try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise RegistryError("invalid_request", [f"the body is not JSON ({exc})"]) from None
+        # Parsed once, remembering duplicate keys, so the tokenizer inside is not re-encoded.
+        data = parse_json(body)
+    except InvalidTokenizer as exc:
+        raise RegistryError("invalid_request", [f"the body is {exc.reasons[0]}"]) from None
     if not isinstance(data, dict):
         raise RegistryError("invalid_request", ["the body must be a JSON object"])
     return data
@@ -144,7 +147,7 @@ async def create_lineage(request: Request, registry: RegistryDep, settings: Sett
     if kind not in ("initial", "import"):
         raise RegistryError("invalid_request", ["'kind' of a new lineage is 'initial' or 'import'"])
     metrics = _field(data, "metrics", dict, required=False) or {}
-    info = await run_in_threadpool(registry.create_lineage, name, _as_json_bytes(tokenizer), kind=kind,
+    info = await run_in_threadpool(registry.create_lineage, name, tokenizer, kind=kind,
                                    created_by=writer, metrics=metrics)
     request.app.state.metrics.publishes.labels(kind).inc()
     return VersionPublic.of(info)
@@ -174,7 +177,7 @@ async def publish(name: str, request: Request, registry: RegistryDep, settings: 
         raise RegistryError("invalid_request", ["'kind' is 'tedtok', 'litetoken' or 'import'"])
     parent = _field(data, "parent", int, required=False)
     metrics = _field(data, "metrics", dict, required=False) or {}
-    info = await run_in_threadpool(registry.publish, name, _as_json_bytes(tokenizer),
+    info = await run_in_threadpool(registry.publish, name, tokenizer,
                                    diff_json=_as_json_bytes(diff) if diff is not None else None, kind=kind,
                                    parent=parent, created_by=writer, metrics=metrics)
     request.app.state.metrics.publishes.labels(kind).inc()
