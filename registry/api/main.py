@@ -6,10 +6,12 @@ newest schema; OpenAPI docs are at ``/docs``.
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -74,6 +76,38 @@ class RequestMetrics:
             self.metrics.requests.labels(scope["method"], template, str(status)).inc()
 
 
+DOWNLOAD_ROUTE = SimpleNamespace(path="/v1/tokenizers/{name}/versions/{ref}/tokenizer.json")
+_NUMBERED_DOWNLOAD = re.compile(r"/v1/tokenizers/([A-Za-z0-9][A-Za-z0-9._-]{0,63})/versions/(\d+)/tokenizer\.json")
+
+
+class CachedDownloads:
+    """Answers a numbered version's tokenizer.json that is already in memory (an immutable file)
+    before routing: the hot path of trainers revalidating touches neither the database nor
+    FastAPI's machinery. Anything else goes on to the app."""
+
+    def __init__(self, app: ASGIApp, cache: ArtifactCache) -> None:
+        self.app, self.cache = app, cache
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _NUMBERED_DOWNLOAD.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "GET" \
+            else None
+        sha = self.cache.shas.get((match[1], int(match[2]))) if match else None
+        if sha is None or sha not in self.cache.blobs:
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = DOWNLOAD_ROUTE
+        etag = f'"{sha}"'.encode()
+        headers = [(b"etag", etag), (b"cache-control", b"public, max-age=31536000, immutable")]
+        if any(name == b"if-none-match" and sha.encode() in value for name, value in scope["headers"]):
+            await send({"type": "http.response.start", "status": 304, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        body = self.cache.blobs[sha]
+        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 def create_app(settings: RegistrySettings) -> FastAPI:
     """The app for these settings (the database is migrated when it starts)."""
 
@@ -100,6 +134,8 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         return JSONResponse(status_code=exc.status,
                             content={"error_code": exc.code, "message": str(exc), "reasons": exc.reasons})
 
+    # RequestMetrics, added last, is the outermost: cached downloads are counted too.
+    app.add_middleware(CachedDownloads, cache=app.state.cache)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
 
     @app.get("/healthz", tags=["operations"])
