@@ -66,6 +66,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     migrate.add_argument("--json", action="store_true", help="print JSON")
     migrate.set_defaults(func=cmd_migrate, parser=migrate)
     add_client_commands(commands)
+    add_relay(commands)
     add_bench(sub)
 
 
@@ -223,3 +224,38 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     add_settings(p, RegistryBenchSettings)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_bench_registry, parser=p)
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    from kafka import KafkaProducer
+
+    from registry.artifacts import LocalArtifactStore
+    from registry.db import make_engine
+    from registry.relay import relay_forever, relay_once
+    from registry.store import Registry
+
+    registry = Registry(make_engine(args.db), LocalArtifactStore(args.artifacts))
+    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", enable_idempotence=True)
+    try:
+        if args.once:
+            print_result({"sent": relay_once(registry, producer, topic=args.topic)}, as_json=args.json)
+        else:
+            relay_forever(registry, producer, topic=args.topic, interval=args.interval)
+    finally:
+        producer.close()
+    return 0
+
+
+def add_relay(commands: argparse._SubParsersAction) -> None:
+    relay = commands.add_parser("relay", help="send the registry's revision events to Kafka (at least once)")
+    relay.add_argument("--db", default=os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/"
+                                                                               "registry.db"))
+    relay.add_argument("--artifacts", default=os.environ.get("TOKMAINT_REGISTRY_ARTIFACTS",
+                                                             "tokmaint-registry/artifacts"))
+    relay.add_argument("--bootstrap", default=os.environ.get("TOKMAINT_KAFKA", "127.0.0.1:9092"),
+                       help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    relay.add_argument("--topic", default="tokenizer.revisions")
+    relay.add_argument("--once", action="store_true", help="send what is pending, then stop")
+    relay.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the outbox")
+    relay.add_argument("--json", action="store_true", help="print JSON")
+    relay.set_defaults(func=cmd_relay, parser=relay)

