@@ -12,6 +12,9 @@ import time
 
 import httpx
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
 
 from registry.client import RegistryClient, RegistryRefused
 from tests.conftest import NEW_WORDS, WORDS, sentences
@@ -30,10 +33,11 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A registry server on SQLite in a temporary directory, 1 MB upload limit."""
+    """A registry server on SQLite in a temporary directory, 1 MB upload limit, watches ≤ 3 s."""
     root = tmp_path_factory.mktemp("registry")
     port = free_port()
-    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "1"}
+    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "1",
+           "TOKMAINT_REGISTRY_MAX_WATCH_SECONDS": "3"}
     process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port),
                                 "--db", f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -212,3 +216,26 @@ def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
     assert result["get_rps"] > 0 and result["get_304_rps"] > 0
     assert result["publishes"] == 3 and result["changed_ids_per_publish"] == 5
     assert 0 < result["tokenizer_mb"] < 1
+
+
+def test_no_request_built_from_the_openapi_schema_gets_a_500(server):
+    """Schemathesis generates requests for every operation from the server's own OpenAPI schema,
+    authorised, so writes reach validation too: none may answer with a server error."""
+    schema = schemathesis.openapi.from_url(f"{server}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 14
+    served = _requests_served(server)
+
+    for operation in operations:
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(case=operation.as_strategy())
+        def no_server_error(case):
+            case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"}, checks=[not_a_server_error])
+
+        no_server_error()
+    assert _requests_served(server) - served >= 5 * len(operations)  # the requests did reach the server
+
+
+def _requests_served(server: str) -> float:
+    lines = httpx.get(f"{server}/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("tokmaint_registry_requests_total{"))
