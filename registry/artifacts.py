@@ -24,6 +24,8 @@ import os
 import re
 from pathlib import Path
 
+from tokenizer_service.output_dir import write_file
+
 _NAME = re.compile(r"[0-9a-f]{64}")
 
 
@@ -71,10 +73,7 @@ class LocalArtifactStore(ArtifactStore):
             return name
         final.parent.mkdir(exist_ok=True)
         staging = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        with open(staging, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        write_file(staging, data)
         os.replace(staging, final)
         return name
 

@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import secrets
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from registry.client import RegistryClient
+from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.errors import TokmaintError
@@ -45,32 +42,6 @@ class RegistryBenchSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(root: Path, token: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
-         f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
-        env={**os.environ, "TOKMAINT_REGISTRY_TOKEN": token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise TokmaintError(f"the registry server exited: {process.stdout.read().decode()[-500:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise TokmaintError("the registry server did not start within 60 s")
 
 
 async def _hammer(url: str, clients: int, seconds: float, headers: dict[str, str], expected: int) -> float:
@@ -131,7 +102,7 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = Reg
                 bar.update()
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-registry-") as root:
-        process, url = _start_server(Path(root), token)
+        process, url = start_server(Path(root), env={"TOKMAINT_REGISTRY_TOKEN": token})
         try:
             client = RegistryClient(url, token=token)
             client.create("bench", tokenizer.to_json())

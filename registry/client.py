@@ -19,7 +19,9 @@ from typing import Any
 
 import httpx
 
+from registry.refs import version_number
 from tokenizer_service.errors import TokmaintError
+from tokenizer_service.output_dir import write_file
 
 
 _JSON = {"Content-Type": "application/json"}
@@ -110,7 +112,7 @@ class RegistryClient:
     def download(self, name: str, ref: int | str = "latest") -> bytes:
         """A version's tokenizer.json, verified against its sha256 (and cached by it)."""
         cached = None
-        if self.cache_dir is not None and str(ref).isdigit():
+        if self.cache_dir is not None and version_number(ref) is not None:
             sha = self.version(name, ref)["sha256"]
             path = self.cache_dir / sha
             if path.is_file() and hashlib.sha256(data := path.read_bytes()).hexdigest() == sha:
@@ -127,7 +129,7 @@ class RegistryClient:
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             staging = self.cache_dir / f".{sha}.{os.getpid()}.tmp"
-            staging.write_bytes(data)
+            write_file(staging, data)
             os.replace(staging, self.cache_dir / sha)
         return data
 

@@ -1,8 +1,10 @@
 """The registry: lineages of immutable numbered tokenizer versions, aliases and revision events.
 
 Every publish is validated (the core's ``validate`` plus the lineage rules below), its artifacts
-are stored first, and then one transaction numbers the version, moves ``latest`` and writes the
-revision event to the outbox: a version is visible with all its artifacts or not at all.
+are stored first (outside any transaction), and then one transaction numbers the version, moves
+``latest`` and writes the revision event to the outbox: a version is visible with all its
+artifacts or not at all. A publish that loses the race for its number leaves artifacts nobody
+names (content-addressed, harmless) and retries on the new latest.
 
 Lineage rules (every publish but a rollback): surviving tokens keep their ids; the parent's base
 alphabet and special tokens stay, at their ids; the new version is no less reachable than its
@@ -29,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore
 from registry.models import VERSION_KINDS, Alias, Lineage, OutboxEvent, Version, utcnow
+from registry.refs import version_number
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
@@ -181,8 +184,8 @@ class Registry:
             return VersionInfo.of(row, name)
 
     def _resolve(self, session: Session, lineage: Lineage, ref: int | str) -> int:
-        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-            return int(ref)
+        if (number := version_number(ref)) is not None:
+            return number
         if ref == "latest":
             return lineage.latest
         alias = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == ref)).one_or_none()
@@ -208,34 +211,39 @@ class Registry:
                             config={"composed": True})
 
     # ----- writing ------------------------------------------------------------------------
-    def create_lineage(self, name: str, tokenizer_json: bytes | dict[str, Any], *, kind: str = "initial", created_by: str = "",
-                       metrics: dict[str, Any] | None = None) -> VersionInfo:
+    def create_lineage(self, name: str, tokenizer_json: bytes | dict[str, Any], *, kind: str = "initial",
+                       created_by: str = "", metrics: dict[str, Any] | None = None) -> VersionInfo:
         """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
         check_lineage_name(name)
         tokenizer = parse_tokenizer(tokenizer_json)
         report = validate(tokenizer)
         if report.reasons:
             raise RegistryError("invalid_tokenizer", report.reasons)
+        exists = RegistryError("lineage_exists", [f"lineage {name!r} exists already"])
+        if any(n == name for n, _ in self.lineages()):
+            raise exists  # before any artifact is stored; the transaction below checks again
+        artifacts = self._put_artifacts(name, 1, None, tokenizer, [], kind, metrics or {})
 
         def insert(session: Session) -> VersionInfo:
             if session.scalars(select(Lineage).where(Lineage.name == name)).one_or_none() is not None:
-                raise RegistryError("lineage_exists", [f"lineage {name!r} exists already"])
+                raise exists
             lineage = Lineage(name=name, latest=0)
             session.add(lineage)
             session.flush()
-            return self._insert_version(session, lineage, tokenizer, None, [], kind=kind, created_by=created_by,
-                                        metrics=metrics or {})
+            return self._insert_version(session, lineage, tokenizer, artifacts, changed_ids=0, kind=kind,
+                                        created_by=created_by, metrics=metrics or {})
 
-        return self._write(insert)
+        info = self._write(insert)
+        self._prepare(info.sha256, tokenizer, report.unreachable)
+        return info
 
-    def publish(self, name: str, tokenizer_json: bytes | dict[str, Any], *, diff_json: bytes | None = None,
-                kind: str = "tedtok",
-                parent: int | None = None, created_by: str = "", metrics: dict[str, Any] | None = None
-                ) -> VersionInfo:
+    def publish(self, name: str, tokenizer_json: bytes | dict[str, Any], *,
+                diff_json: bytes | dict[str, Any] | None = None, kind: str = "tedtok", parent: int | None = None,
+                created_by: str = "", metrics: dict[str, Any] | None = None) -> VersionInfo:
         """Publish a new version on top of ``parent`` (default: the latest; a stale parent is
         refused) after every check; the latest version's own content again returns it."""
         if kind not in VERSION_KINDS or kind == "initial":
-            raise RegistryError("invalid_tokenizer", [f"kind must be one of {VERSION_KINDS[1:]}, got {kind!r}"])
+            raise RegistryError("invalid_request", [f"kind must be one of {VERSION_KINDS[1:]}, got {kind!r}"])
         child = parse_tokenizer(tokenizer_json)
         uploaded = self._parse_diff(diff_json) if diff_json is not None else None
         while True:
@@ -248,9 +256,14 @@ class Registry:
             parent_tokenizer, parent_unreachable = self._prepare(latest.sha256)
             entries, unreachable = self._check(parent_tokenizer, parent_unreachable, child, uploaded,
                                                rollback=kind == "rollback")
+            # Artifacts before the transaction: a version is never visible without them, and
+            # the write lock is not held while they are written.
+            artifacts = self._put_artifacts(name, latest.number + 1, parent_tokenizer, child, entries, kind,
+                                            metrics or {})
             try:
-                info = self._write(lambda session: self._insert_on_top(session, name, latest.number, parent_tokenizer,
-                                                                       child, entries, kind, created_by, metrics or {}))
+                info = self._write(lambda session: self._insert_on_top(
+                    session, name, latest.number, child, artifacts, changed_ids=len(entries), kind=kind,
+                    created_by=created_by, metrics=metrics or {}))
                 self._prepare(info.sha256, child, unreachable)
                 return info
             except _LatestMoved:
@@ -266,7 +279,7 @@ class Registry:
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> int:
         """Point ``alias`` at a version (created or moved); returns its number."""
-        if alias == "latest" or alias.isdigit():
+        if alias == "latest" or alias.isdigit():  # any digits: "²" would confuse a reader too
             raise RegistryError("invalid_name", [f"alias {alias!r} would shadow a version reference"])
         check_lineage_name(alias)
 
@@ -321,9 +334,9 @@ class Registry:
             return work(session)
 
     @staticmethod
-    def _parse_diff(diff_json: bytes) -> RevisionDiff:
+    def _parse_diff(diff_json: bytes | dict[str, Any]) -> RevisionDiff:
         try:
-            return RevisionDiff.from_dict(json.loads(diff_json))
+            return RevisionDiff.from_dict(diff_json if isinstance(diff_json, dict) else json.loads(diff_json))
         except Exception as exc:  # JSON or schema errors: their text is the reason
             raise RegistryError("invalid_diff", [f"the diff is not a revision diff: {str(exc).splitlines()[0]}"]
                                 ) from None
@@ -350,29 +363,31 @@ class Registry:
             raise RegistryError("incompatible", reasons)
         return expected, report.unreachable
 
-    def _insert_on_top(self, session: Session, name: str, expected: int, parent: BPETokenizer,
-                       child: BPETokenizer, entries: list[DiffEntry], kind: str, created_by: str,
-                       metrics: dict[str, Any]) -> VersionInfo:
-        lineage = self._lineage(session, name, lock=True)
-        if lineage.latest != expected:
-            raise _LatestMoved()
-        return self._insert_version(session, lineage, child, parent, entries, kind=kind, created_by=created_by,
-                                    metrics=metrics)
-
-    def _insert_version(self, session: Session, lineage: Lineage, child: BPETokenizer,
-                        parent: BPETokenizer | None, entries: list[DiffEntry], *, kind: str, created_by: str,
-                        metrics: dict[str, Any]) -> VersionInfo:
-        """Artifacts first, then the row, ``latest`` and the outbox event, in the caller's transaction."""
-        number = lineage.latest + 1
-        diff = RevisionDiff(lineage=lineage.name, version=number, parent_version=lineage.latest or None,
+    def _put_artifacts(self, name: str, number: int, parent: BPETokenizer | None, child: BPETokenizer,
+                       entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> tuple[str, str]:
+        """Store the tokenizer.json and the registry's diff of version ``number``: (sha, diff sha)."""
+        diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None,
                             tokenizer_sha256=child.sha256, parent_sha256=parent.sha256 if parent else None,
                             vocab_size=len(child), id_space=child.id_space, entries=entries,
                             config={"kind": kind, **({"metrics": metrics} if metrics else {})})
-        sha = self.artifacts.put(child.to_json().encode("utf-8"))
-        diff_sha = self.artifacts.put(diff.to_json().encode("utf-8"))
+        return (self.artifacts.put(child.to_json().encode("utf-8")),
+                self.artifacts.put(diff.to_json().encode("utf-8")))
+
+    def _insert_on_top(self, session: Session, name: str, expected: int, child: BPETokenizer,
+                       artifacts: tuple[str, str], **row: Any) -> VersionInfo:
+        lineage = self._lineage(session, name, lock=True)
+        if lineage.latest != expected:
+            raise _LatestMoved()
+        return self._insert_version(session, lineage, child, artifacts, **row)
+
+    def _insert_version(self, session: Session, lineage: Lineage, child: BPETokenizer, artifacts: tuple[str, str],
+                        *, changed_ids: int, kind: str, created_by: str, metrics: dict[str, Any]) -> VersionInfo:
+        """The row, ``latest`` and the outbox event, in the caller's transaction."""
+        number = lineage.latest + 1
+        sha, diff_sha = artifacts
         row = Version(lineage_id=lineage.id, number=number, parent_number=lineage.latest or None, kind=kind,
                       sha256=sha, diff_sha256=diff_sha, vocab_size=len(child), id_space=child.id_space,
-                      merges=len(child.merges), changed_ids=len(entries), metrics=metrics, created_by=created_by)
+                      merges=len(child.merges), changed_ids=changed_ids, metrics=metrics, created_by=created_by)
         session.add(row)
         lineage.latest = number
         event = {"event_id": str(uuid.uuid4()), "lineage": lineage.name, "version": number,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import socket
 
 import pytest
 
@@ -82,8 +81,12 @@ def edit_tokenizer_model(data, edit: str, a: int, b: int):
     return data
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface, for a server a fixture starts."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def tedtok_lineage(*, seed: int, steps: int, lineage: str = "demo"):
+    """An initial tokenizer and the revisions Ted-Tok makes of it over a stream drifting to NEW_WORDS."""
+    from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+    initial = BPETokenizer.train(sentences(300), vocab_size=320)
+    tedtok = TedTok(initial, config=TedTokConfig(alpha=0.3, batch_size=5, interval=2), lineage=lineage)
+    for step in range(steps):
+        tedtok.observe_texts(sentences(20, seed=seed + step, words=NEW_WORDS + WORDS[:3]))
+    return initial, tedtok.revisions

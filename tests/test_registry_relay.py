@@ -16,7 +16,8 @@ from registry.artifacts import LocalArtifactStore
 from registry.db import make_engine, migrate
 from registry.relay import relay_once
 from registry.store import Registry
-from tests.conftest import free_port, sentences
+from registry.local_server import free_port
+from tests.conftest import sentences
 from tests.test_registry_store import variant
 from tokenizer_service.bpe import BPETokenizer
 

@@ -13,10 +13,9 @@ from sqlalchemy import inspect
 from registry.artifacts import LocalArtifactStore
 from registry.db import make_engine, migrate
 from registry.store import Registry, RegistryError
-from tests.conftest import NEW_WORDS, WORDS, sentences
+from tests.conftest import sentences, tedtok_lineage
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.merge_graph import MergeGraph
-from tokenizer_service.tedtok import TedTok, TedTokConfig
 
 POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432"
 
@@ -58,12 +57,9 @@ def registry(database_url, tmp_path):
 @pytest.fixture(scope="module")
 def lineage():
     """An initial tokenizer and the revisions Ted-Tok made of it over a drifting stream."""
-    initial = BPETokenizer.train(sentences(300), vocab_size=320)
-    tedtok = TedTok(initial, config=TedTokConfig(alpha=0.3, batch_size=5, interval=2), lineage="demo")
-    for step in range(24):
-        tedtok.observe_texts(sentences(20, seed=100 + step, words=NEW_WORDS + WORDS[:3]))
-    assert len(tedtok.revisions) >= 8
-    return initial, tedtok.revisions
+    initial, revisions = tedtok_lineage(seed=100, steps=24)
+    assert len(revisions) >= 8
+    return initial, revisions
 
 
 def publish_lineage(registry, lineage):

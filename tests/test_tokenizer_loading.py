@@ -123,7 +123,8 @@ def test_good_files_load_unchanged(tmp_path, good):
 
 
 UNUSABLE = [
-    ("dropout", lambda d: d["model"].update(dropout=0.5), "model.dropout: 0.5 is not supported (encoding would be random)"),
+    ("dropout", lambda d: d["model"].update(dropout=0.5),
+     "model.dropout: 0.5 is not supported (encoding would be random)"),
     ("subword prefix", lambda d: d["model"].update(continuing_subword_prefix="##"),
      'model.continuing_subword_prefix: "##" is not supported'),
     ("added token on another's id", lambda d: d["added_tokens"].append(
@@ -137,7 +138,8 @@ UNUSABLE = [
 
 @pytest.mark.parametrize("case, edit, reason", UNUSABLE, ids=[c[0] for c in UNUSABLE])
 def test_unusable_tokenizers_are_refused_even_when_invalid_ones_are_allowed(tmp_path, good, case, edit, reason):
-    data = compact(edited(good, edit)) if edit else compact(good).replace('"vocab":{', '"vocab":{"x":' + "9" * 5000 + ",")
+    huge = '"vocab":{"x":' + "9" * 5000 + ","
+    data = compact(edited(good, edit)) if edit else compact(good).replace('"vocab":{', huge)
     path = save(tmp_path, data.encode())
     with pytest.raises(InvalidTokenizer) as caught:
         load_tokenizer(path, allow_invalid=True)

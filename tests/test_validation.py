@@ -54,3 +54,15 @@ def test_probes_cover_the_alphabet_of_character_tokenizers():
     probes = probe_texts(tok, n=30)
     assert set("".join(probes)) <= set("12+3=5")
     assert validate(tok).ok
+
+
+def test_an_added_token_that_is_a_byte_level_token_of_other_bytes_is_refused(byte_tokenizer):
+    """Marking the byte-level token "ü" (byte 0xFC) as an added token makes the text "ü" (two UTF-8
+    bytes) encode to it and decode to the lone byte 0xFC: lossy, though no probe need contain "ü"."""
+    data = json.loads(byte_tokenizer.to_json())
+    data["added_tokens"].append({"id": data["model"]["vocab"]["ü"], "content": "ü", "single_word": False,
+                                 "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+    tokenizer = BPETokenizer.from_json(json.dumps(data))
+    assert tokenizer.decode(tokenizer.encode("ü")) != "ü"
+    assert "1 added tokens mean other bytes as byte-level tokens, e.g. ['ü']" in validate(tokenizer).reasons
+    assert validate(byte_tokenizer).ok

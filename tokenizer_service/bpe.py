@@ -29,7 +29,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.errors import InvalidTokenizer, json_kind
 
 Merge = tuple[str, str]
 
@@ -105,16 +105,6 @@ def parse_json(text: str | bytes, *, source: str | Path | None = None) -> Any:
         raise InvalidTokenizer(["JSON nested too deeply"], source=source) from None
 
 
-def _json_kind(value: Any) -> str:
-    """How a JSON value is named in a reason: ``_json_kind([]) == 'a list'``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {dict: "an object", _JSONObject: "an object", list: "a list", str: "a string", int: "a number",
-            float: "a number"}.get(type(value), type(value).__name__)
-
-
 def _examples(items: list[Any], what: str, path: str) -> str:
     """One reason for a list of offending items: count plus the first three."""
     return f"{path}: {len(items)} {what}, e.g. {', '.join(items[:3])}"
@@ -166,19 +156,19 @@ def tokenizer_json_problems(data: Any) -> list[str]:
 outside the vocabulary, e.g. [0] ab']
     """
     if not isinstance(data, dict):
-        return [f"the top level must be a JSON object, got {_json_kind(data)}"]
+        return [f"the top level must be a JSON object, got {json_kind(data)}"]
     reasons = list(_duplicate_keys(data))
     model = data.get("model")
     if not isinstance(model, dict):
-        return reasons + [f"model: must be an object, got {'nothing' if model is None else _json_kind(model)}"]
+        return reasons + [f"model: must be an object, got {'nothing' if model is None else json_kind(model)}"]
     if model.get("type", "BPE") != "BPE":
         reasons.append(f"model.type: {model.get('type')!r}; tokmaint maintains BPE tokenizers only")
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):
         reasons.append(f"model.vocab: must be an object of token -> id, got "
-                       f"{'nothing' if vocab is None else _json_kind(vocab)}")
+                       f"{'nothing' if vocab is None else json_kind(vocab)}")
         vocab = {}
-    not_ids = [f"{t!r}: {_json_kind(i)}" for t, i in vocab.items() if not _is_id(i)]
+    not_ids = [f"{t!r}: {json_kind(i)}" for t, i in vocab.items() if not _is_id(i)]
     negative = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i < 0]
     too_large = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i >= MAX_ID_SPACE]
     bad_text = [f"{t.encode('utf-8', 'backslashreplace').decode()!r}" for t in vocab if not _valid_unicode(t)]
@@ -198,7 +188,7 @@ outside the vocabulary, e.g. [0] ab']
         reasons.append(_examples(shared, "ids given to two tokens", "model.vocab"))
     merges = model.get("merges")
     if not isinstance(merges, list):
-        reasons.append(f"model.merges: must be a list, got {'nothing' if merges is None else _json_kind(merges)}")
+        reasons.append(f"model.merges: must be a list, got {'nothing' if merges is None else json_kind(merges)}")
         merges = []
     malformed, outside, products = [], [], []
     for k, merge in enumerate(merges):
@@ -216,7 +206,7 @@ outside the vocabulary, e.g. [0] ab']
             reasons.append(_examples(items, what, "model.merges"))
     added = data.get("added_tokens", [])
     if not isinstance(added, list):
-        reasons.append(f"added_tokens: must be a list, got {_json_kind(added)}")
+        reasons.append(f"added_tokens: must be a list, got {json_kind(added)}")
         added = []
     bad_added = [f"[{k}]" for k, t in enumerate(added)
                  if not (isinstance(t, dict) and isinstance(t.get("content"), str) and t["content"]
@@ -401,6 +391,11 @@ class BPETokenizer:
     @property
     def ignore_merges(self) -> bool:
         return bool(self.model_options.get("ignore_merges", False))
+
+    @cached_property
+    def added_tokens(self) -> frozenset[str]:
+        """The texts of the added tokens (matched in the input before BPE), special or not."""
+        return frozenset(t["content"] for t in self.pipeline.get("added_tokens", []))
 
     @cached_property
     def special_tokens(self) -> frozenset[str]:

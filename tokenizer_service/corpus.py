@@ -42,7 +42,7 @@ from typing import IO, Any, overload
 
 from tqdm import tqdm
 
-from tokenizer_service.errors import CorpusError
+from tokenizer_service.errors import CorpusError, json_kind
 
 GZIP_MAGIC = b"\x1f\x8b"
 # ISO-8601 reduced precision (a year, a month), which datetime.fromisoformat does not take.
@@ -84,21 +84,6 @@ class Corpus(Sequence[Document]):
         return [d.text for d in self.documents]
 
 
-def _json_type(value: Any) -> str:
-    """How a JSON value is called in an error message.
-
-    >>> [_json_type(v) for v in (None, True, 3, 2.5, [1], {"a": 1}, "s")]
-    ['null', 'a boolean', 'a number', 'a number', 'a list', 'an object', 'a string']
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {list: "a list", dict: "an object", str: "a string"}[type(value)]
-
-
 def parse_timestamp(value: Any) -> datetime:
     """An ISO-8601 string as an aware UTC datetime (no offset means UTC); ValueError otherwise.
 
@@ -108,7 +93,7 @@ def parse_timestamp(value: Any) -> datetime:
     ('2021-01-01T00:00:00+00:00', 10)
     """
     if not isinstance(value, str):
-        raise ValueError(f"'ts' must be an ISO-8601 string, got {_json_type(value)}")
+        raise ValueError(f"'ts' must be an ISO-8601 string, got {json_kind(value)}")
     text = value.strip()
     if _YEAR_OR_MONTH.fullmatch(text):
         text += "-01" * (2 - text.count("-"))
@@ -146,12 +131,12 @@ def _record(line: str, *, timed: bool | None) -> Document:
     except RecursionError:
         raise ValueError("not JSON tokmaint can read (nested too deeply)") from None
     if not isinstance(record, dict):
-        raise ValueError(f"expected a JSON object with 'text', got {_json_type(record)}")
+        raise ValueError(f"expected a JSON object with 'text', got {json_kind(record)}")
     if "text" not in record:
         raise ValueError("no 'text' field")
     text = record["text"]
     if not isinstance(text, str):
-        raise ValueError(f"'text' must be a string, got {_json_type(text)}")
+        raise ValueError(f"'text' must be a string, got {json_kind(text)}")
     if timed is not None and ("ts" in record) != timed:
         raise ValueError("no 'ts' field, but earlier records have one" if timed
                          else "has a 'ts' field, but earlier records have none (give every record a 'ts' or none)")

@@ -124,7 +124,8 @@ class OutputDir:
             except (ValueError, KeyError, TypeError):
                 raise OutputError(f"{marker} is not a marker tokmaint can read; choose another {self.option}") from None
             if recorded_command != self.command:
-                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; choose another {self.option}")
+                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; "
+                                  f"choose another {self.option}")
             if recorded_run == run:
                 self.resumed = True
             elif force:

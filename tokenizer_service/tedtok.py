@@ -96,7 +96,8 @@ class TedTokConfig:
     @classmethod
     def for_schedule(cls, total_steps: int, *, warmup: float, freeze_last: float, **options) -> "TedTokConfig":
         """Config with warmup and freeze given as fractions of a known number of steps."""
-        return cls(total_steps=total_steps, warmup_steps=round(warmup * total_steps), freeze_last=freeze_last, **options)
+        return cls(total_steps=total_steps, warmup_steps=round(warmup * total_steps), freeze_last=freeze_last,
+                   **options)
 
     def revision_due(self, step: int) -> bool:
         """Whether Algorithm 1 revises after time step ``step`` (1-based).

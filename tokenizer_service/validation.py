@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 
-from tokenizer_service.bpe import BYTE_TO_UNICODE, BPETokenizer
+from tokenizer_service.bpe import BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
 
@@ -109,6 +109,13 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if foreign:
             report.refuse(f"{len(foreign)} tokens hold characters outside the byte-level alphabet, e.g. {foreign[:3]}")
             return report
+        # An added token matches its text before BPE; if that text is also a byte-level token of
+        # other bytes ("ü" is byte 0xFC there), encoding and decoding disagree.
+        two_faced = [t for t in tokenizer.added_tokens if t in vocab and set(t) <= _BYTE_LEVEL_ALPHABET
+                     and bytes(UNICODE_TO_BYTE[c] for c in t) != t.encode("utf-8")]
+        if two_faced:
+            report.reasons.append(f"{len(two_faced)} added tokens mean other bytes as byte-level tokens, e.g. "
+                                  f"{two_faced[:3]}")
 
     texts = probes if probes is not None else probe_texts(tokenizer)
     report.probes = len(texts)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from registry.api.routes.tokenizers import ArtifactCache, router
+from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
 from registry.artifacts import LocalArtifactStore
 from registry.config import RegistrySettings
 from registry.db import make_engine, migrate
@@ -77,7 +77,7 @@ class RequestMetrics:
 
 
 DOWNLOAD_ROUTE = SimpleNamespace(path="/v1/tokenizers/{name}/versions/{ref}/tokenizer.json")
-_NUMBERED_DOWNLOAD = re.compile(r"/v1/tokenizers/([A-Za-z0-9][A-Za-z0-9._-]{0,63})/versions/(\d+)/tokenizer\.json")
+_NUMBERED_DOWNLOAD = re.compile(r"/v1/tokenizers/([A-Za-z0-9][A-Za-z0-9._-]{0,63})/versions/([0-9]+)/tokenizer\.json")
 
 
 class CachedDownloads:
@@ -96,9 +96,9 @@ class CachedDownloads:
             await self.app(scope, receive, send)
             return
         scope["route"] = DOWNLOAD_ROUTE
-        etag = f'"{sha}"'.encode()
-        headers = [(b"etag", etag), (b"cache-control", b"public, max-age=31536000, immutable")]
-        if any(name == b"if-none-match" and sha.encode() in value for name, value in scope["headers"]):
+        headers = [(k.lower().encode(), v.encode()) for k, v in download_headers(sha, immutable=True).items()]
+        asked = b",".join(value for name, value in scope["headers"] if name == b"if-none-match")
+        if not_modified(sha, asked.decode("latin-1")):
             await send({"type": "http.response.start", "status": 304, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return

@@ -62,6 +62,11 @@ def ids_stable(old: BPETokenizer, new: BPETokenizer) -> float:
     return sum(new.id_to_token.get(i) == t for i, t in old.id_to_token.items()) / len(old.id_to_token)
 
 
+def corpus_name(path: str | Path) -> str:
+    """A corpus's short name: ``corpus_name("data/git.jsonl.gz") == "git"``."""
+    return Path(path).name.removesuffix(".gz").removesuffix(".jsonl")
+
+
 @dataclass(frozen=True)
 class DriftSetup:
     """One corpus cut into its slices, with Old and New trained: what every price replays on."""
@@ -100,7 +105,7 @@ def prepare_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(),
     started = time.perf_counter()
     new = BPETokenizer.train(new_texts, vocab_size=settings.vocab_size)
     return DriftSetup(
-        name=Path(corpus).name.removesuffix(".gz").removesuffix(".jsonl"), old=old, new=new,
+        name=corpus_name(corpus), old=old, new=new,
         stream=list(batches(stream, settings.step_docs)), eval_texts=[d.text for d in held],
         documents={"old": len(old_texts), "stream": len(stream), "new": len(new_texts), "held_out": len(held)},
         new_seconds=time.perf_counter() - started,
@@ -141,7 +146,7 @@ def drift_table(corpora: Sequence[str | Path], settings: DriftSettings = DriftSe
     both id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own);
     Old and New are trained once per corpus."""
     rows = []
-    names = [Path(c).name.removesuffix(".gz").removesuffix(".jsonl") for c in corpora]
+    names = [corpus_name(c) for c in corpora]
     for corpus, name in zip(corpora, names):
         setup = prepare_drift(corpus, settings, progress=progress)
         for price in prices if prices is not None else [1.0]:

@@ -9,7 +9,6 @@ without touching the database.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import OrderedDict
 from datetime import datetime
@@ -20,6 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep
+from registry.refs import version_number
 from registry.store import Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import parse_json
 from tokenizer_service.errors import InvalidTokenizer
@@ -92,7 +92,14 @@ class ArtifactCache:
         return data
 
 
-BODY_SCHEMA = {"type": "object", "additionalProperties": True}
+def download_headers(sha: str, *, immutable: bool) -> dict[str, str]:
+    """A tokenizer.json download's ETag and caching (a numbered version never changes)."""
+    return {"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable" if immutable else "no-cache"}
+
+
+def not_modified(sha: str, if_none_match: str) -> bool:
+    """Whether an ``If-None-Match`` value names this artifact (the client has it already)."""
+    return sha in if_none_match
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
@@ -121,10 +128,6 @@ def _field(data: dict[str, Any], key: str, kinds: type | tuple[type, ...], *, re
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise RegistryError("invalid_request", [f"'{key}' is missing or of the wrong type"])
     return value
-
-
-def _as_json_bytes(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
 
 
 @router.get("", response_model=LineagesPublic)
@@ -178,7 +181,7 @@ async def publish(name: str, request: Request, registry: RegistryDep, settings: 
     parent = _field(data, "parent", int, required=False)
     metrics = _field(data, "metrics", dict, required=False) or {}
     info = await run_in_threadpool(registry.publish, name, tokenizer,
-                                   diff_json=_as_json_bytes(diff) if diff is not None else None, kind=kind,
+                                   diff_json=diff, kind=kind,
                                    parent=parent, created_by=writer, metrics=metrics)
     request.app.state.metrics.publishes.labels(kind).inc()
     return VersionPublic.of(info)
@@ -195,15 +198,14 @@ def get_version(name: str, ref: str, registry: RegistryDep) -> VersionPublic:
 async def download_tokenizer(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
     """The version's tokenizer.json; ETag is its sha256 and ``If-None-Match`` answers 304."""
     cache: ArtifactCache = request.app.state.cache
-    numbered = ref.isdigit()
-    sha = cache.shas.get((name, int(ref))) if numbered else None
+    number = version_number(ref)
+    sha = cache.shas.get((name, number)) if number is not None else None
     if sha is None:
         sha = (await run_in_threadpool(registry.version, name, ref)).sha256
-        if numbered:
-            cache.shas[(name, int(ref))] = sha
-    headers = {"ETag": f'"{sha}"',
-               "Cache-Control": "public, max-age=31536000, immutable" if numbered else "no-cache"}
-    if sha in request.headers.get("if-none-match", ""):
+        if number is not None:
+            cache.shas[(name, number)] = sha
+    headers = download_headers(sha, immutable=number is not None)
+    if not_modified(sha, request.headers.get("if-none-match", "")):
         return Response(status_code=304, headers=headers)
     data = cache.blobs.get(sha) or await run_in_threadpool(cache.blob, registry, sha)
     return Response(content=data, media_type="application/json", headers=headers)

@@ -1,0 +1,49 @@
+"""A registry server of its own on a free loopback port, for the benchmark and the tests:
+``tokmaint registry serve`` over SQLite in a folder, started and waited for (``/healthz``).
+
+    process, url = start_server(Path("/tmp/reg"), env={"TOKMAINT_REGISTRY_TOKEN": token})
+    ...
+    process.terminate()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tokenizer_service.errors import TokmaintError
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Start a server with its database and artifacts in ``root`` and the extra environment
+    ``env`` (the token, limits); returns it and its URL once it answers."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
+         f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise TokmaintError(f"the registry server exited: {process.stdout.read().decode()[-500:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise TokmaintError(f"the registry server did not answer /healthz within {timeout:g} s")

@@ -1,0 +1,16 @@
+"""How a version is referred to: a number, ``latest`` or an alias (shared by the server, its
+API and the client, which must not need the database layer to parse a reference)."""
+
+from __future__ import annotations
+
+
+def version_number(ref: int | str) -> int | None:
+    """The version number a reference names, or None for ``latest`` or an alias. Only ASCII
+    digits count: ``"²".isdigit()`` is True, but no version is called that.
+
+    >>> version_number("12"), version_number(3), version_number("latest"), version_number("²")
+    (12, 3, None, None)
+    """
+    if isinstance(ref, int):
+        return ref
+    return int(ref) if ref.isascii() and ref.isdigit() else None
