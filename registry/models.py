@@ -1,5 +1,5 @@
-"""The registry's tables (SQLAlchemy 2.x): lineages, their immutable numbered versions, mutable
-aliases, and the outbox of revision events. Artifacts live in the content-addressed store
+"""The registry's tables (SQLAlchemy 2.x): lineages, their immutable numbered versions, the diffs
+between versions, mutable aliases, and the outbox of revision events. Artifacts live in the content-addressed store
 (``artifacts.py``); rows hold their sha256.
 
 Constraint names follow one naming convention, so Alembic can diff and migrate them.
@@ -70,6 +70,23 @@ class Version(Base):
 
     def __repr__(self) -> str:
         return f"Version({self.lineage.name!r}, {self.number}, {self.kind}, {self.sha256[:12]})"
+
+
+class Diff(Base):
+    """The revision diff from version ``from_number`` to ``to_number`` of a lineage (an artifact):
+    each version's own diff from its parent (``from_number`` is None for version 1), and the
+    composed diffs trainers that skipped versions asked for, kept once computed."""
+
+    __tablename__ = "diffs"
+    __table_args__ = (UniqueConstraint("lineage_id", "from_number", "to_number", name="uq_diffs_lineage_from_to"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    lineage_id: Mapped[int] = mapped_column(ForeignKey("lineages.id"))
+    from_number: Mapped[int | None]
+    to_number: Mapped[int]
+    sha256: Mapped[str] = mapped_column(String(64))
+    changed_ids: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Alias(Base):

@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore
-from registry.models import VERSION_KINDS, Alias, Lineage, OutboxEvent, Version, utcnow
+from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, Version, utcnow
 from registry.refs import version_number
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -103,20 +103,23 @@ def parse_tokenizer(data: bytes | dict[str, Any]) -> BPETokenizer:
         raise RegistryError("invalid_tokenizer", exc.reasons) from None
 
 
-def lineage_problems(parent: BPETokenizer, child: BPETokenizer) -> list[str]:
-    """The lineage rules a publish must keep (the core's ``validate`` comes on top).
+def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[DiffEntry]) -> list[str]:
+    """The lineage rules a publish must keep (the core's ``validate`` comes on top), read off the
+    diff ``entries`` from parent to child: a token whose id changed is the new token of the
+    entry at its new id, so nothing else needs looking at.
 
     >>> t = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
-    >>> lineage_problems(t, t.replace_model(vocab={"a": 0, "b": 1, "ab": 3}, merges=[("a", "b")]))
+    >>> u = t.replace_model(vocab={"a": 0, "b": 1, "ab": 3}, merges=[("a", "b")])
+    >>> lineage_problems(t, u, diff_entries(t, u))
     ["1 surviving tokens changed their id, e.g. 'ab': 2 -> 3"]
     """
     reasons = []
-    moved = [f"{t!r}: {i} -> {child.vocab[t]}" for t, i in parent.vocab.items() if t in child.vocab
-             and child.vocab[t] != i]
+    moved = [f"{e.new_token!r}: {parent.vocab[e.new_token]} -> {e.id}" for e in entries
+             if e.new_token in parent.vocab]
     if moved:
         reasons.append(f"{len(moved)} surviving tokens changed their id, e.g. {', '.join(moved[:3])}")
     base = parent.base_tokens - parent.special_tokens
-    lost = sorted(t for t in base if child.vocab.get(t) != parent.vocab.get(t))
+    lost = sorted({e.old_token for e in entries if e.old_token in base})
     if lost:
         reasons.append(f"{len(lost)} base tokens are missing or moved, e.g. {lost[:3]}")
     specials = {t["content"]: t["id"] for t in parent.pipeline.get("added_tokens", []) if t.get("special")}
@@ -145,7 +148,7 @@ class Registry:
             tokenizer = tokenizer or BPETokenizer.from_json(self.artifacts.get(sha).decode("utf-8"))
             cached = (tokenizer, unreachable if unreachable is not None else unreachable_tokens(tokenizer))
             self._prepared[sha] = cached
-            while len(self._prepared) > 4:
+            while len(self._prepared) > 2:
                 self._prepared.popitem(last=False)
         self._prepared.move_to_end(sha)
         return cached
@@ -202,13 +205,32 @@ class Registry:
 
     def composed_diff(self, name: str, start: int, end: int) -> RevisionDiff:
         """One diff from version ``start`` to ``end``, for a trainer that skipped versions: the ids
-        whose token differs between the two, with parents as of ``end``."""
+        whose token differs between the two, with parents as of ``end``. Computed once, then
+        kept in the diffs table (a version's own diff is the one from its parent)."""
         first, last = self.version(name, start), self.version(name, end)
+        with Session(self.engine) as session:
+            lineage = self._lineage(session, name)
+            sha = session.scalar(select(Diff.sha256).where(Diff.lineage_id == lineage.id, Diff.from_number == start,
+                                                           Diff.to_number == end))
+        if sha is not None:
+            return RevisionDiff.from_dict(json.loads(self.artifacts.get(sha)))
         parent, child = self.tokenizer(name, start), self.tokenizer(name, end)
-        return RevisionDiff(lineage=name, version=last.number, parent_version=first.number,
+        diff = RevisionDiff(lineage=name, version=last.number, parent_version=first.number,
                             tokenizer_sha256=last.sha256, parent_sha256=first.sha256, vocab_size=len(child),
                             id_space=child.id_space, entries=diff_entries(parent, child),
                             config={"composed": True})
+        sha = self.artifacts.put(diff.to_json().encode("utf-8"))
+
+        def keep(session: Session) -> None:
+            lineage = self._lineage(session, name)
+            session.add(Diff(lineage_id=lineage.id, from_number=start, to_number=end, sha256=sha,
+                             changed_ids=len(diff.entries)))
+
+        try:
+            self._write(keep)
+        except IntegrityError:
+            pass  # a concurrent request kept the same diff first
+        return diff
 
     # ----- writing ------------------------------------------------------------------------
     def create_lineage(self, name: str, tokenizer_json: bytes | dict[str, Any], *, kind: str = "initial",
@@ -348,8 +370,8 @@ class Registry:
         report = validate(child, parent=parent, parent_unreachable=parent_unreachable)
         if report.reasons:
             raise RegistryError("invalid_tokenizer", report.reasons)
-        reasons = [] if rollback else lineage_problems(parent, child)
         expected = diff_entries(parent, child)
+        reasons = [] if rollback else lineage_problems(parent, child, expected)
         if uploaded is not None:
             if uploaded.tokenizer_sha256 != child.sha256:
                 reasons.append(f"the diff describes tokenizer {uploaded.tokenizer_sha256[:12]}, not the uploaded "
@@ -389,6 +411,8 @@ class Registry:
                       sha256=sha, diff_sha256=diff_sha, vocab_size=len(child), id_space=child.id_space,
                       merges=len(child.merges), changed_ids=changed_ids, metrics=metrics, created_by=created_by)
         session.add(row)
+        session.add(Diff(lineage_id=lineage.id, from_number=row.parent_number, to_number=number, sha256=diff_sha,
+                         changed_ids=changed_ids))
         lineage.latest = number
         event = {"event_id": str(uuid.uuid4()), "lineage": lineage.name, "version": number,
                  "parent_version": row.parent_number, "sha256": sha, "kind": kind,

@@ -25,6 +25,15 @@ def revision_diff_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    """The schema's validator, built (and the schema checked) once, not on every diff."""
+    schema = revision_diff_schema()
+    validator = jsonschema.validators.validator_for(schema)
+    validator.check_schema(schema)
+    return validator(schema)
+
+
 @dataclass(frozen=True)
 class DiffEntry:
     """One id whose meaning changed."""
@@ -59,12 +68,12 @@ class RevisionDiff:
         for key in ("step", "parent_sha256", "id_space"):
             if data[key] is None:
                 data.pop(key)
-        jsonschema.validate(data, revision_diff_schema())
+        _validator().validate(data)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RevisionDiff":
-        jsonschema.validate(data, revision_diff_schema())
+        _validator().validate(data)
         fields = dict(data)
         fields["entries"] = [DiffEntry(**e) for e in data["entries"]]
         return cls(**fields)

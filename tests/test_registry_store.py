@@ -8,11 +8,15 @@ import uuid
 
 import psycopg2
 import pytest
-from sqlalchemy import inspect
+from alembic import command
+from sqlalchemy import inspect, select
+from sqlalchemy.orm import Session
 
 from registry.artifacts import LocalArtifactStore
-from registry.db import make_engine, migrate
+from registry.db import alembic_config, make_engine, migrate
+from registry.models import Diff
 from registry.store import Registry, RegistryError
+from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.merge_graph import MergeGraph
@@ -73,7 +77,7 @@ def test_migrations_create_every_table(database_url):
     migrate(database_url)
     migrate(database_url)  # already at head: nothing to do
     tables = set(inspect(make_engine(database_url)).get_table_names())
-    assert {"lineages", "versions", "aliases", "outbox", "alembic_version"} <= tables
+    assert {"lineages", "versions", "diffs", "aliases", "outbox", "alembic_version"} <= tables
 
 
 def test_a_tedtok_lineage_is_published_gapless_with_its_diffs(registry, lineage):
@@ -114,6 +118,22 @@ def test_composed_diff_equals_applying_every_diff_in_turn(registry, lineage):
     for e in registry.composed_diff("demo", start, end).entries:
         composed.pop(e.id, None) if e.new_token is None else composed.__setitem__(e.id, e.new_token)
     assert tokens == composed == registry.tokenizer("demo", end).id_to_token
+    with Session(registry.engine) as session:  # kept once computed, and served from the table after
+        kept = session.scalars(select(Diff).where(Diff.from_number == start, Diff.to_number == end)).one()
+    assert registry.composed_diff("demo", start, end) == RevisionDiff.from_dict(json.loads(
+        registry.artifacts.get(kept.sha256)))
+
+
+def test_the_diffs_migration_fills_in_every_version_s_own_diff(database_url, registry, lineage):
+    published = publish_lineage(registry, lineage)
+    own = {(v.parent, v.number): v.diff_sha256 for v in [registry.version("demo", 1), *published]}
+    config = alembic_config(database_url)
+    command.downgrade(config, "0001")  # a registry made before the diffs table
+    assert "diffs" not in inspect(make_engine(database_url)).get_table_names()
+    command.upgrade(config, "head")
+    with Session(registry.engine) as session:
+        rows = {(d.from_number, d.to_number): d.sha256 for d in session.scalars(select(Diff))}
+    assert rows == own and len(own) == len(published) + 1
 
 
 def test_aliases_and_rollback(registry, lineage):

@@ -20,10 +20,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
+from itertools import chain, starmap
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +148,76 @@ def _valid_unicode(text: str) -> bool:
     return True
 
 
+def _vocab_problems(vocab: dict[Any, Any]) -> list[str]:
+    """Problems of ``model.vocab``: ids that are not whole numbers in [0, MAX_ID_SPACE), ids
+    shared by two tokens, tokens that are not valid Unicode.
+
+    >>> _vocab_problems({"a": 0, "b": 1})
+    []
+    >>> _vocab_problems({"a": 0, "b": True, "c": 0})
+    ["model.vocab: 1 ids that are not whole numbers, e.g. 'b': a boolean", "model.vocab: 1 ids given to two \
+tokens, e.g. 0 ('a', 'c')"]
+    """
+    ids = vocab.values()
+    # The usual all-clear in a few C-level passes (publishes check 50k+ tokens); the pass
+    # below only runs to name the problems.
+    if (set(map(type, ids)) <= {int} and (not ids or (min(ids) >= 0 and max(ids) < MAX_ID_SPACE))
+            and len(set(ids)) == len(vocab) and _valid_unicode("".join(vocab))):
+        return []
+    reasons = []
+    not_ids = [f"{t!r}: {json_kind(i)}" for t, i in vocab.items() if not _is_id(i)]
+    negative = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i < 0]
+    too_large = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i >= MAX_ID_SPACE]
+    bad_text = [f"{t.encode('utf-8', 'backslashreplace').decode()!r}" for t in vocab if not _valid_unicode(t)]
+    for items, what in ((not_ids, "ids that are not whole numbers"), (negative, "negative ids"),
+                        (too_large, f"ids of {MAX_ID_SPACE:,} or more"),
+                        (bad_text, "tokens that are not valid Unicode (lone surrogates)")):
+        if items:
+            reasons.append(_examples(items, what, "model.vocab"))
+    holders: dict[int, str] = {}
+    shared = []
+    for token, i in vocab.items():
+        if _is_id(i):
+            if i in holders:
+                shared.append(f"{i} ({holders[i]!r}, {token!r})")
+            holders.setdefault(i, token)
+    if shared:
+        reasons.append(_examples(shared, "ids given to two tokens", "model.vocab"))
+    return reasons
+
+
+def _merge_problems(merges: list[Any], vocab: dict[Any, Any]) -> list[str]:
+    """Problems of ``model.merges``: entries that are not ``"a b"`` or ``["a", "b"]``, and merges
+    that name or produce tokens outside the vocabulary.
+
+    >>> _merge_problems([["a", "b"], "a b"], {"a": 0, "b": 1, "ab": 2})
+    []
+    >>> _merge_problems([["a", "c"], "b", ["b", "a"]], {"a": 0, "b": 1, "ab": 2})
+    ['model.merges: 1 merges that are not "a b" or ["a", "b"], e.g. [1] "b"', 'model.merges: 1 merges name \
+tokens outside the vocabulary, e.g. [0] ["a", "c"]', 'model.merges: 1 merges produce tokens outside the \
+vocabulary, e.g. [2] ba']
+    """
+    kinds = set(map(type, merges))
+    pairs = merges if kinds <= {list} else [m.split(" ", 1) for m in merges] if kinds <= {str} else None
+    if pairs is not None and set(map(len, pairs)) <= {2} and set(map(type, chain.from_iterable(pairs))) <= {str}:
+        parts = set(chain.from_iterable(pairs))
+        if "" not in parts and parts <= vocab.keys() and set(starmap(operator.add, pairs)) <= vocab.keys():
+            return []  # the usual all-clear, in C-level passes
+    malformed, outside, products = [], [], []
+    for k, merge in enumerate(merges):
+        pair = merge.split(" ", 1) if isinstance(merge, str) else merge
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) and p for p in pair)):
+            malformed.append(f"[{k}] {json.dumps(merge)[:40]}")
+        elif pair[0] not in vocab or pair[1] not in vocab:
+            outside.append(f"[{k}] {json.dumps(pair, ensure_ascii=False)[:60]}")
+        elif pair[0] + pair[1] not in vocab:
+            products.append(f"[{k}] {pair[0] + pair[1]}")
+    return [_examples(items, what, "model.merges") for items, what in (
+        (malformed, 'merges that are not "a b" or ["a", "b"]'),
+        (outside, "merges name tokens outside the vocabulary"),
+        (products, "merges produce tokens outside the vocabulary")) if items]
+
+
 def tokenizer_json_problems(data: Any) -> list[str]:
     """Every structural problem of a parsed ``tokenizer.json`` for a BPE model, by JSON path.
 
@@ -168,42 +240,12 @@ outside the vocabulary, e.g. [0] ab']
         reasons.append(f"model.vocab: must be an object of token -> id, got "
                        f"{'nothing' if vocab is None else json_kind(vocab)}")
         vocab = {}
-    not_ids = [f"{t!r}: {json_kind(i)}" for t, i in vocab.items() if not _is_id(i)]
-    negative = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i < 0]
-    too_large = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i >= MAX_ID_SPACE]
-    bad_text = [f"{t.encode('utf-8', 'backslashreplace').decode()!r}" for t in vocab if not _valid_unicode(t)]
-    for items, what in ((not_ids, "ids that are not whole numbers"), (negative, "negative ids"),
-                        (too_large, f"ids of {MAX_ID_SPACE:,} or more"),
-                        (bad_text, "tokens that are not valid Unicode (lone surrogates)")):
-        if items:
-            reasons.append(_examples(items, what, "model.vocab"))
-    holders: dict[int, str] = {}
-    shared = []
-    for token, i in vocab.items():
-        if _is_id(i):
-            if i in holders:
-                shared.append(f"{i} ({holders[i]!r}, {token!r})")
-            holders.setdefault(i, token)
-    if shared:
-        reasons.append(_examples(shared, "ids given to two tokens", "model.vocab"))
+    reasons += _vocab_problems(vocab)
     merges = model.get("merges")
     if not isinstance(merges, list):
         reasons.append(f"model.merges: must be a list, got {'nothing' if merges is None else json_kind(merges)}")
         merges = []
-    malformed, outside, products = [], [], []
-    for k, merge in enumerate(merges):
-        pair = merge.split(" ", 1) if isinstance(merge, str) else merge
-        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) and p for p in pair)):
-            malformed.append(f"[{k}] {json.dumps(merge)[:40]}")
-        elif pair[0] not in vocab or pair[1] not in vocab:
-            outside.append(f"[{k}] {json.dumps(pair, ensure_ascii=False)[:60]}")
-        elif pair[0] + pair[1] not in vocab:
-            products.append(f"[{k}] {pair[0] + pair[1]}")
-    for items, what in ((malformed, 'merges that are not "a b" or ["a", "b"]'),
-                        (outside, "merges name tokens outside the vocabulary"),
-                        (products, "merges produce tokens outside the vocabulary")):
-        if items:
-            reasons.append(_examples(items, what, "model.merges"))
+    reasons += _merge_problems(merges, vocab)
     added = data.get("added_tokens", [])
     if not isinstance(added, list):
         reasons.append(f"added_tokens: must be a list, got {json_kind(added)}")
@@ -214,7 +256,11 @@ outside the vocabulary, e.g. [0] ab']
     if bad_added:
         reasons.append(_examples(bad_added, f"entries without a non-empty 'content' and an 'id' in [0, "
                                             f"{MAX_ID_SPACE:,})", "added_tokens"))
-    else:
+    elif added:
+        holders: dict[int, str] = {}
+        for token, i in vocab.items():
+            if _is_id(i):
+                holders.setdefault(i, token)
         clashes = []
         for k, t in enumerate(added):
             held, content = holders.get(t["id"]), t["content"]
@@ -267,12 +313,15 @@ class BPETokenizer:
         model_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.vocab: dict[str, int] = dict(vocab)
-        self.merges: tuple[Merge, ...] = tuple((a, b) for a, b in merges)
+        self.merges: tuple[Merge, ...] = tuple(map(tuple, merges))  # type: ignore[arg-type]
         # Everything in tokenizer.json except the model's vocab and merges, kept verbatim so an
         # export encodes exactly like the source.
         self.pipeline: dict[str, Any] = copy.deepcopy(dict(pipeline))
         self.model_options: dict[str, Any] = dict(model_options or {})
         self.id_to_token: dict[int, str] = {i: t for t, i in self.vocab.items()}
+        # True once every merge is known to name and produce vocabulary tokens (``from_data``
+        # checks it), so ``validate`` need not check 50k+ merges again.
+        self.merges_checked = False
         if len(self.id_to_token) != len(self.vocab):
             raise ValueError("vocabulary maps two tokens to one id")
 
@@ -341,10 +390,14 @@ class BPETokenizer:
         if reasons:
             raise InvalidTokenizer(reasons, source=source)
         model = data["model"]
-        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+        merges = model["merges"]
+        if str in set(map(type, merges)):  # the older "a b" form
+            merges = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]
         options = {k: v for k, v in model.items() if k not in ("vocab", "merges", "type")}
         pipeline = {k: v for k, v in data.items() if k != "model"}
-        return cls(vocab=model["vocab"], merges=merges, pipeline=pipeline, model_options=options)
+        tokenizer = cls(vocab=model["vocab"], merges=merges, pipeline=pipeline, model_options=options)
+        tokenizer.merges_checked = True
+        return tokenizer
 
     def replace_model(self, *, vocab: Mapping[str, int], merges: Sequence[Merge]) -> "BPETokenizer":
         """A new version with the same pipeline and options but another vocabulary and merges."""
@@ -354,8 +407,10 @@ class BPETokenizer:
     def to_dict(self) -> dict[str, Any]:
         model = {"type": "BPE", **self.model_options}
         # Ids in order keeps the JSON stable and readable.
-        model["vocab"] = dict(sorted(self.vocab.items(), key=lambda kv: kv[1]))
-        model["merges"] = [list(m) for m in self.merges]
+        ids = list(self.vocab.values())
+        model["vocab"] = dict(self.vocab) if ids == sorted(ids) else dict(sorted(self.vocab.items(),
+                                                                             key=lambda kv: kv[1]))
+        model["merges"] = list(self.merges)  # json writes the pairs (tuples) as lists
         data = {"version": "1.0", **self.pipeline, "model": model}
         data.setdefault("added_tokens", [])
         return data
@@ -366,7 +421,8 @@ class BPETokenizer:
 
     @cached_property
     def _json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=None, separators=(",", ":"))
+        # A tree by construction: the circularity check only costs time (~15% at 50k tokens).
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json(), encoding="utf-8")
@@ -404,8 +460,16 @@ class BPETokenizer:
     @cached_property
     def base_tokens(self) -> frozenset[str]:
         """Tokens no merge produces: the alphabet and the special tokens. Never deleted."""
-        produced = {a + b for a, b in self.merges}
-        return frozenset(t for t in self.vocab if t not in produced) | self.special_tokens
+        return frozenset(self.vocab.keys() - self.merge_products) | self.special_tokens
+
+    @cached_property
+    def merge_products(self) -> frozenset[str]:
+        """The tokens the merges produce.
+
+        >>> sorted(BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={}).merge_products)
+        ['ab']
+        """
+        return frozenset(starmap(operator.add, self.merges))
 
     @cached_property
     def id_space(self) -> int:

@@ -17,10 +17,13 @@ may delete without breaking other merges.
 from __future__ import annotations
 
 import copy
-import re
+import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cached_property
+from itertools import compress, starmap
+
+from tokenizers import Tokenizer
 
 from tokenizer_service.bpe import BPETokenizer, Merge, bpe_pieces
 
@@ -130,63 +133,27 @@ class MergeGraph:
         return seen
 
 
-def unreachable_tokens(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None,
-                       parent_unreachable: Iterable[str] | None = None) -> list[str]:
+def unreachable_tokens(tokenizer: BPETokenizer, *, chunk: int = 2048) -> list[str]:
     """Tokens whose own symbols do not BPE-encode to exactly that token.
 
     Such a token can never be emitted (ByteSampler's check). Special tokens are matched before
-    BPE and are always reachable. Given a ``parent`` version and its unreachable tokens, only
-    the tokens a change can act on are encoded again (see :func:`changed_substrings`); the
-    answer is the same as encoding all of them.
+    BPE and are always reachable. Every token is encoded, in batches of ``chunk`` tokens by the
+    bare Rust model (no normalizer or pre-tokenizer: a token's own symbols, as
+    :meth:`BPETokenizer.tokenize_word`), outside the GIL and on every core; only a batch that
+    does not come back as its own ids is looked at token by token.
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
     >>> unreachable_tokens(tok)
     ['abc']
-    >>> new = tok.replace_model(vocab={**tok.vocab, "ca": 6}, merges=[*tok.merges, ("c", "a")])
-    >>> unreachable_tokens(new, parent=tok, parent_unreachable=["abc"])
-    ['abc']
     """
-    specials = tokenizer.special_tokens
-    changed = changed_substrings(parent, tokenizer) if parent is not None and parent_unreachable is not None \
-        else None
-    if changed is None:
-        return [t for t, i in tokenizer.vocab.items() if t not in specials and tokenizer.tokenize_word(t) != [i]]
-    was = set(parent_unreachable)
-    touched = re.compile("|".join(map(re.escape, sorted(changed, key=len, reverse=True)))) if changed else None
-    out = []
-    for t, i in tokenizer.vocab.items():
-        if t in specials:
-            continue
-        if t in parent.vocab and (touched is None or not touched.search(t)):
-            if t in was:
-                out.append(t)
-        elif tokenizer.tokenize_word(t) != [i]:
-            out.append(t)
-    return out
-
-
-def changed_substrings(parent: BPETokenizer, child: BPETokenizer, *, limit: int = 5000) -> set[str] | None:
-    """Strings whose presence in a token means BPE may encode it differently in ``child``:
-    the products of merges one version has and the other has not, and tokens only one
-    vocabulary holds. None when the versions differ in more (model options, the relative order
-    of the merges they share, or over ``limit`` changes), so that every token must be encoded.
-
-    Why this is exact: BPE on a token's symbols can only apply merges whose product is a
-    substring of it, so if none of those changed and they keep their relative order, it takes
-    the very same steps in both versions.
-
-    >>> a = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
-    >>> sorted(changed_substrings(a, a.replace_model(vocab={"a": 0, "b": 1, "ba": 2}, merges=[("b", "a")])))
-    ['ab', 'ba']
-    """
-    if parent.model_options != child.model_options:
-        return None
-    old, new = set(parent.merges), set(child.merges)
-    if [m for m in parent.merges if m in new] != [m for m in child.merges if m in old]:
-        return None
-    changed = {u + v for u, v in old ^ new} | (parent.vocab.keys() ^ child.vocab.keys())
-    return changed if len(changed) <= limit else None
+    vocab, specials = tokenizer.vocab, tokenizer.special_tokens
+    tokens = [t for t in vocab if t not in specials]
+    batches = [tokens[k:k + chunk] for k in range(0, len(tokens), chunk)]
+    bare = Tokenizer(tokenizer.hf.model)
+    encodings = bare.encode_batch_fast(batches, is_pretokenized=True, add_special_tokens=False)
+    return [t for batch, encoding in zip(batches, encodings) if encoding.ids != list(map(vocab.__getitem__, batch))
+            for t in batch if tokenizer.tokenize_word(t) != [vocab[t]]]
 
 
 def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, Merge]:
@@ -200,9 +167,9 @@ def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, M
     """
     wanted = set(tokens)
     producers: dict[str, list[Merge]] = defaultdict(list)
-    for u, v in tokenizer.merges:
-        if u + v in wanted:
-            producers[u + v].append((u, v))
+    # Only the few wanted merges reach Python code: the filter over all of them runs in C.
+    for u, v in compress(tokenizer.merges, map(wanted.__contains__, starmap(operator.add, tokenizer.merges))):
+        producers[u + v].append((u, v))
     ranks = MergeGraph.rank_table(tokenizer.merges) if any(len(m) > 1 for m in producers.values()) else {}
     return {w: _applied(w, merges, ranks) for w, merges in producers.items()}
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
-
-
 
 from tokenizer_service.bpe import BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
@@ -86,29 +85,26 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
              parent_unreachable: list[str] | None = None) -> ValidationReport:
     """Run every check; the report lists each failure as a human-readable reason.
 
-    ``parent_unreachable`` (the parent's own report) lets reachability re-encode only the tokens
-    a change can act on.
+    ``parent_unreachable`` (the parent's own report) saves encoding the parent's tokens again.
     """
     report = ValidationReport()
     vocab = tokenizer.vocab
-    bad_merges = [m for m in tokenizer.merges if m[0] not in vocab or m[1] not in vocab or m[0] + m[1] not in vocab]
-    if bad_merges:
-        report.reasons.append(f"{len(bad_merges)} merges use or produce tokens outside the vocabulary, "
-                              f"e.g. {bad_merges[:3]}")
-    try:
-        loaded = tokenizer.hf
-    except Exception as exc:  # the library's own error text is the reason
-        report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
-        return report
+    # A set check first: the per-merge pass only runs to name the offenders.
+    fine = tokenizer.merges_checked or (tokenizer.merge_products <= vocab.keys()
+                                        and set(chain.from_iterable(tokenizer.merges)) <= vocab.keys())
+    bad_merges = [] if fine else [m for m in tokenizer.merges
+                                  if m[0] not in vocab or m[1] not in vocab or m[0] + m[1] not in vocab]
+    if bad_merges:  # tokenizers may panic building its merge table from these
+        report.refuse(f"{len(bad_merges)} merges use or produce tokens outside the vocabulary, e.g. {bad_merges[:3]}")
 
     if tokenizer.byte_level:
         missing = [b for b, c in BYTE_TO_UNICODE.items() if c not in vocab]
         if missing:
             report.reasons.append(f"byte alphabet incomplete: {len(missing)} of 256 bytes missing, e.g. {missing[:5]}")
-        foreign = [t for t in vocab if t not in tokenizer.special_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
+        foreign = [] if set("".join(vocab)) <= _BYTE_LEVEL_ALPHABET else [
+            t for t in vocab if t not in tokenizer.special_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
         if foreign:
             report.refuse(f"{len(foreign)} tokens hold characters outside the byte-level alphabet, e.g. {foreign[:3]}")
-            return report
         # An added token matches its text before BPE; if that text is also a byte-level token of
         # other bytes ("ü" is byte 0xFC there), encoding and decoding disagree.
         two_faced = [t for t in tokenizer.added_tokens if t in vocab and set(t) <= _BYTE_LEVEL_ALPHABET
@@ -116,22 +112,29 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if two_faced:
             report.reasons.append(f"{len(two_faced)} added tokens mean other bytes as byte-level tokens, e.g. "
                                   f"{two_faced[:3]}")
+    if report.unusable:
+        return report
+    try:
+        loaded = tokenizer.hf
+    except BaseException as exc:  # the library's own error text is the reason
+        _reraise_unless_library_error(exc)
+        report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
+        return report
 
     texts = probes if probes is not None else probe_texts(tokenizer)
     report.probes = len(texts)
     try:
         decoded = [loaded.decode(enc.ids, skip_special_tokens=False)
                    for enc in loaded.encode_batch(texts, add_special_tokens=False)]
-    except BaseException as exc:  # a Rust panic is a BaseException; signals must still stop us
-        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
-            raise
+    except BaseException as exc:
+        _reraise_unless_library_error(exc)
         report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
         return report
     lossy = [t for t, d in zip(texts, decoded) if d != t]
     if lossy:
         report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
 
-    report.unreachable = unreachable_tokens(tokenizer, parent=parent, parent_unreachable=parent_unreachable)
+    report.unreachable = unreachable_tokens(tokenizer)
     if parent is not None:
         was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]
@@ -141,6 +144,13 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if new:
             report.reasons.append(f"{len(new)} added tokens are unreachable, e.g. {new[:5]}")
     return report
+
+
+def _reraise_unless_library_error(exc: BaseException) -> None:
+    """A Rust panic in ``tokenizers`` is a BaseException (PanicException): a reason like any
+    other error; signals and exits must still stop us."""
+    if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+        raise exc
 
 
 def load_tokenizer(path: str | Path, *, allow_invalid: bool = False,
