@@ -27,14 +27,22 @@ from tokenizer_service.output_dir import write_file
 _JSON = {"Content-Type": "application/json"}
 
 
-def _embed(fields: dict[str, Any], **documents: str | bytes | None) -> bytes:
-    """A JSON body of ``fields`` plus JSON documents spliced in as they are (a 2 MB
-    tokenizer.json is not parsed and re-encoded to be sent).
+def _text(tokenizer_json: str | bytes) -> str:
+    """A tokenizer.json's text: the registry stores the very bytes, so they must be UTF-8."""
+    try:
+        return tokenizer_json.decode("utf-8") if isinstance(tokenizer_json, bytes) else tokenizer_json
+    except UnicodeDecodeError as exc:
+        raise TokmaintError(f"the tokenizer.json is not UTF-8 (byte at offset {exc.start})") from None
 
-    >>> _embed({"kind": "import"}, tokenizer=b'{"model": {}}', diff=None)
-    b'{"kind": "import", "tokenizer": {"model": {}}, "diff": null}'
+
+def _embed(fields: dict[str, Any], **documents: str | bytes | None) -> bytes:
+    """A JSON body of ``fields`` plus JSON documents (a diff) spliced in as they are, not parsed
+    and re-encoded to be sent.
+
+    >>> _embed({"kind": "import", "tokenizer": "{}"}, diff=None)
+    b'{"kind": "import", "tokenizer": "{}", "diff": null}'
     """
-    parts = [json.dumps(fields).encode("utf-8")[1:-1]] if fields else []
+    parts = [json.dumps(fields, ensure_ascii=False).encode("utf-8")[1:-1]] if fields else []
     for key, document in documents.items():
         value = b"null" if document is None else document.encode("utf-8") if isinstance(document, str) else document
         parts.append(json.dumps(key).encode("utf-8") + b": " + value.strip())
@@ -136,13 +144,13 @@ class RegistryClient:
     # ----- writing ------------------------------------------------------------------------
     def create(self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial",
                metrics: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = _embed({"name": name, "kind": kind, "metrics": metrics or {}}, tokenizer=tokenizer_json)
+        body = _embed({"name": name, "kind": kind, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)})
         return self._request("POST", "/v1/tokenizers", content=body, headers=_JSON).json()
 
     def publish(self, name: str, tokenizer_json: str | bytes, *, diff_json: str | bytes | None = None,
                 kind: str = "tedtok", parent: int | None = None, metrics: dict[str, Any] | None = None
                 ) -> dict[str, Any]:
-        body = _embed({"kind": kind, "parent": parent, "metrics": metrics or {}}, tokenizer=tokenizer_json,
+        body = _embed({"kind": kind, "parent": parent, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)},
                       diff=diff_json)
         return self._request("POST", f"/v1/tokenizers/{name}/versions", content=body, headers=_JSON).json()
 

@@ -6,6 +6,12 @@ are stored first (outside any transaction), and then one transaction numbers the
 artifacts or not at all. A publish that loses the race for its number leaves artifacts nobody
 names (content-addressed, harmless) and retries on the new latest.
 
+A version's tokenizer.json is stored and served as the exact bytes uploaded, and its sha256 is
+theirs. The checks that need the ``tokenizers`` library run on those bytes, in a checking
+process when there is one (``check_processes``), while this process parses them and checks the
+rest: a 50k-token publish then takes about as long as the slower half. A tokenizer that crashes
+the library takes the checking process down, not the registry.
+
 Lineage rules (every publish but a rollback): surviving tokens keep their ids; the parent's base
 alphabet and special tokens stay, at their ids; the new version is no less reachable than its
 parent; an uploaded diff must equal the diff the registry computes from parent and child.
@@ -17,12 +23,18 @@ Re-publishing the latest version's content returns that version.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
@@ -38,7 +50,7 @@ from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
 from tokenizer_service.options import lineage_name
 from tokenizer_service.revision_diff import diff_entries
-from tokenizer_service.validation import validate
+from tokenizer_service.validation import ValidationReport, check_encoding, validate
 
 T = TypeVar("T")
 
@@ -90,15 +102,24 @@ def check_lineage_name(name: str) -> str:
         raise RegistryError("invalid_name", [f"lineage name {str(exc)}"]) from None
 
 
-def parse_tokenizer(data: bytes | dict[str, Any]) -> BPETokenizer:
-    """An uploaded tokenizer.json (bytes, or already parsed by ``bpe.parse_json``), refused with
-    every reason (``invalid_tokenizer``)."""
+def upload_text(data: bytes | str) -> tuple[str, bytes]:
+    """An uploaded tokenizer.json as text and as the exact bytes stored (UTF-8).
+
+    >>> upload_text("{}")
+    ('{}', b'{}')
+    """
     try:
-        if isinstance(data, dict):
-            return BPETokenizer.from_data(data)
-        return BPETokenizer.from_json(data.decode("utf-8"))
+        return (data.decode("utf-8"), data) if isinstance(data, bytes) else (data, data.encode("utf-8"))
     except UnicodeDecodeError as exc:
         raise RegistryError("invalid_tokenizer", [f"not UTF-8 (byte at offset {exc.start})"]) from None
+    except UnicodeEncodeError as exc:
+        raise RegistryError("invalid_tokenizer", [f"not valid Unicode (a lone surrogate at {exc.start})"]) from None
+
+
+def parse_tokenizer(text: str) -> BPETokenizer:
+    """An uploaded tokenizer.json, refused with every reason (``invalid_tokenizer``)."""
+    try:
+        return BPETokenizer.from_json(text)
     except InvalidTokenizer as exc:
         raise RegistryError("invalid_tokenizer", exc.reasons) from None
 
@@ -118,8 +139,9 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
              if e.new_token in parent.vocab]
     if moved:
         reasons.append(f"{len(moved)} surviving tokens changed their id, e.g. {', '.join(moved[:3])}")
-    base = parent.base_tokens - parent.special_tokens
-    lost = sorted({e.old_token for e in entries if e.old_token in base})
+    # A base token is one no merge forms: its entry lists no parents for it.
+    lost = sorted({e.old_token for e in entries if e.old_token is not None and e.old_token not in parent.special_tokens
+                   and not (e.parents if e.kind == "removed" else e.old_parents)})
     if lost:
         reasons.append(f"{len(lost)} base tokens are missing or moved, e.g. {lost[:3]}")
     specials = {t["content"]: t["id"] for t in parent.pipeline.get("added_tokens", []) if t.get("special")}
@@ -133,9 +155,14 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
 class Registry:
     """The registry over a database ``engine`` (migrated: ``db.migrate``) and an artifact store."""
 
-    def __init__(self, engine: Engine, artifacts: ArtifactStore) -> None:
+    def __init__(self, engine: Engine, artifacts: ArtifactStore, *, check_processes: int = 0) -> None:
         self.engine = engine
         self.artifacts = artifacts
+        self._check_processes = check_processes
+        self._checker: ProcessPoolExecutor | None = None
+        self._checker_lock = threading.Lock()
+        if check_processes:
+            self._start_checker()
         # Parsed versions and their unreachable tokens, by sha256 (immutable): the next publish
         # validates against the latest without parsing it or re-encoding its whole vocabulary.
         self._prepared: OrderedDict[str, tuple[BPETokenizer, list[str]]] = OrderedDict()
@@ -152,6 +179,41 @@ class Registry:
                 self._prepared.popitem(last=False)
         self._prepared.move_to_end(sha)
         return cached
+
+    def close(self) -> None:
+        """Stop the checking processes (if any)."""
+        with self._checker_lock:
+            if self._checker is not None:
+                self._checker.shutdown(cancel_futures=True)
+                self._checker = None
+
+    def _start_checker(self) -> None:
+        # spawn: the server runs threads, which a forked child must not inherit mid-flight.
+        self._checker = ProcessPoolExecutor(self._check_processes, mp_context=get_context("spawn"))
+        self._checker.submit(check_encoding, "{}")  # imports tokenizers there before the first publish
+
+    def _encoding_check(self, text: str) -> Callable[[], ValidationReport]:
+        """``check_encoding`` of an upload, started now in a checking process (if any) while the
+        caller checks the rest; the returned function gives its report (computed once)."""
+        with self._checker_lock:
+            future = self._checker.submit(check_encoding, text) if self._checker is not None else None
+
+        @functools.cache
+        def report() -> ValidationReport:
+            if future is None:
+                return check_encoding(text)
+            try:
+                return future.result()
+            except BrokenProcessPool:
+                with self._checker_lock:
+                    if self._checker is not None:
+                        self._checker.shutdown(wait=False)
+                        self._start_checker()
+                died = ValidationReport()
+                died.refuse("the checking process died loading it (tokenizers crashed, or ran out of memory)")
+                return died
+
+        return report
 
     # ----- reading ------------------------------------------------------------------------
     def _lineage(self, session: Session, name: str, *, lock: bool = False) -> Lineage:
@@ -233,18 +295,20 @@ class Registry:
         return diff
 
     # ----- writing ------------------------------------------------------------------------
-    def create_lineage(self, name: str, tokenizer_json: bytes | dict[str, Any], *, kind: str = "initial",
+    def create_lineage(self, name: str, tokenizer_json: bytes | str, *, kind: str = "initial",
                        created_by: str = "", metrics: dict[str, Any] | None = None) -> VersionInfo:
         """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
         check_lineage_name(name)
-        tokenizer = parse_tokenizer(tokenizer_json)
-        report = validate(tokenizer)
+        text, data = upload_text(tokenizer_json)
+        encoding = self._encoding_check(text)
+        tokenizer = parse_tokenizer(text)
+        report = validate(tokenizer, encoding=encoding())
         if report.reasons:
             raise RegistryError("invalid_tokenizer", report.reasons)
         exists = RegistryError("lineage_exists", [f"lineage {name!r} exists already"])
         if any(n == name for n, _ in self.lineages()):
             raise exists  # before any artifact is stored; the transaction below checks again
-        artifacts = self._put_artifacts(name, 1, None, tokenizer, [], kind, metrics or {})
+        artifacts = self._put_artifacts(name, 1, None, data, tokenizer, [], kind, metrics or {})
 
         def insert(session: Session) -> VersionInfo:
             if session.scalars(select(Lineage).where(Lineage.name == name)).one_or_none() is not None:
@@ -259,28 +323,33 @@ class Registry:
         self._prepare(info.sha256, tokenizer, report.unreachable)
         return info
 
-    def publish(self, name: str, tokenizer_json: bytes | dict[str, Any], *,
-                diff_json: bytes | dict[str, Any] | None = None, kind: str = "tedtok", parent: int | None = None,
-                created_by: str = "", metrics: dict[str, Any] | None = None) -> VersionInfo:
+    def publish(self, name: str, tokenizer_json: bytes | str, *, diff_json: bytes | dict[str, Any] | None = None,
+                kind: str = "tedtok", parent: int | None = None, created_by: str = "",
+                metrics: dict[str, Any] | None = None) -> VersionInfo:
         """Publish a new version on top of ``parent`` (default: the latest; a stale parent is
         refused) after every check; the latest version's own content again returns it."""
         if kind not in VERSION_KINDS or kind == "initial":
             raise RegistryError("invalid_request", [f"kind must be one of {VERSION_KINDS[1:]}, got {kind!r}"])
-        child = parse_tokenizer(tokenizer_json)
+        text, data = upload_text(tokenizer_json)
+        sha = hashlib.sha256(data).hexdigest()
         uploaded = self._parse_diff(diff_json) if diff_json is not None else None
+        encoding, child = None, None
         while True:
             latest = self.version(name)
             if parent is not None and parent != latest.number:
                 raise RegistryError("stale_parent", [f"parent {parent} is not the latest version of {name!r} "
                                                      f"({latest.number}); rebase on it"])
-            if child.sha256 == latest.sha256 and kind != "rollback":
+            if sha == latest.sha256 and kind != "rollback":
                 return latest
+            if child is None:  # the library's checks run elsewhere while this process parses
+                encoding = self._encoding_check(text)
+                child = parse_tokenizer(text)
             parent_tokenizer, parent_unreachable = self._prepare(latest.sha256)
-            entries, unreachable = self._check(parent_tokenizer, parent_unreachable, child, uploaded,
-                                               rollback=kind == "rollback")
+            entries, unreachable = self._check(parent_tokenizer, parent_unreachable, child, sha, uploaded,
+                                               encoding, rollback=kind == "rollback")
             # Artifacts before the transaction: a version is never visible without them, and
             # the write lock is not held while they are written.
-            artifacts = self._put_artifacts(name, latest.number + 1, parent_tokenizer, child, entries, kind,
+            artifacts = self._put_artifacts(name, latest.number + 1, latest.sha256, data, child, entries, kind,
                                             metrics or {})
             try:
                 info = self._write(lambda session: self._insert_on_top(
@@ -364,36 +433,38 @@ class Registry:
                                 ) from None
 
     @staticmethod
-    def _check(parent: BPETokenizer, parent_unreachable: list[str], child: BPETokenizer,
-               uploaded: RevisionDiff | None, *, rollback: bool) -> tuple[list[DiffEntry], list[str]]:
-        """Every check of a publish; returns the child's diff entries and unreachable tokens."""
-        report = validate(child, parent=parent, parent_unreachable=parent_unreachable)
-        if report.reasons:
-            raise RegistryError("invalid_tokenizer", report.reasons)
+    def _check(parent: BPETokenizer, parent_unreachable: list[str], child: BPETokenizer, sha: str,
+               uploaded: RevisionDiff | None, encoding: Callable[[], ValidationReport], *, rollback: bool
+               ) -> tuple[list[DiffEntry], list[str]]:
+        """Every check of a publish; returns the child's diff entries and unreachable tokens. The
+        lineage rules and the diff come first: the library's checks may still be running."""
         expected = diff_entries(parent, child)
         reasons = [] if rollback else lineage_problems(parent, child, expected)
         if uploaded is not None:
-            if uploaded.tokenizer_sha256 != child.sha256:
+            if uploaded.tokenizer_sha256 != sha:
                 reasons.append(f"the diff describes tokenizer {uploaded.tokenizer_sha256[:12]}, not the uploaded "
-                               f"{child.sha256[:12]}")
+                               f"{sha[:12]}")
             if uploaded.entries != expected:
                 wrong = sorted({e.id for e in uploaded.entries} ^ {e.id for e in expected}
                                | {a.id for a, b in zip(uploaded.entries, expected) if a != b})
                 reasons.append(f"the diff does not match the tokenizers: {len(uploaded.entries)} entries uploaded, "
                                f"{len(expected)} computed, ids differ at e.g. {wrong[:5]}")
+        report = validate(child, parent=parent, parent_unreachable=parent_unreachable, encoding=encoding())
+        if report.reasons:
+            raise RegistryError("invalid_tokenizer", report.reasons)
         if reasons:
             raise RegistryError("incompatible", reasons)
         return expected, report.unreachable
 
-    def _put_artifacts(self, name: str, number: int, parent: BPETokenizer | None, child: BPETokenizer,
+    def _put_artifacts(self, name: str, number: int, parent_sha: str | None, data: bytes, child: BPETokenizer,
                        entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> tuple[str, str]:
-        """Store the tokenizer.json and the registry's diff of version ``number``: (sha, diff sha)."""
-        diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None,
-                            tokenizer_sha256=child.sha256, parent_sha256=parent.sha256 if parent else None,
-                            vocab_size=len(child), id_space=child.id_space, entries=entries,
-                            config={"kind": kind, **({"metrics": metrics} if metrics else {})})
-        return (self.artifacts.put(child.to_json().encode("utf-8")),
-                self.artifacts.put(diff.to_json().encode("utf-8")))
+        """Store the uploaded tokenizer.json and the registry's diff of version ``number``: their
+        sha256s."""
+        sha = self.artifacts.put(data)
+        diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None, tokenizer_sha256=sha,
+                            parent_sha256=parent_sha, vocab_size=len(child), id_space=child.id_space,
+                            entries=entries, config={"kind": kind, **({"metrics": metrics} if metrics else {})})
+        return sha, self.artifacts.put(diff.to_json().encode("utf-8"))
 
     def _insert_on_top(self, session: Session, name: str, expected: int, child: BPETokenizer,
                        artifacts: tuple[str, str], **row: Any) -> VersionInfo:

@@ -109,20 +109,24 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
     client = RegistryClient(server, token=TOKEN)
     client.create("refusals", initial.to_json())
     revision = made[0]
-    tokenizer = json.loads(revision.tokenizer.to_json())
+    tokenizer = revision.tokenizer.to_json()
     cases = [
-        ("truncated JSON", "/v1/tokenizers/refusals/versions", b'{"tokenizer": {"model": ', 422, "not JSON"),
+        ("truncated JSON", "/v1/tokenizers/refusals/versions", b'{"tokenizer": "{', 422, "not JSON"),
+        ("a truncated tokenizer.json", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": tokenizer[:1000]}).encode(), 422, "not JSON"),
+        ("the tokenizer as an object", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": json.loads(tokenizer)}).encode(), 422, "'tokenizer' must be a string"),
         ("not BPE", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": {"model": {"type": "Unigram", "vocab": {}, "merges": []}}}).encode(), 422,
-         "tokmaint maintains BPE tokenizers only"),
+         json.dumps({"tokenizer": json.dumps({"model": {"type": "Unigram", "vocab": {}, "merges": []}})}).encode(),
+         422, "tokmaint maintains BPE tokenizers only"),
         ("a diff that lies", "/v1/tokenizers/refusals/versions",
          json.dumps({"tokenizer": tokenizer, "diff": json.loads(_lying(revision.diff.to_json().encode()))}).encode(),
          409, "the diff does not match the tokenizers"),
         ("moved ids", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": json.loads(_moved_ids(revision.tokenizer))}).encode(), 409,
+         json.dumps({"tokenizer": _moved_ids(revision.tokenizer).decode()}).encode(), 409,
          "surviving tokens changed their id"),
         ("unreachable add", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": json.loads(_unreachable_add(revision.tokenizer))}).encode(), 422,
+         json.dumps({"tokenizer": _unreachable_add(revision.tokenizer).decode()}).encode(), 422,
          "added tokens are unreachable"),
         ("over the size limit", "/v1/tokenizers/refusals/versions",
          json.dumps({"tokenizer": tokenizer, "pad": "x" * 2_000_000}).encode(), 413, "the limit is 1,048,576"),

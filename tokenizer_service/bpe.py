@@ -201,7 +201,7 @@ vocabulary, e.g. [2] ba']
     pairs = merges if kinds <= {list} else [m.split(" ", 1) for m in merges] if kinds <= {str} else None
     if pairs is not None and set(map(len, pairs)) <= {2} and set(map(type, chain.from_iterable(pairs))) <= {str}:
         parts = set(chain.from_iterable(pairs))
-        if "" not in parts and parts <= vocab.keys() and set(starmap(operator.add, pairs)) <= vocab.keys():
+        if "" not in parts and parts <= vocab.keys() and all(map(vocab.__contains__, starmap(operator.add, pairs))):
             return []  # the usual all-clear, in C-level passes
     malformed, outside, products = [], [], []
     for k, merge in enumerate(merges):
@@ -280,17 +280,37 @@ outside the vocabulary, e.g. [0] ab']
     return reasons
 
 
-def _mentions_byte_level(section: Any) -> bool:
+def mentions_byte_level(section: Any) -> bool:
     """True when a pipeline section (or any nested step) is a ByteLevel component.
 
-    >>> _mentions_byte_level({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}]})
+    >>> mentions_byte_level({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}]})
     True
     """
     if isinstance(section, dict):
-        return section.get("type") == "ByteLevel" or any(_mentions_byte_level(v) for v in section.values())
+        return section.get("type") == "ByteLevel" or any(mentions_byte_level(v) for v in section.values())
     if isinstance(section, list):
-        return any(_mentions_byte_level(v) for v in section)
+        return any(mentions_byte_level(v) for v in section)
     return False
+
+
+def loaded_byte_level(hf: Tokenizer) -> bool:
+    """:attr:`BPETokenizer.byte_level` of a tokenizer loaded in ``tokenizers`` (its pre-tokenizer
+    or decoder is, or holds, ByteLevel).
+
+    >>> loaded_byte_level(BPETokenizer.train(["x"], vocab_size=257).hf)
+    True
+    """
+    return any(mentions_byte_level(json.loads(part.__getstate__())) for part in (hf.pre_tokenizer, hf.decoder)
+               if part is not None)
+
+
+def loaded_special_tokens(hf: Tokenizer) -> frozenset[str]:
+    """:attr:`BPETokenizer.special_tokens` of a tokenizer loaded in ``tokenizers``.
+
+    >>> sorted(loaded_special_tokens(BPETokenizer.train(["x"], vocab_size=258, special_tokens=["<eos>"]).hf))
+    ['<eos>']
+    """
+    return frozenset(t.content for t in hf.get_added_tokens_decoder().values() if t.special)
 
 
 class BPETokenizer:
@@ -440,7 +460,7 @@ class BPETokenizer:
 
     @cached_property
     def byte_level(self) -> bool:
-        return _mentions_byte_level(self.pipeline.get("pre_tokenizer")) or _mentions_byte_level(
+        return mentions_byte_level(self.pipeline.get("pre_tokenizer")) or mentions_byte_level(
             self.pipeline.get("decoder")
         )
 
@@ -469,7 +489,16 @@ class BPETokenizer:
         >>> sorted(BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={}).merge_products)
         ['ab']
         """
-        return frozenset(starmap(operator.add, self.merges))
+        return frozenset(self.merge_outputs)
+
+    @cached_property
+    def merge_outputs(self) -> tuple[str, ...]:
+        """The token each merge makes, in merge order (built once: diffs look up producers).
+
+        >>> BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={}).merge_outputs
+        ('ab',)
+        """
+        return tuple(starmap(operator.add, self.merges))
 
     @cached_property
     def id_space(self) -> int:

@@ -17,15 +17,14 @@ may delete without breaking other merges.
 from __future__ import annotations
 
 import copy
-import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cached_property
-from itertools import compress, starmap
+from itertools import compress
 
 from tokenizers import Tokenizer
 
-from tokenizer_service.bpe import BPETokenizer, Merge, bpe_pieces
+from tokenizer_service.bpe import BPETokenizer, Merge, bpe_pieces, loaded_special_tokens
 
 
 class MergeGraph:
@@ -133,27 +132,28 @@ class MergeGraph:
         return seen
 
 
-def unreachable_tokens(tokenizer: BPETokenizer, *, chunk: int = 2048) -> list[str]:
-    """Tokens whose own symbols do not BPE-encode to exactly that token.
+def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048) -> list[str]:
+    """Tokens whose own symbols do not BPE-encode to exactly that token, by id.
 
     Such a token can never be emitted (ByteSampler's check). Special tokens are matched before
-    BPE and are always reachable. Every token is encoded, in batches of ``chunk`` tokens by the
-    bare Rust model (no normalizer or pre-tokenizer: a token's own symbols, as
+    BPE and are always reachable. Works on a tokenizer loaded in ``tokenizers`` as well (a
+    registry's checking process has only that). Every token is encoded, in batches of ``chunk``
+    tokens by the bare Rust model (no normalizer or pre-tokenizer: a token's own symbols, as
     :meth:`BPETokenizer.tokenize_word`), outside the GIL and on every core; only a batch that
     does not come back as its own ids is looked at token by token.
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
-    >>> unreachable_tokens(tok)
-    ['abc']
+    >>> unreachable_tokens(tok), unreachable_tokens(tok.hf)
+    (['abc'], ['abc'])
     """
-    vocab, specials = tokenizer.vocab, tokenizer.special_tokens
-    tokens = [t for t in vocab if t not in specials]
+    hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
+    vocab, specials = hf.get_vocab(with_added_tokens=False), loaded_special_tokens(hf)
+    tokens = sorted((t for t in vocab if t not in specials), key=vocab.__getitem__)
     batches = [tokens[k:k + chunk] for k in range(0, len(tokens), chunk)]
-    bare = Tokenizer(tokenizer.hf.model)
-    encodings = bare.encode_batch_fast(batches, is_pretokenized=True, add_special_tokens=False)
+    encodings = Tokenizer(hf.model).encode_batch_fast(batches, is_pretokenized=True, add_special_tokens=False)
     return [t for batch, encoding in zip(batches, encodings) if encoding.ids != list(map(vocab.__getitem__, batch))
-            for t in batch if tokenizer.tokenize_word(t) != [vocab[t]]]
+            for t in batch if [piece.id for piece in hf.model.tokenize(t)] != [vocab[t]]]
 
 
 def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, Merge]:
@@ -168,7 +168,7 @@ def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, M
     wanted = set(tokens)
     producers: dict[str, list[Merge]] = defaultdict(list)
     # Only the few wanted merges reach Python code: the filter over all of them runs in C.
-    for u, v in compress(tokenizer.merges, map(wanted.__contains__, starmap(operator.add, tokenizer.merges))):
+    for u, v in compress(tokenizer.merges, map(wanted.__contains__, tokenizer.merge_outputs)):
         producers[u + v].append((u, v))
     ranks = MergeGraph.rank_table(tokenizer.merges) if any(len(m) > 1 for m in producers.values()) else {}
     return {w: _applied(w, merges, ranks) for w, merges in producers.items()}

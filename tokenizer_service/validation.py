@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
-from tokenizer_service.bpe import BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer
+from tokenizers import Tokenizer
+
+from tokenizer_service.bpe import (BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer, loaded_byte_level,
+                                     loaded_special_tokens)
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
 
@@ -50,16 +53,19 @@ class ValidationReport:
             raise InvalidTokenizer(self.reasons, source=source)
 
 
-def probe_texts(tokenizer: BPETokenizer, *, n: int = 200, seed: int = 0) -> list[str]:
-    """Deterministic probe strings: hostile Unicode for byte-level, the alphabet otherwise.
+def probe_texts(tokenizer: BPETokenizer | Tokenizer, *, n: int = 200, seed: int = 0) -> list[str]:
+    """Deterministic probe strings: hostile Unicode for byte-level, the alphabet otherwise (the
+    single-character tokens: no merge makes one). Works on a loaded ``tokenizers`` tokenizer too.
 
     >>> probes = probe_texts(BPETokenizer.train(["x"], vocab_size=257), n=50)
     >>> any("\\x00" in p for p in probes), any("🙂" in p for p in probes)
     (True, True)
     """
+    hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
     rng = random.Random(seed)
-    if not tokenizer.byte_level:
-        alphabet = sorted(t for t in tokenizer.base_tokens if len(t) == 1 and t not in tokenizer.special_tokens)
+    if not loaded_byte_level(hf):
+        specials = loaded_special_tokens(hf)
+        alphabet = sorted(t for t in hf.get_vocab(with_added_tokens=False) if len(t) == 1 and t not in specials)
         return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(n)]
     fixed = [
         "".join(chr(c) for c in range(32)),
@@ -82,10 +88,13 @@ def probe_texts(tokenizer: BPETokenizer, *, n: int = 200, seed: int = 0) -> list
 
 
 def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, probes: list[str] | None = None,
-             parent_unreachable: list[str] | None = None) -> ValidationReport:
+             parent_unreachable: list[str] | None = None, encoding: ValidationReport | None = None
+             ) -> ValidationReport:
     """Run every check; the report lists each failure as a human-readable reason.
 
     ``parent_unreachable`` (the parent's own report) saves encoding the parent's tokens again.
+    ``encoding`` is :func:`check_encoding`'s report on the tokenizer's text when the caller ran it
+    already (a registry runs it in another process while it checks the rest).
     """
     report = ValidationReport()
     vocab = tokenizer.vocab
@@ -114,28 +123,19 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
                                   f"{two_faced[:3]}")
     if report.unusable:
         return report
-    try:
-        loaded = tokenizer.hf
-    except BaseException as exc:  # the library's own error text is the reason
-        _reraise_unless_library_error(exc)
-        report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
-        return report
-
-    texts = probes if probes is not None else probe_texts(tokenizer)
-    report.probes = len(texts)
-    try:
-        decoded = [loaded.decode(enc.ids, skip_special_tokens=False)
-                   for enc in loaded.encode_batch(texts, add_special_tokens=False)]
-    except BaseException as exc:
-        _reraise_unless_library_error(exc)
-        report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
-        return report
-    lossy = [t for t, d in zip(texts, decoded) if d != t]
-    if lossy:
-        report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
-
-    report.unreachable = unreachable_tokens(tokenizer)
-    if parent is not None:
+    if encoding is None:
+        encoding = ValidationReport()
+        try:
+            loaded = tokenizer.hf
+        except BaseException as exc:
+            _reraise_unless_library_error(exc)
+            encoding.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
+        else:
+            _check_loaded(loaded, encoding, probes)
+    report.reasons += encoding.reasons
+    report.unusable += encoding.unusable
+    report.unreachable, report.probes = encoding.unreachable, encoding.probes
+    if parent is not None and not report.unusable:
         was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]
         new = [t for t in report.unreachable if t not in parent.vocab]
@@ -144,6 +144,46 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if new:
             report.reasons.append(f"{len(new)} added tokens are unreachable, e.g. {new[:5]}")
     return report
+
+
+def check_encoding(tokenizer_json: str, *, probes: list[str] | None = None) -> ValidationReport:
+    """The checks that need the ``tokenizers`` library, on the tokenizer.json text alone: that it
+    loads, that the probes encode and decode losslessly, and which tokens are unreachable.
+
+    Nothing is parsed in Python, so a registry runs this in a worker process on the uploaded
+    bytes while it checks the rest (:func:`validate` runs the same checks in-process).
+
+    >>> check_encoding(BPETokenizer.train(["hello world"], vocab_size=270).to_json()).ok
+    True
+    >>> check_encoding('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "b"]]}}').unusable
+    ['tokenizer.json does not load in tokenizers: ...']
+    """
+    report = ValidationReport()
+    try:
+        loaded = Tokenizer.from_str(tokenizer_json)
+    except BaseException as exc:
+        _reraise_unless_library_error(exc)
+        report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
+        return report
+    _check_loaded(loaded, report, probes)
+    return report
+
+
+def _check_loaded(loaded: Tokenizer, report: ValidationReport, probes: list[str] | None) -> None:
+    """The probes' round trip and the unreachable tokens of a loaded tokenizer, into ``report``."""
+    texts = probes if probes is not None else probe_texts(loaded)
+    report.probes = len(texts)
+    try:
+        decoded = [loaded.decode(enc.ids, skip_special_tokens=False)
+                   for enc in loaded.encode_batch(texts, add_special_tokens=False)]
+    except BaseException as exc:
+        _reraise_unless_library_error(exc)
+        report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
+        return
+    lossy = [t for t, d in zip(texts, decoded) if d != t]
+    if lossy:
+        report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
+    report.unreachable = unreachable_tokens(loaded)
 
 
 def _reraise_unless_library_error(exc: BaseException) -> None:

@@ -117,8 +117,10 @@ def create_app(settings: RegistrySettings) -> FastAPI:
             Path(settings.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         migrate(settings.db)
         engine = make_engine(settings.db)
-        app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts))
+        app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts),
+                                      check_processes=settings.check_processes)
         yield
+        app.state.registry.close()
         engine.dispose()
 
     app = FastAPI(title="tokmaint registry", version="1", lifespan=lifespan,

@@ -22,7 +22,7 @@ from registry.api.deps import RegistryDep, SettingsDep, WriterDep
 from registry.refs import version_number
 from registry.store import Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import parse_json
-from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.errors import InvalidTokenizer, json_kind
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
 
@@ -120,13 +120,17 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return data
 
 
+_JSON_TYPES = {str: "a string", dict: "an object", int: "an integer", list: "a list"}
+
+
 def _field(data: dict[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True) -> Any:
     """``data[key]`` of the given JSON type(s) (never a boolean), or a refusal naming it."""
     value = data.get(key)
     if value is None and not required:
         return None
     if isinstance(value, bool) or not isinstance(value, kinds):
-        raise RegistryError("invalid_request", [f"'{key}' is missing or of the wrong type"])
+        what = " or ".join(_JSON_TYPES[kind] for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
+        raise RegistryError("invalid_request", [f"'{key}' must be {what}, got {json_kind(value)}"])
     return value
 
 
@@ -139,13 +143,14 @@ def list_lineages(registry: RegistryDep) -> LineagesPublic:
 @router.post("", status_code=201, response_model=VersionPublic,
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
                  "type": "object", "required": ["name", "tokenizer"], "properties": {
-                     "name": {"type": "string"}, "tokenizer": {"type": "object"},
+                     "name": {"type": "string"}, "tokenizer": {"type": "string"},
                      "kind": {"enum": ["initial", "import"]}, "metrics": {"type": "object"}}}}}}})
 async def create_lineage(request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
                          ) -> VersionPublic:
-    """Create a lineage whose version 1 is the uploaded tokenizer.json."""
+    """Create a lineage whose version 1 is the uploaded tokenizer.json (``tokenizer``: the file's
+    text, stored and served as it is)."""
     data = await json_body(request, settings.max_upload_bytes)
-    name, tokenizer = _field(data, "name", str), _field(data, "tokenizer", dict)
+    name, tokenizer = _field(data, "name", str), _field(data, "tokenizer", str)
     kind = data.get("kind") or "initial"
     if kind not in ("initial", "import"):
         raise RegistryError("invalid_request", ["'kind' of a new lineage is 'initial' or 'import'"])
@@ -166,14 +171,16 @@ def list_versions(name: str, registry: RegistryDep, settings: SettingsDep, offse
 @router.post("/{name}/versions", status_code=201, response_model=VersionPublic,
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
                  "type": "object", "required": ["tokenizer"], "properties": {
-                     "tokenizer": {"type": "object"}, "diff": {"type": ["object", "null"]},
+                     "tokenizer": {"type": "string"}, "diff": {"type": ["object", "null"]},
                      "kind": {"enum": ["tedtok", "litetoken", "import"]}, "parent": {"type": ["integer", "null"]},
                      "metrics": {"type": "object"}}}}}}})
 async def publish(name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
                   ) -> VersionPublic:
-    """Publish a version on top of the latest (or of ``parent``, which must be the latest)."""
+    """Publish a version on top of the latest (or of ``parent``, which must be the latest).
+    ``tokenizer`` is the tokenizer.json's text, stored and served as it is; ``diff`` (optional)
+    must equal the diff the registry computes."""
     data = await json_body(request, settings.max_upload_bytes)
-    tokenizer = _field(data, "tokenizer", dict)
+    tokenizer = _field(data, "tokenizer", str)
     diff = _field(data, "diff", dict, required=False)
     kind = data.get("kind") or "tedtok"
     if kind not in ("tedtok", "litetoken", "import"):
