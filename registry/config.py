@@ -7,7 +7,7 @@ not at the first request.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_TOKENS = {"", "changeme", "change-me", "secret", "token", "password"}
@@ -23,9 +23,9 @@ class RegistrySettings(BaseSettings):
     max_upload_mb: float = 64.0
     max_page: int = 1000
     max_watch_seconds: float = 60.0
-    # Processes that run the tokenizers library's checks of an upload beside the server's own
-    # (0: in the server). One is enough: a publish's two halves then run side by side.
-    check_processes: int = Field(default=1, ge=0, le=64)
+    # Run the tokenizers library's checks of an upload in a process beside the server's own
+    # checks (False: in the server, one after the other).
+    check_process: bool = True
 
     @model_validator(mode="after")
     def _writes_need_a_token(self) -> "RegistrySettings":

@@ -8,9 +8,9 @@ names (content-addressed, harmless) and retries on the new latest.
 
 A version's tokenizer.json is stored and served as the exact bytes uploaded, and its sha256 is
 theirs. The checks that need the ``tokenizers`` library run on those bytes, in a checking
-process when there is one (``check_processes``), while this process parses them and checks the
-rest: a 50k-token publish then takes about as long as the slower half. A tokenizer that crashes
-the library takes the checking process down, not the registry.
+process when there is one (``check_process``, ``checker.py``), while this process parses them
+and checks the rest: a 50k-token publish then takes about as long as the slower half. A
+tokenizer that crashes the library takes the checking process down, not the registry.
 
 Lineage rules (every publish but a rollback): surviving tokens keep their ids; the parent's base
 alphabet and special tokens stay, at their ids; the new version is no less reachable than its
@@ -26,15 +26,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
@@ -42,6 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore
+from registry.checker import EncodingChecker
 from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, Version, utcnow
 from registry.refs import version_number
 from schemas.revision import DiffEntry, RevisionDiff
@@ -155,16 +152,12 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
 class Registry:
     """The registry over a database ``engine`` (migrated: ``db.migrate``) and an artifact store."""
 
-    def __init__(self, engine: Engine, artifacts: ArtifactStore, *, check_processes: int = 0) -> None:
+    def __init__(self, engine: Engine, artifacts: ArtifactStore, *, check_process: bool = False) -> None:
         self.engine = engine
         self.artifacts = artifacts
-        self._check_processes = check_processes
-        self._checker: ProcessPoolExecutor | None = None
-        self._checker_lock = threading.Lock()
-        if check_processes:
-            self._start_checker()
+        self._checker = EncodingChecker() if check_process else None
         # Parsed versions and their unreachable tokens, by sha256 (immutable): the next publish
-        # validates against the latest without parsing it or re-encoding its whole vocabulary.
+        # validates against the latest without parsing it or encoding its whole vocabulary.
         self._prepared: OrderedDict[str, tuple[BPETokenizer, list[str]]] = OrderedDict()
 
     def _prepare(self, sha: str, tokenizer: BPETokenizer | None = None,
@@ -181,39 +174,16 @@ class Registry:
         return cached
 
     def close(self) -> None:
-        """Stop the checking processes (if any)."""
-        with self._checker_lock:
-            if self._checker is not None:
-                self._checker.shutdown(cancel_futures=True)
-                self._checker = None
+        """Stop the checking process (if any)."""
+        if self._checker is not None:
+            self._checker.close()
 
-    def _start_checker(self) -> None:
-        # spawn: the server runs threads, which a forked child must not inherit mid-flight.
-        self._checker = ProcessPoolExecutor(self._check_processes, mp_context=get_context("spawn"))
-        self._checker.submit(check_encoding, "{}")  # imports tokenizers there before the first publish
-
-    def _encoding_check(self, text: str) -> Callable[[], ValidationReport]:
-        """``check_encoding`` of an upload, started now in a checking process (if any) while the
-        caller checks the rest; the returned function gives its report (computed once)."""
-        with self._checker_lock:
-            future = self._checker.submit(check_encoding, text) if self._checker is not None else None
-
-        @functools.cache
-        def report() -> ValidationReport:
-            if future is None:
-                return check_encoding(text)
-            try:
-                return future.result()
-            except BrokenProcessPool:
-                with self._checker_lock:
-                    if self._checker is not None:
-                        self._checker.shutdown(wait=False)
-                        self._start_checker()
-                died = ValidationReport()
-                died.refuse("the checking process died loading it (tokenizers crashed, or ran out of memory)")
-                return died
-
-        return report
+    def _encoding_check(self, text: str, data: bytes) -> Callable[[], ValidationReport]:
+        """``check_encoding`` of an upload, started now in the checking process (if any) while
+        the caller checks the rest; the returned function gives its report (computed once)."""
+        if self._checker is None:
+            return functools.cache(functools.partial(check_encoding, text))
+        return self._checker.submit(data).result
 
     # ----- reading ------------------------------------------------------------------------
     def _lineage(self, session: Session, name: str, *, lock: bool = False) -> Lineage:
@@ -300,7 +270,7 @@ class Registry:
         """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
         check_lineage_name(name)
         text, data = upload_text(tokenizer_json)
-        encoding = self._encoding_check(text)
+        encoding = self._encoding_check(text, data)
         tokenizer = parse_tokenizer(text)
         report = validate(tokenizer, encoding=encoding())
         if report.reasons:
@@ -342,7 +312,7 @@ class Registry:
             if sha == latest.sha256 and kind != "rollback":
                 return latest
             if child is None:  # the library's checks run elsewhere while this process parses
-                encoding = self._encoding_check(text)
+                encoding = self._encoding_check(text, data)
                 child = parse_tokenizer(text)
             parent_tokenizer, parent_unreachable = self._prepare(latest.sha256)
             entries, unreachable = self._check(parent_tokenizer, parent_unreachable, child, sha, uploaded,

@@ -149,11 +149,11 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     """
     hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
     vocab, specials = hf.get_vocab(with_added_tokens=False), loaded_special_tokens(hf)
-    tokens = sorted((t for t in vocab if t not in specials), key=vocab.__getitem__)
+    tokens = [t for t in vocab if t not in specials]
     batches = [tokens[k:k + chunk] for k in range(0, len(tokens), chunk)]
     encodings = Tokenizer(hf.model).encode_batch_fast(batches, is_pretokenized=True, add_special_tokens=False)
-    return [t for batch, encoding in zip(batches, encodings) if encoding.ids != list(map(vocab.__getitem__, batch))
-            for t in batch if [piece.id for piece in hf.model.tokenize(t)] != [vocab[t]]]
+    return sorted((t for batch, encoding in zip(batches, encodings) if encoding.ids != list(map(vocab.__getitem__, batch))
+                   for t in batch if [piece.id for piece in hf.model.tokenize(t)] != [vocab[t]]), key=vocab.__getitem__)
 
 
 def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, Merge]:

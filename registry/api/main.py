@@ -118,7 +118,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         migrate(settings.db)
         engine = make_engine(settings.db)
         app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts),
-                                      check_processes=settings.check_processes)
+                                      check_process=settings.check_process)
         yield
         app.state.registry.close()
         engine.dispose()
