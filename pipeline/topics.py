@@ -1,0 +1,46 @@
+"""The pipeline's Kafka topics and the dead-letter record's headers.
+
+Names and the bootstrap address are configuration (``TOKMAINT_KAFKA``, ``TOKMAINT_PIPELINE_*``,
+or options):
+
+* ``docs``: the stream's documents (``schemas/document.schema.json``), keyed by document id;
+* ``docs.dlq``: records that are no Document, as they came, with headers that say why and where
+  from (:func:`dead_letter_headers`);
+* ``tokenizer.revisions``: the registry's revision events (``registry.relay``).
+
+>>> dead_letter_headers("not JSON (Expecting value at column 1)", source="corpus.jsonl", line=7)
+[('tokmaint.reason', b'not JSON (Expecting value at column 1)'), ('tokmaint.source', b'corpus.jsonl'), \
+('tokmaint.line', b'7')]
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from registry.relay import TOPIC as REVISIONS_TOPIC
+from schemas.document import DEFAULT_MAX_BYTES
+
+
+class PipelineSettings(BaseSettings):
+    """Where the stream lives; every name can be set from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_PIPELINE_", extra="ignore", populate_by_name=True)
+
+    # The one Kafka address every command reads (the registry's relay too).
+    bootstrap: str = Field("127.0.0.1:9092", validation_alias="TOKMAINT_KAFKA")
+    docs_topic: str = "docs"
+    dlq_topic: str = "docs.dlq"
+    revisions_topic: str = REVISIONS_TOPIC
+    max_record_bytes: int = DEFAULT_MAX_BYTES
+
+
+def dead_letter_headers(reason: str, *, source: str, line: int | None = None, partition: int | None = None,
+                        offset: int | None = None) -> list[tuple[str, bytes]]:
+    """Kafka headers of a dead-letter record: the reason, and where the record came from (a
+    file and its line, or a topic with the partition and offset)."""
+    headers = [("tokmaint.reason", reason), ("tokmaint.source", source)]
+    for name, value in (("line", line), ("partition", partition), ("offset", offset)):
+        if value is not None:
+            headers.append((f"tokmaint.{name}", str(value)))
+    return [(name, value.encode("utf-8")) for name, value in headers]

@@ -1,0 +1,105 @@
+"""The stream's ``Document`` record (``document.schema.json``): decoded from a record's bytes with
+every rule checked, or refused with the reason a dead-letter record carries.
+
+The rules are the corpus reader's (``tokenizer_service.corpus``: a JSON object, no key twice, a
+string ``text``, an ISO-8601 ``ts``) plus what a stream needs: an ``id``, a ``ts`` on every
+record, a size limit, and valid UTF-8 for the whole record.
+
+>>> doc = decode_document(b'{"id": "a1", "text": "hello", "ts": "2021-05-04T10:00:00+02:00"}')
+>>> doc.id, doc.ts.isoformat(), doc.source
+('a1', '2021-05-04T08:00:00+00:00', '')
+>>> decode_document(encode_document(doc)) == doc
+True
+>>> decode_document(b'{"id": "a1", "text": null, "ts": "2021"}')
+Traceback (most recent call last):
+...
+schemas.document.RecordError: 'text' must be a string, got null
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tokenizer_service.corpus import parse_timestamp
+from tokenizer_service.errors import json_kind
+
+DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB a record, Kafka's own default limit
+
+
+class RecordError(ValueError):
+    """A record that is no Document; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class StreamDocument:
+    """One document of the stream; ``ts`` is an aware UTC datetime."""
+
+    id: str
+    text: str
+    ts: datetime
+    source: str = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        raise RecordError(f"key {next(k for k, _ in pairs if k in seen or seen.add(k))!r} appears twice")
+    return record
+
+
+def _string(record: dict[str, Any], key: str, *, required: bool, limit: int | None = None) -> str:
+    if key not in record:
+        if required:
+            raise RecordError(f"no {key!r} field")
+        return ""
+    value = record[key]
+    if not isinstance(value, str):
+        raise RecordError(f"{key!r} must be a string, got {json_kind(value)}")
+    if limit is not None and len(value) > limit:
+        raise RecordError(f"{key!r} must hold at most {limit} characters, got {len(value)}")
+    return value
+
+
+def decode_document(value: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> StreamDocument:
+    """The Document in a record's value, or :class:`RecordError` with the reason it is not one."""
+    if len(value) > max_bytes:
+        raise RecordError(f"larger than the limit ({len(value):,} bytes > {max_bytes:,})")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"not UTF-8 (byte 0x{value[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        record = json.loads(text, object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise RecordError("not JSON tokmaint can read (nested too deeply)") from None
+    if not isinstance(record, dict):
+        raise RecordError(f"expected a JSON object, got {json_kind(record)}")
+    doc_id = _string(record, "id", required=True, limit=256)
+    if not doc_id:
+        raise RecordError("'id' is empty")
+    body = _string(record, "text", required=True)
+    if "ts" not in record:
+        raise RecordError("no 'ts' field")
+    try:
+        ts = parse_timestamp(record["ts"])
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError("'text' holds a lone surrogate (not valid Unicode)") from None
+    return StreamDocument(id=doc_id, text=body, ts=ts, source=_string(record, "source", required=False, limit=256))
+
+
+def encode_document(doc: StreamDocument) -> bytes:
+    """A Document as a record's value (UTF-8 JSON)."""
+    record = {"id": doc.id, "text": doc.text, "ts": doc.ts.isoformat()}
+    if doc.source:
+        record["source"] = doc.source
+    return json.dumps(record, ensure_ascii=False).encode("utf-8")
