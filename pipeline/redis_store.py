@@ -1,0 +1,230 @@
+"""Ted-Tok's statistics in Redis: the core's ``StatsStore`` interface, every update one Lua script.
+
+Lazy decay as in the memory store: raw sums S and one scale g (τ = g·S); a step multiplies g by
+(1-α) and adds α·c/g to the keys it saw, so it costs O(keys it touches), not O(table). Keys of a
+lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script may touch them all):
+
+* ``tokmaint:{L}:meta`` hash: ``alpha``, ``scale``, ``step``, ``version`` (the tokenizer version the
+  step counted with), ``offsets`` (JSON: the Kafka offsets the step consumed up to);
+* ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
+* ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` → raw τ_pair (top pairs by rank, cheaply).
+
+Exactly once: a step's counts, its number, version and offsets are written by one script, which
+does nothing when the store already holds that step (a replay after a crash), and refuses a step
+that would skip one. A revision's edit is one script as well. The pair table is bounded:
+:meth:`RedisStatsStore.prune` drops the weakest pairs beyond a maximum (at a revision).
+
+>>> import numpy as np, redis  # doctest: +SKIP
+>>> store = RedisStatsStore(redis.Redis(port=6390), lineage="demo", alpha=0.5)  # doctest: +SKIP
+>>> store.apply_counts(token_ids=np.array([1]), token_counts=np.array([4.0]),  # doctest: +SKIP
+...                    pair_keys=np.array([pack_pair(1, 2)]), pair_counts=np.array([2.0]))
+>>> store.token(np.array([1])).tolist(), store.step  # doctest: +SKIP
+([2.0], 1)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import redis
+
+from tokenizer_service.counting import PAIR_SHIFT, pack_pair
+from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsStore
+
+_LOW = (1 << PAIR_SHIFT) - 1
+
+# KEYS: meta, token, buffer, pairs. ARGV: step, version, offsets, n_tokens, then id/count pairs,
+# then member/count pairs. Returns 1, or 0 for a step the store has already (a replay).
+_STEP = """
+local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function f(x) return string.format('%.17g', x) end
+local step = tonumber(ARGV[1])
+local have = tonumber(redis.call('HGET', meta, 'step') or '0')
+if have >= step then return 0 end
+if have ~= step - 1 then return redis.error_reply('step ' .. step .. ' would skip step ' .. (have + 1)) end
+local alpha = tonumber(redis.call('HGET', meta, 'alpha'))
+local scale = tonumber(redis.call('HGET', meta, 'scale') or '1') * (1 - alpha)
+if scale < tonumber(ARGV[5]) then
+  for _, key in ipairs({token, buffer}) do
+    local all = redis.call('HGETALL', key)
+    for i = 1, #all, 2 do redis.call('HSET', key, all[i], f(tonumber(all[i + 1]) * scale)) end
+  end
+  local all = redis.call('ZRANGE', pairs, 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do redis.call('ZADD', pairs, f(tonumber(all[i + 1]) * scale), all[i]) end
+  scale = 1
+end
+local weight = alpha / scale
+local n = tonumber(ARGV[4])
+local i = 6
+for _ = 1, n do
+  local add = f(weight * tonumber(ARGV[i + 1]))
+  redis.call('HINCRBYFLOAT', token, ARGV[i], add)
+  redis.call('HINCRBYFLOAT', buffer, ARGV[i], add)
+  i = i + 2
+end
+while i <= #ARGV do
+  redis.call('ZINCRBY', pairs, f(weight * tonumber(ARGV[i + 1])), ARGV[i])
+  i = i + 2
+end
+redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale), 'version', ARGV[2], 'offsets', ARGV[3])
+return 1
+"""
+
+# KEYS as above. ARGV: n_deletes, then w u v triples (deletes, in order), then w u v (adds).
+_EDIT = """
+local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function f(x) return string.format('%.17g', x) end
+local function get(key, id) return tonumber(redis.call('HGET', key, id) or '0') end
+local n = tonumber(ARGV[1])
+local deletes, adds = {}, {}
+for k = 0, (#ARGV - 1) / 3 - 1 do
+  local triple = {ARGV[2 + 3 * k], ARGV[3 + 3 * k], ARGV[4 + 3 * k]}
+  if k < n then table.insert(deletes, triple) else table.insert(adds, triple) end
+end
+local forgotten = {}
+for _, d in ipairs(deletes) do
+  local w, u, v = d[1], d[2], d[3]
+  local credit = get(buffer, w)
+  if u == v then
+    redis.call('HINCRBYFLOAT', token, u, f(2 * credit))
+    redis.call('HINCRBYFLOAT', buffer, u, f(2 * credit))
+  else
+    for _, p in ipairs({u, v}) do
+      redis.call('HINCRBYFLOAT', token, p, f(credit))
+      redis.call('HINCRBYFLOAT', buffer, p, f(credit))
+    end
+  end
+  forgotten[w] = true
+end
+for _, d in ipairs(deletes) do
+  redis.call('ZADD', pairs, f(get(token, d[1])), d[2] .. ':' .. d[3])
+end
+if #deletes > 0 then
+  for _, d in ipairs(deletes) do redis.call('HDEL', token, d[1]); redis.call('HDEL', buffer, d[1]) end
+  local gone = {}
+  for _, member in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
+    local u, v = string.match(member, '(%d+):(%d+)')
+    if forgotten[u] or forgotten[v] then table.insert(gone, member) end
+  end
+  for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
+end
+for _, a in ipairs(adds) do
+  local member = a[2] .. ':' .. a[3]
+  redis.call('HSET', token, a[1], redis.call('ZSCORE', pairs, member) or '0')
+  redis.call('HSET', buffer, a[1], 0)
+  redis.call('ZREM', pairs, member)
+end
+return #deletes + #adds
+"""
+
+
+def _member(key: int) -> str:
+    """A packed pair key as the sorted set's member ``"u:v"`` (exact at any id; Lua's numbers are
+    doubles, which a packed key can outgrow).
+
+    >>> _member(pack_pair(3, 7))
+    '3:7'
+    """
+    return f"{key >> PAIR_SHIFT}:{key & _LOW}"
+
+
+def _key(member: bytes | str) -> int:
+    u, _, v = (member.decode() if isinstance(member, bytes) else member).partition(":")
+    return pack_pair(int(u), int(v))
+
+
+class RedisStatsStore(StatsStore):
+    """One lineage's statistics in Redis (``client``: a ``redis.Redis``), with decay ``alpha``."""
+
+    def __init__(self, client: redis.Redis, *, lineage: str, alpha: float) -> None:
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        self.client, self.lineage, self.alpha = client, lineage, alpha
+        prefix = f"tokmaint:{{{lineage}}}"
+        self.keys = [f"{prefix}:meta", f"{prefix}:token", f"{prefix}:buffer", f"{prefix}:pairs"]
+        kept = client.hget(self.keys[0], "alpha")
+        if kept is None:
+            client.hsetnx(self.keys[0], "alpha", repr(alpha))
+        elif float(kept) != alpha:
+            raise ValueError(f"lineage {lineage!r} keeps statistics with alpha {float(kept)}, not {alpha}")
+        self._step = client.register_script(_STEP)
+        self._edit = client.register_script(_EDIT)
+
+    # ----- the step ------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return int(self.client.hget(self.keys[0], "step") or 0)
+
+    def meta(self) -> dict[str, Any]:
+        """``step``, ``version`` and ``offsets`` of the last step applied (what a restart resumes from)."""
+        raw = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys[0]).items()}
+        return {"step": int(raw.get("step", 0)), "version": int(raw["version"]) if raw.get("version") else None,
+                "offsets": json.loads(raw.get("offsets") or "{}")}
+
+    def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
+                   pair_counts: np.ndarray, version: int | None = None, offsets: dict[str, int] | None = None
+                   ) -> bool:
+        """Apply step ``step`` with its counts, version and offsets in one atomic write; False
+        (nothing written) when the store has that step already."""
+        args: list[Any] = [step, "" if version is None else version, json.dumps(offsets or {}), len(token_ids),
+                           repr(RENORMALISE_BELOW)]
+        for i, c in zip(np.asarray(token_ids).tolist(), np.asarray(token_counts, np.float64).tolist()):
+            args += [i, repr(c)]
+        for k, c in zip(np.asarray(pair_keys).tolist(), np.asarray(pair_counts, np.float64).tolist()):
+            args += [_member(k), repr(c)]
+        return bool(self._step(keys=self.keys, args=args))
+
+    def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
+        self.apply_step(step=self.step + 1, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
+                        pair_counts=pair_counts)
+
+    # ----- reading -------------------------------------------------------------------------
+    def _scaled(self, key: str, fields: list[str]) -> np.ndarray:
+        if not fields:
+            return np.zeros(0)
+        with self.client.pipeline() as pipe:  # MULTI/EXEC: the scale and the values of one moment
+            pipe.hget(self.keys[0], "scale")
+            if key == self.keys[3]:
+                pipe.zmscore(key, fields)
+            else:
+                pipe.hmget(key, fields)
+            scale, values = pipe.execute()
+        return float(scale or 1.0) * np.array([float(v) if v is not None else 0.0 for v in values])
+
+    def token(self, ids):
+        return self._scaled(self.keys[1], [str(i) for i in np.asarray(ids).tolist()])
+
+    def buffer(self, ids):
+        return self._scaled(self.keys[2], [str(i) for i in np.asarray(ids).tolist()])
+
+    def pair(self, keys):
+        return self._scaled(self.keys[3], [_member(k) for k in np.asarray(keys).tolist()])
+
+    @property
+    def tracked_pairs(self) -> int:
+        return int(self.client.zcard(self.keys[3]))
+
+    def top_pairs(self, n: int):
+        nth = self.client.zrevrange(self.keys[3], n - 1, n - 1, withscores=True) if n > 0 else []
+        with self.client.pipeline() as pipe:
+            pipe.hget(self.keys[0], "scale")
+            pipe.zrangebyscore(self.keys[3], nth[0][1] if nth else "-inf", "+inf", withscores=True)
+            scale, rows = pipe.execute()
+        # Largest first; equal values in key order, as the memory store (ties at the cut included).
+        ranked = sorted((-score, _key(member)) for member, score in rows)[:max(n, 0)]
+        return (np.array([k for _, k in ranked], np.int64),
+                float(scale or 1.0) * np.array([-s for s, _ in ranked], np.float64))
+
+    # ----- revisions -----------------------------------------------------------------------
+    def apply_edit(self, edit: StatsEdit) -> None:
+        args: list[Any] = [len(edit.deletes)]
+        for w, u, v in edit.deletes + edit.adds:
+            args += [w, u, v]
+        self._edit(keys=self.keys, args=args)
+
+    def prune(self, max_pairs: int) -> int:
+        """Drop the weakest pairs beyond ``max_pairs`` (ties: the smallest members first); how many."""
+        return int(self.client.zremrangebyrank(self.keys[3], 0, -max_pairs - 1)) if max_pairs > 0 else int(
+            self.client.delete(self.keys[3]))

@@ -1,0 +1,81 @@
+"""The Redis statistics store beyond the shared contract: it equals the memory store through a
+random run of steps and revisions, applies each step exactly once with its version and offsets,
+keeps a lineage's keys in one Cluster slot, and prunes the pair table to a bound."""
+
+import uuid
+
+import numpy as np
+import pytest
+import redis
+
+from pipeline.redis_store import RedisStatsStore
+from tokenizer_service.counting import pack_pair
+from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
+
+
+@pytest.fixture
+def client(redis_url):
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()
+
+
+def _counts(rng, ids: int):
+    tokens = np.unique(rng.integers(0, ids, size=rng.integers(1, 12)))
+    pairs = np.unique(pack_pair(rng.integers(0, ids, size=8), rng.integers(0, ids, size=8)))
+    return dict(token_ids=tokens, token_counts=rng.integers(1, 9, size=len(tokens)).astype(float),
+                pair_keys=pairs, pair_counts=rng.integers(1, 9, size=len(pairs)).astype(float))
+
+
+def test_equals_the_memory_store_through_steps_and_revisions(client):
+    rng = np.random.default_rng(7)
+    memory, stored = MemoryStatsStore(alpha=0.2), RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.2)
+    for step in range(300):
+        counts = _counts(rng, 40)
+        memory.apply_counts(**counts)
+        stored.apply_counts(**counts)
+        if step % 25 == 24:  # a revision: delete two tokens (child first), add two
+            w = rng.choice(40, size=4, replace=False).tolist()
+            u, v = rng.integers(0, 40, size=4).tolist(), rng.integers(0, 40, size=4).tolist()
+            edit = StatsEdit(deletes=[(w[0], u[0], v[0]), (w[1], u[1], v[1])], adds=[(w[2], u[2], v[2]),
+                                                                                  (w[3], u[3], v[3])])
+            memory.apply_edit(edit)
+            stored.apply_edit(edit)
+    ids = np.arange(45)
+    np.testing.assert_allclose(stored.token(ids), memory.token(ids), rtol=1e-9, atol=1e-300)
+    np.testing.assert_allclose(stored.buffer(ids), memory.buffer(ids), rtol=1e-9, atol=1e-300)
+    assert stored.tracked_pairs == memory.tracked_pairs
+    keys = memory.top_pairs(memory.tracked_pairs)[0]  # every pair
+    np.testing.assert_allclose(stored.pair(keys), memory.pair(keys), rtol=1e-9)
+    (stored_keys, stored_values), (memory_keys, memory_values) = stored.top_pairs(20), memory.top_pairs(20)
+    assert stored_keys.tolist() == memory_keys.tolist()
+    np.testing.assert_allclose(stored_values, memory_values, rtol=1e-9)
+
+
+def test_a_step_is_applied_once_with_its_version_and_offsets(client):
+    store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
+    counts = dict(token_ids=np.array([1]), token_counts=np.array([4.0]), pair_keys=np.array([pack_pair(1, 2)]),
+                  pair_counts=np.array([2.0]))
+    assert store.apply_step(step=1, version=3, offsets={"docs:0": 17}, **counts)
+    assert not store.apply_step(step=1, version=3, offsets={"docs:0": 17}, **counts)  # a replay: nothing
+    assert store.token(np.array([1])).tolist() == [2.0] and store.step == 1
+    assert store.meta() == {"step": 1, "version": 3, "offsets": {"docs:0": 17}}
+    with pytest.raises(redis.ResponseError, match="step 3 would skip step 2"):
+        store.apply_step(step=3, **counts)
+    assert store.step == 1
+
+
+def test_a_lineage_keeps_one_alpha_and_one_slot(client):
+    lineage = uuid.uuid4().hex
+    store = RedisStatsStore(client, lineage=lineage, alpha=0.5)
+    assert all(f"{{{lineage}}}" in key for key in store.keys)  # the hash tag: one Cluster slot
+    with pytest.raises(ValueError, match="alpha 0.5, not 0.25"):
+        RedisStatsStore(client, lineage=lineage, alpha=0.25)
+
+
+def test_prune_keeps_the_strongest_pairs(client):
+    store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
+    store.apply_counts(token_ids=np.array([], np.int64), token_counts=np.array([]),
+                       pair_keys=np.array([pack_pair(1, k) for k in range(10)]), pair_counts=np.arange(1.0, 11.0))
+    assert store.prune(3) == 7 and store.tracked_pairs == 3
+    assert store.top_pairs(5)[0].tolist() == [pack_pair(1, 9), pack_pair(1, 8), pack_pair(1, 7)]
