@@ -14,12 +14,9 @@ does nothing when the store already holds that step (a replay after a crash), an
 that would skip one. A revision's edit is one script as well. The pair table is bounded:
 :meth:`RedisStatsStore.prune` drops the weakest pairs beyond a maximum (at a revision).
 
->>> import numpy as np, redis  # doctest: +SKIP
->>> store = RedisStatsStore(redis.Redis(port=6390), lineage="demo", alpha=0.5)  # doctest: +SKIP
->>> store.apply_counts(token_ids=np.array([1]), token_counts=np.array([4.0]),  # doctest: +SKIP
-...                    pair_keys=np.array([pack_pair(1, 2)]), pair_counts=np.array([2.0]))
->>> store.token(np.array([1])).tolist(), store.step  # doctest: +SKIP
-([2.0], 1)
+    store = RedisStatsStore(redis.Redis(port=6379), lineage="news", alpha=0.01)
+    store.apply_step(step=1, version=3, offsets={"docs:0": 64}, **counts)  # False: replayed
+    store.token(np.array([1])), store.meta()["offsets"]
 """
 
 from __future__ import annotations
