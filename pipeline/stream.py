@@ -1,0 +1,142 @@
+"""Time steps out of the ``docs`` topic: deterministic slices from stored offsets.
+
+A step is the next ``size`` documents in event-time order across the topic's partitions: a merge
+of the partitions' sequences that always takes the earliest head (by ``ts``, then partition), so
+each step consumes a prefix of every partition and the same start offsets always give the same
+step, whether the process ran on or restarted. Records that are no Document are consumed where
+they stand, into the step's ``dead`` list, and never stop the stream. A step ends early when every
+partition is read up to its end (as far as the broker has it after ``wait`` seconds).
+
+    with StepReader(settings) as reader:
+        step = reader.read(start={0: 0, 1: 0, 2: 0, 3: 0}, size=64)
+        step.documents, step.end, step.dead
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from kafka import KafkaConsumer, TopicPartition
+
+from pipeline.topics import PipelineSettings
+from schemas.document import RecordError, StreamDocument, decode_document
+from tokenizer_service.errors import TokmaintError
+
+
+@dataclass(frozen=True)
+class DeadRecord:
+    """A record of the docs topic that is no Document: where it stood, its bytes, the reason."""
+
+    partition: int
+    offset: int
+    value: bytes
+    reason: str
+
+
+@dataclass
+class Step:
+    """One time step: its documents in merge order, the offsets it ends at (the next to read, a
+    partition each) and the records it dead-lettered."""
+
+    documents: list[StreamDocument] = field(default_factory=list)
+    end: dict[int, int] = field(default_factory=dict)
+    dead: list[DeadRecord] = field(default_factory=list)
+
+
+class StepReader:
+    """Reads steps of the docs topic with a consumer of its own (no group: offsets are ours)."""
+
+    def __init__(self, settings: PipelineSettings, *, wait: float = 2.0) -> None:
+        self.settings, self.wait = settings, wait
+        self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
+                                      auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20)
+        deadline = time.monotonic() + 30
+        while not (partitions := self.consumer.partitions_for_topic(settings.docs_topic)):
+            if time.monotonic() > deadline:
+                raise TokmaintError(f"no topic {settings.docs_topic!r} at {settings.bootstrap}")
+            time.sleep(0.2)
+        self.partitions = sorted(partitions)
+        self._tps = {p: TopicPartition(settings.docs_topic, p) for p in self.partitions}
+        self.consumer.assign(list(self._tps.values()))
+        self._buffers: dict[int, deque] = {p: deque() for p in self.partitions}
+        self._next: dict[int, int] = {}  # the offset after the last record buffered, a partition each
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def __enter__(self) -> "StepReader":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _position(self, start: dict[int, int]) -> None:
+        """Buffers that continue exactly at ``start`` (kept from the last step when they do)."""
+        for p in self.partitions:
+            begin = start.get(p, 0)
+            buffer = self._buffers[p]
+            while buffer and buffer[0].offset < begin:
+                buffer.popleft()
+            if not (buffer and buffer[0].offset == begin) and self._next.get(p) != begin:
+                buffer.clear()
+                self.consumer.seek(self._tps[p], begin)
+                self._next[p] = begin
+
+    def _at_end(self, p: int) -> bool:
+        high = self.consumer.highwater(self._tps[p])
+        return high is not None and self._next[p] >= high
+
+    def _poll(self) -> None:
+        for tp, records in self.consumer.poll(timeout_ms=200).items():
+            for record in records:
+                if record.offset >= self._next[tp.partition]:
+                    self._buffers[tp.partition].append(record)
+                    self._next[tp.partition] = record.offset + 1
+
+    def _fill(self, partitions: list[int], size: int) -> None:
+        """Fetch until each of ``partitions`` holds ``size`` records or is read to its end (as
+        far as the broker has it after ``wait`` seconds)."""
+        deadline = time.monotonic() + self.wait
+        while any(len(self._buffers[p]) < size and not self._at_end(p) for p in partitions):
+            if time.monotonic() > deadline:
+                break
+            self._poll()
+
+    def read(self, start: dict[int, int], size: int) -> Step:
+        """The step of ``size`` documents that begins at ``start`` (partition → next offset)."""
+        self._position(start)
+        self._fill(self.partitions, size)
+        step = Step(end={p: start.get(p, 0) for p in self.partitions})
+        heads: list[tuple] = []
+
+        def advance(p: int) -> None:
+            """Consume partition p's dead records at its head, then queue its next document."""
+            buffer = self._buffers[p]
+            while True:
+                if not buffer:  # read on: a merge that skipped a partition with more would not repeat
+                    self._fill([p], 1)
+                    if not buffer:
+                        return
+                record = buffer[0]
+                try:
+                    doc = decode_document(record.value, max_bytes=self.settings.max_record_bytes)
+                except RecordError as exc:
+                    step.dead.append(DeadRecord(p, record.offset, record.value, str(exc)))
+                    step.end[p] = record.offset + 1
+                    buffer.popleft()
+                    continue
+                heapq.heappush(heads, (doc.ts, p, record.offset, doc))
+                return
+
+        for p in self.partitions:
+            advance(p)
+        while heads and len(step.documents) < size:
+            _, p, offset, doc = heapq.heappop(heads)
+            self._buffers[p].popleft()
+            step.documents.append(doc)
+            step.end[p] = offset + 1
+            advance(p)
+        return step
