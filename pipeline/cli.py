@@ -1,37 +1,82 @@
-"""``tokmaint ingest``: the pipeline's commands (the Beam job and the operator commands join here)."""
+"""``tokmaint ingest`` and ``tokmaint pipeline run``: the pipeline's commands."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from tokmaint.cli import print_result, show_progress
+from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from pipeline.ingest import ingest
+def _pipeline_settings(args: argparse.Namespace):
     from pipeline.topics import PipelineSettings
 
     chosen = {k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
                                 ("dlq_topic", args.dlq_topic), ("max_record_bytes", args.max_record_bytes))
               if v is not None}
-    report = ingest(args.corpus, PipelineSettings(**chosen), skip_bad=args.skip_bad, progress=show_progress(args),
+    return PipelineSettings(**chosen)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pipeline.ingest import ingest
+
+    report = ingest(args.corpus, _pipeline_settings(args), skip_bad=args.skip_bad, progress=show_progress(args),
                     compression=None if args.compression == "none" else args.compression)
     print_result(report, as_json=args.json)
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import redis
+
+    from pipeline.job import PipelineJob
+    from registry.client import RegistryClient
+    from tokenizer_service.evolve import StreamSettings
+
+    stream = chosen_settings(args.parser, args, StreamSettings)
+    with RegistryClient(args.registry) as registry:
+        job = PipelineJob(settings=_pipeline_settings(args), stream=stream, redis_client=redis.Redis.from_url(args.redis),
+                          registry=registry, lineage=args.lineage)
+        try:
+            report = job.run(max_steps=args.max_steps, until_idle=args.until_idle)
+        finally:
+            job.close()
+    print_result(report, as_json=args.json)
+    return 0
+
+
+def _add_stream_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    parser.add_argument("--topic", help="the documents' topic (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
+    parser.add_argument("--dlq-topic", help="the dead-letter topic (default: TOKMAINT_PIPELINE_DLQ_TOPIC or "
+                                            "docs.dlq)")
+    parser.add_argument("--max-record-bytes", type=int, help="larger records are dead-lettered (default: "
+                                                             "TOKMAINT_PIPELINE_MAX_RECORD_BYTES or 1 MiB)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    from tokenizer_service.evolve import StreamSettings
+
     ingest = sub.add_parser("ingest", help="send a corpus's documents to the docs topic (Kafka)")
     ingest.add_argument("corpus", help="a JSONL(.gz) or .txt(.gz) corpus")
-    ingest.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    ingest.add_argument("--topic", help="the documents' topic (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
-    ingest.add_argument("--dlq-topic", help="the dead-letter topic (default: TOKMAINT_PIPELINE_DLQ_TOPIC or "
-                                            "docs.dlq)")
-    ingest.add_argument("--max-record-bytes", type=int, help="larger documents are dead-lettered (default: "
-                                                             "TOKMAINT_PIPELINE_MAX_RECORD_BYTES or 1 MiB)")
+    _add_stream_options(ingest)
     ingest.add_argument("--compression", choices=["gzip", "zstd", "none"], default="gzip",
                         help="batch compression (default: gzip)")
     ingest.add_argument("--skip-bad", action="store_true",
                         help="dead-letter the corpus's bad records (with the reason and line) instead of stopping")
-    ingest.add_argument("--json", action="store_true", help="print JSON")
     ingest.set_defaults(func=cmd_ingest, parser=ingest)
+
+    pipeline = sub.add_parser("pipeline", help="the streaming job: Kafka -> statistics in Redis -> revisions")
+    commands = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="COMMAND")
+    run = commands.add_parser("run", help="count the docs topic into a lineage's statistics step by step; revise "
+                                          "and publish when due")
+    _add_stream_options(run)
+    run.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://127.0.0.1:6379/0"),
+                     help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
+    run.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
+    run.add_argument("--lineage", required=True, help="the registry lineage to follow and publish to")
+    run.add_argument("--max-steps", type=int, help="stop after this many steps (default: run on)")
+    run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
+    add_settings(run, StreamSettings, skip=("vocab_size",))
+    run.set_defaults(func=cmd_run, parser=run)

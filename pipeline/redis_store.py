@@ -5,13 +5,17 @@ Lazy decay as in the memory store: raw sums S and one scale g (τ = g·S); a ste
 lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script may touch them all):
 
 * ``tokmaint:{L}:meta`` hash: ``alpha``, ``scale``, ``step``, ``version`` (the tokenizer version the
-  step counted with), ``offsets`` (JSON: the Kafka offsets the step consumed up to);
+  step counted with), ``offsets`` (JSON: partition → the next offset to read), ``revised`` (the
+  step of the last revision);
+* ``tokmaint:{L}:pending``: a revision applied to the statistics but not yet published;
 * ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
 * ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` → raw τ_pair (top pairs by rank, cheaply).
 
 Exactly once: a step's counts, its number, version and offsets are written by one script, which
 does nothing when the store already holds that step (a replay after a crash), and refuses a step
-that would skip one. A revision's edit is one script as well. The pair table is bounded:
+that would skip one. A revision's edit is one script as well, which keeps the revised version
+until it is published (:meth:`RedisStatsStore.settle`): a crash between the two publishes it on
+restart, never a version the statistics do not match. The pair table is bounded:
 :meth:`RedisStatsStore.prune` drops the weakest pairs beyond a maximum (at a revision).
 
     store = RedisStatsStore(redis.Redis(port=6379), lineage="news", alpha=0.01)
@@ -69,15 +73,22 @@ redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale), 'version', ARGV[2],
 return 1
 """
 
-# KEYS as above. ARGV: n_deletes, then w u v triples (deletes, in order), then w u v (adds).
+# KEYS as above, then the pending revision. ARGV: the revision's step ('' for none: no guard),
+# the pending revision to keep ('' for none), n_deletes, then w u v triples (deletes, in order),
+# then w u v (adds). Returns 0 when the store has that step's revision already.
 _EDIT = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
 local function get(key, id) return tonumber(redis.call('HGET', key, id) or '0') end
-local n = tonumber(ARGV[1])
+if ARGV[1] ~= '' then
+  if tonumber(redis.call('HGET', meta, 'revised') or '0') >= tonumber(ARGV[1]) then return 0 end
+  redis.call('HSET', meta, 'revised', ARGV[1])
+end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[5], ARGV[2]) end
+local n = tonumber(ARGV[3])
 local deletes, adds = {}, {}
-for k = 0, (#ARGV - 1) / 3 - 1 do
-  local triple = {ARGV[2 + 3 * k], ARGV[3 + 3 * k], ARGV[4 + 3 * k]}
+for k = 0, (#ARGV - 3) / 3 - 1 do
+  local triple = {ARGV[4 + 3 * k], ARGV[5 + 3 * k], ARGV[6 + 3 * k]}
   if k < n then table.insert(deletes, triple) else table.insert(adds, triple) end
 end
 local forgotten = {}
@@ -113,7 +124,16 @@ for _, a in ipairs(adds) do
   redis.call('HSET', buffer, a[1], 0)
   redis.call('ZREM', pairs, member)
 end
-return #deletes + #adds
+return 1
+"""
+
+
+# KEYS: meta. ARGV: the store's step, offsets. Moves the offsets past records no step counted
+# (dead ones) while the store is still at that step; returns 0 otherwise.
+_ADVANCE = """
+if tonumber(redis.call('HGET', KEYS[1], 'step') or '0') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'offsets', ARGV[2])
+return 1
 """
 
 
@@ -140,7 +160,7 @@ class RedisStatsStore(StatsStore):
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.client, self.lineage, self.alpha = client, lineage, alpha
         prefix = f"tokmaint:{{{lineage}}}"
-        self.keys = [f"{prefix}:meta", f"{prefix}:token", f"{prefix}:buffer", f"{prefix}:pairs"]
+        self.keys = [f"{prefix}:meta", f"{prefix}:token", f"{prefix}:buffer", f"{prefix}:pairs", f"{prefix}:pending"]
         kept = client.hget(self.keys[0], "alpha")
         if kept is None:
             client.hsetnx(self.keys[0], "alpha", repr(alpha))
@@ -148,6 +168,7 @@ class RedisStatsStore(StatsStore):
             raise ValueError(f"lineage {lineage!r} keeps statistics with alpha {float(kept)}, not {alpha}")
         self._step = client.register_script(_STEP)
         self._edit = client.register_script(_EDIT)
+        self._advance = client.register_script(_ADVANCE)
 
     # ----- the step ------------------------------------------------------------------------
     @property
@@ -158,7 +179,8 @@ class RedisStatsStore(StatsStore):
         """``step``, ``version`` and ``offsets`` of the last step applied (what a restart resumes from)."""
         raw = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys[0]).items()}
         return {"step": int(raw.get("step", 0)), "version": int(raw["version"]) if raw.get("version") else None,
-                "offsets": json.loads(raw.get("offsets") or "{}")}
+                "offsets": {int(p): o for p, o in json.loads(raw.get("offsets") or "{}").items()},
+                "revised": int(raw.get("revised", 0))}
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[str, int] | None = None
@@ -172,6 +194,11 @@ class RedisStatsStore(StatsStore):
         for k, c in zip(np.asarray(pair_keys).tolist(), np.asarray(pair_counts, np.float64).tolist()):
             args += [_member(k), repr(c)]
         return bool(self._step(keys=self.keys, args=args))
+
+    def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
+        """Move the stored offsets past records no step counts (dead letters), if the store is
+        still at ``step``; False otherwise."""
+        return bool(self._advance(keys=self.keys[:1], args=[step, json.dumps(offsets)]))
 
     def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
         self.apply_step(step=self.step + 1, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
@@ -216,10 +243,29 @@ class RedisStatsStore(StatsStore):
 
     # ----- revisions -----------------------------------------------------------------------
     def apply_edit(self, edit: StatsEdit) -> None:
-        args: list[Any] = [len(edit.deletes)]
+        self._apply_edit(edit, step="", pending=b"")
+
+    def apply_revision(self, edit: StatsEdit, *, step: int, pending: bytes) -> bool:
+        """The revision made after step ``step``: its edit, and ``pending`` (the version still to
+        publish) kept, in one atomic write; False (nothing written) when the store has it already."""
+        return self._apply_edit(edit, step=step, pending=pending)
+
+    def _apply_edit(self, edit: StatsEdit, *, step: int | str, pending: bytes) -> bool:
+        args: list[Any] = [step, pending, len(edit.deletes)]
         for w, u, v in edit.deletes + edit.adds:
             args += [w, u, v]
-        self._edit(keys=self.keys, args=args)
+        return bool(self._edit(keys=self.keys, args=args))
+
+    def pending(self) -> bytes | None:
+        """The revision kept by :meth:`apply_revision` and not yet :meth:`settle`-d."""
+        return self.client.get(self.keys[4])
+
+    def settle(self, version: int) -> None:
+        """The pending revision is published as ``version``: later steps count with it."""
+        with self.client.pipeline() as pipe:  # MULTI/EXEC
+            pipe.hset(self.keys[0], "version", version)
+            pipe.delete(self.keys[4])
+            pipe.execute()
 
     def prune(self, max_pairs: int) -> int:
         """Drop the weakest pairs beyond ``max_pairs`` (ties: the smallest members first); how many."""

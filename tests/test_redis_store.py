@@ -56,10 +56,10 @@ def test_a_step_is_applied_once_with_its_version_and_offsets(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
     counts = dict(token_ids=np.array([1]), token_counts=np.array([4.0]), pair_keys=np.array([pack_pair(1, 2)]),
                   pair_counts=np.array([2.0]))
-    assert store.apply_step(step=1, version=3, offsets={"docs:0": 17}, **counts)
-    assert not store.apply_step(step=1, version=3, offsets={"docs:0": 17}, **counts)  # a replay: nothing
+    assert store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)
+    assert not store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)  # a replay: nothing
     assert store.token(np.array([1])).tolist() == [2.0] and store.step == 1
-    assert store.meta() == {"step": 1, "version": 3, "offsets": {"docs:0": 17}}
+    assert store.meta() == {"step": 1, "version": 3, "offsets": {0: 17, 3: 2}, "revised": 0}
     with pytest.raises(redis.ResponseError, match="step 3 would skip step 2"):
         store.apply_step(step=3, **counts)
     assert store.step == 1
@@ -79,3 +79,16 @@ def test_prune_keeps_the_strongest_pairs(client):
                        pair_keys=np.array([pack_pair(1, k) for k in range(10)]), pair_counts=np.arange(1.0, 11.0))
     assert store.prune(3) == 7 and store.tracked_pairs == 3
     assert store.top_pairs(5)[0].tolist() == [pack_pair(1, 9), pack_pair(1, 8), pack_pair(1, 7)]
+
+
+def test_a_revision_is_applied_once_and_kept_until_settled(client):
+    store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
+    store.apply_counts(token_ids=np.array([1, 2]), token_counts=np.array([4.0, 6.0]),
+                       pair_keys=np.array([pack_pair(1, 2)]), pair_counts=np.array([8.0]))
+    edit = StatsEdit(adds=[(3, 1, 2)])
+    assert store.apply_revision(edit, step=1, pending=b"version 2")
+    assert not store.apply_revision(edit, step=1, pending=b"version 2")  # a replay: nothing
+    assert store.token(np.array([3])).tolist() == [4.0] and store.tracked_pairs == 0
+    assert store.pending() == b"version 2" and store.meta()["revised"] == 1
+    store.settle(2)
+    assert store.pending() is None and store.meta()["version"] == 2

@@ -298,8 +298,12 @@ class TedTok:
         lineage: str = "default",
         words: WordVocabulary | None = None,
         base_vocab: Mapping[str, int] | None = None,
+        apply_edits: bool = True,
     ) -> None:
         self.config = config
+        # False: a revision leaves ``revision.edit`` to the caller, to apply to the store together
+        # with its own bookkeeping (the pipeline keeps the version to publish in the same write).
+        self.apply_edits = apply_edits
         self.lineage = lineage
         self.tokenizer = tokenizer
         # The pre-trained version's ids, which base_token_cost protects (default: this tokenizer).
@@ -373,7 +377,8 @@ class TedTok:
             entries=entries,
             config=asdict(self.config),
         )
-        self.store.apply_edit(edit)
+        if self.apply_edits:
+            self.store.apply_edit(edit)
         revision = Revision(
             tokenizer=revised,
             diff=diff,

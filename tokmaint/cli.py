@@ -79,9 +79,12 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 
 
 
-def add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
-    """One ``--option`` per field of a settings dataclass, with its range, help and default."""
+def add_settings(parser: argparse.ArgumentParser, settings_type: type, *, skip: tuple[str, ...] = ()) -> None:
+    """One ``--option`` per field of a settings dataclass (but those in ``skip``: a command that
+    has no use for them), with its range, help and default."""
     for f in fields(settings_type):
+        if f.name in skip:
+            continue
         option = f"--{f.name.replace('_', '-')}"
         help_text = f.metadata.get("help", "")
         if isinstance(f.default, bool):
@@ -97,7 +100,7 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type) -> None:
 
 def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type):
     """The settings the options chose; a rule between options fails here, as a usage error."""
-    chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name) is not None}
+    chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name, None) is not None}
     try:
         return replace(settings_type(), **chosen)
     except ValueError as exc:

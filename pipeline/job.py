@@ -1,0 +1,123 @@
+"""``tokmaint pipeline run``: the docs topic, step by step, into a lineage's statistics in Redis,
+with Ted-Tok revisions published to the registry.
+
+Each step (``stream.StepReader``: the next ``step_docs`` documents from the offsets kept in
+Redis) is counted with the lineage's current version by the core's ``StepCounter`` and written
+to Redis in one atomic write with its step number, version and end offsets
+(``RedisStatsStore.apply_step``). Records that are no Document go to the dead-letter topic, keyed
+by where they stood. When a revision is due, Ted-Tok plans it from the Redis statistics; its
+statistics edit and the revised version are one atomic write (``apply_revision``), then the
+version is published and settled, and the next step counts with it.
+
+Why a crash and restart leave the state as if no crash happened: the state moves only by those
+atomic writes; a restart resumes from the offsets stored with the last step (a step is the same
+slice from the same offsets), replays of a written step change nothing, a revision due at the
+last step but not made is made then, and a revision kept but not yet published is published
+(the registry returns the existing version for the same content) before anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+from kafka import KafkaProducer
+
+from pipeline.redis_store import RedisStatsStore
+from pipeline.stream import Step, StepReader
+from pipeline.topics import PipelineSettings, dead_letter_headers
+from registry.client import RegistryClient
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.stats_store import StatsEdit
+from tokenizer_service.tedtok import TedTok
+
+
+class PipelineJob:
+    """One lineage's job: ``run`` reads, counts, writes and revises until told to stop."""
+
+    def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
+                 registry: RegistryClient, lineage: str, wait: float = 2.0) -> None:
+        self.settings, self.registry, self.lineage = settings, registry, lineage
+        self.config = stream.tedtok_config()
+        self.step_docs = stream.step_docs
+        self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
+        self._settle()
+        meta = self.store.meta()
+        version = meta["version"] or self.registry.version(lineage)["number"]
+        tokenizer = self._tokenizer(version)
+        self.tedtok = TedTok(tokenizer, config=self.config, store=self.store, lineage=lineage,
+                             base_vocab=self._tokenizer(1).vocab, apply_edits=False)
+        self.tedtok.version = version
+        self.reader = StepReader(settings, wait=wait)
+        self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True)
+        if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
+            self._revise(meta["step"])  # the crash came between the step and its revision
+
+    def close(self) -> None:
+        self.reader.close()
+        self.dead_letters.close()
+
+    def _tokenizer(self, version: int) -> BPETokenizer:
+        return BPETokenizer.from_json(self.registry.download(self.lineage, version).decode("utf-8"))
+
+    def _settle(self) -> None:
+        """Publish the revision the statistics already have, if it is not published yet."""
+        pending = self.store.pending()
+        if pending is not None:
+            kept = json.loads(pending)
+            info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok")
+            self.store.settle(info["number"])
+
+    def _revise(self, step: int) -> bool:
+        revision = self.tedtok.revise()
+        if revision is None:
+            self.store.apply_revision(StatsEdit(), step=step, pending=b"")
+            return False
+        kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
+        self.store.apply_revision(revision.edit, step=step, pending=kept.encode("utf-8"))
+        self._settle()
+        self.tedtok.version = self.store.meta()["version"]
+        return True
+
+    def _dead_letter(self, step: Step) -> None:
+        """The step's bad records, keyed by where they stood (a replayed step sends the same keys)."""
+        for dead in step.dead:
+            self.dead_letters.send(self.settings.dlq_topic, value=dead.value,
+                                   key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
+                                   headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic,
+                                                               partition=dead.partition, offset=dead.offset))
+        self.dead_letters.flush()
+
+    def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
+        """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more)."""
+        started, done, documents, dead, revisions, megabytes = time.perf_counter(), 0, 0, 0, 0, 0.0
+        offsets = self.store.meta()["offsets"]
+        while max_steps is None or done < max_steps:
+            step = self.reader.read(offsets, self.step_docs)
+            self._dead_letter(step)
+            dead += len(step.dead)
+            if not step.documents:
+                if step.dead:  # dead letters only: past them, with no step
+                    self.store.advance(step=self.store.step, offsets=step.end)
+                    offsets = step.end
+                elif until_idle:
+                    break
+                continue
+            number = self.store.step + 1
+            counts = self.tedtok.counter.count_texts([d.text for d in step.documents])
+            self.store.apply_step(step=number, token_ids=counts.token_ids, token_counts=counts.token_counts,
+                                  pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
+                                  version=self.tedtok.version, offsets=step.end)
+            offsets = step.end
+            documents += len(step.documents)
+            megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
+            if self.config.revision_due(number):
+                revisions += self._revise(number)
+            done += 1
+        seconds = time.perf_counter() - started
+        return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
+                "dead_lettered": dead, "revisions": revisions, "version": self.tedtok.version,
+                "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}

@@ -1,0 +1,143 @@
+"""``tokmaint pipeline run`` on real servers (the Kafka-protocol broker, a redis-server and a
+registry of the test session's own): the statistics in Redis equal the offline reference on the
+same steps, revisions included and published; bad records land in the dead-letter topic exactly
+once; a job killed with SIGKILL and restarted ends in the state of an uninterrupted run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+import redis
+from kafka import KafkaProducer
+
+from pipeline.job import PipelineJob
+from pipeline.redis_store import RedisStatsStore
+from pipeline.topics import PipelineSettings
+from registry.client import RegistryClient
+from registry.local_server import start_server
+from tests.conftest import consume
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.stats_store import MemoryStatsStore
+from tokenizer_service.tedtok import TedTok
+from tokmaint.cli import main
+
+STREAM = StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64, batch_size=8,
+                        id_price=0.0, base_token_cost=0.0)
+OPTIONS = ["--step-docs", "32", "--horizon-docs", "320", "--interval-docs", "64", "--warmup-docs", "64",
+           "--batch-size", "8", "--id-price", "0", "--base-token-cost", "0"]
+BAD = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode()]
+
+
+@pytest.fixture(scope="module")
+def registry_url(tmp_path_factory):
+    process, url = start_server(tmp_path_factory.mktemp("registry"), env={"TOKMAINT_REGISTRY_TOKEN": "t" * 32})
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def stream(broker, drifting_corpus):
+    """The drifting corpus on a topic of its own, with two bad records among it."""
+    topic = f"docs.job.{uuid.uuid4().hex[:6]}"
+    assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
+    producer = KafkaProducer(bootstrap_servers=broker)
+    for k, value in enumerate(BAD):
+        producer.send(topic, value=value, partition=k)
+    producer.flush()
+    producer.close()
+    return topic
+
+
+@pytest.fixture(scope="module")
+def initial(drifting_corpus):
+    return BPETokenizer.train(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
+
+
+def _lineage(registry_url, initial) -> str:
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    RegistryClient(registry_url, token="t" * 32).create(name, initial.to_json())
+    return name
+
+
+def _state(redis_url, lineage, id_space=400):
+    store = RedisStatsStore(redis.Redis.from_url(redis_url), lineage=lineage, alpha=STREAM.tedtok_config().alpha)
+    keys, values = store.top_pairs(store.tracked_pairs)
+    return store, store.token(np.arange(id_space)), store.buffer(np.arange(id_space)), dict(zip(keys.tolist(),
+                                                                                               values.tolist()))
+
+
+def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url, registry_url, stream, initial,
+                                                               drifting_corpus, monkeypatch):
+    lineage = _lineage(registry_url, initial)
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
+    with RegistryClient(registry_url) as registry:
+        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream,
+                                                    dlq_topic=f"{stream}.dlq"),
+                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
+                          lineage=lineage, wait=1.0)
+        report = job.run(until_idle=True)
+        job.close()
+        versions = registry.versions(lineage)["data"]
+    assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
+
+    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=STREAM.tedtok_config().alpha),
+                       lineage=lineage)
+    for texts in batches(read_corpus(drifting_corpus).documents, 32):
+        reference.observe_texts(texts)
+    assert reference.revisions, "the stream should drive revisions"
+    assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
+    store, tokens, buffers, pairs = _state(redis_url, lineage)
+    ids = np.arange(400)
+    np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(buffers, reference.store.buffer(ids), rtol=1e-9, atol=1e-12)
+    keys, values = reference.store.top_pairs(reference.store.tracked_pairs)
+    assert set(pairs) == set(keys.tolist())
+    np.testing.assert_allclose([pairs[k] for k in keys.tolist()], values, rtol=1e-9)
+    assert store.meta()["version"] == versions[-1]["number"] and store.pending() is None
+
+    dead = consume(broker, f"{stream}.dlq", expected=len(BAD))
+    assert sorted(r.value for r in dead) == sorted(BAD) and len({r.key for r in dead}) == len(BAD)
+    assert all(dict(r.headers)["tokmaint.source"] == stream.encode() for r in dead)
+
+
+def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess.Popen:
+    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
+    return subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker,
+                             "--topic", stream, "--dlq-topic", f"{stream}.dlq", "--redis", redis_url, "--registry",
+                             registry_url, "--lineage", lineage, *OPTIONS, *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_url, registry_url, stream, initial):
+    whole, killed = _lineage(registry_url, initial), _lineage(registry_url, initial)
+    assert _run(broker, redis_url, registry_url, stream, whole, "--until-idle").wait(timeout=300) == 0
+    client = redis.Redis.from_url(redis_url)
+    for kill_at in (3, 8, 12):  # mid-stream, three times: during counting, after a write, near a revision
+        process = _run(broker, redis_url, registry_url, stream, killed)
+        deadline = time.monotonic() + 120
+        while int(client.hget(f"tokmaint:{{{killed}}}:meta", "step") or 0) < kill_at:
+            assert time.monotonic() < deadline and process.poll() is None, process.stderr.read().decode()[-2000:]
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    assert _run(broker, redis_url, registry_url, stream, killed, "--until-idle").wait(timeout=300) == 0
+
+    (_, tokens, buffers, pairs), (store, tokens_k, buffers_k, pairs_k) = (_state(redis_url, whole),
+                                                                          _state(redis_url, killed))
+    np.testing.assert_allclose(tokens_k, tokens, rtol=1e-12)
+    np.testing.assert_allclose(buffers_k, buffers, rtol=1e-12)
+    assert pairs_k.keys() == pairs.keys()
+    np.testing.assert_allclose([pairs_k[k] for k in pairs], [pairs[k] for k in pairs], rtol=1e-12)
+    with RegistryClient(registry_url) as registry:
+        assert ([v["sha256"] for v in registry.versions(killed)["data"]]
+                == [v["sha256"] for v in registry.versions(whole)["data"]])
+    assert store.meta()["step"] == 19
