@@ -1,4 +1,4 @@
-"""``tokmaint ingest`` and ``tokmaint pipeline run``: the pipeline's commands."""
+"""``tokmaint ingest``, ``tokmaint pipeline run`` and ``tokmaint stats show``: the pipeline's commands."""
 
 from __future__ import annotations
 
@@ -45,6 +45,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats_show(args: argparse.Namespace) -> int:
+    import redis
+
+    from pipeline.redis_store import RedisStatsStore
+    from pipeline.stats_report import stats_report
+    from registry.client import RegistryClient
+    from tokenizer_service.bpe import BPETokenizer
+
+    store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
+    with RegistryClient(args.registry) as registry:
+        version = store.meta()["version"] or registry.version(args.lineage)["number"]
+        tokenizer = BPETokenizer.from_json(registry.download(args.lineage, version).decode("utf-8"))
+    print_result(stats_report(store, tokenizer, top=args.top), as_json=args.json)
+    return 0
+
+
+def _add_redis_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://127.0.0.1:6379/0"),
+                        help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
+    parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
+    parser.add_argument("--lineage", required=True, help="the registry lineage")
+
+
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
     parser.add_argument("--topic", help="the documents' topic (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
@@ -72,11 +95,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="count the docs topic into a lineage's statistics step by step; revise "
                                           "and publish when due")
     _add_stream_options(run)
-    run.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://127.0.0.1:6379/0"),
-                     help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
-    run.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
-    run.add_argument("--lineage", required=True, help="the registry lineage to follow and publish to")
+    _add_redis_options(run)
     run.add_argument("--max-steps", type=int, help="stop after this many steps (default: run on)")
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
+
+    stats = sub.add_parser("stats", help="a lineage's statistics in Redis")
+    stats_commands = stats.add_subparsers(dest="stats_command", required=True, metavar="COMMAND")
+    show = stats_commands.add_parser("show", help="step, version, offsets, table sizes; top tokens and pairs by "
+                                                  "τ, weakest sinks")
+    _add_redis_options(show)
+    show.add_argument("--top", type=int, default=20, help="how many tokens, pairs and sinks (default: 20)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=cmd_stats_show, parser=show)

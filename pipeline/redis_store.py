@@ -32,6 +32,7 @@ import numpy as np
 import redis
 
 from tokenizer_service.counting import PAIR_SHIFT, pack_pair
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsStore
 
 _LOW = (1 << PAIR_SHIFT) - 1
@@ -169,6 +170,14 @@ class RedisStatsStore(StatsStore):
         self._step = client.register_script(_STEP)
         self._edit = client.register_script(_EDIT)
         self._advance = client.register_script(_ADVANCE)
+
+    @classmethod
+    def open(cls, client: redis.Redis, *, lineage: str) -> "RedisStatsStore":
+        """The statistics a lineage has already, with the decay they were kept with."""
+        alpha = client.hget(f"tokmaint:{{{lineage}}}:meta", "alpha")
+        if alpha is None:
+            raise TokmaintError(f"Redis has no statistics of lineage {lineage!r}")
+        return cls(client, lineage=lineage, alpha=float(alpha))
 
     # ----- the step ------------------------------------------------------------------------
     @property

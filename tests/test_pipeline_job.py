@@ -76,7 +76,7 @@ def _state(redis_url, lineage, id_space=400):
 
 
 def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url, registry_url, stream, initial,
-                                                               drifting_corpus, monkeypatch):
+                                                               drifting_corpus, monkeypatch, capsys):
     lineage = _lineage(registry_url, initial)
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
     with RegistryClient(registry_url) as registry:
@@ -103,6 +103,16 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
     assert set(pairs) == set(keys.tolist())
     np.testing.assert_allclose([pairs[k] for k in keys.tolist()], values, rtol=1e-9)
     assert store.meta()["version"] == versions[-1]["number"] and store.pending() is None
+
+    assert main(["stats", "show", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
+                 "--top", "5", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["step"], shown["version"], shown["pending_revision"]) == (19, versions[-1]["number"], False)
+    final = BPETokenizer.from_json(RegistryClient(registry_url).download(lineage, "latest").decode())
+    expected = sorted(((float(t), tok) for tok, t in zip(final.vocab, reference.store.token(
+        np.fromiter(final.vocab.values(), np.int64)))), reverse=True)[:5]
+    np.testing.assert_allclose(sorted(shown["tokens"].values(), reverse=True), [t for t, _ in expected], rtol=1e-9)
+    assert len(shown["pairs"]) == 5 and len(shown["weakest_sinks"]) == 5
 
     dead = consume(broker, f"{stream}.dlq", expected=len(BAD))
     assert sorted(r.value for r in dead) == sorted(BAD) and len({r.key for r in dead}) == len(BAD)
