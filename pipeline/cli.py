@@ -1,4 +1,4 @@
-"""``tokmaint ingest``, ``tokmaint pipeline run`` and ``tokmaint stats show``: the pipeline's commands."""
+"""``tokmaint ingest``, ``pipeline run``, ``revise`` and ``stats show``: the pipeline's commands."""
 
 from __future__ import annotations
 
@@ -42,6 +42,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             job.close()
     print_result(report, as_json=args.json)
+    return 0
+
+
+def cmd_revise(args: argparse.Namespace) -> int:
+    import redis
+
+    from pipeline.job import LineageStatistics
+    from registry.client import RegistryClient
+    from tokenizer_service.errors import TokmaintError
+    from tokenizer_service.evolve import StreamSettings
+
+    with RegistryClient(args.registry) as registry:
+        stats = LineageStatistics(stream=chosen_settings(args.parser, args, StreamSettings),
+                                  redis_client=redis.Redis.from_url(args.redis), registry=registry,
+                                  lineage=args.lineage, existing=True)
+        meta = stats.store.meta()
+        if not meta["step"]:
+            raise TokmaintError(f"lineage {args.lineage!r} has no steps yet (run the pipeline first)")
+        revised = meta["revised"] < meta["step"] and stats.revise(meta["step"])
+    print_result({"lineage": args.lineage, "step": meta["step"], "revised": revised,
+                  "already_revised_at_this_step": meta["revised"] >= meta["step"],
+                  "version": stats.tedtok.version}, as_json=args.json)
     return 0
 
 
@@ -109,6 +131,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
+
+    revise = sub.add_parser("revise", help="one Ted-Tok revision from a lineage's statistics in Redis, validated "
+                                           "and published (what a CronJob runs)")
+    _add_redis_options(revise)
+    revise.add_argument("--json", action="store_true", help="print JSON")
+    # The decay is the statistics' own; the schedule is the job's.
+    add_settings(revise, StreamSettings, skip=("vocab_size", "step_docs", "horizon_docs", "interval_docs",
+                                               "warmup_docs"))
+    revise.set_defaults(func=cmd_revise, parser=revise)
 
     stats = sub.add_parser("stats", help="a lineage's statistics in Redis")
     stats_commands = stats.add_subparsers(dest="stats_command", required=True, metavar="COMMAND")

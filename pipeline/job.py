@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -30,40 +31,39 @@ from pipeline.stream import Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
 from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.stats_store import StatsEdit
 from tokenizer_service.tedtok import TedTok
+from tokenizer_service.validation import validate
 
 
-class PipelineJob:
-    """One lineage's job: ``run`` reads, counts, writes and revises until told to stop."""
+class LineageStatistics:
+    """A lineage's statistics in Redis and its current version: Ted-Tok over the store, with
+    revisions kept, published and settled in that order (what the job and ``tokmaint revise``
+    share)."""
 
-    def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
-                 registry: RegistryClient, lineage: str, wait: float = 2.0) -> None:
-        self.settings, self.registry, self.lineage = settings, registry, lineage
+    def __init__(self, *, stream: StreamSettings, redis_client: redis.Redis, registry: RegistryClient,
+                 lineage: str, existing: bool = False) -> None:
+        """``existing``: the statistics must be there already, and keep the decay they were made
+        with (a revision outside the job); otherwise the stream's decay, checked against theirs."""
+        self.registry, self.lineage = registry, lineage
         self.config = stream.tedtok_config()
-        self.step_docs = stream.step_docs
-        self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
-        self._settle()
-        meta = self.store.meta()
-        version = meta["version"] or self.registry.version(lineage)["number"]
-        tokenizer = self._tokenizer(version)
-        self.tedtok = TedTok(tokenizer, config=self.config, store=self.store, lineage=lineage,
+        if existing:
+            self.store = RedisStatsStore.open(redis_client, lineage=lineage)
+            self.config = replace(self.config, alpha=self.store.alpha)
+        else:
+            self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
+        self.settle()
+        version = self.store.meta()["version"] or self.registry.version(lineage)["number"]
+        self.tedtok = TedTok(self._tokenizer(version), config=self.config, store=self.store, lineage=lineage,
                              base_vocab=self._tokenizer(1).vocab, apply_edits=False)
         self.tedtok.version = version
-        self.reader = StepReader(settings, wait=wait)
-        self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True)
-        if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
-            self._revise(meta["step"])  # the crash came between the step and its revision
-
-    def close(self) -> None:
-        self.reader.close()
-        self.dead_letters.close()
 
     def _tokenizer(self, version: int) -> BPETokenizer:
         return BPETokenizer.from_json(self.registry.download(self.lineage, version).decode("utf-8"))
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Publish the revision the statistics already have, if it is not published yet."""
         pending = self.store.pending()
         if pending is not None:
@@ -71,16 +71,45 @@ class PipelineJob:
             info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok")
             self.store.settle(info["number"])
 
-    def _revise(self, step: int) -> bool:
+    def revise(self, step: int) -> bool:
+        """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
+        registry's rules), then its edit and the version in one write, then published; False
+        when no pair beats the margin (or the store has this step's revision already)."""
+        parent = self.tedtok.tokenizer
         revision = self.tedtok.revise()
         if revision is None:
             self.store.apply_revision(StatsEdit(), step=step, pending=b"")
             return False
+        validate(revision.tokenizer, parent=parent).raise_for_reasons(source=f"revision after step {step}")
         kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
-        self.store.apply_revision(revision.edit, step=step, pending=kept.encode("utf-8"))
-        self._settle()
+        if not self.store.apply_revision(revision.edit, step=step, pending=kept.encode("utf-8")):
+            raise TokmaintError(f"lineage {self.lineage!r} was revised after step {step} by another process "
+                                "meanwhile; start again to continue from its version")
+        self.settle()
         self.tedtok.version = self.store.meta()["version"]
         return True
+
+
+class PipelineJob:
+    """One lineage's job: ``run`` reads, counts, writes and revises until told to stop."""
+
+    def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
+                 registry: RegistryClient, lineage: str, wait: float = 2.0) -> None:
+        self.settings, self.lineage = settings, lineage
+        self.step_docs = stream.step_docs
+        self.lineage_stats = LineageStatistics(stream=stream, redis_client=redis_client, registry=registry,
+                                               lineage=lineage)
+        self.store, self.tedtok, self.config = (self.lineage_stats.store, self.lineage_stats.tedtok,
+                                                self.lineage_stats.config)
+        self.reader = StepReader(settings, wait=wait)
+        self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True)
+        meta = self.store.meta()
+        if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
+            self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
+
+    def close(self) -> None:
+        self.reader.close()
+        self.dead_letters.close()
 
     def _dead_letter(self, step: Step) -> None:
         """The step's bad records, keyed by where they stood (a replayed step sends the same keys)."""
@@ -115,7 +144,7 @@ class PipelineJob:
             documents += len(step.documents)
             megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
             if self.config.revision_due(number):
-                revisions += self._revise(number)
+                revisions += self.lineage_stats.revise(number)
             done += 1
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,

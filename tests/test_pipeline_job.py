@@ -151,3 +151,27 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_u
         assert ([v["sha256"] for v in registry.versions(killed)["data"]]
                 == [v["sha256"] for v in registry.versions(whole)["data"]])
     assert store.meta()["step"] == 19
+
+
+def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_url, registry_url, stream, initial,
+                                                                 capsys, monkeypatch):
+    lineage = _lineage(registry_url, initial)
+    schedule = [o if o != "64" or k != OPTIONS.index("--interval-docs") + 1 else "100000"
+                for k, o in enumerate(OPTIONS)]  # the job makes no revision itself
+    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
+    run = subprocess.run([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker, "--topic",
+                          stream, "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
+                          "--max-steps", "14", *schedule], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    revise = ["revise", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage, "--batch-size", "8",
+              "--id-price", "0", "--base-token-cost", "0", "--json"]
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
+    assert main(revise) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(revise) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (first["step"], first["revised"], first["version"]) == (14, True, 2)
+    assert (second["revised"], second["already_revised_at_this_step"], second["version"]) == (False, True, 2)
+    store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
+    assert store.meta()["version"] == 2 and store.meta()["revised"] == 14 and store.pending() is None
+    assert RegistryClient(registry_url).version(lineage)["number"] == 2
