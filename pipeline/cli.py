@@ -91,6 +91,21 @@ def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ingest_server(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from pipeline.http_ingest import create_ingest_app
+    from tokenizer_service.errors import TokmaintError
+
+    token = os.environ.get("TOKMAINT_REGISTRY_TOKEN")
+    if token is None and not args.insecure_dev:
+        raise TokmaintError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
+                            "unauthenticated writes (development only)")
+    app = create_ingest_app(_pipeline_settings(args), token=token, insecure_dev=args.insecure_dev)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://127.0.0.1:6379/0"),
                         help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
@@ -120,6 +135,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     ingest.add_argument("--skip-bad", action="store_true",
                         help="dead-letter the corpus's bad records (with the reason and line) instead of stopping")
     ingest.set_defaults(func=cmd_ingest, parser=ingest)
+
+    server = sub.add_parser("ingest-server", help="take documents over HTTP (POST /v1/streams/{topic}/documents) "
+                                                 "onto the docs topic")
+    _add_stream_options(server)
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    server.add_argument("--port", type=int, default=8100, help="port (default: 8100)")
+    server.add_argument("--insecure-dev", action="store_true",
+                        help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)")
+    server.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    server.set_defaults(func=cmd_ingest_server, parser=server)
 
     pipeline = sub.add_parser("pipeline", help="the streaming job: Kafka -> statistics in Redis -> revisions")
     commands = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="COMMAND")

@@ -1,0 +1,83 @@
+"""``tokmaint ingest-server`` (a real uvicorn server) against the real broker: good documents go to
+the topic keyed by id, refused ones to the dead-letter topic with the reason, the answer counts
+both; writes need the token; and a bounded loopback load test reports documents per second."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from registry.local_server import free_port
+from tests.conftest import consume
+
+TOKEN = "i" * 32
+
+
+@pytest.fixture(scope="module")
+def server(broker):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "ingest-server", "--port", str(port),
+                                "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic", "docs.http.dlq"],
+                               env={**os.environ, "TOKMAINT_REGISTRY_TOKEN": TOKEN}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def _doc(k: int, **changes) -> dict:
+    return {"id": f"h{k}", "text": f"document number {k}", "ts": f"2021-01-01T00:00:{k % 60:02d}Z", **changes}
+
+
+def _post(url: str, body: bytes, content_type: str = "application/x-ndjson", token: str | None = TOKEN,
+          topic: str = "docs.http") -> httpx.Response:
+    headers = {"Content-Type": content_type} | ({"Authorization": f"Bearer {token}"} if token else {})
+    return httpx.post(f"{url}/v1/streams/{topic}/documents", content=body, headers=headers, timeout=60)
+
+
+def test_good_documents_are_produced_and_refused_ones_dead_lettered(server, broker):
+    lines = [json.dumps(_doc(k)) for k in range(5)] + [json.dumps(_doc(5, ts=None)), "not json"]
+    answer = _post(server, "\n".join(lines).encode()).json()
+    assert (answer["accepted"], answer["refused"]) == (5, 2)
+    assert [r["record"] for r in answer["refusals"]] == [5, 6]
+    assert answer["refusals"][0]["reason"] == "'ts' must be an ISO-8601 string, got null"
+    array = _post(server, json.dumps([_doc(k) for k in range(5, 8)]).encode(), "application/json").json()
+    assert (array["accepted"], array["refused"]) == (3, 0)
+
+    docs = consume(broker, "docs.http", expected=8)
+    assert sorted(r.key.decode() for r in docs) == [f"h{k}" for k in range(8)]
+    dead = consume(broker, "docs.http.dlq", expected=2)
+    assert sorted(dict(r.headers)["tokmaint.reason"].decode()[:8] for r in dead) == ["'ts' mus", "not JSON"]
+
+
+def test_writes_need_the_token_and_the_configured_topic(server):
+    body = json.dumps(_doc(0)).encode()
+    assert _post(server, body, token=None).status_code == 401
+    assert _post(server, body, token="wrong").status_code == 401
+    assert _post(server, body, topic="elsewhere").status_code == 404
+    assert _post(server, b'{"a": 1}', "application/json").status_code == 422
+
+
+def test_a_bounded_load_test_reports_documents_per_second(server, broker, capsys):
+    batches, size = 20, 500
+    started = time.perf_counter()
+    for b in range(batches):
+        body = "\n".join(json.dumps(_doc(1000 + b * size + k)) for k in range(size)).encode()
+        assert _post(server, body).json()["accepted"] == size
+    rate = batches * size / (time.perf_counter() - started)
+    with capsys.disabled():
+        print(f"\ningest-server: {batches * size} documents in {batches} requests, {rate:,.0f} documents/s")
+    assert len(consume(broker, "docs.http", expected=8 + batches * size, timeout=60)) >= batches * size
