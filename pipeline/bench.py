@@ -32,7 +32,7 @@ from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
-from tokenizer_service.corpus import read_corpus
+from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.counting import StepCounter, pack_pair
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.options import Number, check_settings, setting, share, whole
@@ -71,12 +71,7 @@ def _step_seconds(client: redis.Redis, counts, pairs: int, repeats: int) -> floa
 
 def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = PipelineBenchSettings(), *,
                        progress: bool = True) -> dict[str, Any]:
-    docs, size = [], 0
-    for doc in read_corpus(corpus, progress=progress):
-        docs.append(doc)
-        size += len(doc.text.encode("utf-8"))
-        if size >= settings.max_mb * 1e6:
-            break
+    docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     texts = [d.text for d in docs]
     initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
                                  vocab_size=settings.vocab_size, progress=progress)

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from registry.client import RegistryClient
 from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
-from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
@@ -84,12 +84,7 @@ async def _hammer(url: str, clients: int, seconds: float, headers: dict[str, str
 
 def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = RegistryBenchSettings(), *,
                        progress: bool = True) -> dict:
-    docs, size = [], 0
-    for d in read_corpus(corpus, progress=progress):
-        docs.append(d)
-        size += len(d.text.encode("utf-8"))
-        if size >= settings.max_mb * 1e6:
-            break
+    docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     tokenizer = BPETokenizer.train([d.text for d in docs], vocab_size=settings.vocab_size, progress=progress)
     # Trained on this very text, no pair beats a sink by the paper's margin; a near-zero margin
     # makes every revision a full K adds and deletes (as in bench throughput).

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tokenizer_service.corpus import parse_timestamp
+from tokenizer_service.corpus import json_object, parse_timestamp
 from tokenizer_service.errors import json_kind
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB a record, Kafka's own default limit
@@ -41,14 +41,6 @@ class StreamDocument:
     text: str
     ts: datetime
     source: str = ""
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    record = dict(pairs)
-    if len(record) != len(pairs):
-        seen: set[str] = set()
-        raise RecordError(f"key {next(k for k, _ in pairs if k in seen or seen.add(k))!r} appears twice")
-    return record
 
 
 def _string(record: dict[str, Any], key: str, *, required: bool, limit: int | None = None) -> str:
@@ -73,13 +65,9 @@ def decode_document(value: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Stre
     except UnicodeDecodeError as exc:
         raise RecordError(f"not UTF-8 (byte 0x{value[exc.start]:02x} at offset {exc.start})") from None
     try:
-        record = json.loads(text, object_pairs_hook=_object)
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"not JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise RecordError("not JSON tokmaint can read (nested too deeply)") from None
-    if not isinstance(record, dict):
-        raise RecordError(f"expected a JSON object, got {json_kind(record)}")
+        record = json_object(text)
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
     doc_id = _string(record, "id", required=True, limit=256)
     if not doc_id:
         raise RecordError("'id' is empty")

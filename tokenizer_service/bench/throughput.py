@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
-from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.counting import pack_pair
 from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
@@ -38,14 +38,9 @@ class ThroughputSettings:
 
 def run_throughput(corpus: str | Path, settings: ThroughputSettings = ThroughputSettings(), *,
                    progress: bool = True) -> dict:
-    docs, size = [], 0
-    for d in read_corpus(corpus):
-        docs.append(d)
-        size += len(d.text.encode("utf-8"))
-        if size >= settings.max_mb * 1e6:
-            break
+    docs = oldest(read_corpus(corpus), settings.max_mb)
     texts = [d.text for d in docs]
-    mb = size / 1e6
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     tokenizer = BPETokenizer.train(texts, vocab_size=settings.vocab_size)
 
     started = time.perf_counter()
