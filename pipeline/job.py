@@ -13,7 +13,10 @@ Why a crash and restart leave the state as if no crash happened: the state moves
 atomic writes; a restart resumes from the offsets stored with the last step (a step is the same
 slice from the same offsets), replays of a written step change nothing, a revision due at the
 last step but not made is made then, and a revision kept but not yet published is published
-(the registry returns the existing version for the same content) before anything else.
+(the registry returns the existing version for the same content) before anything else. Before
+each step the job asks the registry for the latest version; one published by someone else (a
+rollback, a LiteToken removal) is adopted in one write that forgets the statistics of the ids
+it changed, and the step counts with it.
 """
 
 from __future__ import annotations
@@ -71,6 +74,23 @@ class LineageStatistics:
             info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok")
             self.store.settle(info["number"])
 
+    def follow(self) -> bool:
+        """Adopt the registry's latest version if someone else published it (a rollback, a
+        LiteToken removal): the ids it changed lose their statistics; True when it moved."""
+        if self.store.pending() is not None:
+            self.settle()
+        latest = self.registry.version(self.lineage)["number"]
+        current = self.tedtok.version
+        if latest == current:
+            return False
+        changed = [e["id"] for e in self.registry.composed_diff(self.lineage, current, latest)["entries"]]
+        if self.store.adopt(current=current, version=latest, changed_ids=changed):
+            self.tedtok.adopt(self._tokenizer(latest), latest)
+        else:  # the store moved meanwhile: continue from where it is
+            version = self.store.meta()["version"]
+            self.tedtok.adopt(self._tokenizer(version), version)
+        return True
+
     def revise(self, step: int) -> bool:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
         registry's rules), then its edit and the version in one write, then published; False
@@ -125,6 +145,7 @@ class PipelineJob:
         started, done, documents, dead, revisions, megabytes = time.perf_counter(), 0, 0, 0, 0, 0.0
         offsets = self.store.meta()["offsets"]
         while max_steps is None or done < max_steps:
+            self.lineage_stats.follow()
             step = self.reader.read(offsets, self.step_docs)
             self._dead_letter(step)
             dead += len(step.dead)

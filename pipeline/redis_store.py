@@ -14,7 +14,9 @@ lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script ma
 
 Exactly once: a step's counts, its number, version and offsets are written by one script, which
 does nothing when the store already holds that step (a replay after a crash), and refuses a step
-that would skip one. A revision's edit is one script as well, which keeps the revised version
+that would skip one. A version made elsewhere is adopted by one script that forgets the changed
+ids' statistics (nothing stale stays on a recycled id). A revision's edit is one script as well,
+which keeps the revised version
 until it is published (:meth:`RedisStatsStore.settle`): a crash between the two publishes it on
 restart, never a version the statistics do not match. The pair table is bounded:
 :meth:`RedisStatsStore.prune` drops the weakest pairs beyond a maximum (at a revision).
@@ -147,6 +149,31 @@ return 1
 """
 
 
+# KEYS: meta, token, buffer, pairs. ARGV: the version the store counts with now, the version to
+# adopt, then the ids whose token differs between the two. Forgets those ids' statistics (their
+# own and every pair holding one) and moves to the new version; 0 when the store is elsewhere.
+_ADOPT = """
+local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if (redis.call('HGET', meta, 'version') or '') ~= ARGV[1] then return 0 end
+local forgotten = {}
+for k = 3, #ARGV do
+  forgotten[tonumber(ARGV[k])] = true
+  redis.call('HDEL', token, ARGV[k])
+  redis.call('HDEL', buffer, ARGV[k])
+end
+if #ARGV > 2 then
+  local gone = {}
+  for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
+    local u, v = string.match(m, '(%d+):(%d+)')
+    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then table.insert(gone, m) end
+  end
+  for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
+end
+redis.call('HSET', meta, 'version', ARGV[2])
+return 1
+"""
+
+
 def _member(key: int) -> str:
     """A packed pair key as the sorted set's member ``"u:v"``, zero-padded so that the members'
     order is the keys' order (exact at any id; Lua's numbers are doubles, which a packed key can
@@ -180,6 +207,7 @@ class RedisStatsStore(StatsStore):
         self._step = client.register_script(_STEP)
         self._edit = client.register_script(_EDIT)
         self._advance = client.register_script(_ADVANCE)
+        self._adopt = client.register_script(_ADOPT)
 
     @classmethod
     def open(cls, client: redis.Redis, *, lineage: str) -> "RedisStatsStore":
@@ -274,6 +302,13 @@ class RedisStatsStore(StatsStore):
         for w, u, v in edit.deletes + edit.adds:
             args += [w, u, v]
         return bool(self._edit(keys=self.keys, args=args))
+
+    def adopt(self, *, current: int | None, version: int, changed_ids: list[int]) -> bool:
+        """Move from version ``current`` to ``version`` (made elsewhere: a rollback, a LiteToken
+        removal), forgetting the statistics of ``changed_ids`` (ids whose token differs), in one
+        write; False when the store is not at ``current`` (it moved already)."""
+        return bool(self._adopt(keys=self.keys[:4], args=["" if current is None else current, version,
+                                                            *changed_ids]))
 
     def pending(self) -> bytes | None:
         """The revision kept by :meth:`apply_revision` and not yet :meth:`settle`-d."""

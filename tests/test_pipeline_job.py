@@ -175,3 +175,29 @@ def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_u
     store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
     assert store.meta()["version"] == 2 and store.meta()["revised"] == 14 and store.pending() is None
     assert RegistryClient(registry_url).version(lineage)["number"] == 2
+
+
+def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_url, registry_url, stream, initial):
+    lineage = _lineage(registry_url, initial)
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
+                          lineage=lineage, wait=1.0)
+        try:
+            job.run(max_steps=12)
+            ours = job.tedtok.version
+            assert ours > 1, "the job should have revised by now"
+            rollback = registry.rollback(lineage, to=1)["number"]  # someone else publishes
+            changed = [e["id"] for e in registry.composed_diff(lineage, ours, rollback)["entries"]]
+            assert changed
+            assert job.lineage_stats.follow()
+            store = job.store
+            assert store.meta()["version"] == rollback == job.tedtok.version
+            assert job.tedtok.tokenizer.sha256 == initial.sha256  # counting with the rolled-back version
+            assert store.token(np.array(changed)).tolist() == [0.0] * len(changed)  # nothing stale on them
+            keys, _ = store.top_pairs(store.tracked_pairs)
+            assert not {u for k in keys.tolist() for u in (k >> 32, k & 0xFFFFFFFF)} & set(changed)
+            job.run(max_steps=1)
+            assert store.meta()["version"] >= rollback and not job.lineage_stats.follow()
+        finally:
+            job.close()

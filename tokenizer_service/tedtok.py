@@ -338,6 +338,12 @@ class TedTok:
         finally:
             self.revision_seconds += time.perf_counter() - started
 
+    def adopt(self, tokenizer: BPETokenizer, version: int) -> None:
+        """Continue from a version made elsewhere (a rollback, a LiteToken removal): later steps
+        count with it. The statistics of the ids it changed are the caller's to forget."""
+        self.tokenizer, self.graph, self.version = tokenizer, MergeGraph(tokenizer), version
+        self.counter.set_tokenizer(tokenizer)
+
     def set_residues(self, residues: Iterable[str]) -> None:
         """Hand over the residues of the latest LiteToken scores. With ``drop_residues`` the next
         revision removes them (once: residues a standard BPE still needs stay as scaffolding)."""
