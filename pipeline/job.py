@@ -22,6 +22,7 @@ it changed, and the step counts with it.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -32,13 +33,17 @@ from kafka import KafkaProducer
 from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
-from registry.client import RegistryClient
+from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit
 from tokenizer_service.tedtok import TedTok
 from tokenizer_service.validation import validate
+
+
+MAX_PAIRS = 1_000_000  # the pair table's bound: each revision drops the weakest beyond it
 
 
 class LineageStatistics:
@@ -47,10 +52,11 @@ class LineageStatistics:
     share)."""
 
     def __init__(self, *, stream: StreamSettings, redis_client: redis.Redis, registry: RegistryClient,
-                 lineage: str, existing: bool = False) -> None:
+                 lineage: str, existing: bool = False, max_pairs: int = MAX_PAIRS) -> None:
         """``existing``: the statistics must be there already, and keep the decay they were made
-        with (a revision outside the job); otherwise the stream's decay, checked against theirs."""
-        self.registry, self.lineage = registry, lineage
+        with (a revision outside the job); otherwise the stream's decay, checked against theirs.
+        ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it."""
+        self.registry, self.lineage, self.max_pairs = registry, lineage, max_pairs
         self.config = stream.tedtok_config()
         if existing:
             self.store = RedisStatsStore.open(redis_client, lineage=lineage)
@@ -58,7 +64,7 @@ class LineageStatistics:
         else:
             self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
         self.settle()
-        version = self.store.meta()["version"] or self.registry.version(lineage)["number"]
+        version = self.store.claim_version(self.registry.version(lineage)["number"])
         self.tedtok = TedTok(self._tokenizer(version), config=self.config, store=self.store, lineage=lineage,
                              base_vocab=self._tokenizer(1).vocab, apply_edits=False)
         self.tedtok.version = version
@@ -66,23 +72,42 @@ class LineageStatistics:
     def _tokenizer(self, version: int) -> BPETokenizer:
         return BPETokenizer.from_json(self.registry.download(self.lineage, version).decode("utf-8"))
 
-    def settle(self) -> None:
-        """Publish the revision the statistics already have, if it is not published yet."""
+    def settle(self) -> bool:
+        """Publish the revision the statistics already have, if it is not published yet; True
+        when it is now the version they count with. When the registry will not take it on top of
+        the version it was made from (someone published meanwhile; or it went in before a crash
+        and someone published on top), the statistics move to the registry's latest instead:
+        the ids the two differ in lose their statistics and the pending revision is dropped."""
         pending = self.store.pending()
-        if pending is not None:
-            kept = json.loads(pending)
-            info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok")
-            self.store.settle(info["number"])
+        if pending is None:
+            return False
+        kept = json.loads(pending)
+        parent = self.store.meta()["version"]
+        try:
+            info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok",
+                                         parent=parent)
+        except RegistryRefused as exc:
+            if exc.code not in ("stale_parent", "incompatible"):
+                raise
+            latest = self.registry.version(self.lineage)["number"]
+            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]), self._tokenizer(latest))]
+            self.store.adopt(current=parent, version=latest, changed_ids=changed)
+            return False
+        self.store.settle(info["number"])
+        return True
 
     def follow(self) -> bool:
         """Adopt the registry's latest version if someone else published it (a rollback, a
         LiteToken removal): the ids it changed lose their statistics; True when it moved."""
         if self.store.pending() is not None:
             self.settle()
+        current = self.store.meta()["version"]
+        moved = current != self.tedtok.version
+        if moved:  # settled or moved just now: count with what the statistics have
+            self.tedtok.adopt(self._tokenizer(current), current)
         latest = self.registry.version(self.lineage)["number"]
-        current = self.tedtok.version
         if latest == current:
-            return False
+            return moved
         changed = [e["id"] for e in self.registry.composed_diff(self.lineage, current, latest)["entries"]]
         if self.store.adopt(current=current, version=latest, changed_ids=changed):
             self.tedtok.adopt(self._tokenizer(latest), latest)
@@ -95,19 +120,28 @@ class LineageStatistics:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
         registry's rules), then its edit and the version in one write, then published; False
         when no pair beats the margin (or the store has this step's revision already)."""
-        parent = self.tedtok.tokenizer
+        parent, version = self.tedtok.tokenizer, self.tedtok.version
         revision = self.tedtok.revise()
-        if revision is None:
-            self.store.apply_revision(StatsEdit(), step=step, pending=b"")
+        reasons = [] if revision is None else validate(revision.tokenizer, parent=parent).reasons
+        if revision is None or reasons:
+            if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
+                print(f"tokmaint: lineage {self.lineage}: the revision after step {step} fails validation, "
+                      f"skipped: {'; '.join(reasons)}", file=sys.stderr)
+                self.tedtok.adopt(parent, version)
+            self.store.apply_revision(StatsEdit(), step=step, pending=b"", max_pairs=self.max_pairs)
             return False
-        validate(revision.tokenizer, parent=parent).raise_for_reasons(source=f"revision after step {step}")
         kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
-        if not self.store.apply_revision(revision.edit, step=step, pending=kept.encode("utf-8")):
+        if not self.store.apply_revision(revision.edit, step=step, pending=kept.encode("utf-8"),
+                                         max_pairs=self.max_pairs):
             raise TokmaintError(f"lineage {self.lineage!r} was revised after step {step} by another process "
                                 "meanwhile; start again to continue from its version")
-        self.settle()
-        self.tedtok.version = self.store.meta()["version"]
-        return True
+        ours = self.settle()
+        now = self.store.meta()["version"]
+        if ours:
+            self.tedtok.version = now
+        else:  # someone else's version came first: continue from it
+            self.tedtok.adopt(self._tokenizer(now), now)
+        return ours
 
 
 class PipelineJob:
@@ -122,7 +156,8 @@ class PipelineJob:
         self.store, self.tedtok, self.config = (self.lineage_stats.store, self.lineage_stats.tedtok,
                                                 self.lineage_stats.config)
         self.reader = StepReader(settings, wait=wait)
-        self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True)
+        self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
+                                          max_request_size=max(2 * settings.max_record_bytes, 1 << 20))
         meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
             self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
@@ -133,12 +168,14 @@ class PipelineJob:
 
     def _dead_letter(self, step: Step) -> None:
         """The step's bad records, keyed by where they stood (a replayed step sends the same keys)."""
-        for dead in step.dead:
-            self.dead_letters.send(self.settings.dlq_topic, value=dead.value,
-                                   key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
-                                   headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic,
-                                                               partition=dead.partition, offset=dead.offset))
+        sent = [self.dead_letters.send(self.settings.dlq_topic, value=dead.value,
+                                       key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
+                                       headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic,
+                                                                   partition=dead.partition, offset=dead.offset))
+                for dead in step.dead]
         self.dead_letters.flush()
+        for future in sent:  # the broker has them all before the offsets move past them
+            future.get(timeout=60)
 
     def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
         """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more)."""
@@ -158,9 +195,17 @@ class PipelineJob:
                 continue
             number = self.store.step + 1
             counts = self.tedtok.counter.count_texts([d.text for d in step.documents])
-            self.store.apply_step(step=number, token_ids=counts.token_ids, token_counts=counts.token_counts,
-                                  pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
-                                  version=self.tedtok.version, offsets=step.end)
+            try:
+                written = self.store.apply_step(step=number, token_ids=counts.token_ids,
+                                                token_counts=counts.token_counts, pair_keys=counts.pair_keys,
+                                                pair_counts=counts.pair_counts, version=self.tedtok.version,
+                                                offsets=step.end)
+            except redis.ResponseError as exc:  # the version moved under us
+                raise TokmaintError(f"lineage {self.lineage!r}: {exc} (another process?); start again to "
+                                    "continue from the statistics") from None
+            if not written:
+                raise TokmaintError(f"lineage {self.lineage!r}: step {number} is in the statistics already "
+                                    "(another job on this lineage?); start again to continue from them")
             offsets = step.end
             documents += len(step.documents)
             megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6

@@ -40,13 +40,17 @@ from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsSto
 
 _LOW = (1 << PAIR_SHIFT) - 1
 
-# KEYS: meta, token, buffer, pairs. ARGV: step, version, offsets, the renormalisation threshold,
+# KEYS: meta, token, buffer, pairs. ARGV: step, version ('' keeps it; another version than the
+# statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
 # then packed little-endian arrays (one string each: no per-value argument to encode): token ids
 # (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64).
 # Returns 1, or 0 for a step the store has already (a replay).
 _STEP = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
+-- Added in Lua and stored with 17 significant digits: HINCRBYFLOAT would keep 17 decimal places,
+-- and lose what is small.
+local function add(key, id, x) redis.call('HSET', key, id, f(tonumber(redis.call('HGET', key, id) or '0') + x)) end
 local function unpack_all(fmt, width, s)
   local out = {}
   for i = 1, #s, width do out[#out + 1] = struct.unpack(fmt, s, i) end
@@ -56,6 +60,10 @@ local step = tonumber(ARGV[1])
 local have = tonumber(redis.call('HGET', meta, 'step') or '0')
 if have >= step then return 0 end
 if have ~= step - 1 then return redis.error_reply('step ' .. step .. ' would skip step ' .. (have + 1)) end
+local version = redis.call('HGET', meta, 'version')
+if ARGV[2] ~= '' and version and version ~= ARGV[2] then
+  return redis.error_reply('counted with version ' .. ARGV[2] .. ' but the statistics are at version ' .. version)
+end
 local alpha = tonumber(redis.call('HGET', meta, 'alpha'))
 local scale = tonumber(redis.call('HGET', meta, 'scale') or '1') * (1 - alpha)
 if scale < tonumber(ARGV[4]) then
@@ -70,9 +78,8 @@ end
 local weight = alpha / scale
 local ids, counts = unpack_all('<i4', 4, ARGV[5]), unpack_all('<d', 8, ARGV[6])
 for k = 1, #ids do
-  local add = f(weight * counts[k])
-  redis.call('HINCRBYFLOAT', token, ids[k], add)
-  redis.call('HINCRBYFLOAT', buffer, ids[k], add)
+  add(token, ids[k], weight * counts[k])
+  add(buffer, ids[k], weight * counts[k])
 end
 local firsts, seconds, pair_counts = unpack_all('<i4', 4, ARGV[7]), unpack_all('<i4', 4, ARGV[8]),
   unpack_all('<d', 8, ARGV[9])
@@ -80,16 +87,20 @@ for k = 1, #firsts do
   -- Scores are -τ: ascending order is largest τ first with ties in member (= key) order.
   redis.call('ZINCRBY', pairs, f(-weight * pair_counts[k]), string.format('%07d:%07d', firsts[k], seconds[k]))
 end
-redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale), 'version', ARGV[2], 'offsets', ARGV[3])
+redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale))
+if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 return 1
 """
 
 # KEYS as above, then the pending revision. ARGV: the revision's step ('' for none: no guard),
-# the pending revision to keep ('' for none), n_deletes, then w u v triples (deletes, in order),
-# then w u v (adds). Returns 0 when the store has that step's revision already.
+# the pending revision to keep ('' for none), n_deletes, the most pairs to keep ('' for no bound:
+# the weakest go), then w u v triples (deletes, in order), then w u v (adds). Returns 0 when the
+# store has that step's revision already.
 _EDIT = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
+local function add(key, id, x) redis.call('HSET', key, id, f(tonumber(redis.call('HGET', key, id) or '0') + x)) end
 local function get(key, id) return tonumber(redis.call('HGET', key, id) or '0') end
 if ARGV[1] ~= '' then
   if tonumber(redis.call('HGET', meta, 'revised') or '0') >= tonumber(ARGV[1]) then return 0 end
@@ -98,8 +109,8 @@ end
 if ARGV[2] ~= '' then redis.call('SET', KEYS[5], ARGV[2]) end
 local n = tonumber(ARGV[3])
 local deletes, adds = {}, {}
-for k = 0, (#ARGV - 3) / 3 - 1 do
-  local triple = {ARGV[4 + 3 * k], ARGV[5 + 3 * k], ARGV[6 + 3 * k]}
+for k = 0, (#ARGV - 4) / 3 - 1 do
+  local triple = {ARGV[5 + 3 * k], ARGV[6 + 3 * k], ARGV[7 + 3 * k]}
   if k < n then table.insert(deletes, triple) else table.insert(adds, triple) end
 end
 local function member(u, v) return string.format('%07d:%07d', tonumber(u), tonumber(v)) end
@@ -108,12 +119,12 @@ for _, d in ipairs(deletes) do
   local w, u, v = d[1], d[2], d[3]
   local credit = get(buffer, w)
   if u == v then
-    redis.call('HINCRBYFLOAT', token, u, f(2 * credit))
-    redis.call('HINCRBYFLOAT', buffer, u, f(2 * credit))
+    add(token, u, 2 * credit)
+    add(buffer, u, 2 * credit)
   else
     for _, p in ipairs({u, v}) do
-      redis.call('HINCRBYFLOAT', token, p, f(credit))
-      redis.call('HINCRBYFLOAT', buffer, p, f(credit))
+      add(token, p, credit)
+      add(buffer, p, credit)
     end
   end
   forgotten[tonumber(w)] = true
@@ -136,6 +147,7 @@ for _, a in ipairs(adds) do
   redis.call('HSET', buffer, a[1], 0)
   redis.call('ZREM', pairs, m)
 end
+if ARGV[4] ~= '' then redis.call('ZREMRANGEBYRANK', pairs, tonumber(ARGV[4]), -1) end
 return 1
 """
 
@@ -149,9 +161,10 @@ return 1
 """
 
 
-# KEYS: meta, token, buffer, pairs. ARGV: the version the store counts with now, the version to
-# adopt, then the ids whose token differs between the two. Forgets those ids' statistics (their
-# own and every pair holding one) and moves to the new version; 0 when the store is elsewhere.
+# KEYS: meta, token, buffer, pairs, pending. ARGV: the version the store counts with now, the
+# version to adopt, then the ids whose token differs between the two. Forgets those ids'
+# statistics (their own and every pair holding one), drops a pending revision the registry would
+# not take, and moves to the new version; 0 when the store is elsewhere.
 _ADOPT = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if (redis.call('HGET', meta, 'version') or '') ~= ARGV[1] then return 0 end
@@ -170,6 +183,7 @@ if #ARGV > 2 then
   for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
 end
 redis.call('HSET', meta, 'version', ARGV[2])
+redis.call('DEL', KEYS[5])
 return 1
 """
 
@@ -232,10 +246,12 @@ class RedisStatsStore(StatsStore):
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[str, int] | None = None
                    ) -> bool:
-        """Apply step ``step`` with its counts, version and offsets in one atomic write; False
-        (nothing written) when the store has that step already."""
+        """Apply step ``step`` with its counts, the version they were counted with and the offsets
+        it ends at, in one atomic write; False (nothing written) when the store has that step
+        already. A version other than the statistics' is refused (another process moved them)."""
         pair_keys = np.asarray(pair_keys, np.int64)
-        args = [step, "" if version is None else version, json.dumps(offsets or {}), repr(RENORMALISE_BELOW),
+        args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets),
+                repr(RENORMALISE_BELOW),
                 np.asarray(token_ids, "<i4").tobytes(), np.asarray(token_counts, "<f8").tobytes(),
                 (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
                 np.asarray(pair_counts, "<f8").tobytes()]
@@ -290,25 +306,30 @@ class RedisStatsStore(StatsStore):
 
     # ----- revisions -----------------------------------------------------------------------
     def apply_edit(self, edit: StatsEdit) -> None:
-        self._apply_edit(edit, step="", pending=b"")
+        self._apply_edit(edit, step="", pending=b"", max_pairs=None)
 
-    def apply_revision(self, edit: StatsEdit, *, step: int, pending: bytes) -> bool:
-        """The revision made after step ``step``: its edit, and ``pending`` (the version still to
-        publish) kept, in one atomic write; False (nothing written) when the store has it already."""
-        return self._apply_edit(edit, step=step, pending=pending)
+    def apply_revision(self, edit: StatsEdit, *, step: int, pending: bytes, max_pairs: int | None = None) -> bool:
+        """The revision made after step ``step``: its edit, ``pending`` (the version still to
+        publish) kept and the pair table pruned to ``max_pairs``, in one atomic write; False
+        (nothing written) when the store has it already."""
+        return self._apply_edit(edit, step=step, pending=pending, max_pairs=max_pairs)
 
-    def _apply_edit(self, edit: StatsEdit, *, step: int | str, pending: bytes) -> bool:
-        args: list[Any] = [step, pending, len(edit.deletes)]
+    def _apply_edit(self, edit: StatsEdit, *, step: int | str, pending: bytes, max_pairs: int | None) -> bool:
+        args: list[Any] = [step, pending, len(edit.deletes), "" if max_pairs is None else max_pairs]
         for w, u, v in edit.deletes + edit.adds:
             args += [w, u, v]
         return bool(self._edit(keys=self.keys, args=args))
 
     def adopt(self, *, current: int | None, version: int, changed_ids: list[int]) -> bool:
         """Move from version ``current`` to ``version`` (made elsewhere: a rollback, a LiteToken
-        removal), forgetting the statistics of ``changed_ids`` (ids whose token differs), in one
-        write; False when the store is not at ``current`` (it moved already)."""
-        return bool(self._adopt(keys=self.keys[:4], args=["" if current is None else current, version,
-                                                            *changed_ids]))
+        removal), forgetting the statistics of ``changed_ids`` (ids whose token differs) and a
+        pending revision, in one write; False when the store is not at ``current`` (it moved)."""
+        return bool(self._adopt(keys=self.keys, args=["" if current is None else current, version, *changed_ids]))
+
+    def claim_version(self, version: int) -> int:
+        """The version the statistics count with: ``version`` if they have none yet."""
+        self.client.hsetnx(self.keys[0], "version", version)
+        return int(self.client.hget(self.keys[0], "version"))
 
     def pending(self) -> bytes | None:
         """The revision kept by :meth:`apply_revision` and not yet :meth:`settle`-d."""

@@ -122,9 +122,11 @@ class StepReader:
                         return
                 record = buffer[0]
                 try:
+                    if not isinstance(record.value, bytes):
+                        raise RecordError("no value (a tombstone)")
                     doc = decode_document(record.value, max_bytes=self.settings.max_record_bytes)
                 except RecordError as exc:
-                    step.dead.append(DeadRecord(p, record.offset, record.value, str(exc)))
+                    step.dead.append(DeadRecord(p, record.offset, record.value or b"", str(exc)))
                     step.end[p] = record.offset + 1
                     buffer.popleft()
                     continue

@@ -201,3 +201,33 @@ def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_
             assert store.meta()["version"] >= rollback and not job.lineage_stats.follow()
         finally:
             job.close()
+
+
+def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(broker, redis_url, registry_url, stream,
+                                                                          initial):
+    """A crash between keeping a revision and publishing it, while someone publishes on top: on
+    restart the statistics move to the registry's latest and the kept revision goes."""
+    lineage = _lineage(registry_url, initial)
+    settings = PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq")
+    client = redis.Redis.from_url(redis_url)
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = PipelineJob(settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage,
+                          wait=1.0)
+        try:
+            job.run(max_steps=12)
+            revision = job.tedtok.revise()  # ... kept, and then the process dies before publishing it
+            assert revision is not None
+            kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
+            assert job.store.apply_revision(revision.edit, step=job.store.step + 100, pending=kept.encode())
+        finally:
+            job.close()
+        rollback = registry.rollback(lineage, to=1)["number"]  # meanwhile, someone else publishes
+        restarted = PipelineJob(settings=settings, stream=STREAM, redis_client=client, registry=registry,
+                                lineage=lineage, wait=1.0)
+        try:
+            assert restarted.store.pending() is None and restarted.store.meta()["version"] == rollback
+            assert restarted.tedtok.version == rollback and restarted.tedtok.tokenizer.sha256 == initial.sha256
+            assert revision.tokenizer.sha256 not in {v["sha256"] for v in registry.versions(lineage)["data"]}
+            restarted.run(max_steps=1)  # and it goes on from there
+        finally:
+            restarted.close()

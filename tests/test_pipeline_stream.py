@@ -30,6 +30,7 @@ def test_steps_cover_every_record_once_and_repeat_from_their_offsets(broker, dri
     bad = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode(), b"\xff\xfe"]
     for k, value in enumerate(bad):
         producer.send("docs.steps", value=value, partition=k % 4)
+    producer.send("docs.steps", value=None, key=b"deleted", partition=3)  # a tombstone
     producer.flush()
     producer.close()
 
@@ -37,11 +38,11 @@ def test_steps_cover_every_record_once_and_repeat_from_their_offsets(broker, dri
     docs = [d for s in steps for d in s.documents]
     assert len(docs) == 600 and len({d.id for d in docs}) == 600
     assert sorted(r.reason.split(" (")[0] for s in steps for r in s.dead) == sorted(
-        ["not JSON", "'text' must be a string, got null", "not UTF-8"])
+        ["not JSON", "'text' must be a string, got null", "not UTF-8", "no value"])
     assert [d.ts for d in docs] == sorted(d.ts for d in docs)  # ingest keeps time order per partition
     assert all(len(s.documents) == 64 for s in steps[:-1])
     covered = sum(s.end[p] - (steps[k - 1].end[p] if k else 0) for k, s in enumerate(steps) for p in s.end)
-    assert covered == 603  # every offset in exactly one step
+    assert covered == 604  # every offset in exactly one step
 
     middle = steps[3]
     again = _steps(settings, steps[2].end, 64, limit=1)[0]  # a fresh reader at the same offsets
