@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 
@@ -50,7 +50,7 @@ class EncodingChecker:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the pending checks and the current process
         self._sending = threading.Lock()  # one upload down the pipe at a time, in pending's order
-        self._pending: deque[Future[ValidationReport]] = deque()
+        self._pending: deque[tuple[Future[ValidationReport], bytes]] = deque()
         self._closed = False
         self._start()
 
@@ -70,32 +70,58 @@ class EncodingChecker:
             except (EOFError, OSError):
                 break
             with self._lock:
-                future = self._pending.popleft()
+                future, _ = self._pending.popleft()
             future.set_result(report)
         process.join()
-        with self._lock:
+        with self._sending, self._lock:
             if self._connection is not connection:
                 return
-            died, self._pending = list(self._pending), deque()
+            waiting, self._pending = list(self._pending), deque()
             if not self._closed:
                 self._start()
-        for future in died:
-            report = ValidationReport()
-            report.refuse(DIED)
-            future.set_result(report)
+        # The check the process was on is refused (its upload may be what killed it); the ones
+        # queued behind it go to the new process.
+        for k, (future, data) in enumerate(waiting):
+            if k == 0 or self._closed:
+                report = ValidationReport()
+                report.refuse(DIED)
+                future.set_result(report)
+            else:
+                self._send(future, data)
 
     def submit(self, data: bytes) -> Future[ValidationReport]:
         """Start checking ``data`` (a tokenizer.json's bytes); its report comes in the future."""
         future: Future[ValidationReport] = Future()
+        if self._closed:
+            report = ValidationReport()
+            report.refuse("the registry is shutting down")
+            future.set_result(report)
+            return future
+        self._send(future, data)
+        return future
+
+    def _send(self, future: Future[ValidationReport], data: bytes) -> None:
         with self._sending:
             with self._lock:
-                self._pending.append(future)
+                self._pending.append((future, data))
                 connection = self._connection
             try:
                 connection.send(data)
             except OSError:  # the process is gone: the reader answers every pending check
                 pass
-        return future
+
+    def report(self, future: Future[ValidationReport], *, timeout: float = 300.0) -> ValidationReport:
+        """The future's report; a check that takes longer than ``timeout`` seconds is stopped
+        (the process is killed and replaced) and refused."""
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            self._process.kill()  # the reader refuses the check it was on and starts a new process
+            report = future.result(timeout=timeout)
+            if report.unusable == [DIED]:
+                report = ValidationReport()
+                report.refuse(f"checking it took over {timeout:g} s: stopped")
+            return report
 
     def close(self) -> None:
         """Stop the process once it has answered what it has (a closed pipe alone would not

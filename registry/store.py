@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -159,18 +160,22 @@ class Registry:
         # Parsed versions and their unreachable tokens, by sha256 (immutable): the next publish
         # validates against the latest without parsing it or encoding its whole vocabulary.
         self._prepared: OrderedDict[str, tuple[BPETokenizer, list[str]]] = OrderedDict()
+        self._prepared_lock = threading.Lock()
 
     def _prepare(self, sha: str, tokenizer: BPETokenizer | None = None,
                  unreachable: list[str] | None = None) -> tuple[BPETokenizer, list[str]]:
         """A version's parsed tokenizer and unreachable tokens (kept for the last few versions)."""
-        cached = self._prepared.get(sha)
-        if cached is None:
-            tokenizer = tokenizer or BPETokenizer.from_json(self.artifacts.get(sha).decode("utf-8"))
-            cached = (tokenizer, unreachable if unreachable is not None else unreachable_tokens(tokenizer))
+        with self._prepared_lock:  # requests run on a thread pool
+            cached = self._prepared.get(sha)
+            if cached is not None:
+                self._prepared.move_to_end(sha)
+                return cached
+        tokenizer = tokenizer or BPETokenizer.from_json(self.artifacts.get(sha).decode("utf-8"))
+        cached = (tokenizer, unreachable if unreachable is not None else unreachable_tokens(tokenizer))
+        with self._prepared_lock:
             self._prepared[sha] = cached
             while len(self._prepared) > 2:
                 self._prepared.popitem(last=False)
-        self._prepared.move_to_end(sha)
         return cached
 
     def close(self) -> None:
@@ -183,7 +188,8 @@ class Registry:
         the caller checks the rest; the returned function gives its report (computed once)."""
         if self._checker is None:
             return functools.cache(functools.partial(check_encoding, text))
-        return self._checker.submit(data).result
+        checker, future = self._checker, self._checker.submit(data)
+        return functools.cache(lambda: checker.report(future))
 
     # ----- reading ------------------------------------------------------------------------
     def _lineage(self, session: Session, name: str, *, lock: bool = False) -> Lineage:

@@ -24,7 +24,7 @@ def test_reports_equal_the_in_process_checks(byte_tokenizer):
         checker.close()
 
 
-def test_a_dead_checking_process_refuses_its_checks_and_is_replaced(byte_tokenizer):
+def test_a_dead_checking_process_refuses_the_check_it_was_on_and_is_replaced(byte_tokenizer):
     checker = EncodingChecker()
     try:
         data = byte_tokenizer.to_json().encode()
@@ -32,12 +32,24 @@ def test_a_dead_checking_process_refuses_its_checks_and_is_replaced(byte_tokeniz
         pending = [checker.submit(data) for _ in range(20)]  # ~100 ms of work queued
         os.kill(first.pid, signal.SIGKILL)
         reports = [f.result(timeout=60) for f in pending]
-        assert all(r.ok or r.unusable == [DIED] for r in reports)
-        assert any(r.unusable == [DIED] for r in reports)
+        # The check it was on is refused; those queued behind it go to the new process.
+        assert sum(r.unusable == [DIED] for r in reports) == 1
+        assert sum(r.ok for r in reports) == len(reports) - 1
         deadline = time.monotonic() + 60
         while checker._process is first and time.monotonic() < deadline:
             time.sleep(0.05)
         assert checker._process is not first
         assert checker.submit(data).result(timeout=60).ok
+    finally:
+        checker.close()
+
+
+def test_a_check_that_takes_too_long_is_stopped_and_refused(byte_tokenizer):
+    checker = EncodingChecker()
+    try:
+        data = byte_tokenizer.to_json().encode()
+        report = checker.report(checker.submit(data), timeout=0.001)
+        assert report.unusable == ["checking it took over 0.001 s: stopped"]
+        assert checker.report(checker.submit(data)).ok  # a new process takes the next one
     finally:
         checker.close()
