@@ -117,7 +117,7 @@ class EncodingChecker:
             return future.result(timeout=timeout)
         except TimeoutError:
             self._process.kill()  # the reader refuses the check it was on and starts a new process
-            report = future.result(timeout=timeout)
+            report = future.result(timeout=60)
             if report.unusable == [DIED]:
                 report = ValidationReport()
                 report.refuse(f"checking it took over {timeout:g} s: stopped")
