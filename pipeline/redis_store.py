@@ -93,11 +93,23 @@ if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 return 1
 """
 
+# Lua: drop every pair that holds an id of ``forgotten`` (a set of ids): one scan of the table.
+_FORGET_PAIRS = """
+local function forget_pairs(pairs, forgotten)
+  local gone = {}
+  for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
+    local u, v = string.match(m, '(%d+):(%d+)')
+    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then table.insert(gone, m) end
+  end
+  for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
+end
+"""
+
 # KEYS as above, then the pending revision. ARGV: the revision's step ('' for none: no guard),
 # the pending revision to keep ('' for none), n_deletes, the most pairs to keep ('' for no bound:
 # the weakest go), then w u v triples (deletes, in order), then w u v (adds). Returns 0 when the
 # store has that step's revision already.
-_EDIT = """
+_EDIT = _FORGET_PAIRS + """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
 local function add(key, id, x) redis.call('HSET', key, id, f(tonumber(redis.call('HGET', key, id) or '0') + x)) end
@@ -134,12 +146,7 @@ for _, d in ipairs(deletes) do
 end
 if #deletes > 0 then
   for _, d in ipairs(deletes) do redis.call('HDEL', token, d[1]); redis.call('HDEL', buffer, d[1]) end
-  local gone = {}
-  for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
-    local u, v = string.match(m, '(%d+):(%d+)')
-    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then table.insert(gone, m) end
-  end
-  for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
+  forget_pairs(pairs, forgotten)
 end
 for _, a in ipairs(adds) do
   local m = member(a[2], a[3])
@@ -165,7 +172,7 @@ return 1
 # version to adopt, then the ids whose token differs between the two. Forgets those ids'
 # statistics (their own and every pair holding one), drops a pending revision the registry would
 # not take, and moves to the new version; 0 when the store is elsewhere.
-_ADOPT = """
+_ADOPT = _FORGET_PAIRS + """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if (redis.call('HGET', meta, 'version') or '') ~= ARGV[1] then return 0 end
 local forgotten = {}
@@ -175,12 +182,7 @@ for k = 3, #ARGV do
   redis.call('HDEL', buffer, ARGV[k])
 end
 if #ARGV > 2 then
-  local gone = {}
-  for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
-    local u, v = string.match(m, '(%d+):(%d+)')
-    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then table.insert(gone, m) end
-  end
-  for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
+  forget_pairs(pairs, forgotten)
 end
 redis.call('HSET', meta, 'version', ARGV[2])
 redis.call('DEL', KEYS[5])
