@@ -1,4 +1,5 @@
-"""``tokmaint ingest``, ``pipeline run``, ``revise`` and ``stats show``: the pipeline's commands."""
+"""``tokmaint ingest``, ``ingest-server``, ``pipeline run``, ``revise``, ``residues-job`` and
+``stats show``: the pipeline's commands."""
 
 from __future__ import annotations
 
@@ -64,6 +65,25 @@ def cmd_revise(args: argparse.Namespace) -> int:
     print_result({"lineage": args.lineage, "step": meta["step"], "revised": revised,
                   "already_revised_at_this_step": meta["revised"] >= meta["step"],
                   "version": stats.tedtok.version}, as_json=args.json)
+    return 0
+
+
+def cmd_residues_job(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import redis
+
+    from pipeline.redis_store import RedisStatsStore
+    from pipeline.residues_job import run_residues_job
+    from registry.client import RegistryClient
+    from tokenizer_service.residue_audit import ResidueOptions
+
+    options = ResidueOptions(r=args.r, s=args.s, scope=args.scope, kind=None if args.kind == "auto" else args.kind)
+    store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
+    with RegistryClient(args.registry) as registry:
+        result = run_residues_job(store, registry, options=options, out=Path(args.out) if args.out else None,
+                                  publish=args.publish)
+    print_result(result, as_json=args.json)
     return 0
 
 
@@ -165,6 +185,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_settings(revise, StreamSettings, skip=("vocab_size", "step_docs", "horizon_docs", "interval_docs",
                                                "warmup_docs"))
     revise.set_defaults(func=cmd_revise, parser=revise)
+
+    residues = sub.add_parser("residues-job", help="LiteToken scores of a lineage's current version from the "
+                                                   "stream's statistics; --publish: a residue-removal version")
+    _add_redis_options(residues)
+    residues.add_argument("--r", type=float, help="FI ratio threshold (default: the paper's for the kind)")
+    residues.add_argument("--s", type=float, help="entropy threshold (default: the paper's for the kind)")
+    residues.add_argument("--scope", choices=["ascii", "all"], default="ascii", help="which tokens count (default: "
+                                                                                     "ascii, the paper's)")
+    residues.add_argument("--kind", choices=["auto", "classic", "tiktoken"], default="auto",
+                          help="tokenizer kind for the default thresholds (default: auto)")
+    residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
+    residues.add_argument("--publish", action="store_true", help="publish the residue-free version (kind litetoken)")
+    residues.add_argument("--json", action="store_true", help="print JSON")
+    residues.set_defaults(func=cmd_residues_job, parser=residues)
 
     stats = sub.add_parser("stats", help="a lineage's statistics in Redis")
     stats_commands = stats.add_subparsers(dest="stats_command", required=True, metavar="COMMAND")

@@ -2,7 +2,8 @@
 with Ted-Tok revisions published to the registry.
 
 Each step (``stream.StepReader``: the next ``step_docs`` documents from the offsets kept in
-Redis) is counted with the lineage's current version by the core's ``StepCounter`` and written
+Redis) is counted with the lineage's current version by the core's ``StepCounter`` (tokens and
+within-word pairs, Ted-Tok's; adjacent tokens across words, LiteToken's) and written
 to Redis in one atomic write with its step number, version and end offsets
 (``RedisStatsStore.apply_step``). Records that are no Document go to the dead-letter topic, keyed
 by where they stood. When a revision is due, Ted-Tok plans it from the Redis statistics; its
@@ -37,6 +38,7 @@ from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.litetoken import CorpusCounts
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit
 from tokenizer_service.tedtok import TedTok
@@ -194,12 +196,17 @@ class PipelineJob:
                     break
                 continue
             number = self.store.step + 1
-            counts = self.tedtok.counter.count_texts([d.text for d in step.documents])
+            texts = [d.text for d in step.documents]
+            counts = self.tedtok.counter.count_texts(texts)
+            # Adjacent tokens over whole documents (across words): LiteToken's entropies.
+            tokenizer = self.tedtok.tokenizer
+            neighbours = CorpusCounts.from_id_lists(tokenizer.encode_batch(texts), tokenizer.id_space)
             try:
                 written = self.store.apply_step(step=number, token_ids=counts.token_ids,
                                                 token_counts=counts.token_counts, pair_keys=counts.pair_keys,
                                                 pair_counts=counts.pair_counts, version=self.tedtok.version,
-                                                offsets=step.end)
+                                                offsets=step.end, neighbour_keys=neighbours.neighbour_keys,
+                                                neighbour_counts=neighbours.neighbour_counts)
             except redis.ResponseError as exc:  # the version moved under us
                 raise TokmaintError(f"lineage {self.lineage!r}: {exc} (another process?); start again to "
                                     "continue from the statistics") from None

@@ -8,6 +8,8 @@ lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script ma
   step counted with), ``offsets`` (JSON: partition → the next offset to read), ``revised`` (the
   step of the last revision);
 * ``tokmaint:{L}:pending``: a revision applied to the statistics but not yet published;
+* ``tokmaint:{L}:neighbours`` hash: ``"u:v"`` → raw τ of the adjacent pair (across words), for
+  LiteToken's entropies; ``:residues``: the latest residues found from them;
 * ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
 * ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` (zero-padded) → −raw τ_pair, so that rank order
   is the memory store's order, largest first and ties in key order (top pairs by rank, cheaply).
@@ -43,7 +45,8 @@ _LOW = (1 << PAIR_SHIFT) - 1
 # KEYS: meta, token, buffer, pairs. ARGV: step, version ('' keeps it; another version than the
 # statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
 # then packed little-endian arrays (one string each: no per-value argument to encode): token ids
-# (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64).
+# (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64), and
+# the same for neighbour pairs (adjacent tokens across words: LiteToken's entropies).
 # Returns 1, or 0 for a step the store has already (a replay).
 _STEP = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -73,6 +76,8 @@ if scale < tonumber(ARGV[4]) then
   end
   local all = redis.call('ZRANGE', pairs, 0, -1, 'WITHSCORES')
   for i = 1, #all, 2 do redis.call('ZADD', pairs, f(tonumber(all[i + 1]) * scale), all[i]) end
+  all = redis.call('HGETALL', KEYS[6])
+  for i = 1, #all, 2 do redis.call('HSET', KEYS[6], all[i], f(tonumber(all[i + 1]) * scale)) end
   scale = 1
 end
 local weight = alpha / scale
@@ -87,14 +92,26 @@ for k = 1, #firsts do
   -- Scores are -τ: ascending order is largest τ first with ties in member (= key) order.
   redis.call('ZINCRBY', pairs, f(-weight * pair_counts[k]), string.format('%07d:%07d', firsts[k], seconds[k]))
 end
+local lefts, rights, neighbour_counts = unpack_all('<i4', 4, ARGV[10]), unpack_all('<i4', 4, ARGV[11]),
+  unpack_all('<d', 8, ARGV[12])
+for k = 1, #lefts do
+  add(KEYS[6], string.format('%07d:%07d', lefts[k], rights[k]), weight * neighbour_counts[k])
+end
 redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale))
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
 if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 return 1
 """
 
-# Lua: drop every pair that holds an id of ``forgotten`` (a set of ids): one scan of the table.
+# Lua: drop every pair (and neighbour pair) that holds an id of ``forgotten`` (a set of ids): one
+# scan of each table.
 _FORGET_PAIRS = """
+local function forget_neighbours(neighbours, forgotten)
+  for _, m in ipairs(redis.call('HKEYS', neighbours)) do
+    local u, v = string.match(m, '(%d+):(%d+)')
+    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then redis.call('HDEL', neighbours, m) end
+  end
+end
 local function forget_pairs(pairs, forgotten)
   local gone = {}
   for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
@@ -147,6 +164,7 @@ end
 if #deletes > 0 then
   for _, d in ipairs(deletes) do redis.call('HDEL', token, d[1]); redis.call('HDEL', buffer, d[1]) end
   forget_pairs(pairs, forgotten)
+  forget_neighbours(KEYS[6], forgotten)
 end
 for _, a in ipairs(adds) do
   local m = member(a[2], a[3])
@@ -183,6 +201,7 @@ for k = 3, #ARGV do
 end
 if #ARGV > 2 then
   forget_pairs(pairs, forgotten)
+  forget_neighbours(KEYS[6], forgotten)
 end
 redis.call('HSET', meta, 'version', ARGV[2])
 redis.call('DEL', KEYS[5])
@@ -214,7 +233,8 @@ class RedisStatsStore(StatsStore):
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.client, self.lineage, self.alpha = client, lineage, alpha
         prefix = f"tokmaint:{{{lineage}}}"
-        self.keys = [f"{prefix}:meta", f"{prefix}:token", f"{prefix}:buffer", f"{prefix}:pairs", f"{prefix}:pending"]
+        self.keys = [f"{prefix}:meta", f"{prefix}:token", f"{prefix}:buffer", f"{prefix}:pairs", f"{prefix}:pending",
+                     f"{prefix}:neighbours", f"{prefix}:residues"]
         kept = client.hget(self.keys[0], "alpha")
         if kept is None:
             client.hsetnx(self.keys[0], "alpha", repr(alpha))
@@ -246,17 +266,21 @@ class RedisStatsStore(StatsStore):
                 "revised": int(raw.get("revised", 0))}
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
-                   pair_counts: np.ndarray, version: int | None = None, offsets: dict[str, int] | None = None
-                   ) -> bool:
+                   pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
+                   neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
         already. A version other than the statistics' is refused (another process moved them)."""
         pair_keys = np.asarray(pair_keys, np.int64)
+        neighbour_keys = np.asarray(neighbour_keys if neighbour_keys is not None else [], np.int64)
+        neighbour_counts = np.asarray(neighbour_counts if neighbour_counts is not None else [], np.float64)
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets),
                 repr(RENORMALISE_BELOW),
                 np.asarray(token_ids, "<i4").tobytes(), np.asarray(token_counts, "<f8").tobytes(),
                 (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
-                np.asarray(pair_counts, "<f8").tobytes()]
+                np.asarray(pair_counts, "<f8").tobytes(),
+                (neighbour_keys >> PAIR_SHIFT).astype("<i4").tobytes(),
+                (neighbour_keys & _LOW).astype("<i4").tobytes(), np.asarray(neighbour_counts, "<f8").tobytes()]
         return bool(self._step(keys=self.keys, args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
@@ -290,6 +314,23 @@ class RedisStatsStore(StatsStore):
 
     def pair(self, keys):
         return self._scaled(self.keys[3], [_member(k) for k in np.asarray(keys).tolist()])
+
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every neighbour pair (packed keys) and its τ: adjacent tokens across words, LiteToken's."""
+        with self.client.pipeline() as pipe:
+            pipe.hget(self.keys[0], "scale")
+            pipe.hgetall(self.keys[5])
+            scale, rows = pipe.execute()
+        keys = np.array([_key(m) for m in rows], np.int64)
+        return keys, float(scale or 1.0) * np.array([float(v) for v in rows.values()], np.float64)
+
+    def keep_residues(self, residues: list[str], *, version: int) -> None:
+        """The latest LiteToken residues of ``version`` (for ``stats show`` and the revisions)."""
+        self.client.set(self.keys[6], json.dumps({"version": version, "residues": residues}, ensure_ascii=False))
+
+    def residues(self) -> dict[str, Any] | None:
+        kept = self.client.get(self.keys[6])
+        return None if kept is None else json.loads(kept)
 
     @property
     def tracked_pairs(self) -> int:

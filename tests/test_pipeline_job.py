@@ -231,3 +231,51 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(brok
             restarted.run(max_steps=1)  # and it goes on from there
         finally:
             restarted.close()
+
+
+def test_neighbour_statistics_and_the_residues_job(broker, redis_url, registry_url, stream, initial, drifting_corpus,
+                                                   tmp_path, capsys, monkeypatch):
+    """The neighbour EMA (adjacent tokens across words) equals an offline EMA of the same steps
+    with the same versions, deleted ids forgotten at each revision; residues-job scores from it,
+    keeps the residues in Redis, writes Parquet, and publishes a residue-free version."""
+    from tokenizer_service.litetoken import CorpusCounts
+
+    lineage = _lineage(registry_url, initial)
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
+    with RegistryClient(registry_url) as registry:
+        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
+                          lineage=lineage, wait=1.0)
+        job.run(until_idle=True)
+        job.close()
+
+    alpha = STREAM.tedtok_config().alpha
+    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=alpha), lineage=lineage)
+    ema: dict[int, float] = {}
+    for texts in batches(read_corpus(drifting_corpus).documents, 32):
+        tokenizer = reference.tokenizer
+        counts = CorpusCounts.from_id_lists(tokenizer.encode_batch(texts), tokenizer.id_space)
+        ema = {k: (1 - alpha) * v for k, v in ema.items()}
+        for k, c in zip(counts.neighbour_keys.tolist(), counts.neighbour_counts.tolist()):
+            ema[k] = ema.get(k, 0.0) + alpha * c
+        revision = reference.observe_texts(texts)
+        if revision is not None:
+            gone = {w for w, _, _ in revision.edit.deletes}
+            ema = {k: v for k, v in ema.items() if k >> 32 not in gone and k & 0xFFFFFFFF not in gone}
+    store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
+    keys, values = store.neighbours()
+    stored = dict(zip(keys.tolist(), values.tolist()))
+    assert stored.keys() == ema.keys()
+    np.testing.assert_allclose([stored[k] for k in ema], list(ema.values()), rtol=1e-9)
+
+    out = tmp_path / "residues"
+    # Thresholds past the paper's, so that this small vocabulary has residues that are not
+    # scaffolding of others, and the removal is published.
+    assert main(["residues-job", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage, "--scope",
+                 "all", "--r", "1", "--s", "100", "--out", str(out), "--publish", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["neighbour_pairs"] == len(ema) and result["residues"] > 0
+    assert (out / "scores.parquet").is_file() and (out / "tokenizer.json").is_file()
+    assert store.residues()["version"] == result["version"] and len(store.residues()["residues"]) == result["residues"]
+    latest = RegistryClient(registry_url).version(lineage)
+    assert result["export"]["removed"] > 0 and latest["number"] == result["published"] and latest["kind"] == "litetoken"

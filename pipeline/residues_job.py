@@ -1,0 +1,79 @@
+"""``tokmaint residues-job``: LiteToken's scores of a lineage's current version from the stream's
+statistics, and with ``publish`` a residue-removal version.
+
+F1 is the token EMA (the rate each token is emitted), F2 follows from it over the merge DAG, and
+the neighbour entropies come from the EMA of adjacent pairs across words; the scores are the
+core's (``litetoken.score_tokens``, ``find_residues``) on those rates instead of a corpus's
+counts (the ratio and the entropies do not depend on the scale). The residues are kept in Redis
+and, with ``out``, written as Parquet beside the residue-free tokenizer.json and its diff. With
+``publish`` that version goes to the registry (kind ``litetoken``); the streaming job adopts it
+at its next step.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.redis_store import RedisStatsStore
+from registry.client import RegistryClient
+from schemas.revision import RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.litetoken import CorpusCounts, find_residues, score_tokens
+from tokenizer_service.merge_graph import MergeGraph
+from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, write_audit
+from tokenizer_service.residue_removal import residue_free_tokenizer
+
+
+def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: ResidueOptions = ResidueOptions()
+                    ) -> ResidueAudit:
+    """The residues of ``tokenizer`` by the statistics in ``store`` (the version they count with)."""
+    started = time.perf_counter()
+    graph = MergeGraph(tokenizer)
+    keys, values = store.neighbours()
+    counts = CorpusCounts(emitted=store.token(np.arange(tokenizer.id_space)), neighbour_keys=keys,
+                          neighbour_counts=values, documents=store.step)
+    scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
+    report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
+                           min_count=options.min_count, log_base=options.log_base, kind=options.kind)
+    removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
+    vocab = tokenizer.vocab
+    summary = {
+        "lineage": store.lineage, "step": store.step, "vocab_size": len(vocab), "kind": report.kind,
+        "thresholds": {"r": report.r, "s": report.s, "log_base": options.log_base}, "scope": options.scope,
+        "scope_size": report.scope_size, "unseen": report.unseen, "residues": len(report.residues),
+        "residue_share": report.residue_share, "neighbour_pairs": len(keys),
+        "export": {"removed": len(removal.removed), "vocab_size": len(removal.tokenizer)},
+        "top_residues": [{"token": t, "id": vocab[t], "ratio": float(scores.ratio[vocab[t]]),
+                          "entropy": float(scores.s[vocab[t]])} for t in report.residues[:20]],
+        "seconds": time.perf_counter() - started,
+    }
+    return ResidueAudit(summary=summary, report=report, scores=scores, removal=removal)
+
+
+def run_residues_job(store: RedisStatsStore, registry: RegistryClient, *, options: ResidueOptions = ResidueOptions(),
+                     out: Path | None = None, publish: bool = False) -> dict[str, Any]:
+    """Score the lineage's current version, keep the residues in Redis, write ``out``, and with
+    ``publish`` publish the residue-free version (when it removes anything)."""
+    version = store.meta()["version"] or registry.version(store.lineage)["number"]
+    record = registry.version(store.lineage, version)
+    tokenizer = BPETokenizer.from_json(registry.download(store.lineage, version).decode("utf-8"))
+    audit = stream_residues(store, tokenizer, options)
+    store.keep_residues(audit.report.residues, version=version)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_audit(audit, tokenizer, options, out)
+    result = dict(audit.summary, version=version)
+    exported = audit.removal.tokenizer
+    if publish and audit.removal.removed:
+        diff = RevisionDiff(lineage=store.lineage, version=version + 1, parent_version=version,
+                            tokenizer_sha256=exported.sha256, parent_sha256=record["sha256"],
+                            vocab_size=len(exported), id_space=exported.id_space, entries=audit.removal.entries,
+                            config={"litetoken": {"r": audit.report.r, "s": audit.report.s}})
+        info = registry.publish(store.lineage, exported.to_json(), diff_json=diff.to_json(), kind="litetoken",
+                                parent=version, metrics={"residues_removed": len(audit.removal.removed)})
+        result["published"] = info["number"]
+    return result
