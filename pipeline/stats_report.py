@@ -1,8 +1,8 @@
 """``tokmaint stats show``: where a lineage's statistics stand, read from Redis.
 
 The step, the version it counts with, the offsets it resumes from, the table sizes, and the
-tokens and pairs with the largest τ and the sinks with the smallest (Ted-Tok's next candidates
-for deletion), named by the version's tokenizer.
+tokens and pairs with the largest τ, the sinks with the smallest (Ted-Tok's next candidates for
+deletion), named by the version's tokenizer, and the latest residues ``residues-job`` found.
 """
 
 from __future__ import annotations
@@ -39,4 +39,5 @@ def stats_report(store: RedisStatsStore, tokenizer: BPETokenizer, *, top: int = 
         "tokens": {name(int(ids[k])): float(tau[k]) for k in strongest},
         "pairs": {" ".join(map(name, unpack_pair(int(k)))): float(v) for k, v in zip(keys, values)},
         "weakest_sinks": {sinks[k]: float(sink_tau[k]) for k in weakest},
+        "residues": store.residues() or {"version": None, "residues": []},  # the latest residues-job's
     }
