@@ -38,6 +38,7 @@ from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.counting import PAIR_SHIFT
 from tokenizer_service.litetoken import CorpusCounts
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit
@@ -45,7 +46,8 @@ from tokenizer_service.tedtok import TedTok
 from tokenizer_service.validation import validate
 
 
-MAX_PAIRS = 1_000_000  # the pair table's bound: each revision drops the weakest beyond it
+MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision drops the weakest beyond it
+LOW_MASK = (1 << PAIR_SHIFT) - 1
 
 
 class LineageStatistics:
@@ -201,11 +203,15 @@ class PipelineJob:
             # Adjacent tokens over whole documents (across words): LiteToken's entropies.
             tokenizer = self.tedtok.tokenizer
             neighbours = CorpusCounts.from_id_lists(tokenizer.encode_batch(texts), tokenizer.id_space)
+            name = tokenizer.id_to_token.get
+            neighbour_pairs = [(name(k >> PAIR_SHIFT) or tokenizer.hf.id_to_token(k >> PAIR_SHIFT),
+                                name(k & LOW_MASK) or tokenizer.hf.id_to_token(k & LOW_MASK))
+                               for k in neighbours.neighbour_keys.tolist()]
             try:
                 written = self.store.apply_step(step=number, token_ids=counts.token_ids,
                                                 token_counts=counts.token_counts, pair_keys=counts.pair_keys,
                                                 pair_counts=counts.pair_counts, version=self.tedtok.version,
-                                                offsets=step.end, neighbour_keys=neighbours.neighbour_keys,
+                                                offsets=step.end, neighbours=neighbour_pairs,
                                                 neighbour_counts=neighbours.neighbour_counts)
             except redis.ResponseError as exc:  # the version moved under us
                 raise TokmaintError(f"lineage {self.lineage!r}: {exc} (another process?); start again to "

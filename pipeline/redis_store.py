@@ -8,8 +8,9 @@ lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script ma
   step counted with), ``offsets`` (JSON: partition → the next offset to read), ``revised`` (the
   step of the last revision);
 * ``tokmaint:{L}:pending``: a revision applied to the statistics but not yet published;
-* ``tokmaint:{L}:neighbours`` hash: ``"u:v"`` → raw τ of the adjacent pair (across words), for
-  LiteToken's entropies; ``:residues``: the latest residues found from them;
+* ``tokmaint:{L}:neighbours`` sorted set: ``["a", "b"]`` (the two tokens' text, JSON) → −raw τ
+  of the adjacent pair (across words), for LiteToken's entropies: keyed by text, a recycled id
+  inherits nothing, and nothing needs forgetting; ``:residues``: the latest residues;
 * ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
 * ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` (zero-padded) → −raw τ_pair, so that rank order
   is the memory store's order, largest first and ties in key order (top pairs by rank, cheaply).
@@ -45,8 +46,9 @@ _LOW = (1 << PAIR_SHIFT) - 1
 # KEYS: meta, token, buffer, pairs. ARGV: step, version ('' keeps it; another version than the
 # statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
 # then packed little-endian arrays (one string each: no per-value argument to encode): token ids
-# (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64), and
-# the same for neighbour pairs (adjacent tokens across words: LiteToken's entropies).
+# (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64); then
+# the neighbour pairs (a JSON list of [a, b]; each one's member is its cjson encoding, made here
+# so that every write makes it alike) and counts (float64), LiteToken's.
 # Returns 1, or 0 for a step the store has already (a replay).
 _STEP = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -76,8 +78,8 @@ if scale < tonumber(ARGV[4]) then
   end
   local all = redis.call('ZRANGE', pairs, 0, -1, 'WITHSCORES')
   for i = 1, #all, 2 do redis.call('ZADD', pairs, f(tonumber(all[i + 1]) * scale), all[i]) end
-  all = redis.call('HGETALL', KEYS[6])
-  for i = 1, #all, 2 do redis.call('HSET', KEYS[6], all[i], f(tonumber(all[i + 1]) * scale)) end
+  all = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do redis.call('ZADD', KEYS[6], f(tonumber(all[i + 1]) * scale), all[i]) end
   scale = 1
 end
 local weight = alpha / scale
@@ -92,10 +94,9 @@ for k = 1, #firsts do
   -- Scores are -τ: ascending order is largest τ first with ties in member (= key) order.
   redis.call('ZINCRBY', pairs, f(-weight * pair_counts[k]), string.format('%07d:%07d', firsts[k], seconds[k]))
 end
-local lefts, rights, neighbour_counts = unpack_all('<i4', 4, ARGV[10]), unpack_all('<i4', 4, ARGV[11]),
-  unpack_all('<d', 8, ARGV[12])
-for k = 1, #lefts do
-  add(KEYS[6], string.format('%07d:%07d', lefts[k], rights[k]), weight * neighbour_counts[k])
+local neighbours, neighbour_counts = cjson.decode(ARGV[10]), unpack_all('<d', 8, ARGV[11])
+for k = 1, #neighbour_counts do
+  redis.call('ZINCRBY', KEYS[6], f(-weight * neighbour_counts[k]), cjson.encode(neighbours[k]))
 end
 redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale))
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
@@ -103,15 +104,8 @@ if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 return 1
 """
 
-# Lua: drop every pair (and neighbour pair) that holds an id of ``forgotten`` (a set of ids): one
-# scan of each table.
+# Lua: drop every pair that holds an id of ``forgotten`` (a set of ids): one scan of the table.
 _FORGET_PAIRS = """
-local function forget_neighbours(neighbours, forgotten)
-  for _, m in ipairs(redis.call('HKEYS', neighbours)) do
-    local u, v = string.match(m, '(%d+):(%d+)')
-    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then redis.call('HDEL', neighbours, m) end
-  end
-end
 local function forget_pairs(pairs, forgotten)
   local gone = {}
   for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
@@ -123,8 +117,8 @@ end
 """
 
 # KEYS as above, then the pending revision. ARGV: the revision's step ('' for none: no guard),
-# the pending revision to keep ('' for none), n_deletes, the most pairs to keep ('' for no bound:
-# the weakest go), then w u v triples (deletes, in order), then w u v (adds). Returns 0 when the
+# the pending revision to keep ('' for none), n_deletes, the most pairs (and neighbour pairs) to
+# keep ('' for no bound: the weakest go), then w u v triples (deletes, in order), then w u v (adds). Returns 0 when the
 # store has that step's revision already.
 _EDIT = _FORGET_PAIRS + """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -164,7 +158,6 @@ end
 if #deletes > 0 then
   for _, d in ipairs(deletes) do redis.call('HDEL', token, d[1]); redis.call('HDEL', buffer, d[1]) end
   forget_pairs(pairs, forgotten)
-  forget_neighbours(KEYS[6], forgotten)
 end
 for _, a in ipairs(adds) do
   local m = member(a[2], a[3])
@@ -172,7 +165,10 @@ for _, a in ipairs(adds) do
   redis.call('HSET', buffer, a[1], 0)
   redis.call('ZREM', pairs, m)
 end
-if ARGV[4] ~= '' then redis.call('ZREMRANGEBYRANK', pairs, tonumber(ARGV[4]), -1) end
+if ARGV[4] ~= '' then
+  redis.call('ZREMRANGEBYRANK', pairs, tonumber(ARGV[4]), -1)
+  redis.call('ZREMRANGEBYRANK', KEYS[6], tonumber(ARGV[4]), -1)
+end
 return 1
 """
 
@@ -201,7 +197,6 @@ for k = 3, #ARGV do
 end
 if #ARGV > 2 then
   forget_pairs(pairs, forgotten)
-  forget_neighbours(KEYS[6], forgotten)
 end
 redis.call('HSET', meta, 'version', ARGV[2])
 redis.call('DEL', KEYS[5])
@@ -267,20 +262,19 @@ class RedisStatsStore(StatsStore):
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
-                   neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None) -> bool:
+                   neighbours: list[tuple[str, str]] | None = None, neighbour_counts: np.ndarray | None = None
+                   ) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
         already. A version other than the statistics' is refused (another process moved them)."""
         pair_keys = np.asarray(pair_keys, np.int64)
-        neighbour_keys = np.asarray(neighbour_keys if neighbour_keys is not None else [], np.int64)
-        neighbour_counts = np.asarray(neighbour_counts if neighbour_counts is not None else [], np.float64)
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets),
                 repr(RENORMALISE_BELOW),
                 np.asarray(token_ids, "<i4").tobytes(), np.asarray(token_counts, "<f8").tobytes(),
                 (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
                 np.asarray(pair_counts, "<f8").tobytes(),
-                (neighbour_keys >> PAIR_SHIFT).astype("<i4").tobytes(),
-                (neighbour_keys & _LOW).astype("<i4").tobytes(), np.asarray(neighbour_counts, "<f8").tobytes()]
+                json.dumps(neighbours or [], ensure_ascii=False),  # each member is the pair's JSON, made in Lua
+                np.asarray(neighbour_counts if neighbour_counts is not None else [], "<f8").tobytes()]
         return bool(self._step(keys=self.keys, args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
@@ -315,14 +309,13 @@ class RedisStatsStore(StatsStore):
     def pair(self, keys):
         return self._scaled(self.keys[3], [_member(k) for k in np.asarray(keys).tolist()])
 
-    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every neighbour pair (packed keys) and its τ: adjacent tokens across words, LiteToken's."""
+    def neighbours(self) -> dict[tuple[str, str], float]:
+        """Every neighbour pair (the two tokens' text) and its τ: adjacent tokens across words."""
         with self.client.pipeline() as pipe:
             pipe.hget(self.keys[0], "scale")
-            pipe.hgetall(self.keys[5])
+            pipe.zrange(self.keys[5], 0, -1, withscores=True)
             scale, rows = pipe.execute()
-        keys = np.array([_key(m) for m in rows], np.int64)
-        return keys, float(scale or 1.0) * np.array([float(v) for v in rows.values()], np.float64)
+        return {tuple(json.loads(member)): -float(scale or 1.0) * score for member, score in rows}
 
     def keep_residues(self, residues: list[str], *, version: int) -> None:
         """The latest LiteToken residues of ``version`` (for ``stats show`` and the revisions)."""

@@ -22,6 +22,7 @@ from pipeline.redis_store import RedisStatsStore
 from registry.client import RegistryClient
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.counting import pack_pair
 from tokenizer_service.litetoken import CorpusCounts, find_residues, score_tokens
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, write_audit
@@ -33,14 +34,18 @@ def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: Re
     """The residues of ``tokenizer`` by the statistics in ``store`` (the version they count with)."""
     started = time.perf_counter()
     graph = MergeGraph(tokenizer)
-    keys, values = store.neighbours()
-    counts = CorpusCounts(emitted=store.token(np.arange(tokenizer.id_space)), neighbour_keys=keys,
-                          neighbour_counts=values, documents=store.step)
+    vocab = tokenizer.vocab
+    # Neighbour pairs are kept by the tokens' text: this version's ids for those it has.
+    kept = [(vocab[a], vocab[b], tau) for (a, b), tau in store.neighbours().items() if a in vocab and b in vocab]
+    keys = np.array([pack_pair(u, v) for u, v, _ in kept], np.int64)
+    order = np.argsort(keys)
+    counts = CorpusCounts(emitted=store.token(np.arange(tokenizer.id_space)), neighbour_keys=keys[order],
+                          neighbour_counts=np.array([tau for _, _, tau in kept], np.float64)[order],
+                          documents=store.step)
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
     report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
                            min_count=options.min_count, log_base=options.log_base, kind=options.kind)
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
-    vocab = tokenizer.vocab
     summary = {
         "lineage": store.lineage, "step": store.step, "vocab_size": len(vocab), "kind": report.kind,
         "thresholds": {"r": report.r, "s": report.s, "log_base": options.log_base}, "scope": options.scope,
