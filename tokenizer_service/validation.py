@@ -124,14 +124,7 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     if report.unusable:
         return report
     if encoding is None:
-        encoding = ValidationReport()
-        try:
-            loaded = tokenizer.hf
-        except BaseException as exc:
-            _reraise_unless_library_error(exc)
-            encoding.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
-        else:
-            _check_loaded(loaded, encoding, probes)
+        encoding = check_encoding(tokenizer, probes=probes)
     report.reasons += encoding.reasons
     report.unusable += encoding.unusable
     report.unreachable, report.probes = encoding.unreachable, encoding.probes
@@ -146,12 +139,13 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     return report
 
 
-def check_encoding(tokenizer_json: str, *, probes: list[str] | None = None) -> ValidationReport:
-    """The checks that need the ``tokenizers`` library, on the tokenizer.json text alone: that it
-    loads, that the probes encode and decode losslessly, and which tokens are unreachable.
+def check_encoding(tokenizer: str | BPETokenizer, *, probes: list[str] | None = None) -> ValidationReport:
+    """The checks that need the ``tokenizers`` library: that the tokenizer.json loads, that the
+    probes encode and decode losslessly, and which tokens are unreachable.
 
-    Nothing is parsed in Python, so a registry runs this in a worker process on the uploaded
-    bytes while it checks the rest (:func:`validate` runs the same checks in-process).
+    Given the text alone nothing is parsed in Python, so a registry runs this in a worker
+    process on the uploaded bytes while it checks the rest; :func:`validate` runs it on a
+    :class:`BPETokenizer` (its cached ``hf``).
 
     >>> check_encoding(BPETokenizer.train(["hello world"], vocab_size=270).to_json()).ok
     True
@@ -160,17 +154,11 @@ def check_encoding(tokenizer_json: str, *, probes: list[str] | None = None) -> V
     """
     report = ValidationReport()
     try:
-        loaded = Tokenizer.from_str(tokenizer_json)
+        loaded = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else Tokenizer.from_str(tokenizer)
     except BaseException as exc:
         _reraise_unless_library_error(exc)
         report.refuse(f"tokenizer.json does not load in tokenizers: {exc}")
         return report
-    _check_loaded(loaded, report, probes)
-    return report
-
-
-def _check_loaded(loaded: Tokenizer, report: ValidationReport, probes: list[str] | None) -> None:
-    """The probes' round trip and the unreachable tokens of a loaded tokenizer, into ``report``."""
     texts = probes if probes is not None else probe_texts(loaded)
     report.probes = len(texts)
     try:
@@ -179,11 +167,12 @@ def _check_loaded(loaded: Tokenizer, report: ValidationReport, probes: list[str]
     except BaseException as exc:
         _reraise_unless_library_error(exc)
         report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
-        return
+        return report
     lossy = [t for t, d in zip(texts, decoded) if d != t]
     if lossy:
         report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
     report.unreachable = unreachable_tokens(loaded)
+    return report
 
 
 def _reraise_unless_library_error(exc: BaseException) -> None:
