@@ -21,8 +21,8 @@ that would skip one. A version made elsewhere is adopted by one script that forg
 ids' statistics (nothing stale stays on a recycled id). A revision's edit is one script as well,
 which keeps the revised version
 until it is published (:meth:`RedisStatsStore.settle`): a crash between the two publishes it on
-restart, never a version the statistics do not match. The pair table is bounded:
-:meth:`RedisStatsStore.prune` drops the weakest pairs beyond a maximum (at a revision).
+restart, never a version the statistics do not match. The pair tables are bounded: a
+revision's script drops the weakest pairs beyond a maximum (``apply_revision(max_pairs=...)``).
 
     store = RedisStatsStore(redis.Redis(port=6379), lineage="news", alpha=0.01)
     store.apply_step(step=1, version=3, offsets={"docs:0": 64}, **counts)  # False: replayed
@@ -377,7 +377,3 @@ class RedisStatsStore(StatsStore):
             pipe.hset(self.keys[0], "version", version)
             pipe.delete(self.keys[4])
             pipe.execute()
-
-    def prune(self, max_pairs: int) -> int:
-        """Drop the weakest pairs beyond ``max_pairs`` (of equal ones, the largest keys); how many."""
-        return int(self.client.zremrangebyrank(self.keys[3], max(max_pairs, 0), -1))

@@ -73,11 +73,11 @@ def test_a_lineage_keeps_one_alpha_and_one_slot(client):
         RedisStatsStore(client, lineage=lineage, alpha=0.25)
 
 
-def test_prune_keeps_the_strongest_pairs(client):
+def test_a_revision_bounds_the_pair_table_keeping_the_strongest(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
     store.apply_counts(token_ids=np.array([], np.int64), token_counts=np.array([]),
                        pair_keys=np.array([pack_pair(1, k) for k in range(10)]), pair_counts=np.arange(1.0, 11.0))
-    assert store.prune(3) == 7 and store.tracked_pairs == 3
+    assert store.apply_revision(StatsEdit(), step=1, pending=b"", max_pairs=3) and store.tracked_pairs == 3
     assert store.top_pairs(5)[0].tolist() == [pack_pair(1, 9), pack_pair(1, 8), pack_pair(1, 7)]
 
 
