@@ -38,7 +38,7 @@ from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.counting import PAIR_SHIFT
+from tokenizer_service.counting import unpack_pair
 from tokenizer_service.litetoken import CorpusCounts
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit
@@ -47,7 +47,6 @@ from tokenizer_service.validation import validate
 
 
 MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision drops the weakest beyond it
-LOW_MASK = (1 << PAIR_SHIFT) - 1
 
 
 class LineageStatistics:
@@ -203,9 +202,7 @@ class PipelineJob:
             # Adjacent tokens over whole documents (across words): LiteToken's entropies.
             tokenizer = self.tedtok.tokenizer
             neighbours = CorpusCounts.from_id_lists(tokenizer.encode_batch(texts), tokenizer.id_space)
-            name = tokenizer.id_to_token.get
-            neighbour_pairs = [(name(k >> PAIR_SHIFT) or tokenizer.hf.id_to_token(k >> PAIR_SHIFT),
-                                name(k & LOW_MASK) or tokenizer.hf.id_to_token(k & LOW_MASK))
+            neighbour_pairs = [tuple(map(tokenizer.hf.id_to_token, unpack_pair(k)))  # added tokens included
                                for k in neighbours.neighbour_keys.tolist()]
             try:
                 written = self.store.apply_step(step=number, token_ids=counts.token_ids,
