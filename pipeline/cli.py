@@ -10,12 +10,19 @@ from tokmaint.cli import add_settings, chosen_settings, print_result, show_progr
 
 
 def _pipeline_settings(args: argparse.Namespace):
+    """The options over the environment's ``TOKMAINT_*`` settings; a bad value is a usage error."""
+    from pydantic import ValidationError
+
     from pipeline.topics import PipelineSettings
 
     chosen = {k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
-                                ("dlq_topic", args.dlq_topic), ("max_record_bytes", args.max_record_bytes))
+                                ("dlq_topic", args.dlq_topic), ("max_record_bytes", args.max_record_bytes),
+                                ("commit_steps", getattr(args, "commit_steps", None)))
               if v is not None}
-    return PipelineSettings(**chosen)
+    try:
+        return PipelineSettings(**chosen)
+    except ValidationError as exc:
+        args.parser.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -174,6 +181,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _add_redis_options(run)
     run.add_argument("--max-steps", type=int, help="stop after this many steps (default: run on)")
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
+    run.add_argument("--commit-steps", type=int,
+                     help="steps counted between writes to Redis, at most (a revision, another version and an idle "
+                          "topic write at once; a crash repeats the steps not written; default: "
+                          "TOKMAINT_PIPELINE_COMMIT_STEPS or 16)")
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
 

@@ -3,9 +3,9 @@ with Ted-Tok revisions published to the registry.
 
 Each step (``stream.StepReader``: the next ``step_docs`` documents from the offsets kept in
 Redis) is counted with the lineage's current version by the core's ``StepCounter`` (tokens and
-within-word pairs, Ted-Tok's; adjacent tokens across words, LiteToken's) and written
-to Redis in one atomic write with its step number, version and end offsets
-(``RedisStatsStore.apply_step``). Records that are no Document go to the dead-letter topic, keyed
+within-word pairs, Ted-Tok's; adjacent tokens within and across words, LiteToken's) and written
+to Redis with its step number, version and end offsets in one atomic write, a few steps at a
+time (``RedisStatsStore.apply_step``, ``PipelineJob``). Records that are no Document go to the dead-letter topic, keyed
 by where they stood. When a revision is due, Ted-Tok plans it from the Redis statistics; its
 statistics edit and the revised version are one atomic write (``apply_revision``), then the
 version is published and settled, and the next step counts with it.
@@ -25,9 +25,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import redis
 from kafka import KafkaProducer
 
@@ -38,10 +40,9 @@ from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.counting import unpack_pair
-from tokenizer_service.litetoken import CorpusCounts
+from tokenizer_service.counting import StepCounts, unpack_pair
 from tokenizer_service.revision_diff import diff_entries
-from tokenizer_service.stats_store import StatsEdit
+from tokenizer_service.stats_store import StatsEdit, combine_steps
 from tokenizer_service.tedtok import TedTok
 from tokenizer_service.validation import validate
 
@@ -99,6 +100,10 @@ class LineageStatistics:
         self.store.settle(info["number"])
         return True
 
+    def outdated(self) -> bool:
+        """True when the registry's latest version is not the one counted with (:meth:`follow`)."""
+        return self.registry.version(self.lineage)["number"] != self.tedtok.version
+
     def follow(self) -> bool:
         """Adopt the registry's latest version if someone else published it (a rollback, a
         LiteToken removal): the ids it changed lose their statistics; True when it moved."""
@@ -148,7 +153,13 @@ class LineageStatistics:
 
 
 class PipelineJob:
-    """One lineage's job: ``run`` reads, counts, writes and revises until told to stop."""
+    """One lineage's job: ``run`` reads, counts, writes and revises until told to stop.
+
+    Steps are counted one by one and written ``settings.commit_steps`` at a time (``combine_steps``: a
+    key the steps share is written once), and always before a revision, before another version
+    is adopted, when the topic is idle and when the run ends; a crash loses at most the steps not
+    yet written, which a restart reads and counts again from the stored offsets.
+    """
 
     def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
                  registry: RegistryClient, lineage: str, wait: float = 2.0) -> None:
@@ -161,11 +172,17 @@ class PipelineJob:
         self.reader = StepReader(settings, wait=wait)
         self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
                                           max_request_size=max(2 * settings.max_record_bytes, 1 << 20))
+        self._counted: list[StepCounts] = []  # steps counted and not yet written
+        self._step, self._offsets = 0, {}  # the last step counted and the offsets it ends at
+        self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-redis-write")
+        self._writing: tuple[int, Future] | None = None  # the last step of the write under way, and it
         meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
             self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
 
     def close(self) -> None:
+        self._writer.shutdown(wait=True)
         self.reader.close()
         self.dead_letters.close()
 
@@ -180,48 +197,82 @@ class PipelineJob:
         for future in sent:  # the broker has them all before the offsets move past them
             future.get(timeout=60)
 
+    def _token_texts(self) -> np.ndarray:
+        """The current version's token text of every id (added tokens included), by id."""
+        if self._names is None or self._names[0] != self.tedtok.version:
+            hf = self.tedtok.tokenizer.hf
+            self._names = (self.tedtok.version, np.array([hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)],
+                                                          dtype=object))
+        return self._names[1]
+
+    def _write(self, *, wait: bool = True) -> None:
+        """The steps counted since the last write, their last step number, the version they
+        counted with and the offsets they end at: one atomic write, sent off to Redis while the
+        next steps are read and counted (Redis works on a core of its own); ``wait``: until
+        Redis has it (before anything that reads or moves the statistics)."""
+        if self._counted:
+            self._written()  # one write at a time, in order
+            counts = combine_steps(self._counted, alpha=self.config.alpha)
+            names = self._token_texts()
+            firsts, seconds = unpack_pair(counts.neighbour_keys)
+            self._writing = (self._step, self._writer.submit(
+                self.store.apply_step, step=self._step, span=len(self._counted), token_ids=counts.token_ids,
+                token_counts=counts.token_counts, pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
+                version=self.tedtok.version, offsets=self._offsets,
+                neighbours=list(zip(names[firsts].tolist(), names[seconds].tolist())),
+                neighbour_counts=counts.neighbour_counts))
+            self._counted = []
+        if wait:
+            self._written()
+
+    def _written(self) -> None:
+        """Wait for the write sent off last; an error of its is raised here."""
+        if self._writing is None:
+            return
+        step, future = self._writing
+        self._writing = None
+        try:
+            written = future.result()
+        except redis.ResponseError as exc:  # the version moved under us
+            raise TokmaintError(f"lineage {self.lineage!r}: {exc} (another process?); start again to "
+                                "continue from the statistics") from None
+        if not written:
+            raise TokmaintError(f"lineage {self.lineage!r}: step {step} is in the statistics already "
+                                "(another job on this lineage?); start again to continue from them")
+
     def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
         """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more)."""
         started, done, documents, dead, revisions, megabytes = time.perf_counter(), 0, 0, 0, 0, 0.0
-        offsets = self.store.meta()["offsets"]
+        self._written()
+        meta = self.store.meta()  # where the statistics are (an earlier run's error left steps unwritten)
+        self._step, self._offsets, self._counted = meta["step"], meta["offsets"], []
         while max_steps is None or done < max_steps:
-            self.lineage_stats.follow()
-            step = self.reader.read(offsets, self.step_docs)
+            if self.lineage_stats.outdated():  # someone else's version: counted with from this step
+                self._write()
+                self.lineage_stats.follow()
+            step = self.reader.read(self._offsets, self.step_docs)
             self._dead_letter(step)
             dead += len(step.dead)
             if not step.documents:
+                self._write()
                 if step.dead:  # dead letters only: past them, with no step
-                    self.store.advance(step=self.store.step, offsets=step.end)
-                    offsets = step.end
+                    self.store.advance(step=self._step, offsets=step.end)
+                    self._offsets = step.end
                 elif until_idle:
                     break
                 continue
-            number = self.store.step + 1
-            texts = [d.text for d in step.documents]
-            counts = self.tedtok.counter.count_texts(texts)
-            # Adjacent tokens over whole documents (across words): LiteToken's entropies.
-            tokenizer = self.tedtok.tokenizer
-            neighbours = CorpusCounts.from_id_lists(tokenizer.encode_batch(texts), tokenizer.id_space)
-            neighbour_pairs = [tuple(map(tokenizer.hf.id_to_token, unpack_pair(k)))  # added tokens included
-                               for k in neighbours.neighbour_keys.tolist()]
-            try:
-                written = self.store.apply_step(step=number, token_ids=counts.token_ids,
-                                                token_counts=counts.token_counts, pair_keys=counts.pair_keys,
-                                                pair_counts=counts.pair_counts, version=self.tedtok.version,
-                                                offsets=step.end, neighbours=neighbour_pairs,
-                                                neighbour_counts=neighbours.neighbour_counts)
-            except redis.ResponseError as exc:  # the version moved under us
-                raise TokmaintError(f"lineage {self.lineage!r}: {exc} (another process?); start again to "
-                                    "continue from the statistics") from None
-            if not written:
-                raise TokmaintError(f"lineage {self.lineage!r}: step {number} is in the statistics already "
-                                    "(another job on this lineage?); start again to continue from them")
-            offsets = step.end
+            self._counted.append(self.tedtok.counter.count_texts([d.text for d in step.documents],
+                                                                 neighbours=True))
+            self._step, self._offsets = self._step + 1, step.end
             documents += len(step.documents)
             megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
-            if self.config.revision_due(number):
-                revisions += self.lineage_stats.revise(number)
+            due = self.config.revision_due(self._step)
+            if due or self._step % self.settings.commit_steps == 0:
+                self._write(wait=due)
+            if due:
+                revisions += self.lineage_stats.revise(self._step)
             done += 1
+        self._write()
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
                 "dead_lettered": dead, "revisions": revisions, "version": self.tedtok.version,

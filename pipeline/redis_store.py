@@ -43,13 +43,14 @@ from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsSto
 
 _LOW = (1 << PAIR_SHIFT) - 1
 
-# KEYS: meta, token, buffer, pairs. ARGV: step, version ('' keeps it; another version than the
-# statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
+# KEYS: meta, token, buffer, pairs. ARGV: the last step, version ('' keeps it; another version
+# than the statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
 # then packed little-endian arrays (one string each: no per-value argument to encode): token ids
 # (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64); then
 # the neighbour pairs (a JSON list of [a, b]; each one's member is its cjson encoding, made here
-# so that every write makes it alike) and counts (float64), LiteToken's.
-# Returns 1, or 0 for a step the store has already (a replay).
+# so that every write makes it alike) and counts (float64), LiteToken's; then the span: how many
+# steps, ending at the last, the counts stand for (``stats_store.combine_steps``: weighed as the
+# first one's). Returns 1, or 0 for steps the store has already (a replay).
 _STEP = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
@@ -61,17 +62,22 @@ local function unpack_all(fmt, width, s)
   for i = 1, #s, width do out[#out + 1] = struct.unpack(fmt, s, i) end
   return out
 end
-local step = tonumber(ARGV[1])
+local step, span = tonumber(ARGV[1]), tonumber(ARGV[12])
 local have = tonumber(redis.call('HGET', meta, 'step') or '0')
 if have >= step then return 0 end
-if have ~= step - 1 then return redis.error_reply('step ' .. step .. ' would skip step ' .. (have + 1)) end
+if have ~= step - span then
+  return redis.error_reply('step ' .. (step - span + 1) .. ' would skip step ' .. (have + 1))
+end
 local version = redis.call('HGET', meta, 'version')
 if ARGV[2] ~= '' and version and version ~= ARGV[2] then
   return redis.error_reply('counted with version ' .. ARGV[2] .. ' but the statistics are at version ' .. version)
 end
 local alpha = tonumber(redis.call('HGET', meta, 'alpha'))
-local scale = tonumber(redis.call('HGET', meta, 'scale') or '1') * (1 - alpha)
-if scale < tonumber(ARGV[4]) then
+local scale = tonumber(redis.call('HGET', meta, 'scale') or '1')
+local last = scale
+for _ = 1, span do last = last * (1 - alpha) end
+-- Renormalised before the steps when it falls due within them: τ is the same.
+if last < tonumber(ARGV[4]) then
   for _, key in ipairs({token, buffer}) do
     local all = redis.call('HGETALL', key)
     for i = 1, #all, 2 do redis.call('HSET', key, all[i], f(tonumber(all[i + 1]) * scale)) end
@@ -82,7 +88,8 @@ if scale < tonumber(ARGV[4]) then
   for i = 1, #all, 2 do redis.call('ZADD', KEYS[6], f(tonumber(all[i + 1]) * scale), all[i]) end
   scale = 1
 end
-local weight = alpha / scale
+local weight = alpha / (scale * (1 - alpha))
+for _ = 1, span do scale = scale * (1 - alpha) end
 local ids, counts = unpack_all('<i4', 4, ARGV[5]), unpack_all('<d', 8, ARGV[6])
 for k = 1, #ids do
   add(token, ids[k], weight * counts[k])
@@ -262,11 +269,13 @@ class RedisStatsStore(StatsStore):
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
-                   neighbours: list[tuple[str, str]] | None = None, neighbour_counts: np.ndarray | None = None
-                   ) -> bool:
+                   neighbours: list[tuple[str, str]] | None = None, neighbour_counts: np.ndarray | None = None,
+                   span: int = 1) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
-        already. A version other than the statistics' is refused (another process moved them)."""
+        already. A version other than the statistics' is refused (another process moved them).
+        With ``span``, the counts are those of the ``span`` steps ending at ``step``, combined by
+        ``stats_store.combine_steps``, written as one."""
         pair_keys = np.asarray(pair_keys, np.int64)
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets),
                 repr(RENORMALISE_BELOW),
@@ -274,7 +283,7 @@ class RedisStatsStore(StatsStore):
                 (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
                 np.asarray(pair_counts, "<f8").tobytes(),
                 json.dumps(neighbours or [], ensure_ascii=False),  # each member is the pair's JSON, made in Lua
-                np.asarray(neighbour_counts if neighbour_counts is not None else [], "<f8").tobytes()]
+                np.asarray(neighbour_counts if neighbour_counts is not None else [], "<f8").tobytes(), span]
         return bool(self._step(keys=self.keys, args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:

@@ -33,6 +33,8 @@ class PipelineSettings(BaseSettings):
     dlq_topic: str = "docs.dlq"
     revisions_topic: str = REVISIONS_TOPIC
     max_record_bytes: int = DEFAULT_MAX_BYTES
+    # The job writes its statistics to Redis this many steps at a time, at most (``PipelineJob``).
+    commit_steps: int = Field(16, ge=1)
 
 
 def dead_letter_headers(reason: str, *, source: str, line: int | None = None, partition: int | None = None,

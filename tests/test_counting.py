@@ -1,10 +1,17 @@
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from tokenizer_service.counting import StepCounter, WordVocabulary, pack_pair, unpack_pair
 from tests.conftest import WORDS
+from tokenizer_service.bpe import BPETokenizer
+
+
+@pytest.fixture(scope="module")
+def special_tokenizer(corpus) -> BPETokenizer:
+    return BPETokenizer.train(corpus, vocab_size=320, special_tokens=["<eos>"])
 
 
 def brute_force(tokenizer, texts):
@@ -28,6 +35,18 @@ def test_counts_match_brute_force(byte_tokenizer, texts):
     assert {unpack_pair(k): c for k, c in zip(counts.pair_keys.tolist(), counts.pair_counts.tolist())} == pairs
     assert counts.n_tokens == sum(tokens.values())
     assert counts.n_bytes == sum(len(t.encode()) for t in texts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
+                min_size=1, max_size=20))
+def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
+    """Neighbours from the word encodings equal the adjacent pairs of ``encode_batch`` (a
+    document holding an added token's text is encoded whole, as the library matches it first)."""
+    counts = StepCounter(special_tokenizer).count_texts(texts, neighbours=True)
+    expected = Counter(pair for ids in special_tokenizer.encode_batch(texts) for pair in zip(ids, ids[1:]))
+    assert {unpack_pair(k): c for k, c in zip(counts.neighbour_keys.tolist(),
+                                              counts.neighbour_counts.tolist())} == expected
 
 
 def test_pairs_never_cross_word_boundaries(byte_tokenizer):

@@ -10,7 +10,7 @@ import redis
 
 from pipeline.redis_store import RedisStatsStore
 from tokenizer_service.counting import pack_pair
-from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
+from tokenizer_service.stats_store import RENORMALISE_BELOW, MemoryStatsStore, StatsEdit
 
 
 @pytest.fixture
@@ -92,3 +92,29 @@ def test_a_revision_is_applied_once_and_kept_until_settled(client):
     assert store.pending() == b"version 2" and store.meta()["revised"] == 1
     store.settle(2)
     assert store.pending() is None and store.meta()["version"] == 2
+
+
+def test_steps_written_together_equal_steps_one_by_one(client):
+    """Spans of steps combined into one write (across a renormalisation: α = 0.6 for 300 steps)
+    leave the statistics of the steps written one by one."""
+    from tokenizer_service.counting import StepCounts
+    from tokenizer_service.stats_store import combine_steps
+
+    rng = np.random.default_rng(3)
+    memory, stored = MemoryStatsStore(alpha=0.6), RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.6)
+    step = 0
+    while step < 300:
+        span = [StepCounts(**_counts(rng, 40), n_bytes=0, n_tokens=0) for _ in range(rng.integers(1, 9))]
+        for counts in span:
+            memory.apply_step_counts(counts)
+        step += len(span)
+        combined = combine_steps(span, alpha=0.6)
+        assert stored.apply_step(step=step, span=len(span), token_ids=combined.token_ids,
+                                 token_counts=combined.token_counts, pair_keys=combined.pair_keys,
+                                 pair_counts=combined.pair_counts)
+    ids = np.arange(40)
+    assert stored.step == memory.step == step
+    np.testing.assert_allclose(stored.token(ids), memory.token(ids), rtol=1e-9, atol=1e-300)
+    keys = memory.top_pairs(memory.tracked_pairs)[0]
+    np.testing.assert_allclose(stored.pair(keys), memory.pair(keys), rtol=1e-9, atol=1e-300)
+    assert 0.4 ** 300 < RENORMALISE_BELOW  # so both renormalised on the way (at different steps)

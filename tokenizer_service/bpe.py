@@ -75,6 +75,15 @@ GPT2_ASCII_PATTERN = re.compile(
 _ASCII_TO_BYTE_LEVEL = {b: BYTE_TO_UNICODE[b] for b in range(128)}
 
 
+def ascii_to_byte_level(word: str) -> str:
+    """An ASCII word in the byte-level alphabet.
+
+    >>> ascii_to_byte_level(" a!")
+    'Ġa!'
+    """
+    return word.translate(_ASCII_TO_BYTE_LEVEL)
+
+
 class _JSONObject(dict):
     """A parsed JSON object that remembers the keys it held more than once (JSON keeps the last)."""
 
@@ -560,29 +569,37 @@ class BPETokenizer:
     def word_counts(self, texts: Iterable[str]) -> Counter[str]:
         """How often each word (pre-token, in the model's alphabet) occurs in the texts.
 
-        Same result as counting :meth:`pre_tokenize`; for GPT-2-style tokenizers and ASCII text a
-        stdlib regex split with the byte mapping applied once per distinct word is several times
-        faster than the per-document round trip through ``tokenizers``.
+        Same result as counting :meth:`pre_tokenize`, faster where :meth:`ascii_words` applies.
 
         >>> sorted(BPETokenizer.train(["x"], vocab_size=257).word_counts(["a b", "b"]).items())
         [('a', 1), ('b', 1), ('Ġb', 1)]
         """
         counts: Counter[str] = Counter()
-        if not self._plain_gpt2_pre_tokenizer:
-            for text in texts:
-                counts.update(self.pre_tokenize(text))
-            return counts
-        mapped: Counter[str] = Counter()
+        raw: Counter[str] = Counter()
         for text in texts:
-            # Unicode letter/number classes differ between Python's engines and the Rust one for
-            # rare scripts, so only ASCII takes the fast path: exact for every input.
-            if text.isascii():
-                counts.update(GPT2_ASCII_PATTERN.findall(text))
+            words = self.ascii_words(text)
+            if words is None:
+                counts.update(self.pre_tokenize(text))
             else:
-                mapped.update(self.pre_tokenize(text))
-        for word, n in counts.items():
-            mapped[word.translate(_ASCII_TO_BYTE_LEVEL)] += n
-        return mapped
+                raw.update(words)
+        for word, n in raw.items():
+            counts[ascii_to_byte_level(word)] += n
+        return counts
+
+    def ascii_words(self, text: str) -> list[str] | None:
+        """The words of ``text`` in order before the byte mapping (:func:`ascii_to_byte_level`
+        gives the model's), when a stdlib regex split is exact: GPT-2-style pre-tokenization and
+        ASCII text, several times faster than the round trip through ``tokenizers``; None
+        otherwise (:meth:`pre_tokenize` then).
+
+        >>> BPETokenizer.train(["x"], vocab_size=257).ascii_words("a b!")
+        ['a', ' b', '!']
+        """
+        # Unicode letter/number classes differ between Python's engines and the Rust one for
+        # rare scripts, so only ASCII takes the fast path: exact for every input.
+        if self._plain_gpt2_pre_tokenizer and text.isascii():
+            return GPT2_ASCII_PATTERN.findall(text)
+        return None
 
     def tokenize_word(self, word: str) -> list[int]:
         """BPE on one pre-tokenized word (no pre-tokenizer applied), as token ids."""

@@ -4,7 +4,7 @@ Only pairs inside one pre-token (word) are counted: BPE never merges across a wo
 so a cross-boundary pair could never become a token. Each distinct word of a step is encoded
 once (and cached for the tokenizer version) and weighted by its frequency.
 
->>> from tokenizer_service.bpe import BPETokenizer
+>>> from tokenizer_service.bpe import BPETokenizer, ascii_to_byte_level
 >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={
 ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
 >>> c = StepCounter(tok).count_texts(["ab ab ba", "aab"])
@@ -17,11 +17,11 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.bpe import BPETokenizer, ascii_to_byte_level
 
 PAIR_SHIFT = 32
 
@@ -35,8 +35,15 @@ def pack_pair(u: int | np.ndarray, v: int | np.ndarray) -> int | np.ndarray:
     return (np.int64(u) << PAIR_SHIFT) | np.int64(v) if np.isscalar(u) else (u.astype(np.int64) << PAIR_SHIFT) | v
 
 
-def unpack_pair(key: int) -> tuple[int, int]:
-    return int(key) >> PAIR_SHIFT, int(key) & ((1 << PAIR_SHIFT) - 1)
+def unpack_pair(key: int | np.ndarray) -> tuple[int, int] | tuple[np.ndarray, np.ndarray]:
+    """The ordered pair (u, v) of a key made by :func:`pack_pair` (or the arrays of many keys).
+
+    >>> [a.tolist() for a in unpack_pair(pack_pair(np.array([1, 2]), np.array([5, 6])))]
+    [[1, 2], [5, 6]]
+    """
+    if np.isscalar(key):
+        return int(key) >> PAIR_SHIFT, int(key) & ((1 << PAIR_SHIFT) - 1)
+    return key >> PAIR_SHIFT, key & ((1 << PAIR_SHIFT) - 1)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,10 @@ class StepCounts:
     pair_counts: np.ndarray
     n_bytes: int
     n_tokens: int
+    # Adjacent tokens over whole documents, within and across words (LiteToken's neighbours):
+    # only when asked for (``count_texts(neighbours=True)``).
+    neighbour_keys: np.ndarray | None = None
+    neighbour_counts: np.ndarray | None = None
 
     @property
     def bytes_per_token(self) -> float:
@@ -95,6 +106,7 @@ class StepCounter:
         self._start = np.zeros(0, dtype=np.int64)
         self._len = np.full(0, -1, dtype=np.int64)
         self._word_bytes = np.zeros(0, dtype=np.int64)
+        self._ascii_ids: dict[str, int] = {}  # raw ASCII word -> its id (see BPETokenizer.ascii_words)
 
     def set_tokenizer(self, tokenizer: BPETokenizer) -> None:
         """Switch to a new version: word encodings are recomputed lazily, word ids are kept."""
@@ -132,11 +144,67 @@ class StepCounter:
         offsets = np.repeat(self._start[word_ids] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         return self._flat[offsets + np.arange(total)]
 
-    def count_texts(self, texts: Sequence[str]) -> StepCounts:
-        """Pre-tokenize texts, count each distinct word once, weight by its frequency."""
-        freq = self.tokenizer.word_counts(texts)
-        word_ids = self.words.ids(freq.keys())
-        return self.count_words(word_ids, np.fromiter(freq.values(), np.float64, len(freq)))
+    def count_texts(self, texts: Sequence[str], *, neighbours: bool = False) -> StepCounts:
+        """Pre-tokenize texts, count each distinct word once, weight by its frequency; with
+        ``neighbours``, also the adjacent token pairs of each whole document (what
+        ``encode_batch`` gives: the words' pairs plus the pairs across each word boundary),
+        from the same word encodings.
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={
+        ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
+        >>> c = StepCounter(tok).count_texts(["ab ba", "b"], neighbours=True)
+        >>> [(unpack_pair(k), n) for k, n in zip(c.neighbour_keys.tolist(), c.neighbour_counts.tolist())]
+        [((1, 0), 1.0), ((2, 1), 1.0)]
+        """
+        sequences = [self._word_sequence(text) for text in texts]
+        flat = np.concatenate(sequences) if sequences else np.zeros(0, np.int64)
+        word_ids, freqs = np.unique(flat, return_counts=True)
+        counts = self.count_words(word_ids, freqs.astype(np.float64))
+        if not neighbours:
+            return counts
+        plain = [not self._has_added_token(text) for text in texts]
+        if all(plain):
+            inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
+        else:  # the words of documents with an added token do not make their encoding
+            kept = np.concatenate([s for s, p in zip(sequences, plain) if p] or [np.zeros(0, np.int64)])
+            kept_ids, kept_freqs = np.unique(kept, return_counts=True)
+            inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
+        lengths = np.fromiter((len(s) if p else 0 for s, p in zip(sequences, plain)), np.int64, len(sequences))
+        words = np.concatenate([s for s, p in zip(sequences, plain) if p] or [np.zeros(0, np.int64)])
+        # Across a word boundary: the last token of a word and the first of the next in one document.
+        follows = np.ones(len(words), dtype=bool)
+        follows[np.cumsum(lengths)[lengths > 0] - 1] = False
+        before = words[:-1][follows[:-1]]
+        first = self._flat[self._start[words[1:][follows[:-1]]]]
+        last = self._flat[self._start[before] + self._len[before] - 1]
+        boundary_keys, boundary_counts = np.unique(pack_pair(last, first), return_counts=True)
+        special = [ids for text, p in zip(texts, plain) if not p
+                   for ids in [self.tokenizer.encode(text)] if len(ids) > 1]
+        special_keys = [pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64)) for ids in special]
+        keys = np.concatenate([inner_keys, boundary_keys, *special_keys])
+        weights = np.concatenate([inner_counts, boundary_counts.astype(np.float64),
+                                  *[np.ones(len(k)) for k in special_keys]])
+        neighbour_keys, inverse = np.unique(keys, return_inverse=True)
+        return replace(counts, neighbour_keys=neighbour_keys,
+                       neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
+
+    def _word_sequence(self, text: str) -> np.ndarray:
+        """The word ids of one text in order (raw ASCII words are looked up before their byte
+        mapping, which a new one gets once)."""
+        raw = self.tokenizer.ascii_words(text)
+        if raw is None:
+            return self.words.ids(self.tokenizer.pre_tokenize(text))
+        known = self._ascii_ids
+        ids = [known.get(w, -1) for w in raw]
+        if -1 in ids:
+            for k, w in enumerate(raw):
+                if ids[k] < 0:
+                    ids[k] = known[w] = int(self.words.ids([ascii_to_byte_level(w)])[0])
+        return np.asarray(ids, dtype=np.int64)
+
+    def _has_added_token(self, text: str) -> bool:
+        """True when ``text`` holds an added token's text, which encoding matches before BPE."""
+        return any(token in text for token in self.tokenizer.added_tokens)
 
     def count_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""
@@ -148,13 +216,7 @@ class StepCounter:
         weights = np.repeat(freqs, lengths)
         token_ids, inverse = np.unique(tokens, return_inverse=True)
         token_counts = np.bincount(inverse, weights=weights, minlength=len(token_ids))
-        # A pair starts at every position but a word's last one.
-        not_last = np.ones(len(tokens), dtype=bool)
-        not_last[np.cumsum(lengths)[lengths > 0] - 1] = False
-        starts = np.flatnonzero(not_last)
-        keys = pack_pair(tokens[starts], tokens[starts + 1])
-        pair_keys, pinv = np.unique(keys, return_inverse=True)
-        pair_counts = np.bincount(pinv, weights=weights[starts], minlength=len(pair_keys))
+        pair_keys, pair_counts = self._pairs(word_ids, freqs, tokens=tokens, weights=weights)
         return StepCounts(
             token_ids=token_ids,
             token_counts=token_counts,
@@ -163,3 +225,16 @@ class StepCounter:
             n_bytes=int((self._word_bytes[word_ids] * freqs).sum()),
             n_tokens=int(weights.sum()),
         )
+
+    def _pairs(self, word_ids: np.ndarray, freqs: np.ndarray, *, tokens: np.ndarray | None = None,
+               weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The within-word pairs of encoded words (distinct ids, frequencies) and their counts."""
+        lengths = self._len[word_ids]
+        if tokens is None:
+            tokens, weights = self._gather(word_ids, lengths), np.repeat(freqs, lengths)
+        # A pair starts at every position but a word's last one.
+        not_last = np.ones(len(tokens), dtype=bool)
+        not_last[np.cumsum(lengths)[lengths > 0] - 1] = False
+        starts = np.flatnonzero(not_last)
+        pair_keys, inverse = np.unique(pack_pair(tokens[starts], tokens[starts + 1]), return_inverse=True)
+        return pair_keys, np.bincount(inverse, weights=weights[starts], minlength=len(pair_keys))

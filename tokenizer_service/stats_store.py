@@ -95,6 +95,35 @@ class StatsStore(abc.ABC):
         )
 
 
+def combine_steps(steps: list[StepCounts], *, alpha: float) -> StepCounts:
+    """Consecutive steps' counts as one lazy-decay update: with decay (1-α) a step, step j of
+    the list (from 0) adds α·c/g_j where g_j = g_0·(1-α)^j, so the steps together add
+    (α/g_0)·Σ_j (1-α)^-j·c_j — what this returns as counts, for a store to apply as the first
+    step's weight times these (``RedisStatsStore.apply_step(span=len(steps))``): each key is
+    then touched once for all the steps. Equal to applying them one by one up to rounding.
+
+    >>> one = StepCounts(np.array([1]), np.array([2.0]), np.array([], np.int64), np.array([]), 0, 0)
+    >>> combine_steps([one, one], alpha=0.5).token_counts.tolist()
+    [6.0]
+    """
+    growth = (1.0 - alpha) ** -np.arange(len(steps), dtype=np.float64)
+
+    def merged(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        weights = np.concatenate([g * c for g, c in zip(growth, counts)])
+        return unique, np.bincount(inverse, weights=weights, minlength=len(unique))
+
+    token_ids, token_counts = merged([s.token_ids for s in steps], [s.token_counts for s in steps])
+    pair_keys, pair_counts = merged([s.pair_keys for s in steps], [s.pair_counts for s in steps])
+    neighbour_keys = neighbour_counts = None
+    if all(s.neighbour_keys is not None for s in steps):
+        neighbour_keys, neighbour_counts = merged([s.neighbour_keys for s in steps],
+                                                  [s.neighbour_counts for s in steps])
+    return StepCounts(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts,
+                      n_bytes=sum(s.n_bytes for s in steps), n_tokens=sum(s.n_tokens for s in steps),
+                      neighbour_keys=neighbour_keys, neighbour_counts=neighbour_counts)
+
+
 class SparseVector:
     """Float64 values at sorted int64 keys, updated in vectorised batches.
 
