@@ -40,14 +40,15 @@ from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.counting import StepCounts, unpack_pair
+from tokenizer_service.counting import StepCounts
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit, combine_steps
 from tokenizer_service.tedtok import TedTok
 from tokenizer_service.validation import validate
 
 
-MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision drops the weakest beyond it
+MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision (and neighbour compaction) drops the weakest beyond it
+NEIGHBOUR_SEGMENTS = 16  # neighbour segments in Redis before the job merges them into one
 
 
 class LineageStatistics:
@@ -213,15 +214,14 @@ class PipelineJob:
         if self._counted:
             self._written()  # one write at a time, in order
             counts = combine_steps(self._counted, alpha=self.config.alpha)
-            names = self._token_texts()
-            firsts, seconds = unpack_pair(counts.neighbour_keys)
             self._writing = (self._step, self._writer.submit(
                 self.store.apply_step, step=self._step, span=len(self._counted), token_ids=counts.token_ids,
                 token_counts=counts.token_counts, pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
-                version=self.tedtok.version, offsets=self._offsets,
-                neighbours=list(zip(names[firsts].tolist(), names[seconds].tolist())),
-                neighbour_counts=counts.neighbour_counts))
+                version=self.tedtok.version, offsets=self._offsets, neighbour_keys=counts.neighbour_keys,
+                neighbour_counts=counts.neighbour_counts, token_texts=self._token_texts()))
             self._counted = []
+            if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
+                self.store.compact_neighbours(max_pairs=MAX_PAIRS)
         if wait:
             self._written()
 

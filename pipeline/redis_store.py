@@ -8,9 +8,12 @@ lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script ma
   step counted with), ``offsets`` (JSON: partition → the next offset to read), ``revised`` (the
   step of the last revision);
 * ``tokmaint:{L}:pending``: a revision applied to the statistics but not yet published;
-* ``tokmaint:{L}:neighbours`` sorted set: ``["a", "b"]`` (the two tokens' text, JSON) → −raw τ
-  of the adjacent pair (across words), for LiteToken's entropies: keyed by text, a recycled id
-  inherits nothing, and nothing needs forgetting; ``:residues``: the latest residues;
+* ``tokmaint:{L}:neighbours`` list of segments: LiteToken's adjacent-token pairs (within and
+  across words), a segment a write (:class:`NeighbourSegment`: the pairs by the tokens' text, so
+  a recycled id inherits nothing and nothing needs forgetting, with their EMA as of the write's
+  step); a write appends one blob instead of touching each of its ~10^5 pairs, readers decay
+  and sum the segments, and :meth:`RedisStatsStore.compact_neighbours` merges them into one,
+  bounded to the strongest pairs; ``:residues``: the latest residues;
 * ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
 * ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` (zero-padded) → −raw τ_pair, so that rank order
   is the memory store's order, largest first and ties in key order (top pairs by rank, cheaply).
@@ -31,13 +34,16 @@ revision's script drops the weakest pairs beyond a maximum (``apply_revision(max
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import redis
 
-from tokenizer_service.counting import PAIR_SHIFT, pack_pair
+from tokenizer_service.counting import PAIR_SHIFT, pack_pair, unpack_pair
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsStore
 
@@ -47,10 +53,9 @@ _LOW = (1 << PAIR_SHIFT) - 1
 # than the statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
 # then packed little-endian arrays (one string each: no per-value argument to encode): token ids
 # (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64); then
-# the neighbour pairs (a JSON list of [a, b]; each one's member is its cjson encoding, made here
-# so that every write makes it alike) and counts (float64), LiteToken's; then the span: how many
-# steps, ending at the last, the counts stand for (``stats_store.combine_steps``: weighed as the
-# first one's). Returns 1, or 0 for steps the store has already (a replay).
+# the neighbour segment to append ('' for none); then the span: how many steps, ending at the
+# last, the counts stand for (``stats_store.combine_steps``: weighed as the first one's).
+# Returns 1, or 0 for steps the store has already (a replay).
 _STEP = """
 local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function f(x) return string.format('%.17g', x) end
@@ -62,7 +67,7 @@ local function unpack_all(fmt, width, s)
   for i = 1, #s, width do out[#out + 1] = struct.unpack(fmt, s, i) end
   return out
 end
-local step, span = tonumber(ARGV[1]), tonumber(ARGV[12])
+local step, span = tonumber(ARGV[1]), tonumber(ARGV[11])
 local have = tonumber(redis.call('HGET', meta, 'step') or '0')
 if have >= step then return 0 end
 if have ~= step - span then
@@ -84,8 +89,6 @@ if last < tonumber(ARGV[4]) then
   end
   local all = redis.call('ZRANGE', pairs, 0, -1, 'WITHSCORES')
   for i = 1, #all, 2 do redis.call('ZADD', pairs, f(tonumber(all[i + 1]) * scale), all[i]) end
-  all = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do redis.call('ZADD', KEYS[6], f(tonumber(all[i + 1]) * scale), all[i]) end
   scale = 1
 end
 local weight = alpha / (scale * (1 - alpha))
@@ -101,10 +104,7 @@ for k = 1, #firsts do
   -- Scores are -τ: ascending order is largest τ first with ties in member (= key) order.
   redis.call('ZINCRBY', pairs, f(-weight * pair_counts[k]), string.format('%07d:%07d', firsts[k], seconds[k]))
 end
-local neighbours, neighbour_counts = cjson.decode(ARGV[10]), unpack_all('<d', 8, ARGV[11])
-for k = 1, #neighbour_counts do
-  redis.call('ZINCRBY', KEYS[6], f(-weight * neighbour_counts[k]), cjson.encode(neighbours[k]))
-end
+if ARGV[10] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[10]) end
 redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale))
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
 if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
@@ -124,7 +124,7 @@ end
 """
 
 # KEYS as above, then the pending revision. ARGV: the revision's step ('' for none: no guard),
-# the pending revision to keep ('' for none), n_deletes, the most pairs (and neighbour pairs) to
+# the pending revision to keep ('' for none), n_deletes, the most pairs to
 # keep ('' for no bound: the weakest go), then w u v triples (deletes, in order), then w u v (adds). Returns 0 when the
 # store has that step's revision already.
 _EDIT = _FORGET_PAIRS + """
@@ -172,10 +172,7 @@ for _, a in ipairs(adds) do
   redis.call('HSET', buffer, a[1], 0)
   redis.call('ZREM', pairs, m)
 end
-if ARGV[4] ~= '' then
-  redis.call('ZREMRANGEBYRANK', pairs, tonumber(ARGV[4]), -1)
-  redis.call('ZREMRANGEBYRANK', KEYS[6], tonumber(ARGV[4]), -1)
-end
+if ARGV[4] ~= '' then redis.call('ZREMRANGEBYRANK', pairs, tonumber(ARGV[4]), -1) end
 return 1
 """
 
@@ -185,6 +182,17 @@ return 1
 _ADVANCE = """
 if tonumber(redis.call('HGET', KEYS[1], 'step') or '0') ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'offsets', ARGV[2])
+return 1
+"""
+
+
+# KEYS: neighbours. ARGV: how many segments from the head were merged, the sha1 of the head one
+# (another compaction meanwhile changes it), the merged segment. Replaces those segments with
+# it (later ones, appended meanwhile, stay); 0 when the head is not what was merged.
+_COMPACT = """
+if redis.sha1hex(redis.call('LINDEX', KEYS[1], 0) or '') ~= ARGV[2] then return 0 end
+redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)
+redis.call('LPUSH', KEYS[1], ARGV[3])
 return 1
 """
 
@@ -209,6 +217,73 @@ redis.call('HSET', meta, 'version', ARGV[2])
 redis.call('DEL', KEYS[5])
 return 1
 """
+
+
+@dataclass(frozen=True)
+class NeighbourSegment:
+    """Neighbour pairs by the two tokens' text, with their EMA as of step ``step``: τ at a later
+    step t is ``values · (1-α)^(t - step)`` (no global scale, so segments add up as they are).
+
+    >>> seg = NeighbourSegment(step=3, texts=["a", "b"], firsts=np.array([0]), seconds=np.array([1]),
+    ...                        values=np.array([0.5]))
+    >>> NeighbourSegment.from_bytes(seg.to_bytes()).pairs()
+    {('a', 'b'): 0.5}
+    """
+
+    step: int
+    texts: list[str]  # the tokens' texts; firsts and seconds index them
+    firsts: np.ndarray
+    seconds: np.ndarray
+    values: np.ndarray
+
+    _HEADER = struct.Struct("<qI")  # step, length of the JSON list of texts
+
+    @classmethod
+    def of_ids(cls, *, step: int, keys: np.ndarray, values: np.ndarray, token_texts: np.ndarray) -> "NeighbourSegment":
+        """From packed id pairs (``counting.pack_pair``) and ``token_texts`` (id → text)."""
+        firsts, seconds = unpack_pair(np.asarray(keys, np.int64))
+        ids, inverse = np.unique(np.concatenate([firsts, seconds]), return_inverse=True)
+        return cls(step=step, texts=token_texts[ids].tolist(), firsts=inverse[: len(firsts)],
+                   seconds=inverse[len(firsts):], values=np.asarray(values, np.float64))
+
+    def to_bytes(self) -> bytes:
+        table = json.dumps(self.texts, ensure_ascii=False).encode("utf-8")
+        return b"".join([self._HEADER.pack(self.step, len(table)), table, self.firsts.astype("<i4").tobytes(),
+                         self.seconds.astype("<i4").tobytes(), self.values.astype("<f8").tobytes()])
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "NeighbourSegment":
+        step, length = cls._HEADER.unpack_from(blob)
+        start = cls._HEADER.size + length
+        n = (len(blob) - start) // 16
+        arrays = np.frombuffer(blob, "<i4", 2 * n, start)
+        return cls(step=step, texts=json.loads(blob[cls._HEADER.size:start]), firsts=arrays[:n], seconds=arrays[n:],
+                   values=np.frombuffer(blob, "<f8", n, start + 8 * n))
+
+    @classmethod
+    def merged(cls, segments: list["NeighbourSegment"], *, alpha: float, step: int,
+               max_pairs: int | None = None) -> "NeighbourSegment":
+        """One segment as of ``step`` with the pairs of all, each decayed to it; with
+        ``max_pairs``, only the strongest that many (ties in text order)."""
+        index: dict[str, int] = {}
+        keys, values = [], []
+        for segment in segments:
+            local = np.array([index.setdefault(t, len(index)) for t in segment.texts] or [0], np.int64)
+            keys.append(pack_pair(local[segment.firsts], local[segment.seconds]))
+            values.append(segment.values * (1.0 - alpha) ** (step - segment.step))
+        unique, inverse = np.unique(np.concatenate(keys or [np.zeros(0, np.int64)]), return_inverse=True)
+        summed = np.bincount(inverse, weights=np.concatenate(values or [np.zeros(0)]), minlength=len(unique))
+        texts = np.array(list(index), dtype=object)
+        firsts, seconds = unpack_pair(unique)
+        if max_pairs is not None and len(unique) > max_pairs:
+            order = np.lexsort((texts[seconds].astype(str), texts[firsts].astype(str), -summed))[:max_pairs]
+            unique, summed, firsts, seconds = unique[order], summed[order], firsts[order], seconds[order]
+        return cls.of_ids(step=step, keys=unique, values=summed, token_texts=texts)
+
+    def pairs(self) -> dict[tuple[str, str], float]:
+        texts = self.texts
+        return {(texts[a], texts[b]): v for a, b, v in zip(self.firsts.tolist(), self.seconds.tolist(),
+                                                             self.values.tolist())}
 
 
 def _member(key: int) -> str:
@@ -246,6 +321,7 @@ class RedisStatsStore(StatsStore):
         self._edit = client.register_script(_EDIT)
         self._advance = client.register_script(_ADVANCE)
         self._adopt = client.register_script(_ADOPT)
+        self._compact = client.register_script(_COMPACT)
 
     @classmethod
     def open(cls, client: redis.Redis, *, lineage: str) -> "RedisStatsStore":
@@ -269,21 +345,28 @@ class RedisStatsStore(StatsStore):
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
-                   neighbours: list[tuple[str, str]] | None = None, neighbour_counts: np.ndarray | None = None,
-                   span: int = 1) -> bool:
+                   neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None,
+                   token_texts: np.ndarray | None = None, span: int = 1) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
         already. A version other than the statistics' is refused (another process moved them).
         With ``span``, the counts are those of the ``span`` steps ending at ``step``, combined by
-        ``stats_store.combine_steps``, written as one."""
+        ``stats_store.combine_steps``, written as one. ``neighbour_keys`` and ``neighbour_counts``
+        (combined alike; packed id pairs) with ``token_texts`` (id → the token's text) go in as one
+        :class:`NeighbourSegment`."""
         pair_keys = np.asarray(pair_keys, np.int64)
+        segment = b""
+        if neighbour_keys is not None and len(neighbour_keys):
+            # combine_steps weighs each step as the first; the segment's EMA is as of the last.
+            values = np.asarray(neighbour_counts, np.float64) * self.alpha * (1.0 - self.alpha) ** (span - 1)
+            segment = NeighbourSegment.of_ids(step=step, keys=neighbour_keys, values=values,
+                                              token_texts=token_texts).to_bytes()
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets),
                 repr(RENORMALISE_BELOW),
                 np.asarray(token_ids, "<i4").tobytes(), np.asarray(token_counts, "<f8").tobytes(),
                 (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
                 np.asarray(pair_counts, "<f8").tobytes(),
-                json.dumps(neighbours or [], ensure_ascii=False),  # each member is the pair's JSON, made in Lua
-                np.asarray(neighbour_counts if neighbour_counts is not None else [], "<f8").tobytes(), span]
+                segment, span]
         return bool(self._step(keys=self.keys, args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
@@ -318,13 +401,34 @@ class RedisStatsStore(StatsStore):
     def pair(self, keys):
         return self._scaled(self.keys[3], [_member(k) for k in np.asarray(keys).tolist()])
 
+    def _neighbour_segments(self) -> tuple[int, list[bytes]]:
+        with self.client.pipeline() as pipe:  # MULTI/EXEC: the step and the segments of one moment
+            pipe.hget(self.keys[0], "step")
+            pipe.lrange(self.keys[5], 0, -1)
+            step, blobs = pipe.execute()
+        return int(step or 0), blobs
+
     def neighbours(self) -> dict[tuple[str, str], float]:
-        """Every neighbour pair (the two tokens' text) and its τ: adjacent tokens across words."""
-        with self.client.pipeline() as pipe:
-            pipe.hget(self.keys[0], "scale")
-            pipe.zrange(self.keys[5], 0, -1, withscores=True)
-            scale, rows = pipe.execute()
-        return {tuple(json.loads(member)): -float(scale or 1.0) * score for member, score in rows}
+        """Every neighbour pair (the two tokens' text) and its τ: adjacent tokens within and
+        across words."""
+        step, blobs = self._neighbour_segments()
+        segments = [NeighbourSegment.from_bytes(b) for b in blobs]
+        return NeighbourSegment.merged(segments, alpha=self.alpha, step=step).pairs()
+
+    def neighbour_segments(self) -> int:
+        return int(self.client.llen(self.keys[5]))
+
+    def compact_neighbours(self, *, max_pairs: int | None = None) -> bool:
+        """Merge the neighbour segments into one, keeping the strongest ``max_pairs`` pairs (the
+        bound of the table); segments appended meanwhile stay. False when another compaction
+        came first (nothing written)."""
+        step, blobs = self._neighbour_segments()
+        if not blobs:
+            return True
+        merged = NeighbourSegment.merged([NeighbourSegment.from_bytes(b) for b in blobs], alpha=self.alpha,
+                                         step=step, max_pairs=max_pairs)
+        head = hashlib.sha1(blobs[0]).hexdigest()
+        return bool(self._compact(keys=self.keys[5:6], args=[len(blobs), head, merged.to_bytes()]))
 
     def keep_residues(self, residues: list[str], *, version: int) -> None:
         """The latest LiteToken residues of ``version`` (for ``stats show`` and the revisions)."""

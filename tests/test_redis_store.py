@@ -118,3 +118,35 @@ def test_steps_written_together_equal_steps_one_by_one(client):
     keys = memory.top_pairs(memory.tracked_pairs)[0]
     np.testing.assert_allclose(stored.pair(keys), memory.pair(keys), rtol=1e-9, atol=1e-300)
     assert 0.4 ** 300 < RENORMALISE_BELOW  # so both renormalised on the way (at different steps)
+
+
+def test_neighbour_segments_compact_to_the_same_ema_bounded_to_the_strongest(client):
+    """Each write appends a segment; readers decay and sum them (an offline EMA by text, here),
+    and compaction into one changes nothing but the bound: the strongest pairs stay."""
+    rng = np.random.default_rng(5)
+    texts = np.array([f"t{i}" for i in range(30)], dtype=object)
+    store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.3)
+    ema: dict[tuple[str, str], float] = {}
+    for step in range(1, 13):
+        keys = np.unique(pack_pair(rng.integers(0, 30, 20), rng.integers(0, 30, 20)))
+        counts = rng.integers(1, 5, len(keys)).astype(float)
+        ema = {k: 0.7 * v for k, v in ema.items()}
+        for k, c in zip(keys.tolist(), counts.tolist()):
+            pair = (texts[k >> 32], texts[k & 0xFFFFFFFF])
+            ema[pair] = ema.get(pair, 0.0) + 0.3 * c
+        store.apply_step(step=step, token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0),
+                         pair_keys=np.zeros(0, np.int64), pair_counts=np.zeros(0), neighbour_keys=keys,
+                         neighbour_counts=counts, token_texts=texts)
+    assert store.neighbour_segments() == 12
+
+    def check(stored):
+        assert stored.keys() <= ema.keys()
+        np.testing.assert_allclose([stored[k] for k in stored], [ema[k] for k in stored], rtol=1e-12)
+
+    check(store.neighbours())
+    assert store.neighbours().keys() == ema.keys()
+    assert store.compact_neighbours() and store.neighbour_segments() == 1
+    check(store.neighbours())
+    assert store.compact_neighbours(max_pairs=10) and len(store.neighbours()) == 10
+    check(store.neighbours())
+    assert min(store.neighbours().values()) >= sorted(ema.values())[-10]
