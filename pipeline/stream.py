@@ -52,7 +52,8 @@ class StepReader:
     def __init__(self, settings: PipelineSettings, *, wait: float = 2.0) -> None:
         self.settings, self.wait = settings, wait
         self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20)
+                                      auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20,
+                                      fetch_max_wait_ms=50)  # the broker holds a fetch this long for data
         deadline = time.monotonic() + 30
         while not (partitions := self.consumer.partitions_for_topic(settings.docs_topic)):
             if time.monotonic() > deadline:
@@ -142,3 +143,4 @@ class StepReader:
             step.end[p] = offset + 1
             advance(p)
         return step
+

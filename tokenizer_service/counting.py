@@ -106,7 +106,7 @@ class StepCounter:
         self._start = np.zeros(0, dtype=np.int64)
         self._len = np.full(0, -1, dtype=np.int64)
         self._word_bytes = np.zeros(0, dtype=np.int64)
-        self._ascii_ids: dict[str, int] = {}  # raw ASCII word -> its id (see BPETokenizer.ascii_words)
+        self._ids_by_text: dict[str, int] = {}  # a word's text, raw or mapped, -> its id (_word_sequences)
 
     def set_tokenizer(self, tokenizer: BPETokenizer) -> None:
         """Switch to a new version: word encodings are recomputed lazily, word ids are kept."""
@@ -156,21 +156,20 @@ class StepCounter:
         >>> [(unpack_pair(k), n) for k, n in zip(c.neighbour_keys.tolist(), c.neighbour_counts.tolist())]
         [((1, 0), 1.0), ((2, 1), 1.0)]
         """
-        sequences = [self._word_sequence(text) for text in texts]
-        flat = np.concatenate(sequences) if sequences else np.zeros(0, np.int64)
+        flat, lengths = self._word_sequences(texts)
         word_ids, freqs = np.unique(flat, return_counts=True)
         counts = self.count_words(word_ids, freqs.astype(np.float64))
         if not neighbours:
             return counts
-        plain = [not self._has_added_token(text) for text in texts]
-        if all(plain):
+        plain = np.fromiter((not self._has_added_token(text) for text in texts), bool, len(texts))
+        words = flat
+        if plain.all():
             inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
         else:  # the words of documents with an added token do not make their encoding
-            kept = np.concatenate([s for s, p in zip(sequences, plain) if p] or [np.zeros(0, np.int64)])
-            kept_ids, kept_freqs = np.unique(kept, return_counts=True)
+            words = flat[np.repeat(plain, lengths)]
+            lengths = np.where(plain, lengths, 0)
+            kept_ids, kept_freqs = np.unique(words, return_counts=True)
             inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
-        lengths = np.fromiter((len(s) if p else 0 for s, p in zip(sequences, plain)), np.int64, len(sequences))
-        words = np.concatenate([s for s, p in zip(sequences, plain) if p] or [np.zeros(0, np.int64)])
         # Across a word boundary: the last token of a word and the first of the next in one document.
         follows = np.ones(len(words), dtype=bool)
         follows[np.cumsum(lengths)[lengths > 0] - 1] = False
@@ -188,19 +187,30 @@ class StepCounter:
         return replace(counts, neighbour_keys=neighbour_keys,
                        neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
 
-    def _word_sequence(self, text: str) -> np.ndarray:
-        """The word ids of one text in order (raw ASCII words are looked up before their byte
-        mapping, which a new one gets once)."""
-        raw = self.tokenizer.ascii_words(text)
-        if raw is None:
-            return self.words.ids(self.tokenizer.pre_tokenize(text))
-        known = self._ascii_ids
-        ids = [known.get(w, -1) for w in raw]
-        if -1 in ids:
-            for k, w in enumerate(raw):
-                if ids[k] < 0:
-                    ids[k] = known[w] = int(self.words.ids([ascii_to_byte_level(w)])[0])
-        return np.asarray(ids, dtype=np.int64)
+    def _word_sequences(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The word ids of the texts in order, back to back, and each text's number of words.
+
+        Words are looked up by their text before the byte mapping where ``ascii_words`` applies
+        (a new one is mapped once): unambiguous beside the model's words, as a raw word is
+        ASCII and the model's ASCII words are the same text mapped or not (printable only).
+        """
+        tokenizer, known = self.tokenizer, self._ids_by_text
+        words: list[str] = []
+        lengths = np.zeros(len(texts), np.int64)
+        for k, text in enumerate(texts):
+            piece = tokenizer.ascii_words(text)
+            if piece is None:
+                piece = tokenizer.pre_tokenize(text)
+            lengths[k] = len(piece)
+            words += piece
+        ids = list(map(known.get, words))  # C loops from here on: the hot path of counting
+        if None in ids:
+            mapped = tokenizer.ascii_words("") is not None  # ASCII words are looked up unmapped
+            for k, w in enumerate(words):
+                if ids[k] is None:
+                    model = ascii_to_byte_level(w) if mapped and w.isascii() else w
+                    ids[k] = known[w] = int(self.words.ids([model])[0])
+        return np.array(ids, np.int64), lengths
 
     def _has_added_token(self, text: str) -> bool:
         """True when ``text`` holds an added token's text, which encoding matches before BPE."""
