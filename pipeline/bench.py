@@ -5,7 +5,9 @@ with a small and a large pair table.
 It starts its own broker, redis-server and registry (temporary), trains the initial tokenizer on
 the oldest ``init_share`` of the corpus's first ``max_mb``, ingests those documents, and runs the
 job until the topic is idle (``pipeline_mb_s``: the documents' UTF-8 megabytes over the job's
-wall time, reading, decoding, counting, Redis writes and revisions included). ``encode_mb_s`` is
+wall time, reading, decoding, counting, Redis writes and revisions included; ``revision_seconds``
+the revisions' share). The stream has a production shape by default (``PipelineBenchSettings``);
+``--step-docs 64 --interval-docs 640 --horizon-docs 6400`` is evolve's. ``encode_mb_s`` is
 ``encode_batch`` of the same texts with the initial tokenizer. ``step_seconds``: the median time
 of one step's Redis update (a real step's counts) with the pair table filled to 10k and to 1M.
 """
@@ -44,7 +46,12 @@ class PipelineBenchSettings:
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
     init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
                                                        "trained on")
-    step_docs: int = setting(64, whole(1), "documents per time step")
+    # A stream's shape in production, not evolve's replay of a small corpus: steps of 1,024
+    # documents, a revision every 16 steps, statistics that remember 64 steps.
+    step_docs: int = setting(1024, whole(1), "documents per time step")
+    interval_docs: int = setting(16384, whole(1), "documents between revisions (the first after as many)")
+    horizon_docs: int = setting(65536, whole(1), "documents the statistics remember")
+    commit_steps: int = setting(16, whole(1), "steps counted between writes to Redis, at most")
     step_repeats: int = setting(20, whole(1), "timed step updates per table size (the median is reported)")
 
     def __post_init__(self) -> None:
@@ -93,12 +100,16 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
             servers.append(redis_server)
             registry_server, registry_url = start_server(Path(root) / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
             servers.append(registry_server)
-            pipeline = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq")
+            pipeline = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq",
+                                        commit_steps=settings.commit_steps)
+            stream = StreamSettings(step_docs=settings.step_docs, interval_docs=settings.interval_docs,
+                                    horizon_docs=max(settings.horizon_docs, settings.step_docs),
+                                    warmup_docs=settings.interval_docs)
             ingest(stream_file, pipeline, progress=progress)
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
                 registry.create("bench", initial.to_json())
-                job = PipelineJob(settings=pipeline, stream=StreamSettings(step_docs=settings.step_docs),
+                job = PipelineJob(settings=pipeline, stream=stream,
                                   redis_client=client, registry=registry, lineage="bench", wait=1.0)
                 try:
                     report = job.run(until_idle=True)
@@ -115,6 +126,7 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
     return {
         "encode_mb_s": encode_mb_s, "pipeline_mb_s": pipeline_mb_s, "ratio": pipeline_mb_s / encode_mb_s,
         "step_seconds": step_seconds, "megabytes": megabytes, "documents": report["documents"],
-        "steps": report["steps"], "revisions": report["revisions"], "vocab_size": len(initial),
-        "step_docs": settings.step_docs,
+        "steps": report["steps"], "revisions": report["revisions"], "revision_seconds": report["revision_seconds"],
+        "vocab_size": len(initial), "step_docs": settings.step_docs, "interval_docs": settings.interval_docs,
+        "commit_steps": settings.commit_steps,
     }

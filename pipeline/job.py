@@ -243,6 +243,7 @@ class PipelineJob:
     def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
         """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more)."""
         started, done, documents, dead, revisions, megabytes = time.perf_counter(), 0, 0, 0, 0, 0.0
+        revision_seconds = 0.0
         self._written()
         meta = self.store.meta()  # where the statistics are (an earlier run's error left steps unwritten)
         self._step, self._offsets, self._counted = meta["step"], meta["offsets"], []
@@ -270,10 +271,13 @@ class PipelineJob:
             if due or self._step % self.settings.commit_steps == 0:
                 self._write(wait=due)
             if due:
+                revising = time.perf_counter()
                 revisions += self.lineage_stats.revise(self._step)
+                revision_seconds += time.perf_counter() - revising
             done += 1
         self._write()
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "revisions": revisions, "version": self.tedtok.version,
+                "dead_lettered": dead, "revisions": revisions, "revision_seconds": revision_seconds,
+                "version": self.tedtok.version,
                 "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
