@@ -136,6 +136,9 @@ CASES = [
     ("drift shares", [*DRIFT, "--old-share", "0.9", "--new-share", "0.2"], "old-share + new-share must be at most 1"),
     ("throughput --max-mb 0", ["bench", "throughput", "--corpus", "corpus.jsonl", "--max-mb", "0"],
      "argument --max-mb: must be a number > 0"),
+    ("pipeline run --commit-steps 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
+                                       "http://127.0.0.1:1", "--lineage", "x", "--commit-steps", "0"],
+     "commit_steps: Input should be greater than or equal to 1"),
     # a corpus too small for the benchmark's slices says which option to change
     ("drift small corpus", DRIFT, "40 documents: --new-share 0.2 is 8 documents, not more than --held-out 2000; "
                                   "lower --held-out below 8"),
