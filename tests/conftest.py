@@ -96,16 +96,22 @@ def tedtok_lineage(*, seed: int, steps: int, lineage: str = "demo"):
     return initial, tedtok.revisions
 
 
-@pytest.fixture(scope="session")
-def broker():
-    """A Kafka-protocol broker of the session's own (``pipeline.local_servers``): its address."""
+def _local_server(start):
+    """Start a server with ``start`` (``pipeline.local_servers``), yield its address, stop it;
+    a server that cannot start skips the tests that need it, saying why."""
     try:
-        process, address = start_broker()
+        process, address = start()
     except TokmaintError as exc:
         pytest.skip(str(exc))
     yield address
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def broker():
+    """A Kafka-protocol broker of the session's own: its address."""
+    yield from _local_server(start_broker)
 
 
 def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
@@ -132,10 +138,4 @@ def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) ->
 @pytest.fixture(scope="session")
 def redis_url():
     """A redis-server of the session's own on a free loopback port (nothing kept on disk)."""
-    try:
-        process, url = start_redis()
-    except TokmaintError as exc:
-        pytest.skip(str(exc))
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    yield from _local_server(start_redis)
