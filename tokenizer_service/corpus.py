@@ -137,6 +137,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return record
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)  # one for all: json.loads builds one a call
 def json_object(line: str, *, expected: str = "a JSON object") -> dict[str, Any]:
     """A record's JSON object, which may name no key twice; ValueError with the reason otherwise
     (the corpus reader's rule, and the stream's: ``schemas.document``).
@@ -149,7 +150,7 @@ def json_object(line: str, *, expected: str = "a JSON object") -> dict[str, Any]
     ValueError: expected a JSON object, got a list
     """
     try:
-        record = json.loads(line, object_pairs_hook=_unique_keys)
+        record = _DECODER.decode(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:

@@ -17,6 +17,7 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -64,6 +65,34 @@ class StepCounts:
     @property
     def bytes_per_token(self) -> float:
         return self.n_bytes / max(self.n_tokens, 1)
+
+
+def add_counts(parts: Sequence[StepCounts], weights: Sequence[float] | None = None) -> StepCounts:
+    """Counts of several parts as one, key by key: the parts of one step (documents counted in
+    different processes: exactly the step's counts, as counts are whole numbers), or, with
+    ``weights``, a weighted sum (``stats_store.combine_steps``).
+
+    >>> one = StepCounts(np.array([1, 4]), np.array([2.0, 1.0]), np.array([], np.int64), np.array([]), 3, 3)
+    >>> both = add_counts([one, one])
+    >>> both.token_ids.tolist(), both.token_counts.tolist(), both.n_tokens
+    ([1, 4], [4.0, 2.0], 6)
+    """
+    factors = np.ones(len(parts)) if weights is None else np.asarray(weights, np.float64)
+
+    def merged(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        summands = np.concatenate([f * c for f, c in zip(factors, counts)])
+        return unique, np.bincount(inverse, weights=summands, minlength=len(unique))
+
+    token_ids, token_counts = merged([p.token_ids for p in parts], [p.token_counts for p in parts])
+    pair_keys, pair_counts = merged([p.pair_keys for p in parts], [p.pair_counts for p in parts])
+    neighbour_keys = neighbour_counts = None
+    if all(p.neighbour_keys is not None for p in parts):
+        neighbour_keys, neighbour_counts = merged([p.neighbour_keys for p in parts],
+                                                  [p.neighbour_counts for p in parts])
+    return StepCounts(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts,
+                      n_bytes=sum(p.n_bytes for p in parts), n_tokens=sum(p.n_tokens for p in parts),
+                      neighbour_keys=neighbour_keys, neighbour_counts=neighbour_counts)
 
 
 class WordVocabulary:
@@ -119,7 +148,10 @@ class StepCounter:
             grow = n - len(self._len)
             self._start = np.concatenate([self._start, np.zeros(grow, np.int64)])
             self._len = np.concatenate([self._len, np.full(grow, -1, np.int64)])
-            new_bytes = [len(self.tokenizer.token_bytes(w)) for w in self.words.words[n - grow :]]
+            tokenizer = self.tokenizer  # a byte-level word's characters are a byte each
+            specials = tokenizer.special_tokens if tokenizer.byte_level else None
+            new_bytes = [len(w) if specials is not None and w not in specials else len(tokenizer.token_bytes(w))
+                         for w in self.words.words[n - grow :]]
             self._word_bytes = np.concatenate([self._word_bytes, np.asarray(new_bytes, np.int64)])
         missing = np.unique(word_ids[self._len[word_ids] < 0])
         if len(missing) == 0:
@@ -157,8 +189,9 @@ class StepCounter:
         [((1, 0), 1.0), ((2, 1), 1.0)]
         """
         flat, lengths = self._word_sequences(texts)
-        word_ids, freqs = np.unique(flat, return_counts=True)
-        counts = self.count_words(word_ids, freqs.astype(np.float64))
+        freqs = np.bincount(flat, minlength=len(self.words))  # word ids are dense: no sort
+        word_ids = np.flatnonzero(freqs)
+        counts = self.count_words(word_ids, freqs[word_ids].astype(np.float64))
         if not neighbours:
             return counts
         plain = np.fromiter((not self._has_added_token(text) for text in texts), bool, len(texts))
@@ -196,21 +229,23 @@ class StepCounter:
         """
         tokenizer, known = self.tokenizer, self._ids_by_text
         words: list[str] = []
-        lengths = np.zeros(len(texts), np.int64)
-        for k, text in enumerate(texts):
+        lengths: list[int] = []
+        for text in texts:
             piece = tokenizer.ascii_words(text)
             if piece is None:
                 piece = tokenizer.pre_tokenize(text)
-            lengths[k] = len(piece)
+            lengths.append(len(piece))
             words += piece
-        ids = list(map(known.get, words))  # C loops from here on: the hot path of counting
-        if None in ids:
+        # C loops from here on, the hot path of counting; Python touches new words only.
+        ids = np.fromiter(map(known.get, words, repeat(-1)), np.int64, len(words))
+        new = np.flatnonzero(ids < 0)
+        if len(new):
+            fresh = list(dict.fromkeys(words[k] for k in new.tolist()))  # first seen first
             mapped = tokenizer.ascii_words("") is not None  # ASCII words are looked up unmapped
-            for k, w in enumerate(words):
-                if ids[k] is None:
-                    model = ascii_to_byte_level(w) if mapped and w.isascii() else w
-                    ids[k] = known[w] = int(self.words.ids([model])[0])
-        return np.array(ids, np.int64), lengths
+            model = [ascii_to_byte_level(w) if mapped and w.isascii() else w for w in fresh]
+            known.update(zip(fresh, self.words.ids(model).tolist()))
+            ids[new] = [known[words[k]] for k in new.tolist()]
+        return ids, np.array(lengths, np.int64)
 
     def _has_added_token(self, text: str) -> bool:
         """True when ``text`` holds an added token's text, which encoding matches before BPE."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenizer_service.counting import PAIR_SHIFT, StepCounts, pack_pair
+from tokenizer_service.counting import PAIR_SHIFT, StepCounts, add_counts, pack_pair
 
 # Rescale when the decay factor falls below this; float64 keeps ~300 decades of headroom.
 RENORMALISE_BELOW = 1e-100
@@ -106,22 +106,7 @@ def combine_steps(steps: list[StepCounts], *, alpha: float) -> StepCounts:
     >>> combine_steps([one, one], alpha=0.5).token_counts.tolist()
     [6.0]
     """
-    growth = (1.0 - alpha) ** -np.arange(len(steps), dtype=np.float64)
-
-    def merged(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-        weights = np.concatenate([g * c for g, c in zip(growth, counts)])
-        return unique, np.bincount(inverse, weights=weights, minlength=len(unique))
-
-    token_ids, token_counts = merged([s.token_ids for s in steps], [s.token_counts for s in steps])
-    pair_keys, pair_counts = merged([s.pair_keys for s in steps], [s.pair_counts for s in steps])
-    neighbour_keys = neighbour_counts = None
-    if all(s.neighbour_keys is not None for s in steps):
-        neighbour_keys, neighbour_counts = merged([s.neighbour_keys for s in steps],
-                                                  [s.neighbour_counts for s in steps])
-    return StepCounts(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts,
-                      n_bytes=sum(s.n_bytes for s in steps), n_tokens=sum(s.n_tokens for s in steps),
-                      neighbour_keys=neighbour_keys, neighbour_counts=neighbour_counts)
+    return add_counts(steps, (1.0 - alpha) ** -np.arange(len(steps), dtype=np.float64))
 
 
 class SparseVector:
