@@ -26,13 +26,16 @@ import json
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import redis
 from kafka import KafkaProducer
 
+from pipeline.counting_process import CountingProcess
 from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
@@ -40,7 +43,7 @@ from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.counting import StepCounts
+from tokenizer_service.counting import StepCounts, add_counts
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit, combine_steps
 from tokenizer_service.tedtok import TedTok
@@ -49,6 +52,9 @@ from tokenizer_service.validation import validate
 
 MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision (and neighbour compaction) drops the weakest beyond it
 NEIGHBOUR_SEGMENTS = 16  # neighbour segments in Redis before the job merges them into one
+# The share of a step's documents the job counts itself, beside the counting process: moved by
+# OWN_SHARE_STEP after each step, up when the job waited longer than OWN_SHARE_WAIT seconds.
+OWN_SHARE_MAX, OWN_SHARE_STEP, OWN_SHARE_WAIT = 0.5, 0.02, 0.002
 
 
 class LineageStatistics:
@@ -125,12 +131,18 @@ class LineageStatistics:
             self.tedtok.adopt(self._tokenizer(version), version)
         return True
 
-    def revise(self, step: int) -> bool:
+    def revise(self, step: int, *, planned: Callable[[], None] | None = None) -> bool:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
         registry's rules), then its edit and the version in one write, then published; False
-        when no pair beats the margin (or the store has this step's revision already)."""
+        when no pair beats the margin (or the store has this step's revision already).
+
+        ``planned`` is called as soon as Ted-Tok has planned it, before the rest, when
+        ``self.tedtok`` holds the version the next step most likely counts with (the revised
+        one, or the current one when there is none): the job counts the next step meanwhile."""
         parent, version = self.tedtok.tokenizer, self.tedtok.version
         revision = self.tedtok.revise()
+        if planned is not None:
+            planned()
         reasons = [] if revision is None else validate(revision.tokenizer, parent=parent).reasons
         if revision is None or reasons:
             if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
@@ -151,6 +163,19 @@ class LineageStatistics:
         else:  # someone else's version came first: continue from it
             self.tedtok.adopt(self._tokenizer(now), now)
         return ours
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """A step being counted: its texts, where it ends, the version it is counted with (by
+    sha256), the counts to come from the counting process and those of the share of its
+    documents the job counted itself."""
+
+    texts: list[str]
+    end: dict[int, int]
+    sha256: str
+    counts: Future
+    own: StepCounts | None
 
 
 class PipelineJob:
@@ -178,12 +203,18 @@ class PipelineJob:
         self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-redis-write")
         self._writing: tuple[int, Future] | None = None  # the last step of the write under way, and it
+        self.counting = CountingProcess()
+        self._in_flight: _Counting | None = None  # the step being counted
+        self._revised = 0  # the last step a revision was made after (or found not due)
+        self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
+        self._revision_seconds = 0.0
         meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
             self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
 
     def close(self) -> None:
         self._writer.shutdown(wait=True)
+        self.counting.close()
         self.reader.close()
         self.dead_letters.close()
 
@@ -213,17 +244,24 @@ class PipelineJob:
         Redis has it (before anything that reads or moves the statistics)."""
         if self._counted:
             self._written()  # one write at a time, in order
-            counts = combine_steps(self._counted, alpha=self.config.alpha)
             self._writing = (self._step, self._writer.submit(
-                self.store.apply_step, step=self._step, span=len(self._counted), token_ids=counts.token_ids,
-                token_counts=counts.token_counts, pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
-                version=self.tedtok.version, offsets=self._offsets, neighbour_keys=counts.neighbour_keys,
-                neighbour_counts=counts.neighbour_counts, token_texts=self._token_texts()))
+                self._apply_steps, self._counted, step=self._step, version=self.tedtok.version,
+                offsets=self._offsets, token_texts=self._token_texts()))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)
         if wait:
             self._written()
+
+    def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
+                     token_texts: np.ndarray) -> bool:
+        """On the writer thread: the steps as one update (combined there too: numpy's sorts let
+        the reading go on), the write of ``_write``."""
+        counts = combine_steps(counted, alpha=self.config.alpha)
+        return self.store.apply_step(
+            step=step, span=len(counted), token_ids=counts.token_ids, token_counts=counts.token_counts,
+            pair_keys=counts.pair_keys, pair_counts=counts.pair_counts, version=version, offsets=offsets,
+            neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts, token_texts=token_texts)
 
     def _written(self) -> None:
         """Wait for the write sent off last; an error of its is raised here."""
@@ -240,44 +278,119 @@ class PipelineJob:
             raise TokmaintError(f"lineage {self.lineage!r}: step {step} is in the statistics already "
                                 "(another job on this lineage?); start again to continue from them")
 
+    def _submit(self, step: Step) -> _Counting:
+        """Count ``step`` with the current version: the counting process its first documents,
+        the job itself the last ``own_share`` of them meanwhile."""
+        tokenizer = self.tedtok.tokenizer
+        texts = [d.text for d in step.documents]
+        cut = len(texts) - int(len(texts) * self._own_share)
+        counts = self.counting.submit(texts[:cut], tokenizer)
+        own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
+        return _Counting(texts, step.end, tokenizer.sha256, counts, own)
+
+    def _counts(self, future: Future) -> StepCounts:
+        """The counting process's counts; the job's own share grows while it waits for them and
+        shrinks while it does not (both processes busy: the same numbers at any share)."""
+        waiting = time.perf_counter()
+        try:
+            counts = future.result()
+        except BrokenProcessPool as exc:
+            raise TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
+                                f"({exc}); start again to continue from the statistics") from None
+        waited = time.perf_counter() - waiting > OWN_SHARE_WAIT
+        self._own_share = min(OWN_SHARE_MAX, self._own_share + OWN_SHARE_STEP) if waited else \
+            max(0.0, self._own_share - OWN_SHARE_STEP)
+        return counts
+
+    def _collect(self) -> None:
+        """Take the counts of the step under way in the counting process (written with the
+        next ``commit_steps`` write); counted again when they were counted ahead with a
+        version that did not become the current one."""
+        if self._in_flight is None:
+            return
+        counting, self._in_flight = self._in_flight, None
+        counts = self._counts(counting.counts)
+        if counting.own is not None:
+            counts = add_counts([counts, counting.own])
+        if counting.sha256 != self.tedtok.tokenizer.sha256:
+            counts = self._counts(self.counting.submit(counting.texts, self.tedtok.tokenizer))
+        self._counted.append(counts)
+        self._step, self._offsets = self._step + 1, counting.end
+        # Also the step before a revision: the revision then waits for a one-step write only.
+        if self._step % self.settings.commit_steps == 0 or self.config.revision_due(self._step + 1):
+            self._write(wait=False)
+
+    def _revision_due(self) -> bool:
+        """True when the last step counted (or being counted) is due a revision not made yet."""
+        last = self._step + (self._in_flight is not None)
+        return last > 0 and self.config.revision_due(last) and self._revised < last
+
+    def _revise(self, then: Step | None = None) -> bool:
+        """The revision due after the last step, all steps written first; ``then``, the step
+        after it, is counted while the revision is validated, written and published."""
+        self._collect()
+        self._write()
+        revising = time.perf_counter()
+
+        def count_ahead() -> None:
+            if then is not None:
+                self._in_flight = self._submit(then)
+
+        made = self.lineage_stats.revise(self._step, planned=count_ahead)
+        self._revised = self._step
+        self._revision_seconds += time.perf_counter() - revising
+        return made
+
+    def _catch_up(self) -> bool:
+        """Every step counted, written, and revised after when due (before the job waits, adopts
+        another version or ends); True when a revision was published."""
+        self._collect()
+        self._write()
+        return self._revise() if self._revision_due() else False
+
     def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
-        """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more)."""
+        """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more).
+
+        A step is read and decoded here while the one before it is counted in the counting
+        process. A revision due after step R is made once step R+1 is read: as soon as Ted-Tok
+        has planned it, step R+1 is counted with the revised version while the revision is
+        validated, written and published (and counted again if that version does not become
+        the current one).
+        """
         started, done, documents, dead, revisions, megabytes = time.perf_counter(), 0, 0, 0, 0, 0.0
-        revision_seconds = 0.0
         self._written()
         meta = self.store.meta()  # where the statistics are (an earlier run's error left steps unwritten)
-        self._step, self._offsets, self._counted = meta["step"], meta["offsets"], []
+        self._step, self._offsets, self._counted, self._in_flight = meta["step"], meta["offsets"], [], None
+        self._revised, self._revision_seconds = meta["revised"], 0.0
+        read_from = self._offsets  # ahead of self._offsets by the step being counted
         while max_steps is None or done < max_steps:
             if self.lineage_stats.outdated():  # someone else's version: counted with from this step
-                self._write()
+                revisions += self._catch_up()
                 self.lineage_stats.follow()
-            step = self.reader.read(self._offsets, self.step_docs)
+            step = self.reader.read(read_from, self.step_docs)
             self._dead_letter(step)
             dead += len(step.dead)
             if not step.documents:
-                self._write()
+                revisions += self._catch_up()
                 if step.dead:  # dead letters only: past them, with no step
                     self.store.advance(step=self._step, offsets=step.end)
-                    self._offsets = step.end
+                    self._offsets = read_from = step.end
                 elif until_idle:
                     break
                 continue
-            self._counted.append(self.tedtok.counter.count_texts([d.text for d in step.documents],
-                                                                 neighbours=True))
-            self._step, self._offsets = self._step + 1, step.end
+            read_from = step.end
+            if self._revision_due():
+                revisions += self._revise(then=step)
+            else:
+                counting = self._submit(step)
+                self._collect()  # the step before, counted while this one was read
+                self._in_flight = counting
             documents += len(step.documents)
             megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
-            due = self.config.revision_due(self._step)
-            if due or self._step % self.settings.commit_steps == 0:
-                self._write(wait=due)
-            if due:
-                revising = time.perf_counter()
-                revisions += self.lineage_stats.revise(self._step)
-                revision_seconds += time.perf_counter() - revising
             done += 1
-        self._write()
+        revisions += self._catch_up()
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "revisions": revisions, "revision_seconds": revision_seconds,
+                "dead_lettered": dead, "revisions": revisions, "revision_seconds": self._revision_seconds,
                 "version": self.tedtok.version,
                 "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
