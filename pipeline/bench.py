@@ -8,8 +8,9 @@ job until the topic is idle (``pipeline_mb_s``: the documents' UTF-8 megabytes o
 wall time, reading, decoding, counting, Redis writes and revisions included; ``revision_seconds``
 the revisions' share). The stream has a production shape by default (``PipelineBenchSettings``);
 ``--step-docs 64 --interval-docs 640 --horizon-docs 6400`` is evolve's. ``encode_mb_s`` is
-``encode_batch`` of the same texts with the initial tokenizer. ``step_seconds``: the median time
-of one step's Redis update (a real step's counts) with the pair table filled to 10k and to 1M.
+``encode_batch`` of the same texts with the initial tokenizer, timed once before and once after
+the job (the machine's speed drifts). ``step_seconds``: the median time of one step's Redis
+update (a real step's counts) with the pair table filled to 10k and to 1M.
 """
 
 from __future__ import annotations
@@ -76,6 +77,13 @@ def _step_seconds(client: redis.Redis, counts, pairs: int, repeats: int) -> floa
     return statistics.median(times)
 
 
+def _encode_seconds(tokenizer: BPETokenizer, texts: list[str]) -> float:
+    """The time ``tokenizers`` takes to encode the texts (``encode_batch``, all cores)."""
+    started = time.perf_counter()
+    tokenizer.hf.encode_batch(texts, add_special_tokens=False)
+    return time.perf_counter() - started
+
+
 def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = PipelineBenchSettings(), *,
                        progress: bool = True) -> dict[str, Any]:
     docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
@@ -83,9 +91,7 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
     initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
                                  vocab_size=settings.vocab_size, progress=progress)
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
-    started = time.perf_counter()
-    initial.hf.encode_batch(texts, add_special_tokens=False)
-    encode_mb_s = megabytes / (time.perf_counter() - started)
+    encode_seconds = _encode_seconds(initial, texts)
 
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-pipeline-") as root:
@@ -122,6 +128,7 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
             for server in servers:
                 server.terminate()
                 server.wait(timeout=30)
+    encode_mb_s = 2 * megabytes / (encode_seconds + _encode_seconds(initial, texts))
     pipeline_mb_s = megabytes / report["seconds"]
     return {
         "encode_mb_s": encode_mb_s, "pipeline_mb_s": pipeline_mb_s, "ratio": pipeline_mb_s / encode_mb_s,
