@@ -17,7 +17,9 @@ def _pipeline_settings(args: argparse.Namespace):
 
     chosen = {k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
                                 ("dlq_topic", args.dlq_topic), ("max_record_bytes", args.max_record_bytes),
-                                ("commit_steps", getattr(args, "commit_steps", None)))
+                                ("commit_steps", getattr(args, "commit_steps", None)),
+                                ("step_seconds", getattr(args, "step_seconds", None)),
+                                ("max_step_docs", getattr(args, "max_step_docs", None)))
               if v is not None}
     try:
         return PipelineSettings(**chosen)
@@ -185,6 +187,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="steps counted between writes to Redis, at most (a revision, another version and an idle "
                           "topic write at once; a crash repeats the steps not written; default: "
                           "TOKMAINT_PIPELINE_COMMIT_STEPS or 16)")
+    run.add_argument("--step-seconds", type=float,
+                     help="a step is one window of this many seconds of event time (aligned to the epoch) instead "
+                          "of --step-docs documents, which then stands for a window's documents on average (it turns "
+                          "the horizon, interval and warmup into steps); default: TOKMAINT_PIPELINE_STEP_SECONDS or "
+                          "none")
+    run.add_argument("--max-step-docs", type=int,
+                     help="with --step-seconds, the most documents a step holds (a fuller window goes on in the next "
+                          "step); default: TOKMAINT_PIPELINE_MAX_STEP_DOCS or 100000")
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
 

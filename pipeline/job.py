@@ -190,7 +190,7 @@ class PipelineJob:
     def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
                  registry: RegistryClient, lineage: str, wait: float = 2.0) -> None:
         self.settings, self.lineage = settings, lineage
-        self.step_docs = stream.step_docs
+        self.step_docs = stream.step_docs if settings.step_seconds is None else settings.max_step_docs
         self.lineage_stats = LineageStatistics(stream=stream, redis_client=redis_client, registry=registry,
                                                lineage=lineage)
         self.store, self.tedtok, self.config = (self.lineage_stats.store, self.lineage_stats.tedtok,
@@ -367,7 +367,7 @@ class PipelineJob:
             if self.lineage_stats.outdated():  # someone else's version: counted with from this step
                 revisions += self._catch_up()
                 self.lineage_stats.follow()
-            step = self.reader.read(read_from, self.step_docs)
+            step = self.reader.read(read_from, self.step_docs, seconds=self.settings.step_seconds)
             self._dead_letter(step)
             dead += len(step.dead)
             if not step.documents:

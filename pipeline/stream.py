@@ -1,6 +1,7 @@
 """Time steps out of the ``docs`` topic: deterministic slices from stored offsets.
 
-A step is the next ``size`` documents in event-time order across the topic's partitions: a merge
+A step is the next ``size`` documents in event-time order across the topic's partitions (or
+those of the next window of ``seconds`` of event time: ``read(..., seconds=...)``): a merge
 of the partitions' sequences that always takes the earliest head (by ``ts``, then partition), so
 each step consumes a prefix of every partition and the same start offsets always give the same
 step, whether the process ran on or restarted. Records that are no Document are consumed where
@@ -15,15 +16,29 @@ partition is read up to its end (as far as the broker has it after ``wait`` seco
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from kafka import KafkaConsumer, TopicPartition
 
 from pipeline.topics import PipelineSettings
 from schemas.document import RecordError, StreamDocument, decode_document
 from tokenizer_service.errors import TokmaintError
+
+
+FILL_RECORDS = 4096  # records a partition's buffer is filled to before a merge, at most (more as it runs dry)
+
+
+def _window_end(ts: datetime, seconds: float) -> datetime:
+    """The end of the event-time window of ``seconds`` that holds ``ts`` (aligned to the epoch).
+
+    >>> _window_end(datetime(2024, 1, 1, 0, 1, 30, tzinfo=timezone.utc), 60).isoformat()
+    '2024-01-01T00:02:00+00:00'
+    """
+    return datetime.fromtimestamp((math.floor(ts.timestamp() / seconds) + 1) * seconds, tz=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -106,12 +121,16 @@ class StepReader:
                 break
             self._poll()
 
-    def read(self, start: dict[int, int], size: int) -> Step:
-        """The step of ``size`` documents that begins at ``start`` (partition → next offset)."""
+    def read(self, start: dict[int, int], size: int, *, seconds: float | None = None) -> Step:
+        """The step of ``size`` documents that begins at ``start`` (partition → next offset);
+        with ``seconds``, the documents of one window of that many seconds of event time (the
+        first document's; windows aligned to the epoch, as Beam's ``FixedWindows``), at most
+        ``size`` of them (a fuller window goes on in the next step)."""
         self._position(start)
-        self._fill(self.partitions, size)
+        self._fill(self.partitions, min(size, FILL_RECORDS))
         step = Step(end={p: start.get(p, 0) for p in self.partitions})
         heads: list[tuple] = []
+        window_end: datetime | None = None
 
         def advance(p: int) -> None:
             """Consume partition p's dead records at its head, then queue its next document."""
@@ -137,6 +156,11 @@ class StepReader:
         for p in self.partitions:
             advance(p)
         while heads and len(step.documents) < size:
+            if seconds is not None:
+                if window_end is None:
+                    window_end = _window_end(heads[0][0], seconds)
+                elif heads[0][0] >= window_end:
+                    break
             _, p, offset, doc = heapq.heappop(heads)
             self._buffers[p].popleft()
             step.documents.append(doc)

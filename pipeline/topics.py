@@ -35,6 +35,12 @@ class PipelineSettings(BaseSettings):
     max_record_bytes: int = DEFAULT_MAX_BYTES
     # The job writes its statistics to Redis this many steps at a time, at most (``PipelineJob``).
     commit_steps: int = Field(16, ge=1)
+    # A step is the documents of one window of this many seconds of event time (None: of
+    # ``step_docs`` documents); ``step_docs`` then stands for a window's documents on average, to
+    # turn the horizon, interval and warmup (in documents) into steps. A window of more than
+    # ``max_step_docs`` goes on in the next step (a step's texts are held in memory).
+    step_seconds: float | None = Field(None, gt=0)
+    max_step_docs: int = Field(100_000, ge=1)
 
 
 def dead_letter_headers(reason: str, *, source: str, line: int | None = None, partition: int | None = None,

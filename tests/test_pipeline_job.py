@@ -119,6 +119,44 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
     assert all(dict(r.headers)["tokmaint.source"] == stream.encode() for r in dead)
 
 
+def test_event_time_steps_are_windows_cut_at_the_step_cap(broker, redis_url, registry_url, stream, initial,
+                                                           drifting_corpus):
+    """With ``step_seconds`` a step is one window of event time (45 s: 45 documents of the corpus,
+    one a second), at most ``max_step_docs`` (40) of them: the statistics and revisions equal the
+    offline reference on those steps."""
+    lineage = _lineage(registry_url, initial)
+    settings = PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq", step_seconds=45,
+                                max_step_docs=40)
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = PipelineJob(settings=settings, stream=STREAM, redis_client=redis.Redis.from_url(redis_url),
+                          registry=registry, lineage=lineage, wait=1.0)
+        try:
+            report = job.run(until_idle=True)
+        finally:
+            job.close()
+        versions = registry.versions(lineage)["data"]
+    docs = read_corpus(drifting_corpus).documents
+    windows: dict[int, list[str]] = {}
+    for doc in docs:
+        windows.setdefault(int(doc.ts.timestamp() // 45), []).append(doc.text)
+    steps = [texts[k:k + 40] for _, texts in sorted(windows.items()) for k in range(0, len(texts), 40)]
+    assert report["steps"] == len(steps) == 2 * 13 + 1 and report["documents"] == 600
+
+    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=STREAM.tedtok_config().alpha),
+                       lineage=lineage)
+    for texts in steps:
+        reference.observe_texts(texts)
+    assert reference.revisions
+    assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
+    _, tokens, buffers, pairs = _state(redis_url, lineage)
+    ids = np.arange(400)
+    np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(buffers, reference.store.buffer(ids), rtol=1e-9, atol=1e-12)
+    keys, values = reference.store.top_pairs(reference.store.tracked_pairs)
+    assert set(pairs) == set(keys.tolist())
+    np.testing.assert_allclose([pairs[k] for k in keys.tolist()], values, rtol=1e-9)
+
+
 def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess.Popen:
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
     return subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker,
