@@ -28,7 +28,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,7 +45,7 @@ from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.counting import StepCounts, add_counts
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit, combine_steps
-from tokenizer_service.tedtok import TedTok
+from tokenizer_service.tedtok import Revision, TedTok
 from tokenizer_service.validation import validate
 
 
@@ -131,38 +130,72 @@ class LineageStatistics:
             self.tedtok.adopt(self._tokenizer(version), version)
         return True
 
-    def revise(self, step: int, *, planned: Callable[[], None] | None = None) -> bool:
+    def revise(self, step: int) -> bool:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
         registry's rules), then its edit and the version in one write, then published; False
-        when no pair beats the margin (or the store has this step's revision already).
+        when no pair beats the margin (or the store has this step's revision already)."""
+        return self.conclude(self.commit(self.plan(step)))
 
-        ``planned`` is called as soon as Ted-Tok has planned it, before the rest, when
-        ``self.tedtok`` holds the version the next step most likely counts with (the revised
-        one, or the current one when there is none): the job counts the next step meanwhile."""
+    def plan(self, step: int) -> PlannedRevision:
+        """Ted-Tok's revision after step ``step``, in memory: ``self.tedtok`` holds the revised
+        version from now on (the next step most likely counts with it), until :meth:`conclude`."""
         parent, version = self.tedtok.tokenizer, self.tedtok.version
-        revision = self.tedtok.revise()
-        if planned is not None:
-            planned()
-        reasons = [] if revision is None else validate(revision.tokenizer, parent=parent).reasons
+        return PlannedRevision(step, parent, version, self.tedtok.revise())
+
+    def commit(self, plan: PlannedRevision) -> CommittedRevision:
+        """Validate the planned revision, write its edit and the version in one write, publish
+        it. Changes nothing of ``self.tedtok``: it may run beside the job's counting, on a
+        thread of its own; :meth:`conclude` then moves ``self.tedtok`` to where it ended."""
+        started = time.perf_counter()
+        revision = plan.revision
+        reasons = [] if revision is None else validate(revision.tokenizer, parent=plan.parent).reasons
         if revision is None or reasons:
             if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
-                print(f"tokmaint: lineage {self.lineage}: the revision after step {step} fails validation, "
+                print(f"tokmaint: lineage {self.lineage}: the revision after step {plan.step} fails validation, "
                       f"skipped: {'; '.join(reasons)}", file=sys.stderr)
-                self.tedtok.adopt(parent, version)
-            self.store.apply_revision(StatsEdit(), step=step, pending=b"", max_pairs=self.max_pairs)
-            return False
+            self.store.apply_revision(StatsEdit(), step=plan.step, pending=b"", max_pairs=self.max_pairs)
+            return CommittedRevision(plan, "invalid" if reasons else "none", plan.version,
+                                     time.perf_counter() - started)
         kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
-        if not self.store.apply_revision(revision.edit, step=step, pending=kept.encode("utf-8"),
+        if not self.store.apply_revision(revision.edit, step=plan.step, pending=kept.encode("utf-8"),
                                          max_pairs=self.max_pairs):
-            raise TokmaintError(f"lineage {self.lineage!r} was revised after step {step} by another process "
+            raise TokmaintError(f"lineage {self.lineage!r} was revised after step {plan.step} by another process "
                                 "meanwhile; start again to continue from its version")
-        ours = self.settle()
-        now = self.store.meta()["version"]
-        if ours:
-            self.tedtok.version = now
-        else:  # someone else's version came first: continue from it
-            self.tedtok.adopt(self._tokenizer(now), now)
-        return ours
+        outcome = "ours" if self.settle() else "theirs"  # theirs: someone else's version came first
+        return CommittedRevision(plan, outcome, self.store.meta()["version"], time.perf_counter() - started)
+
+    def conclude(self, committed: CommittedRevision) -> bool:
+        """Count on with the version the statistics ended at; True when it is the revision's."""
+        plan = committed.plan
+        if committed.outcome == "invalid":
+            self.tedtok.adopt(plan.parent, plan.version)
+        elif committed.outcome == "ours":
+            self.tedtok.version = committed.version
+        elif committed.outcome == "theirs":
+            self.tedtok.adopt(self._tokenizer(committed.version), committed.version)
+        return committed.outcome == "ours"
+
+
+@dataclass(frozen=True)
+class PlannedRevision:
+    """A revision planned after ``step`` from ``parent`` (number ``version``); None: no pair
+    beats the margin."""
+
+    step: int
+    parent: BPETokenizer
+    version: int
+    revision: Revision | None
+
+
+@dataclass(frozen=True)
+class CommittedRevision:
+    """Where a planned revision ended: ``outcome`` ours (published as ``version``), theirs
+    (another version came first: ``version``), none or invalid (``version`` stays)."""
+
+    plan: PlannedRevision
+    outcome: str
+    version: int
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -178,6 +211,16 @@ class _Counting:
     own: StepCounts | None
 
 
+@dataclass(frozen=True)
+class _Counted:
+    """A step counted and not yet written: its counts, the version they were made with (by
+    sha256) and its texts, to count again should that version not stay the current one."""
+
+    counts: StepCounts
+    sha256: str
+    texts: list[str]
+
+
 class PipelineJob:
     """One lineage's job: ``run`` reads, counts, writes and revises until told to stop.
 
@@ -185,6 +228,12 @@ class PipelineJob:
     key the steps share is written once), and always before a revision, before another version
     is adopted, when the topic is idle and when the run ends; a crash loses at most the steps not
     yet written, which a restart reads and counts again from the stored offsets.
+
+    Three things go on beside the job's own reading and decoding: the counting process counts
+    the step before (the job counts a share of it too, as much as keeps both busy), a thread
+    writes to Redis, and a thread commits a revision (validates, writes and publishes it) while
+    the steps after it are counted with the planned version. Those steps are written only once
+    the commit has ended, and counted again should it end at another version.
     """
 
     def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
@@ -198,21 +247,24 @@ class PipelineJob:
         self.reader = StepReader(settings, wait=wait)
         self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
                                           max_request_size=max(2 * settings.max_record_bytes, 1 << 20))
-        self._counted: list[StepCounts] = []  # steps counted and not yet written
+        self._counted: list[_Counted] = []  # steps counted and not yet written
         self._step, self._offsets = 0, {}  # the last step counted and the offsets it ends at
         self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-redis-write")
         self._writing: tuple[int, Future] | None = None  # the last step of the write under way, and it
         self.counting = CountingProcess()
         self._in_flight: _Counting | None = None  # the step being counted
-        self._revised = 0  # the last step a revision was made after (or found not due)
         self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
-        self._revision_seconds = 0.0
+        self._reviser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-revision")
+        self._committing: Future | None = None  # the commit of the last revision, while it goes on
+        self._revised = 0  # the last step a revision was made after (or found not due)
+        self._revisions, self._revision_seconds = 0, 0.0  # published by this run, and their time
         meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
             self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
 
     def close(self) -> None:
+        self._reviser.shutdown(wait=True)
         self._writer.shutdown(wait=True)
         self.counting.close()
         self.reader.close()
@@ -241,11 +293,17 @@ class PipelineJob:
         """The steps counted since the last write, their last step number, the version they
         counted with and the offsets they end at: one atomic write, sent off to Redis while the
         next steps are read and counted (Redis works on a core of its own); ``wait``: until
-        Redis has it (before anything that reads or moves the statistics)."""
+        Redis has it (before anything that reads or moves the statistics). A revision being
+        committed ends first; steps counted ahead with a version it did not end at are counted
+        again."""
+        self._conclude()
         if self._counted:
             self._written()  # one write at a time, in order
+            current = self.tedtok.tokenizer
+            counted = [c.counts if c.sha256 == current.sha256 else self._counts(self.counting.submit(c.texts, current))
+                       for c in self._counted]
             self._writing = (self._step, self._writer.submit(
-                self._apply_steps, self._counted, step=self._step, version=self.tedtok.version,
+                self._apply_steps, counted, step=self._step, version=self.tedtok.version,
                 offsets=self._offsets, token_texts=self._token_texts()))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
@@ -303,18 +361,14 @@ class PipelineJob:
         return counts
 
     def _collect(self) -> None:
-        """Take the counts of the step under way in the counting process (written with the
-        next ``commit_steps`` write); counted again when they were counted ahead with a
-        version that did not become the current one."""
+        """Take the counts of the step under way (written with the next ``commit_steps`` write)."""
         if self._in_flight is None:
             return
         counting, self._in_flight = self._in_flight, None
         counts = self._counts(counting.counts)
         if counting.own is not None:
             counts = add_counts([counts, counting.own])
-        if counting.sha256 != self.tedtok.tokenizer.sha256:
-            counts = self._counts(self.counting.submit(counting.texts, self.tedtok.tokenizer))
-        self._counted.append(counts)
+        self._counted.append(_Counted(counts, counting.sha256, counting.texts))
         self._step, self._offsets = self._step + 1, counting.end
         # Also the step before a revision: the revision then waits for a one-step write only.
         if self._step % self.settings.commit_steps == 0 or self.config.revision_due(self._step + 1):
@@ -325,53 +379,62 @@ class PipelineJob:
         last = self._step + (self._in_flight is not None)
         return last > 0 and self.config.revision_due(last) and self._revised < last
 
-    def _revise(self, then: Step | None = None) -> bool:
-        """The revision due after the last step, all steps written first; ``then``, the step
-        after it, is counted while the revision is validated, written and published."""
+    def _revise(self, then: Step | None = None) -> None:
+        """The revision due after the last step, every step written first: planned here, then
+        committed on the revision thread while ``then``, the step after it, is counted with
+        the planned version (and the steps after that, until a write needs the commit's end)."""
         self._collect()
         self._write()
-        revising = time.perf_counter()
-
-        def count_ahead() -> None:
-            if then is not None:
-                self._in_flight = self._submit(then)
-
-        made = self.lineage_stats.revise(self._step, planned=count_ahead)
+        planning = time.perf_counter()
+        plan = self.lineage_stats.plan(self._step)
+        if then is not None:
+            self._in_flight = self._submit(then)
+        self._committing = self._reviser.submit(self.lineage_stats.commit, plan)
         self._revised = self._step
-        self._revision_seconds += time.perf_counter() - revising
-        return made
+        self._revision_seconds += time.perf_counter() - planning
 
-    def _catch_up(self) -> bool:
-        """Every step counted, written, and revised after when due (before the job waits, adopts
-        another version or ends); True when a revision was published."""
+    def _conclude(self, *, wait: bool = True) -> None:
+        """End the revision being committed (without ``wait``: only if it has ended already)."""
+        if self._committing is None or not (wait or self._committing.done()):
+            return
+        committing, self._committing = self._committing, None
+        committed = committing.result()
+        self._revisions += self.lineage_stats.conclude(committed)
+        self._revision_seconds += committed.seconds
+
+    def _catch_up(self) -> None:
+        """Every step counted and written, and revised after when due (before the job waits,
+        adopts another version or ends)."""
         self._collect()
         self._write()
-        return self._revise() if self._revision_due() else False
+        if self._revision_due():
+            self._revise()
+            self._conclude()
 
     def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
         """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more).
 
-        A step is read and decoded here while the one before it is counted in the counting
-        process. A revision due after step R is made once step R+1 is read: as soon as Ted-Tok
-        has planned it, step R+1 is counted with the revised version while the revision is
-        validated, written and published (and counted again if that version does not become
-        the current one).
+        A step is read and decoded here while the one before it is counted. A revision due after
+        step R is made once step R+1 is read, which is counted with the planned version while
+        the revision is committed.
         """
-        started, done, documents, dead, revisions, megabytes = time.perf_counter(), 0, 0, 0, 0, 0.0
+        started, done, documents, dead, megabytes = time.perf_counter(), 0, 0, 0, 0.0
         self._written()
         meta = self.store.meta()  # where the statistics are (an earlier run's error left steps unwritten)
         self._step, self._offsets, self._counted, self._in_flight = meta["step"], meta["offsets"], [], None
-        self._revised, self._revision_seconds = meta["revised"], 0.0
+        self._revised, self._revisions, self._revision_seconds = meta["revised"], 0, 0.0
         read_from = self._offsets  # ahead of self._offsets by the step being counted
         while max_steps is None or done < max_steps:
-            if self.lineage_stats.outdated():  # someone else's version: counted with from this step
-                revisions += self._catch_up()
+            self._conclude(wait=False)
+            # Someone else's version (not while our own is being published): counted with from this step.
+            if self._committing is None and self.lineage_stats.outdated():
+                self._catch_up()
                 self.lineage_stats.follow()
             step = self.reader.read(read_from, self.step_docs, seconds=self.settings.step_seconds)
             self._dead_letter(step)
             dead += len(step.dead)
             if not step.documents:
-                revisions += self._catch_up()
+                self._catch_up()
                 if step.dead:  # dead letters only: past them, with no step
                     self.store.advance(step=self._step, offsets=step.end)
                     self._offsets = read_from = step.end
@@ -380,7 +443,7 @@ class PipelineJob:
                 continue
             read_from = step.end
             if self._revision_due():
-                revisions += self._revise(then=step)
+                self._revise(then=step)
             else:
                 counting = self._submit(step)
                 self._collect()  # the step before, counted while this one was read
@@ -388,9 +451,9 @@ class PipelineJob:
             documents += len(step.documents)
             megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
             done += 1
-        revisions += self._catch_up()
+        self._catch_up()
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "revisions": revisions, "revision_seconds": self._revision_seconds,
+                "dead_lettered": dead, "revisions": self._revisions, "revision_seconds": self._revision_seconds,
                 "version": self.tedtok.version,
                 "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}

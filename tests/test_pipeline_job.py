@@ -241,6 +241,44 @@ def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_
             job.close()
 
 
+def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_again(broker, redis_url, registry_url,
+                                                                                 stream, initial):
+    """The step after a revision is counted with the planned version while the revision is
+    committed; when someone else publishes first (a rollback, here just before the job's own
+    publish), the statistics move to that version and the steps counted ahead are counted
+    again with it before they are written."""
+    lineage = _lineage(registry_url, initial)
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
+                          lineage=lineage, wait=1.0)
+        commit, raced, submitted = job.lineage_stats.commit, [], []
+
+        def commit_after_a_rollback(plan):
+            if plan.revision is not None and not raced:
+                raced.append((plan.revision.tokenizer.sha256, registry.rollback(lineage, to=1)["number"]))
+            return commit(plan)
+
+        def submit(texts, tokenizer, submit=job.counting.submit):
+            submitted.append((tuple(texts), tokenizer.sha256))
+            return submit(texts, tokenizer)
+
+        job.lineage_stats.commit, job.counting.submit = commit_after_a_rollback, submit
+        try:
+            job.run(until_idle=True)
+        finally:
+            job.close()
+        versions = registry.versions(lineage)["data"]
+    (planned, rollback), = raced
+    assert planned not in {v["sha256"] for v in versions}  # the planned revision lost the race
+    assert versions[rollback - 1]["sha256"] == initial.sha256 and len(versions) > rollback  # and the job went on
+    ahead = [texts for texts, sha in submitted if sha == planned]  # (the counting process's share of a step)
+    again = [texts for texts, sha in submitted if sha == initial.sha256]
+    assert ahead and all(any(whole[:len(texts)] == texts for whole in again) for texts in ahead)
+    store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
+    assert store.meta()["version"] == versions[-1]["number"] and store.meta()["step"] == 19
+
+
 def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(broker, redis_url, registry_url, stream,
                                                                           initial):
     """A crash between keeping a revision and publishing it, while someone publishes on top: on
