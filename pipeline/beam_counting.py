@@ -6,8 +6,9 @@ streaming pipeline whose fixed windows are the time steps.
 or anything within a window (streaming). The words are what the core's ``StepCounter`` turns
 into token and pair counts, so the numbers equal the offline path exactly. Locally the batch
 pipeline runs on ``FnApiRunner`` (named: the default runner would try to download Prism) and the
-streaming one on the direct runner with ``TestStream``; on Flink or Dataflow the same
-``streaming_word_counts`` reads Kafka with Beam's ``ReadFromKafka`` (see the README).
+streaming one on the direct runner with ``TestStream``; on Flink or Dataflow
+``beam_statistics.streaming_statistics`` runs ``streaming_word_counts`` over Beam's
+``ReadFromKafka`` and writes the windows to Redis as steps (see the README).
 
     counts = count_step_words({1: texts_of_step_1, 2: texts_of_step_2}, tokenizer)
     counts[1].most_common(3)

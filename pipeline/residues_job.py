@@ -23,6 +23,7 @@ from registry.client import RegistryClient
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import pack_pair
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.litetoken import CorpusCounts, find_residues, score_tokens
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, write_audit
@@ -36,7 +37,11 @@ def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: Re
     graph = MergeGraph(tokenizer)
     vocab = tokenizer.vocab
     # Neighbour pairs are kept by the tokens' text: this version's ids for those it has.
-    kept = [(vocab[a], vocab[b], tau) for (a, b), tau in store.neighbours().items() if a in vocab and b in vocab]
+    neighbours = store.neighbours()
+    if not neighbours:  # every token's entropy would be 0: all of them residues by the S rule
+        raise TokmaintError(f"lineage {store.lineage!r} has no neighbour statistics (the job keeps them; the "
+                            "streaming Beam variant keeps Ted-Tok's only)")
+    kept = [(vocab[a], vocab[b], tau) for (a, b), tau in neighbours.items() if a in vocab and b in vocab]
     keys = np.array([pack_pair(u, v) for u, v, _ in kept], np.int64)
     order = np.argsort(keys)
     counts = CorpusCounts(emitted=store.token(np.arange(tokenizer.id_space)), neighbour_keys=keys[order],
