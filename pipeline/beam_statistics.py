@@ -72,6 +72,7 @@ class _WriteSteps(beam.DoFn):
                                        registry=self.registry, lineage=self.sink.lineage)
 
     def teardown(self) -> None:
+        self.stats.close()
         self.registry.close()
 
     def process(self, element: tuple[str, tuple[float, float, Counter]], timestamp=beam.DoFn.TimestampParam,

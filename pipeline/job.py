@@ -38,7 +38,7 @@ from pipeline.counting_process import CountingProcess
 from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
-from registry.client import RegistryClient, RegistryRefused
+from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
@@ -67,6 +67,7 @@ class LineageStatistics:
         with (a revision outside the job); otherwise the stream's decay, checked against theirs.
         ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it."""
         self.registry, self.lineage, self.max_pairs = registry, lineage, max_pairs
+        self._latest: LatestVersion | None = None  # started by the first outdated()
         self.config = stream.tedtok_config()
         if existing:
             self.store = RedisStatsStore.open(redis_client, lineage=lineage)
@@ -107,8 +108,15 @@ class LineageStatistics:
         return True
 
     def outdated(self) -> bool:
-        """True when the registry's latest version is not the one counted with (:meth:`follow`)."""
-        return self.registry.version(self.lineage)["number"] != self.tedtok.version
+        """True when the registry has a version newer than the one counted with (:meth:`follow`
+        adopts it), as its watch last said (no request: a thread follows the watch)."""
+        if self._latest is None:
+            self._latest = LatestVersion(str(self.registry.http.base_url), self.lineage)
+        return self._latest.number > self.tedtok.version
+
+    def close(self) -> None:
+        if self._latest is not None:
+            self._latest.close()
 
     def follow(self) -> bool:
         """Adopt the registry's latest version if someone else published it (a rollback, a
@@ -264,6 +272,7 @@ class PipelineJob:
             self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
 
     def close(self) -> None:
+        self.lineage_stats.close()
         self._reviser.shutdown(wait=True)
         self._writer.shutdown(wait=True)
         self.counting.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,56 @@ class RegistryClient:
 
     def rollback(self, name: str, to: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/tokenizers/{name}/rollback", json={"to": to}).json()
+
+
+class LatestVersion:
+    """A lineage's latest version number, kept current by a thread that long-polls the registry's
+    watch (the registry answers within 0.2 s of a publish), so that asking costs no request: what
+    a job asks before every step, and a trainer between two optimizer steps. Version numbers only
+    grow (a rollback publishes a new one).
+
+        with LatestVersion("http://127.0.0.1:8000", "news") as latest:
+            if latest.number > mine: ...
+    """
+
+    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0) -> None:
+        """``poll_seconds``: each watch's length; short, as closing cannot end one under way
+        (httpx), and a server shutting down waits for the watches it holds."""
+        self._client = RegistryClient(url, token="")  # reads only, on a connection of its own
+        self.lineage, self.poll_seconds = lineage, poll_seconds
+        self._number = self._client.version(lineage)["number"]
+        self._error: Exception | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tokmaint-registry-watch", daemon=True)
+        self._thread.start()
+
+    @property
+    def number(self) -> int:
+        """The latest version number seen; the watch's error when it has lost the registry."""
+        if self._error is not None:
+            raise self._error
+        return self._number
+
+    def _watch(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                seen = self._client.watch(self.lineage, after=self._number, timeout=self.poll_seconds)
+            except Exception as exc:  # closed (then stopped), or the registry is away: try again
+                if self._stopped.is_set():
+                    return
+                self._error = exc
+                self._stopped.wait(1.0)
+                continue
+            self._error = None
+            if seen is not None:
+                self._number = max(self._number, seen["number"])
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._client.close()  # the thread ends with the watch under way
+
+    def __enter__(self) -> "LatestVersion":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -352,3 +352,17 @@ def test_neighbour_statistics_and_the_residues_job(broker, redis_url, registry_u
     assert store.residues()["version"] == result["version"] and len(store.residues()["residues"]) == result["residues"]
     latest = RegistryClient(registry_url).version(lineage)
     assert result["export"]["removed"] > 0 and latest["number"] == result["published"] and latest["kind"] == "litetoken"
+
+
+def test_the_latest_version_follows_the_registrys_watch(registry_url, initial):
+    """What the job asks before each step, with no request: the watch thread sees a publish."""
+    from registry.client import LatestVersion
+
+    lineage = _lineage(registry_url, initial)
+    with LatestVersion(registry_url, lineage) as latest:
+        assert latest.number == 1
+        published = RegistryClient(registry_url, token="t" * 32).rollback(lineage, to=1)["number"]
+        deadline = time.monotonic() + 10
+        while latest.number != published:
+            assert time.monotonic() < deadline, "the watch did not see the publish"
+            time.sleep(0.05)

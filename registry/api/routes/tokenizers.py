@@ -236,16 +236,17 @@ def composed_diff(name: str, registry: RegistryDep, start: int = Query(..., alia
 
 
 @router.get("/{name}/watch", response_model=VersionPublic, responses={204: {"description": "nothing newer"}})
-async def watch(name: str, registry: RegistryDep, settings: SettingsDep, after: int = Query(0, ge=0),
-                timeout: float = Query(30.0, ge=0)) -> Any:
-    """Long-poll: the latest version as soon as it is newer than ``after``; 204 on timeout."""
+async def watch(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                after: int = Query(0, ge=0), timeout: float = Query(30.0, ge=0)) -> Any:
+    """Long-poll: the latest version as soon as it is newer than ``after``; 204 on timeout (and,
+    unread, once the client has gone: a shutdown need not wait for watches nobody waits for)."""
     deadline = time.monotonic() + min(timeout, settings.max_watch_seconds)
     while True:
         latest = await run_in_threadpool(registry.version, name)
         if latest.number > after:
             return VersionPublic.of(latest)
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or await request.is_disconnected():
             return Response(status_code=204)
         await asyncio.sleep(min(0.2, left))
 
