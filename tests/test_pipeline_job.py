@@ -75,6 +75,25 @@ def _state(redis_url, lineage, id_space=400):
                                                                                                values.tolist()))
 
 
+def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions):
+    """Assert the lineage's Redis statistics and published versions equal the offline Ted-Tok's
+    over the same steps (lists of texts); its store and the reference."""
+    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=STREAM.tedtok_config().alpha),
+                       lineage=lineage)
+    for texts in steps:
+        reference.observe_texts(texts)
+    assert reference.revisions, "the stream should drive revisions"
+    assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
+    store, tokens, buffers, pairs = _state(redis_url, lineage)
+    ids = np.arange(400)
+    np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(buffers, reference.store.buffer(ids), rtol=1e-9, atol=1e-12)
+    keys, values = reference.store.top_pairs(reference.store.tracked_pairs)
+    assert set(pairs) == set(keys.tolist())
+    np.testing.assert_allclose([pairs[k] for k in keys.tolist()], values, rtol=1e-9)
+    return store, reference
+
+
 def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url, registry_url, stream, initial,
                                                                drifting_corpus, monkeypatch, capsys):
     lineage = _lineage(registry_url, initial)
@@ -89,19 +108,8 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
         versions = registry.versions(lineage)["data"]
     assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
 
-    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=STREAM.tedtok_config().alpha),
-                       lineage=lineage)
-    for texts in batches(read_corpus(drifting_corpus).documents, 32):
-        reference.observe_texts(texts)
-    assert reference.revisions, "the stream should drive revisions"
-    assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
-    store, tokens, buffers, pairs = _state(redis_url, lineage)
-    ids = np.arange(400)
-    np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(buffers, reference.store.buffer(ids), rtol=1e-9, atol=1e-12)
-    keys, values = reference.store.top_pairs(reference.store.tracked_pairs)
-    assert set(pairs) == set(keys.tolist())
-    np.testing.assert_allclose([pairs[k] for k in keys.tolist()], values, rtol=1e-9)
+    store, reference = _equal_to_the_offline_reference(redis_url, lineage, initial,
+                                                       batches(read_corpus(drifting_corpus).documents, 32), versions)
     assert store.meta()["version"] == versions[-1]["number"] and store.pending() is None
 
     assert main(["stats", "show", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
@@ -142,19 +150,7 @@ def test_event_time_steps_are_windows_cut_at_the_step_cap(broker, redis_url, reg
     steps = [texts[k:k + 40] for _, texts in sorted(windows.items()) for k in range(0, len(texts), 40)]
     assert report["steps"] == len(steps) == 2 * 13 + 1 and report["documents"] == 600
 
-    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=STREAM.tedtok_config().alpha),
-                       lineage=lineage)
-    for texts in steps:
-        reference.observe_texts(texts)
-    assert reference.revisions
-    assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
-    _, tokens, buffers, pairs = _state(redis_url, lineage)
-    ids = np.arange(400)
-    np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(buffers, reference.store.buffer(ids), rtol=1e-9, atol=1e-12)
-    keys, values = reference.store.top_pairs(reference.store.tracked_pairs)
-    assert set(pairs) == set(keys.tolist())
-    np.testing.assert_allclose([pairs[k] for k in keys.tolist()], values, rtol=1e-9)
+    _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
 
 
 def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess.Popen:
