@@ -53,28 +53,33 @@ class PipelineBenchSettings:
     interval_docs: int = setting(16384, whole(1), "documents between revisions (the first after as many)")
     horizon_docs: int = setting(65536, whole(1), "documents the statistics remember")
     commit_steps: int = setting(16, whole(1), "steps counted between writes to Redis, at most")
-    step_repeats: int = setting(20, whole(1), "timed step updates per table size (the median is reported)")
+    step_repeats: int = setting(40, whole(1), "timed step updates per table size, taking turns (the median is "
+                                              "reported)")
 
     def __post_init__(self) -> None:
         check_settings(self)
 
 
-def _step_seconds(client: redis.Redis, counts, pairs: int, repeats: int) -> float:
-    """The median time of one step's update with the pair table filled to ``pairs`` first."""
-    store = RedisStatsStore(client, lineage=f"bench-{secrets.token_hex(4)}", alpha=0.01)
+def _step_seconds(client: redis.Redis, counts, tables: dict[str, int], repeats: int) -> dict[str, float]:
+    """The median time of one step's update with each pair table (name → pairs) filled first;
+    the tables take turns, so that a drift in the machine's speed weighs on all alike."""
+    stores = {}
     rng = np.random.default_rng(0)
-    for start in range(0, pairs, 50_000):
-        n = min(50_000, pairs - start)
-        keys = np.unique(pack_pair(rng.integers(0, 1 << 21, n), rng.integers(0, 1 << 21, n)))
-        store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0), pair_keys=keys,
-                           pair_counts=np.ones(len(keys)))
-    times = []
+    for name, pairs in tables.items():
+        store = stores[name] = RedisStatsStore(client, lineage=f"bench-{secrets.token_hex(4)}", alpha=0.01)
+        for start in range(0, pairs, 50_000):
+            n = min(50_000, pairs - start)
+            keys = np.unique(pack_pair(rng.integers(0, 1 << 21, n), rng.integers(0, 1 << 21, n)))
+            store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0), pair_keys=keys,
+                               pair_counts=np.ones(len(keys)))
+    times: dict[str, list[float]] = {name: [] for name in tables}
     for _ in range(repeats):
-        started = time.perf_counter()
-        store.apply_counts(token_ids=counts.token_ids, token_counts=counts.token_counts, pair_keys=counts.pair_keys,
-                           pair_counts=counts.pair_counts)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for name, store in stores.items():
+            started = time.perf_counter()
+            store.apply_counts(token_ids=counts.token_ids, token_counts=counts.token_counts,
+                               pair_keys=counts.pair_keys, pair_counts=counts.pair_counts)
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _encode_seconds(tokenizer: BPETokenizer, texts: list[str]) -> float:
@@ -122,8 +127,8 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
                 finally:
                     job.close()
             counts = StepCounter(initial).count_texts(texts[: settings.step_docs])
-            step_seconds = {name: _step_seconds(client, counts, pairs, settings.step_repeats)
-                            for name, pairs in (("pairs_10k", 10_000), ("pairs_1m", 1_000_000))}
+            step_seconds = _step_seconds(client, counts, {"pairs_10k": 10_000, "pairs_1m": 1_000_000},
+                                         settings.step_repeats)
         finally:
             for server in servers:
                 server.terminate()
