@@ -1,4 +1,6 @@
-"""Shared fixtures: small tokenizers trained on text the tests generate."""
+"""Shared fixtures: small tokenizers trained on text the tests generate, and servers of the test
+session's own. Server clients are imported where used: the trainer's tests also run on a GPU
+machine that has no Kafka or Redis client installed."""
 
 from __future__ import annotations
 
@@ -8,9 +10,7 @@ import random
 import time
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
-from pipeline.local_servers import start_broker, start_redis
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
@@ -111,12 +111,16 @@ def _local_server(start):
 @pytest.fixture(scope="session")
 def broker():
     """A Kafka-protocol broker of the session's own: its address."""
+    from pipeline.local_servers import start_broker
+
     yield from _local_server(start_broker)
 
 
 def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
     """Every record of ``topic`` from the start (all its partitions), until ``expected`` came or
     ``timeout`` passed; no consumer group (a join costs seconds on tansu)."""
+    from kafka import KafkaConsumer, TopicPartition
+
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                              consumer_timeout_ms=1000)
     deadline = time.monotonic() + timeout
@@ -138,4 +142,6 @@ def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) ->
 @pytest.fixture(scope="session")
 def redis_url():
     """A redis-server of the session's own on a free loopback port (nothing kept on disk)."""
+    from pipeline.local_servers import start_redis
+
     yield from _local_server(start_redis)

@@ -1,0 +1,181 @@
+"""``trainer.apply_revision`` on tiny GPT-2 (tied embeddings) and Llama (untied) models built from
+configs, with AdamW state, on the revisions Ted-Tok makes of the drifting corpus: unchanged rows
+stay bit for bit (weights and optimizer state), new rows are their strategy's, removed ids are
+never generated, a composed diff equals the versions one by one, growth resizes cleanly. On CUDA
+when there is one."""
+
+import copy
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from schemas.revision import DiffEntry, RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.revision_diff import diff_entries
+from tokenizer_service.tedtok import TedTok
+from trainer.apply_revision import apply_revision, embedding_matrices
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module")
+def versions(drifting_corpus):
+    """The initial tokenizer and Ted-Tok's revisions of it over the drifting corpus."""
+    docs = read_corpus(drifting_corpus).documents
+    initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300)
+    stream = StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64, batch_size=8,
+                            id_price=0.0, base_token_cost=0.0)
+    tedtok = TedTok(initial, config=stream.tedtok_config(), lineage="trainer")
+    for texts in batches(docs, 32):
+        tedtok.observe_texts(texts)
+    assert len(tedtok.revisions) >= 3
+    return initial, tedtok.revisions
+
+
+def _model(kind: str, rows: int):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=rows))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                             hidden_size=16, intermediate_size=32, max_position_embeddings=64,
+                                             vocab_size=rows, tie_word_embeddings=False))
+    return model.to(DEVICE)
+
+
+def _trained(kind: str, rows: int):
+    """A model and its AdamW after a few steps, so that every row has optimizer state."""
+    model = _model(kind, rows)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        ids = torch.randint(0, rows, (4, 16), generator=generator).to(DEVICE)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model, optimizer
+
+
+def _snapshot(model, optimizer):
+    return [(m.detach().clone(), {k: v.clone() for k, v in optimizer.state[m].items() if torch.is_tensor(v)})
+            for m in embedding_matrices(model)]
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_only_the_changed_rows_move_and_they_are_their_parents_mean(versions, kind):
+    initial, revisions = versions
+    diff = revisions[0].diff
+    model, optimizer = _trained(kind, initial.id_space)
+    assert len(embedding_matrices(model)) == (1 if kind == "gpt2" else 2)
+    before = _snapshot(model, optimizer)
+    applied = apply_revision(model, optimizer, diff)
+    changed = {e.id for e in diff.entries}
+    assert set(applied.changed) | set(applied.removed) == changed and applied.changed
+    for (old, old_state), matrix in zip(before, embedding_matrices(model)):
+        kept = torch.tensor(sorted(set(range(old.shape[0])) - changed), device=DEVICE)
+        assert torch.equal(matrix[kept], old[kept])  # bit for bit
+        for key, value in old_state.items():
+            now = optimizer.state[matrix][key]
+            if value.shape == matrix.shape:
+                assert torch.equal(now[kept], value[kept]) and not now[sorted(changed)].any()
+        made = {e.id: e for e in diff.entries if e.kind != "removed"}
+        for i, entry in made.items():
+            u, v = entry.parents
+            if u not in made and v not in made:
+                assert torch.equal(matrix[i], (old[u] + old[v]) / 2)
+        for i in applied.removed:
+            assert not matrix[i].any()
+
+
+def test_subtoken_mean_is_the_mean_of_the_previous_encoding(versions):
+    initial, revisions = versions
+    model, optimizer = _trained("llama", initial.id_space)
+    old = model.get_input_embeddings().weight.detach().clone()
+    applied = apply_revision(model, optimizer, revisions[0].diff, strategy="subtoken_mean", previous=initial)
+    for entry in revisions[0].diff.entries:
+        if entry.kind != "removed":
+            pieces = initial.tokenize_word(entry.new_token)
+            assert len(pieces) >= 2
+            assert torch.allclose(model.get_input_embeddings().weight[entry.id], old[pieces].mean(dim=0))
+    assert applied.changed
+
+
+def test_removed_ids_are_never_generated(versions):
+    initial, revisions = versions
+    removal = next((r for r in revisions if any(e.kind == "removed" for e in r.diff.entries)), None)
+    model, optimizer = _trained("gpt2", initial.id_space)
+    if removal is None:  # Ted-Tok recycles ids: remove some by hand, as a LiteToken removal does
+        entries = [DiffEntry(id=i, kind="removed", old_token=initial.id_to_token[i], new_token=None, parents=[])
+                   for i in (270, 280)]
+        diff = RevisionDiff(lineage="trainer", version=2, parent_version=1, tokenizer_sha256="0" * 64,
+                            vocab_size=len(initial) - 2, entries=entries, config={})
+    else:
+        diff = removal.diff
+    applied = apply_revision(model, optimizer, diff)
+    logits = model(input_ids=torch.tensor([[1, 2, 3]], device=DEVICE)).logits
+    assert applied.removed and torch.isneginf(logits[..., applied.removed]).all()
+    assert torch.isfinite(logits[..., applied.changed]).all()
+    out = model.generate(torch.tensor([[1, 2]], device=DEVICE), max_new_tokens=8, do_sample=True, top_k=0,
+                         pad_token_id=0)
+    assert not set(out[0, 2:].tolist()) & set(applied.removed)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_composed_diff_equals_the_versions_one_by_one(versions, kind):
+    initial, revisions = versions
+    final = revisions[2].tokenizer
+    one_by_one, optimizer_1 = _trained(kind, initial.id_space)
+    composed, optimizer_2 = copy.deepcopy(one_by_one), None
+    optimizer_2 = torch.optim.AdamW(composed.parameters(), lr=1e-2)
+    optimizer_2.load_state_dict(optimizer_1.state_dict())
+    for revision in revisions[:3]:
+        apply_revision(one_by_one, optimizer_1, revision.diff)
+    diff = RevisionDiff(lineage="trainer", version=4, parent_version=1, tokenizer_sha256=final.sha256,
+                        vocab_size=len(final), entries=diff_entries(initial, final), config={})
+    apply_revision(composed, optimizer_2, diff)
+    used = torch.tensor(sorted(final.vocab.values()), device=DEVICE)  # free ids are nobody's
+    for a, b in zip(embedding_matrices(one_by_one), embedding_matrices(composed)):
+        assert torch.equal(a[used], b[used])
+        for key, value in optimizer_1.state[a].items():
+            if torch.is_tensor(value) and value.shape == a.shape:
+                assert torch.equal(value[used], optimizer_2.state[b][key][used])
+
+
+def test_deterministic(versions):
+    initial, revisions = versions
+    results = []
+    for _ in range(2):
+        model, optimizer = _trained("llama", initial.id_space)
+        apply_revision(model, optimizer, revisions[0].diff)
+        results.append([m.detach().clone() for m in embedding_matrices(model)])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_growth_resizes_the_model_and_the_optimizer(versions, kind):
+    initial, revisions = versions
+    model, optimizer = _trained(kind, initial.id_space)
+    before = _snapshot(model, optimizer)
+    rows = initial.id_space
+    a, b = initial.vocab["a"], initial.vocab["b"]
+    diff = RevisionDiff(lineage="trainer", version=2, parent_version=1, tokenizer_sha256="0" * 64,
+                        vocab_size=len(initial) + 2, id_space=rows + 2, config={},
+                        entries=[DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b]),
+                                 DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ba", parents=[b, a])])
+    applied = apply_revision(model, optimizer, diff)
+    assert applied.rows == rows + 2 == model.config.vocab_size
+    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for (old, old_state), matrix in zip(before, embedding_matrices(model)):
+        assert matrix.shape[0] == rows + 2 and id(matrix) in params
+        assert torch.equal(matrix[:rows], old) and torch.equal(matrix[rows], (old[a] + old[b]) / 2)
+        for key, value in old_state.items():
+            if value.shape == old.shape:
+                state = optimizer.state[matrix][key]
+                assert torch.equal(state[:rows], value) and not state[rows:].any()
+    ids = torch.tensor([[rows, rows + 1, a]], device=DEVICE)
+    model(input_ids=ids, labels=ids).loss.backward()  # and training goes on
+    optimizer.step()
+    assert all(torch.isfinite(m).all() for m in embedding_matrices(model))

@@ -1,0 +1,164 @@
+"""A tokenizer revision applied to a causal language model and its optimizer, between two
+optimizer steps (issue 11): the rows of the ids a revision changed are made anew, in the input
+embedding and the output layer alike, and nothing else moves.
+
+For each entry of the revision diff (``schemas.revision.RevisionDiff``):
+
+* ``added`` / ``reassigned``: the id's rows are initialised by a strategy: ``parents_mean``
+  (Ted-Tok: the mean of the rows of the merge's two parents, a parent changed by the same
+  revision taken as it is made, so the order of a batch does not matter) or ``subtoken_mean``
+  (the mean of the rows of the previous version's encoding of the new token);
+* ``removed``: the id's rows are zeroed and its logit masked to −inf (never generated, never a
+  target: the tokenizer no longer emits it);
+* the optimizer's per-row state (Adam's moments) of every changed row is zeroed.
+
+A vocabulary that grows resizes the model (its config follows) and moves the optimizer's
+parameters and state to the new matrices; old rows keep their values bit for bit.
+
+    applied = apply_revision(model, optimizer, diff)
+    applied.changed        # the ids whose rows were made anew
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from schemas.revision import DiffEntry, RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+
+Strategy = Literal["parents_mean", "subtoken_mean"]
+STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean")
+
+
+@dataclass(frozen=True)
+class AppliedRevision:
+    """What a revision did to the model: the ids made anew, those removed, and the rows now."""
+
+    changed: list[int]
+    removed: list[int]
+    rows: int
+
+
+def embedding_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The input embedding and, when untied, the output layer's weight (one each, tied or not).
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> len(embedding_matrices(GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))))
+    1
+    """
+    matrices = [model.get_input_embeddings().weight]
+    output = model.get_output_embeddings()
+    if output is not None and output.weight is not matrices[0]:
+        matrices.append(output.weight)
+    return matrices
+
+
+def _grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -> None:
+    """Resize the embeddings to ``rows`` and hand the optimizer the new matrices with their
+    state (zeros for the new rows)."""
+    old = embedding_matrices(model)
+    shapes = [m.shape for m in old]  # (a resize may keep the parameter and swap its data)
+    model.resize_token_embeddings(rows, mean_resizing=False)  # new rows: made by the strategy next
+    new = embedding_matrices(model)
+    if optimizer is None:
+        return
+    moved = dict(zip(map(id, old), new))
+    for group in optimizer.param_groups:
+        group["params"] = [moved.get(id(p), p) for p in group["params"]]
+    for before, shape, after in zip(old, shapes, new):
+        state = optimizer.state.pop(before, None)
+        if state is None:
+            continue
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.shape == shape:
+                grown = torch.zeros_like(after)
+                grown[: value.shape[0]] = value
+                state[key] = grown
+        optimizer.state[after] = state
+
+
+def _subtoken_rows(matrix: torch.Tensor, previous: BPETokenizer, token: str) -> torch.Tensor:
+    """The mean of the rows of ``previous``'s encoding of ``token``'s text."""
+    ids = previous.tokenize_word(token)
+    return matrix[torch.tensor(ids, device=matrix.device)].mean(dim=0)
+
+
+def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy,
+              previous: BPETokenizer | None) -> dict[int, torch.Tensor]:
+    """The row of every added or reassigned id, from ``matrix`` as it was before the revision."""
+    made = {e.id: e for e in entries if e.kind != "removed"}
+    rows: dict[int, torch.Tensor] = {}
+
+    def row(i: int) -> torch.Tensor:
+        if i not in made:  # unchanged: as it is
+            return matrix[i]
+        if i not in rows:
+            entry = made[i]
+            if strategy == "subtoken_mean" or len(entry.parents) != 2:
+                if previous is None:
+                    raise ValueError(f"id {i} ({entry.new_token!r}) needs the previous version's tokenizer "
+                                     f"({strategy}; or it has no merge parents)")
+                rows[i] = _subtoken_rows(matrix, previous, entry.new_token)
+            else:
+                rows[i] = (row(entry.parents[0]) + row(entry.parents[1])) / 2
+        return rows[i]
+
+    for i in made:
+        row(i)
+    return rows
+
+
+def _mask_removed(model: nn.Module, removed: Iterable[int], restored: Iterable[int]) -> None:
+    """Keep the output logits of removed ids at −inf (a hook on the output layer, made once)."""
+    output = model.get_output_embeddings()
+    mask = getattr(output, "tokmaint_removed", None)
+    rows = output.weight.shape[0]
+    if mask is None or mask.shape[0] != rows:
+        grown = torch.zeros(rows, dtype=torch.bool, device=output.weight.device)
+        if mask is not None:
+            grown[: min(rows, mask.shape[0])] = mask[:rows]
+        mask = grown
+    mask[list(restored)] = False
+    mask[list(removed)] = True
+    output.tokmaint_removed = mask
+    if not getattr(output, "tokmaint_hooked", False):
+        output.register_forward_hook(
+            lambda module, inputs, logits: logits.masked_fill(module.tokmaint_removed, float("-inf"))
+            if module.tokmaint_removed.any() else logits)
+        output.tokmaint_hooked = True
+
+
+def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, diff: RevisionDiff, *,
+                   strategy: Strategy = "parents_mean", previous: BPETokenizer | None = None) -> AppliedRevision:
+    """Apply ``diff`` (one version's, or a composed one) to ``model`` and ``optimizer``.
+
+    ``previous``: the tokenizer the model used until now (for ``subtoken_mean``, and for a
+    token with no merge parents under any strategy).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    entries = diff.entries
+    rows = max([model.get_input_embeddings().weight.shape[0], diff.id_space or 0,
+                *(e.id + 1 for e in entries)])
+    if rows > model.get_input_embeddings().weight.shape[0]:
+        _grow(model, optimizer, rows)
+    changed = sorted(e.id for e in entries if e.kind != "removed")
+    removed = sorted(e.id for e in entries if e.kind == "removed")
+    with torch.no_grad():
+        for matrix in embedding_matrices(model):
+            made = _new_rows(matrix, entries, strategy, previous)  # all from the rows before any is written
+            for i, values in made.items():
+                matrix[i] = values
+            if removed:
+                matrix[removed] = 0
+            state = optimizer.state.get(matrix) if optimizer is not None else None
+            for value in (state or {}).values():
+                if torch.is_tensor(value) and value.shape == matrix.shape:
+                    value[changed + removed] = 0
+    _mask_removed(model, removed, changed)
+    return AppliedRevision(changed=changed, removed=removed, rows=rows)
