@@ -139,6 +139,7 @@ CASES = [
     ("pipeline run --commit-steps 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
                                        "http://127.0.0.1:1", "--lineage", "x", "--commit-steps", "0"],
      "commit_steps: Input should be greater than or equal to 1"),
+    ("bench apply --changes 0", ["bench", "apply", "--changes", "0"], "argument --changes: must be a whole number ≥ 1"),
     ("pipeline run --step-seconds 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
                                        "http://127.0.0.1:1", "--lineage", "x", "--step-seconds", "0"],
      "step_seconds: Input should be greater than 0"),
