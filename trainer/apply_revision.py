@@ -58,7 +58,7 @@ def embedding_matrices(model: nn.Module) -> list[nn.Parameter]:
     return matrices
 
 
-def _grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -> None:
+def grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -> None:
     """Resize the embeddings to ``rows`` and hand the optimizer the new matrices with their
     state (zeros for the new rows)."""
     old = embedding_matrices(model)
@@ -113,18 +113,25 @@ def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy
     return rows
 
 
-def _mask_removed(model: nn.Module, removed: Iterable[int], restored: Iterable[int]) -> None:
-    """Keep the output logits of removed ids at −inf (a hook on the output layer, made once)."""
+def removed_ids(model: nn.Module) -> list[int]:
+    """The ids whose logits are held at −inf (removed by a revision)."""
+    mask = getattr(model.get_output_embeddings(), "tokmaint_removed", None)
+    return [] if mask is None else mask.nonzero().flatten().tolist()
+
+
+def set_removed(model: nn.Module, ids: Iterable[int]) -> None:
+    """Hold the output logits of exactly ``ids`` at −inf (a hook on the output layer, made once).
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))
+    >>> set_removed(model, [5, 3]); removed_ids(model)
+    [3, 5]
+    >>> bool(model(input_ids=torch.tensor([[1, 2]])).logits[0, -1, 3].isneginf())
+    True
+    """
     output = model.get_output_embeddings()
-    mask = getattr(output, "tokmaint_removed", None)
-    rows = output.weight.shape[0]
-    if mask is None or mask.shape[0] != rows:
-        grown = torch.zeros(rows, dtype=torch.bool, device=output.weight.device)
-        if mask is not None:
-            grown[: min(rows, mask.shape[0])] = mask[:rows]
-        mask = grown
-    mask[list(restored)] = False
-    mask[list(removed)] = True
+    mask = torch.zeros(output.weight.shape[0], dtype=torch.bool, device=output.weight.device)
+    mask[sorted(ids)] = True
     output.tokmaint_removed = mask
     if not getattr(output, "tokmaint_hooked", False):
         output.register_forward_hook(
@@ -146,7 +153,7 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
     rows = max([model.get_input_embeddings().weight.shape[0], diff.id_space or 0,
                 *(e.id + 1 for e in entries)])
     if rows > model.get_input_embeddings().weight.shape[0]:
-        _grow(model, optimizer, rows)
+        grow(model, optimizer, rows)
     changed = sorted(e.id for e in entries if e.kind != "removed")
     removed = sorted(e.id for e in entries if e.kind == "removed")
     with torch.no_grad():
@@ -160,5 +167,5 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
             for value in (state or {}).values():
                 if torch.is_tensor(value) and value.shape == matrix.shape:
                     value[changed + removed] = 0
-    _mask_removed(model, removed, changed)
+    set_removed(model, (set(removed_ids(model)) - set(changed)) | set(removed))
     return AppliedRevision(changed=changed, removed=removed, rows=rows)
