@@ -144,12 +144,13 @@ def test_a_composed_diff_equals_the_versions_one_by_one(versions, kind):
                 assert torch.equal(value[used], optimizer_2.state[b][key][used])
 
 
-def test_deterministic(versions):
+@pytest.mark.parametrize("strategy", ["parents_mean", "subtoken_mean", "hyper"])
+def test_deterministic(versions, strategy):
     initial, revisions = versions
     results = []
     for _ in range(2):
         model, optimizer = _trained("llama", initial.id_space)
-        apply_revision(model, optimizer, revisions[0].diff)
+        apply_revision(model, optimizer, revisions[0].diff, strategy=strategy, previous=initial)
         results.append([m.detach().clone() for m in embedding_matrices(model)])
     assert all(torch.equal(a, b) for a, b in zip(*results))
 
@@ -179,3 +180,30 @@ def test_growth_resizes_the_model_and_the_optimizer(versions, kind):
     model(input_ids=ids, labels=ids).loss.backward()  # and training goes on
     optimizer.step()
     assert all(torch.isfinite(m).all() for m in embedding_matrices(model))
+
+
+def test_hyper_learns_the_models_own_merges_and_moves_nothing_else(versions):
+    """On a model whose merged tokens' rows are a fixed map of their pieces' rows, the hyper-encoder
+    predicts a new merge's rows far better than the parents' mean; unchanged rows stay."""
+    initial, revisions = versions
+    model, optimizer = _trained("llama", initial.id_space)
+    matrix = model.get_input_embeddings().weight
+    vocab = initial.vocab
+    with torch.no_grad():  # every merged token's row: a fixed function of its pieces' rows
+        for a, b in initial.merges:
+            matrix[vocab[a + b]] = torch.tanh(matrix[vocab[a]] - 0.5 * matrix[vocab[b]])
+    before = matrix.detach().clone()
+    diff = revisions[0].diff
+    apply_revision(model, optimizer, diff, strategy="hyper", previous=initial)
+    made = {e.id: e for e in diff.entries if e.kind != "removed"}
+    errors = {"hyper": [], "mean": []}
+    for i, entry in made.items():
+        u, v = entry.parents
+        if u in made or v in made:
+            continue
+        truth = torch.tanh(before[u] - 0.5 * before[v])
+        errors["hyper"].append((matrix[i] - truth).norm().item())
+        errors["mean"].append(((before[u] + before[v]) / 2 - truth).norm().item())
+    assert errors["hyper"] and sum(errors["hyper"]) < 0.5 * sum(errors["mean"])
+    kept = torch.tensor(sorted(set(range(before.shape[0])) - {e.id for e in diff.entries}), device=DEVICE)
+    assert torch.equal(matrix[kept], before[kept])

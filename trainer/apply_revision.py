@@ -6,8 +6,10 @@ For each entry of the revision diff (``schemas.revision.RevisionDiff``):
 
 * ``added`` / ``reassigned``: the id's rows are initialised by a strategy: ``parents_mean``
   (Ted-Tok: the mean of the rows of the merge's two parents, a parent changed by the same
-  revision taken as it is made, so the order of a batch does not matter) or ``subtoken_mean``
-  (the mean of the rows of the previous version's encoding of the new token);
+  revision taken as it is made, so the order of a batch does not matter), ``subtoken_mean``
+  (the mean of the rows of the previous version's encoding of the new token) or ``hyper``
+  (zip2zip's hyper-encoder, fitted on the model's own merged tokens to predict a token's row
+  from its two pieces' rows, applied to the new merges as ``parents_mean`` is);
 * ``removed``: the id's rows are zeroed and its logit masked to −inf (never generated, never a
   target: the tokenizer no longer emits it);
 * the optimizer's per-row state (Adam's moments) of every changed row is zeroed.
@@ -31,8 +33,8 @@ from torch import nn
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 
-Strategy = Literal["parents_mean", "subtoken_mean"]
-STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean")
+Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]
+STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean", "hyper")
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,61 @@ def _subtoken_rows(matrix: torch.Tensor, previous: BPETokenizer, token: str) -> 
     return matrix[torch.tensor(ids, device=matrix.device)].mean(dim=0)
 
 
+class HyperEncoder(nn.Module):
+    """zip2zip's hyper-encoder for a merge of two pieces: their rows' mean plus an MLP of the
+    two rows (its last layer starts at zero, so an untrained one is ``parents_mean``)."""
+
+    def __init__(self, dim: int, *, hidden: int = 64) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(2 * dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.zeros_(self.mlp[2].bias)
+
+    def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        return (first + second) / 2 + self.mlp(torch.cat([first, second], dim=-1))
+
+
+def train_hyper_encoder(matrix: torch.Tensor, merges: list[tuple[int, int, int]], *, steps: int = 300,
+                        seed: int = 0) -> HyperEncoder:
+    """A hyper-encoder fitted on the model's own merged tokens: ``merges`` (first, second, token
+    ids) whose rows are known, to predict a token's row from its pieces' rows (full batch,
+    mean squared error, Adam; deterministic for a seed on a device)."""
+    devices = [matrix.device.index or 0] if matrix.is_cuda else []
+    with torch.random.fork_rng(devices=devices):  # the caller's randomness stays as it was
+        torch.manual_seed(seed)
+        encoder = HyperEncoder(matrix.shape[1]).to(matrix.device, matrix.dtype)
+    if not merges:
+        return encoder
+    first, second, token = (matrix.detach()[list(ids)] for ids in zip(*merges))
+    optimizer = torch.optim.Adam(encoder.parameters(), lr=1e-2)
+    with torch.enable_grad():
+        for _ in range(steps):
+            loss = nn.functional.mse_loss(encoder(first, second), token)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return encoder.eval()
+
+
+def _known_merges(previous: BPETokenizer, changed: set[int]) -> list[tuple[int, int, int]]:
+    """The previous version's merges as (first, second, token) ids, none touching a changed id."""
+    vocab = previous.vocab
+    return [(vocab[a], vocab[b], vocab[a + b]) for a, b in previous.merges
+            if not {vocab[a], vocab[b], vocab[a + b]} & changed]
+
+
 def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy,
               previous: BPETokenizer | None) -> dict[int, torch.Tensor]:
     """The row of every added or reassigned id, from ``matrix`` as it was before the revision."""
     made = {e.id: e for e in entries if e.kind != "removed"}
     rows: dict[int, torch.Tensor] = {}
+    if strategy == "hyper":
+        if previous is None:
+            raise ValueError("hyper needs the previous version's tokenizer (its merges train the encoder)")
+        encoder = train_hyper_encoder(matrix, _known_merges(previous, {e.id for e in entries}))
+        combine = lambda first, second: encoder(first, second)  # noqa: E731
+    else:
+        combine = lambda first, second: (first + second) / 2  # noqa: E731
 
     def row(i: int) -> torch.Tensor:
         if i not in made:  # unchanged: as it is
@@ -105,7 +157,7 @@ def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy
                                      f"({strategy}; or it has no merge parents)")
                 rows[i] = _subtoken_rows(matrix, previous, entry.new_token)
             else:
-                rows[i] = (row(entry.parents[0]) + row(entry.parents[1])) / 2
+                rows[i] = combine(row(entry.parents[0]), row(entry.parents[1]))
         return rows[i]
 
     for i in made:
@@ -144,8 +196,8 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
                    strategy: Strategy = "parents_mean", previous: BPETokenizer | None = None) -> AppliedRevision:
     """Apply ``diff`` (one version's, or a composed one) to ``model`` and ``optimizer``.
 
-    ``previous``: the tokenizer the model used until now (for ``subtoken_mean``, and for a
-    token with no merge parents under any strategy).
+    ``previous``: the tokenizer the model used until now (for ``subtoken_mean`` and ``hyper``,
+    and for a token with no merge parents under any strategy).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
