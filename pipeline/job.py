@@ -76,11 +76,12 @@ class LineageStatistics:
             self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
         self.settle()
         version = self.store.claim_version(self.registry.version(lineage)["number"])
-        self.tedtok = TedTok(self._tokenizer(version), config=self.config, store=self.store, lineage=lineage,
-                             base_vocab=self._tokenizer(1).vocab, apply_edits=False)
+        self.tedtok = TedTok(self.tokenizer(version), config=self.config, store=self.store, lineage=lineage,
+                             base_vocab=self.tokenizer(1).vocab, apply_edits=False)
         self.tedtok.version = version
 
-    def _tokenizer(self, version: int) -> BPETokenizer:
+    def tokenizer(self, version: int) -> BPETokenizer:
+        """Version ``version`` of the lineage, from the registry."""
         return BPETokenizer.from_json(self.registry.download(self.lineage, version).decode("utf-8"))
 
     def settle(self) -> bool:
@@ -101,7 +102,7 @@ class LineageStatistics:
             if exc.code not in ("stale_parent", "incompatible"):
                 raise
             latest = self.registry.version(self.lineage)["number"]
-            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]), self._tokenizer(latest))]
+            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]), self.tokenizer(latest))]
             self.store.adopt(current=parent, version=latest, changed_ids=changed)
             return False
         self.store.settle(info["number"])
@@ -126,16 +127,16 @@ class LineageStatistics:
         current = self.store.meta()["version"]
         moved = current != self.tedtok.version
         if moved:  # settled or moved just now: count with what the statistics have
-            self.tedtok.adopt(self._tokenizer(current), current)
+            self.tedtok.adopt(self.tokenizer(current), current)
         latest = self.registry.version(self.lineage)["number"]
         if latest == current:
             return moved
         changed = [e["id"] for e in self.registry.composed_diff(self.lineage, current, latest)["entries"]]
         if self.store.adopt(current=current, version=latest, changed_ids=changed):
-            self.tedtok.adopt(self._tokenizer(latest), latest)
+            self.tedtok.adopt(self.tokenizer(latest), latest)
         else:  # the store moved meanwhile: continue from where it is
             version = self.store.meta()["version"]
-            self.tedtok.adopt(self._tokenizer(version), version)
+            self.tedtok.adopt(self.tokenizer(version), version)
         return True
 
     def revise(self, step: int) -> bool:
@@ -180,7 +181,7 @@ class LineageStatistics:
         elif committed.outcome == "ours":
             self.tedtok.version = committed.version
         elif committed.outcome == "theirs":
-            self.tedtok.adopt(self._tokenizer(committed.version), committed.version)
+            self.tedtok.adopt(self.tokenizer(committed.version), committed.version)
         return committed.outcome == "ours"
 
 
@@ -269,7 +270,11 @@ class PipelineJob:
         self._revisions, self._revision_seconds = 0, 0.0  # published by this run, and their time
         meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
-            self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
+            try:
+                self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         self.lineage_stats.close()
@@ -309,8 +314,7 @@ class PipelineJob:
         if self._counted:
             self._written()  # one write at a time, in order
             current = self.tedtok.tokenizer
-            counted = [c.counts if c.sha256 == current.sha256 else self._counts(self.counting.submit(c.texts, current))
-                       for c in self._counted]
+            counted = [c.counts if c.sha256 == current.sha256 else self._recount(c.texts) for c in self._counted]
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
                 offsets=self._offsets, token_texts=self._token_texts()))
@@ -319,6 +323,13 @@ class PipelineJob:
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)
         if wait:
             self._written()
+
+    def _recount(self, texts: list[str]) -> StepCounts:
+        """A step's counts made again, with the current version, in the counting process."""
+        try:
+            return self._counts(self.counting.submit(texts, self.tedtok.tokenizer))
+        except BrokenProcessPool as exc:
+            raise self._counting_died(exc) from None
 
     def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
                      token_texts: np.ndarray) -> bool:
@@ -351,9 +362,16 @@ class PipelineJob:
         tokenizer = self.tedtok.tokenizer
         texts = [d.text for d in step.documents]
         cut = len(texts) - int(len(texts) * self._own_share)
-        counts = self.counting.submit(texts[:cut], tokenizer)
+        try:
+            counts = self.counting.submit(texts[:cut], tokenizer)
+        except BrokenProcessPool as exc:
+            raise self._counting_died(exc) from None
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
         return _Counting(texts, step.end, tokenizer.sha256, counts, own)
+
+    def _counting_died(self, exc: BrokenProcessPool) -> TokmaintError:
+        return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
+                             f"({exc}); start again to continue from the statistics")
 
     def _counts(self, future: Future) -> StepCounts:
         """The counting process's counts; the job's own share grows while it waits for them and
@@ -362,8 +380,7 @@ class PipelineJob:
         try:
             counts = future.result()
         except BrokenProcessPool as exc:
-            raise TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
-                                f"({exc}); start again to continue from the statistics") from None
+            raise self._counting_died(exc) from None
         waited = time.perf_counter() - waiting > OWN_SHARE_WAIT
         self._own_share = min(OWN_SHARE_MAX, self._own_share + OWN_SHARE_STEP) if waited else \
             max(0.0, self._own_share - OWN_SHARE_STEP)
@@ -396,10 +413,11 @@ class PipelineJob:
         self._write()
         planning = time.perf_counter()
         plan = self.lineage_stats.plan(self._step)
-        if then is not None:
-            self._in_flight = self._submit(then)
+        # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)
         self._revised = self._step
+        if then is not None:
+            self._in_flight = self._submit(then)
         self._revision_seconds += time.perf_counter() - planning
 
     def _conclude(self, *, wait: bool = True) -> None:
@@ -427,11 +445,39 @@ class PipelineJob:
         step R is made once step R+1 is read, which is counted with the planned version while
         the revision is committed.
         """
-        started, done, documents, dead, megabytes = time.perf_counter(), 0, 0, 0, 0.0
+        started = time.perf_counter()
+        self._conclude()
         self._written()
         meta = self.store.meta()  # where the statistics are (an earlier run's error left steps unwritten)
         self._step, self._offsets, self._counted, self._in_flight = meta["step"], meta["offsets"], [], None
         self._revised, self._revisions, self._revision_seconds = meta["revised"], 0, 0.0
+        try:
+            documents, dead, megabytes, done = self._steps(max_steps=max_steps, until_idle=until_idle)
+        except BaseException:
+            self._settle_after_error()
+            raise
+        seconds = time.perf_counter() - started
+        return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
+                "dead_lettered": dead, "revisions": self._revisions, "revision_seconds": self._revision_seconds,
+                "version": self.tedtok.version,
+                "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
+
+    def _settle_after_error(self) -> None:
+        """After an error: let the commit and the write under way end (their own errors aside),
+        so that the next ``run`` starts from what Redis holds, at the version it holds."""
+        for settle in (self._conclude, self._written):
+            try:
+                settle()
+            except Exception as exc:  # the first error is the one raised
+                print(f"tokmaint: lineage {self.lineage}: after an error, also: {exc}", file=sys.stderr)
+        self._committing = self._writing = None
+        version = self.store.meta()["version"]
+        if version is not None and version != self.tedtok.version:
+            self.tedtok.adopt(self.lineage_stats.tokenizer(version), version)
+
+    def _steps(self, *, max_steps: int | None, until_idle: bool) -> tuple[int, int, float, int]:
+        """The loop of ``run``: documents, dead letters, megabytes and steps done."""
+        done, documents, dead, megabytes = 0, 0, 0, 0.0
         read_from = self._offsets  # ahead of self._offsets by the step being counted
         while max_steps is None or done < max_steps:
             self._conclude(wait=False)
@@ -461,8 +507,4 @@ class PipelineJob:
             megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
             done += 1
         self._catch_up()
-        seconds = time.perf_counter() - started
-        return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "revisions": self._revisions, "revision_seconds": self._revision_seconds,
-                "version": self.tedtok.version,
-                "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
+        return documents, dead, megabytes, done

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,21 +176,26 @@ class LatestVersion:
             if latest.number > mine: ...
     """
 
-    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0) -> None:
+    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0, patience: float = 30.0) -> None:
         """``poll_seconds``: each watch's length; short, as closing cannot end one under way
-        (httpx), and a server shutting down waits for the watches it holds."""
+        (httpx), and a server shutting down waits for the watches it holds. ``patience``: how
+        long the registry may be away before :attr:`number` raises (meanwhile it is the last
+        number seen: a version learnt late is adopted late, never wrongly)."""
         self._client = RegistryClient(url, token="")  # reads only, on a connection of its own
-        self.lineage, self.poll_seconds = lineage, poll_seconds
+        self.lineage, self.poll_seconds, self.patience = lineage, poll_seconds, patience
         self._number = self._client.version(lineage)["number"]
         self._error: Exception | None = None
+        self._failing_since: float | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="tokmaint-registry-watch", daemon=True)
         self._thread.start()
 
     @property
     def number(self) -> int:
-        """The latest version number seen; the watch's error when it has lost the registry."""
-        if self._error is not None:
+        """The latest version number seen; the watch's error once it has lost the registry for
+        longer than ``patience``."""
+        failing_since = self._failing_since
+        if failing_since is not None and time.monotonic() - failing_since > self.patience:
             raise self._error
         return self._number
 
@@ -201,9 +207,11 @@ class LatestVersion:
                 if self._stopped.is_set():
                     return
                 self._error = exc
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
                 self._stopped.wait(1.0)
                 continue
-            self._error = None
+            self._failing_since = None
             if seen is not None:
                 self._number = max(self._number, seen["number"])
 

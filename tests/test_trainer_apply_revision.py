@@ -16,7 +16,7 @@ from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.tedtok import TedTok
-from trainer.apply_revision import apply_revision, embedding_matrices
+from trainer.apply_revision import apply_revision, embedding_matrices, removed_ids
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -207,3 +207,25 @@ def test_hyper_learns_the_models_own_merges_and_moves_nothing_else(versions):
     assert errors["hyper"] and sum(errors["hyper"]) < 0.5 * sum(errors["mean"])
     kept = torch.tensor(sorted(set(range(before.shape[0])) - {e.id for e in diff.entries}), device=DEVICE)
     assert torch.equal(matrix[kept], before[kept])
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_ids_removed_earlier_stay_masked_when_a_later_revision_grows_the_model(versions, kind):
+    initial, _ = versions
+    rows = initial.id_space
+    model, optimizer = _trained(kind, rows)
+    removal = RevisionDiff(lineage="trainer", version=2, parent_version=1, tokenizer_sha256="0" * 64,
+                           vocab_size=len(initial) - 1, config={}, entries=[
+                               DiffEntry(id=280, kind="removed", old_token=initial.id_to_token[280], new_token=None,
+                                         parents=[])])
+    apply_revision(model, optimizer, removal)
+    a, b = initial.vocab["a"], initial.vocab["b"]
+    growth = RevisionDiff(lineage="trainer", version=3, parent_version=2, tokenizer_sha256="1" * 64,
+                          vocab_size=len(initial), id_space=rows + 1, config={}, entries=[
+                              DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b])])
+    apply_revision(model, optimizer, growth)
+    logits = model(input_ids=torch.tensor([[a, b, rows]], device=DEVICE)).logits
+    assert removed_ids(model) == [280] and torch.isneginf(logits[..., 280]).all()
+    assert torch.isfinite(logits[..., rows]).all()
+    model.to("cpu")  # the mask moves with the model
+    assert torch.isneginf(model(input_ids=torch.tensor([[a, b]])).logits[..., 280]).all()

@@ -67,6 +67,8 @@ def grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -
     shapes = [m.shape for m in old]  # (a resize may keep the parameter and swap its data)
     model.resize_token_embeddings(rows, mean_resizing=False)  # new rows: made by the strategy next
     new = embedding_matrices(model)
+    for matrix in new:  # a gradient kept from before (zero_grad(set_to_none=False)) has the old shape
+        matrix.grad = None
     if optimizer is None:
         return
     moved = dict(zip(map(id, old), new))
@@ -78,7 +80,7 @@ def grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -
             continue
         for key, value in state.items():
             if torch.is_tensor(value) and value.shape == shape:
-                grown = torch.zeros_like(after)
+                grown = value.new_zeros((rows, *value.shape[1:]))
                 grown[: value.shape[0]] = value
                 state[key] = grown
         optimizer.state[after] = state
@@ -184,7 +186,10 @@ def set_removed(model: nn.Module, ids: Iterable[int]) -> None:
     output = model.get_output_embeddings()
     mask = torch.zeros(output.weight.shape[0], dtype=torch.bool, device=output.weight.device)
     mask[sorted(ids)] = True
-    output.tokmaint_removed = mask
+    if hasattr(output, "tokmaint_removed"):
+        output.tokmaint_removed = mask
+    else:  # a buffer: it moves with the model; not persistent: checkpoints keep the ids themselves
+        output.register_buffer("tokmaint_removed", mask, persistent=False)
     if not getattr(output, "tokmaint_hooked", False):
         output.register_forward_hook(
             lambda module, inputs, logits: logits.masked_fill(module.tokmaint_removed, float("-inf"))
@@ -204,6 +209,7 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
     entries = diff.entries
     rows = max([model.get_input_embeddings().weight.shape[0], diff.id_space or 0,
                 *(e.id + 1 for e in entries)])
+    removed_before = removed_ids(model)  # (a resize may replace the output layer, and its mask with it)
     if rows > model.get_input_embeddings().weight.shape[0]:
         grow(model, optimizer, rows)
     changed = sorted(e.id for e in entries if e.kind != "removed")
@@ -219,5 +225,5 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
             for value in (state or {}).values():
                 if torch.is_tensor(value) and value.shape == matrix.shape:
                     value[changed + removed] = 0
-    set_removed(model, (set(removed_ids(model)) - set(changed)) | set(removed))
+    set_removed(model, (set(removed_before) - set(changed)) | set(removed))
     return AppliedRevision(changed=changed, removed=removed, rows=rows)
