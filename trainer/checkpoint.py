@@ -1,5 +1,6 @@
-"""Checkpoints that know their tokenizer: the model, the optimizer, the training position and the
-tokenizer version (lineage, number, sha256) they were trained with, written atomically; loading
+"""Checkpoints that know their tokenizer: the model, the optimizer, the training position, the
+random state (dropout) and the tokenizer version (lineage, number, sha256) they were trained
+with, written atomically; loading
 refuses a checkpoint made with another version than the one the trainer holds, since its
 embedding rows mean other tokens.
 
@@ -41,7 +42,8 @@ def save_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     part = path.with_name(path.name + ".part")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tokenizer": asdict(tokenizer),
                 "position": position, "rows": model.get_input_embeddings().weight.shape[0],
-                "removed": removed_ids(model)}, part)
+                "removed": removed_ids(model), "rng": torch.get_rng_state(),  # dropout goes on as it would
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, part)
     os.replace(part, path)
 
 
@@ -66,4 +68,7 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     model.load_state_dict(data["model"])
     optimizer.load_state_dict(data["optimizer"])
     set_removed(model, data["removed"])
+    torch.set_rng_state(data["rng"])
+    if data["cuda_rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(data["cuda_rng"])
     return data["position"]

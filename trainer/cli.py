@@ -1,10 +1,32 @@
-"""The trainer's commands: ``tokmaint bench apply``."""
+"""The trainer's commands: ``tokmaint trainer run`` and ``tokmaint bench apply``."""
 
 from __future__ import annotations
 
 import argparse
 
-from tokmaint.cli import add_settings, chosen_settings, print_result, subcommands
+from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from registry.client import RegistryClient
+    from tokenizer_service.corpus import read_corpus
+    from trainer.loop import Trainer, TrainerSettings, read_model_config
+
+    texts = read_corpus(args.data).texts
+    with RegistryClient(args.registry) as registry:
+        trainer = Trainer(registry=registry, lineage=args.lineage, texts=texts,
+                          settings=chosen_settings(args.parser, args, TrainerSettings),
+                          model_config=read_model_config(args.model_config), checkpoint_dir=args.checkpoint_dir,
+                          progress=show_progress(args))
+        try:
+            report = trainer.run(steps=args.steps)
+        finally:
+            trainer.close()
+    losses = report.pop("losses")
+    report.pop("versions")
+    print_result({**report, "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
+                 as_json=args.json)
+    return 0
 
 
 def cmd_bench_apply(args: argparse.Namespace) -> int:
@@ -16,6 +38,21 @@ def cmd_bench_apply(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from trainer.bench import ApplyBenchSettings
+    from trainer.loop import TrainerSettings
+
+    trainer = sub.add_parser("trainer", help="train a model that follows a lineage's versions")
+    commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
+    run = commands.add_parser("run", help="train on a corpus with the lineage's current version, applying each newer "
+                                          "version between two optimizer steps")
+    run.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
+    run.add_argument("--lineage", required=True, help="the lineage to follow")
+    run.add_argument("--data", required=True, help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
+    run.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
+    run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
+    run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
+    add_settings(run, TrainerSettings)
+    run.add_argument("--json", action="store_true", help="print JSON")
+    run.set_defaults(func=cmd_run, parser=run)
 
     summary = "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state"
     bench = subcommands(sub.choices["bench"]).add_parser("apply", help=summary, description=summary)

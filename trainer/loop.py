@@ -1,0 +1,169 @@
+"""``tokmaint trainer run``: train a causal LM on a corpus with a lineage's current tokenizer, and
+take each newer version as the registry publishes it, between two optimizer steps.
+
+A thread follows the registry's watch (``registry.client.LatestVersion``); before each step the
+trainer looks at what it last heard. A newer version is downloaded (verified against its sha256:
+a download that does not match is refused, and training goes on with the version it has, trying
+again ``retry_steps`` later), the diff from the version it has is fetched (one composed diff when
+it skipped versions) and applied to the model and the optimizer (``apply_revision``); the batch
+prepared for the step is tokenised again with the new version. Checkpoints record the version.
+
+    trainer = Trainer(registry=client, lineage="news", texts=texts, settings=TrainerSettings())
+    report = trainer.run(steps=100)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from registry.client import LatestVersion, RegistryClient, RegistryRefused
+from schemas.revision import RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.options import Number, check_settings, setting, whole
+from trainer.apply_revision import STRATEGIES, apply_revision
+from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
+
+
+def _strategy(value: str) -> str:
+    if value not in STRATEGIES:
+        raise ValueError(f"must be one of {', '.join(STRATEGIES)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    batch_size: int = setting(8, whole(1), "documents per batch")
+    seq_len: int = setting(64, whole(2), "tokens per document, at most (the rest is cut)")
+    lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    strategy: str = setting("parents_mean", _strategy, f"how new rows start: {', '.join(STRATEGIES)}")
+    checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
+    retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
+    seed: int = setting(0, whole(0), "the model's initial weights")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
+    """The default model: GPT-2's architecture at a size that trains on a CPU.
+
+    >>> tiny_gpt2_config(300).n_embd
+    64
+    """
+    return GPT2Config(**{"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256, "vocab_size": vocab_size,
+                         **overrides})
+
+
+class Trainer:
+    """One model trained on ``texts`` (in order, round and round) with a lineage's versions."""
+
+    def __init__(self, *, registry: RegistryClient, lineage: str, texts: list[str],
+                 settings: TrainerSettings = TrainerSettings(), model_config: dict[str, Any] | None = None,
+                 checkpoint_dir: str | Path | None = None, progress: bool = False) -> None:
+        if not texts:
+            raise ValueError("no texts to train on")
+        self.registry, self.lineage, self.texts, self.settings = registry, lineage, texts, settings
+        self.checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
+        self.progress = progress
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        resuming = self.checkpoint is not None and self.checkpoint.is_file()
+        stamp = TokenizerStamp(**torch.load(self.checkpoint, weights_only=True)["tokenizer"]) if resuming else None
+        # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
+        self.version, self.tokenizer = self._download(stamp.version if stamp else registry.version(lineage)["number"])
+        self.position, self.step = 0, 0  # the next document, the optimizer steps done
+        self.refused: dict[int, int] = {}  # a version refused, and the step it was
+        self.taken: list[dict[str, Any]] = []  # each version taken: its number, the step, the time
+        torch.manual_seed(settings.seed)
+        self.model = GPT2LMHeadModel(tiny_gpt2_config(self.tokenizer.id_space, **(model_config or {}))).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        if stamp is not None:
+            position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
+            self.position, self.step = position["position"], position["step"]
+        self.latest = LatestVersion(str(registry.http.base_url), lineage)
+
+    def close(self) -> None:
+        self.latest.close()
+
+    def _download(self, number: int) -> tuple[int, BPETokenizer]:
+        """Version ``number``, verified against its sha256 (``RegistryRefused`` when it does not match)."""
+        return number, BPETokenizer.from_json(self.registry.download(self.lineage, number).decode("utf-8"))
+
+    def _stamp(self) -> TokenizerStamp:
+        return TokenizerStamp(self.lineage, self.version, self.tokenizer.sha256)
+
+    def _save(self) -> None:
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self._stamp(),
+                        position={"position": self.position, "step": self.step})
+
+    def _follow(self) -> bool:
+        """Take the registry's latest version if it is newer (and not refused lately); True when taken."""
+        target = self.latest.number
+        if target <= self.version or self.step - self.refused.get(target, -10**9) < self.settings.retry_steps:
+            return False
+        try:
+            _, tokenizer = self._download(target)
+            diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, self.version, target))
+        except RegistryRefused as exc:
+            self.refused[target] = self.step
+            tqdm.write(f"tokmaint: trainer: version {target} refused, training on with version {self.version}: "
+                       f"{exc}")
+            return False
+        apply_revision(self.model, self.optimizer, diff, strategy=self.settings.strategy, previous=self.tokenizer)
+        self.version, self.tokenizer = target, tokenizer
+        self.taken.append({"version": target, "step": self.step, "time": time.time()})
+        return True
+
+    def _batch(self) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        """The next documents, tokenised with the current version: input ids and labels (-100: padding)."""
+        texts = [self.texts[(self.position + k) % len(self.texts)] for k in range(self.settings.batch_size)]
+        encoded = [ids[: self.settings.seq_len] for ids in self.tokenizer.encode_batch(texts)]
+        width = max(2, max(len(ids) for ids in encoded))
+        inputs = torch.zeros((len(texts), width), dtype=torch.long)
+        labels = torch.full((len(texts), width), -100, dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            labels[row, : len(ids)] = inputs[row, : len(ids)]
+        return texts, inputs.to(self.device), labels.to(self.device)
+
+    def run(self, *, steps: int) -> dict[str, Any]:
+        """``steps`` optimizer steps; a newer version is taken between two of them."""
+        started, tokens, losses, versions = time.perf_counter(), 0, [], []
+        bar = tqdm(total=steps, disable=not self.progress, unit="step")
+        for _ in range(steps):
+            prepared_with = self.version
+            texts, inputs, labels = self._batch()
+            if self._follow() or self.version != prepared_with:  # prepared with the old version: again
+                texts, inputs, labels = self._batch()
+            loss = self.model(input_ids=inputs, labels=labels).loss
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            self.position, self.step = self.position + len(texts), self.step + 1
+            tokens += int((labels != -100).sum())
+            losses.append(loss.item())
+            versions.append(self.version)
+            if self.checkpoint is not None and self.step % self.settings.checkpoint_every == 0:
+                self._save()
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{tokens / (time.perf_counter() - started):.0f}",
+                            version=self.version)
+            bar.update()
+        bar.close()
+        if self.checkpoint is not None:
+            self._save()
+        return {"lineage": self.lineage, "steps": self.step, "version": self.version, "losses": losses,
+                "versions": versions, "taken": self.taken, "refused": sorted(self.refused),
+                "tokens_per_s": tokens / (time.perf_counter() - started), "device": self.device}
+
+
+def read_model_config(path: str | None) -> dict[str, Any]:
+    """``--model-config``: a JSON object of GPT2Config fields over the tiny default."""
+    return {} if path is None else json.loads(Path(path).read_text(encoding="utf-8"))
