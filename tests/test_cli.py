@@ -147,3 +147,15 @@ def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer
     assert "residue_share" in out and "most frequent residues" in out
 
 
+
+
+def test_the_command_line_starts_without_torch():
+    """Every command builds the whole parser: the trainer's options must not import torch or
+    transformers (seconds of start-up for every command; a `regex` finalizer once ate a SIGTERM)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from tokmaint.cli import build_parser; build_parser(); "
+             "print(sorted(m for m in ('torch', 'transformers', 'apache_beam') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"

@@ -17,7 +17,8 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.tedtok import TedTok
-from trainer.loop import Trainer, TrainerSettings
+from trainer.loop import Trainer
+from trainer.settings import TrainerSettings
 
 TOKEN = "t" * 32
 SETTINGS = TrainerSettings(batch_size=4, seq_len=32, retry_steps=5)

@@ -32,9 +32,9 @@ from torch import nn
 
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
+from trainer.settings import STRATEGIES
 
-Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]
-STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean", "hyper")
+Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]  # trainer.settings.STRATEGIES
 
 
 @dataclass(frozen=True)

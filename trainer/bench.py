@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,21 +18,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from schemas.revision import DiffEntry, RevisionDiff
-from tokenizer_service.options import check_settings, setting, whole
 from trainer.apply_revision import apply_revision
-
-
-@dataclass(frozen=True)
-class ApplyBenchSettings:
-    changes: int = setting(100, whole(1), "ids the revision changes (K)")
-    repeats: int = setting(5, whole(1), "timed applications (the median is reported)")
-    vocab_size: int = setting(50257, whole(3), "the model's vocabulary (GPT-2's)")
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-        if self.changes > self.vocab_size - 2:
-            raise ValueError(f"changes must leave two ids for parents: at most {self.vocab_size - 2}, "
-                             f"got {self.changes}")
+from trainer.settings import ApplyBenchSettings
 
 
 def _diff(settings: ApplyBenchSettings) -> RevisionDiff:

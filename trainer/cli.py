@@ -10,7 +10,8 @@ from tokmaint.cli import add_settings, chosen_settings, print_result, show_progr
 def cmd_run(args: argparse.Namespace) -> int:
     from registry.client import RegistryClient
     from tokenizer_service.corpus import read_corpus
-    from trainer.loop import Trainer, TrainerSettings, read_model_config
+    from trainer.loop import Trainer, read_model_config
+    from trainer.settings import TrainerSettings
 
     texts = read_corpus(args.data).texts
     with RegistryClient(args.registry) as registry:
@@ -30,15 +31,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_apply(args: argparse.Namespace) -> int:
-    from trainer.bench import ApplyBenchSettings, run_apply_bench
+    from trainer.bench import run_apply_bench
+    from trainer.settings import ApplyBenchSettings
 
     print_result(run_apply_bench(chosen_settings(args.parser, args, ApplyBenchSettings)), as_json=args.json)
     return 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from trainer.bench import ApplyBenchSettings
-    from trainer.loop import TrainerSettings
+    from trainer.settings import ApplyBenchSettings, TrainerSettings
 
     trainer = sub.add_parser("trainer", help="train a model that follows a lineage's versions")
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")

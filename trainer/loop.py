@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,29 +26,9 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.options import Number, check_settings, setting, whole
-from trainer.apply_revision import STRATEGIES, apply_revision
+from trainer.apply_revision import apply_revision
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
-
-
-def _strategy(value: str) -> str:
-    if value not in STRATEGIES:
-        raise ValueError(f"must be one of {', '.join(STRATEGIES)}, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class TrainerSettings:
-    batch_size: int = setting(8, whole(1), "documents per batch")
-    seq_len: int = setting(64, whole(2), "tokens per document, at most (the rest is cut)")
-    lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
-    strategy: str = setting("parents_mean", _strategy, f"how new rows start: {', '.join(STRATEGIES)}")
-    checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
-    retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
-    seed: int = setting(0, whole(0), "the model's initial weights")
-
-    def __post_init__(self) -> None:
-        check_settings(self)
+from trainer.settings import TrainerSettings
 
 
 def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:

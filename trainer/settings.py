@@ -1,0 +1,47 @@
+"""The trainer's settings, free of torch and transformers: the command line reads them to build
+its options without importing either (every ``tokmaint`` command builds the whole parser).
+
+>>> TrainerSettings().strategy, ApplyBenchSettings().changes
+('parents_mean', 100)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenizer_service.options import Number, check_settings, setting, whole
+
+STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean", "hyper")
+
+
+def _strategy(value: str) -> str:
+    if value not in STRATEGIES:
+        raise ValueError(f"must be one of {', '.join(STRATEGIES)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    batch_size: int = setting(8, whole(1), "documents per batch")
+    seq_len: int = setting(64, whole(2), "tokens per document, at most (the rest is cut)")
+    lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    strategy: str = setting("parents_mean", _strategy, f"how new rows start: {', '.join(STRATEGIES)}")
+    checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
+    retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
+    seed: int = setting(0, whole(0), "the model's initial weights")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class ApplyBenchSettings:
+    changes: int = setting(100, whole(1), "ids the revision changes (K)")
+    repeats: int = setting(5, whole(1), "timed applications (the median is reported)")
+    vocab_size: int = setting(50257, whole(3), "the model's vocabulary (GPT-2's)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        if self.changes > self.vocab_size - 2:
+            raise ValueError(f"changes must leave two ids for parents: at most {self.vocab_size - 2}, "
+                             f"got {self.changes}")
