@@ -102,12 +102,11 @@ def cmd_stats_show(args: argparse.Namespace) -> int:
     from pipeline.redis_store import RedisStatsStore
     from pipeline.stats_report import stats_report
     from registry.client import RegistryClient
-    from tokenizer_service.bpe import BPETokenizer
 
     store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         version = store.meta()["version"] or registry.version(args.lineage)["number"]
-        tokenizer = BPETokenizer.from_json(registry.download(args.lineage, version).decode("utf-8"))
+        tokenizer = registry.tokenizer(args.lineage, version)
     print_result(stats_report(store, tokenizer, top=args.top), as_json=args.json)
     return 0
 

@@ -76,13 +76,9 @@ class LineageStatistics:
             self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
         self.settle()
         version = self.store.claim_version(self.registry.version(lineage)["number"])
-        self.tedtok = TedTok(self.tokenizer(version), config=self.config, store=self.store, lineage=lineage,
-                             base_vocab=self.tokenizer(1).vocab, apply_edits=False)
+        self.tedtok = TedTok(registry.tokenizer(lineage, version), config=self.config, store=self.store,
+                             lineage=lineage, base_vocab=registry.tokenizer(lineage, 1).vocab, apply_edits=False)
         self.tedtok.version = version
-
-    def tokenizer(self, version: int) -> BPETokenizer:
-        """Version ``version`` of the lineage, from the registry."""
-        return BPETokenizer.from_json(self.registry.download(self.lineage, version).decode("utf-8"))
 
     def settle(self) -> bool:
         """Publish the revision the statistics already have, if it is not published yet; True
@@ -102,7 +98,8 @@ class LineageStatistics:
             if exc.code not in ("stale_parent", "incompatible"):
                 raise
             latest = self.registry.version(self.lineage)["number"]
-            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]), self.tokenizer(latest))]
+            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]),
+                                                  self.registry.tokenizer(self.lineage, latest))]
             self.store.adopt(current=parent, version=latest, changed_ids=changed)
             return False
         self.store.settle(info["number"])
@@ -127,16 +124,16 @@ class LineageStatistics:
         current = self.store.meta()["version"]
         moved = current != self.tedtok.version
         if moved:  # settled or moved just now: count with what the statistics have
-            self.tedtok.adopt(self.tokenizer(current), current)
+            self.tedtok.adopt(self.registry.tokenizer(self.lineage, current), current)
         latest = self.registry.version(self.lineage)["number"]
         if latest == current:
             return moved
         changed = [e["id"] for e in self.registry.composed_diff(self.lineage, current, latest)["entries"]]
         if self.store.adopt(current=current, version=latest, changed_ids=changed):
-            self.tedtok.adopt(self.tokenizer(latest), latest)
+            self.tedtok.adopt(self.registry.tokenizer(self.lineage, latest), latest)
         else:  # the store moved meanwhile: continue from where it is
             version = self.store.meta()["version"]
-            self.tedtok.adopt(self.tokenizer(version), version)
+            self.tedtok.adopt(self.registry.tokenizer(self.lineage, version), version)
         return True
 
     def revise(self, step: int) -> bool:
@@ -181,7 +178,7 @@ class LineageStatistics:
         elif committed.outcome == "ours":
             self.tedtok.version = committed.version
         elif committed.outcome == "theirs":
-            self.tedtok.adopt(self.tokenizer(committed.version), committed.version)
+            self.tedtok.adopt(self.registry.tokenizer(self.lineage, committed.version), committed.version)
         return committed.outcome == "ours"
 
 
@@ -326,10 +323,7 @@ class PipelineJob:
 
     def _recount(self, texts: list[str]) -> StepCounts:
         """A step's counts made again, with the current version, in the counting process."""
-        try:
-            return self._counts(self.counting.submit(texts, self.tedtok.tokenizer))
-        except BrokenProcessPool as exc:
-            raise self._counting_died(exc) from None
+        return self._counts(self._send(texts, self.tedtok.tokenizer))
 
     def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
                      token_texts: np.ndarray) -> bool:
@@ -362,16 +356,20 @@ class PipelineJob:
         tokenizer = self.tedtok.tokenizer
         texts = [d.text for d in step.documents]
         cut = len(texts) - int(len(texts) * self._own_share)
-        try:
-            counts = self.counting.submit(texts[:cut], tokenizer)
-        except BrokenProcessPool as exc:
-            raise self._counting_died(exc) from None
+        counts = self._send(texts[:cut], tokenizer)
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
         return _Counting(texts, step.end, tokenizer.sha256, counts, own)
 
     def _counting_died(self, exc: BrokenProcessPool) -> TokmaintError:
         return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
                              f"({exc}); start again to continue from the statistics")
+
+    def _send(self, texts: list[str], tokenizer: BPETokenizer) -> Future:
+        """Hand texts to the counting process (``_counts`` takes their counts)."""
+        try:
+            return self.counting.submit(texts, tokenizer)
+        except BrokenProcessPool as exc:
+            raise self._counting_died(exc) from None
 
     def _counts(self, future: Future) -> StepCounts:
         """The counting process's counts; the job's own share grows while it waits for them and
@@ -473,7 +471,7 @@ class PipelineJob:
         self._committing = self._writing = None
         version = self.store.meta()["version"]
         if version is not None and version != self.tedtok.version:
-            self.tedtok.adopt(self.lineage_stats.tokenizer(version), version)
+            self.tedtok.adopt(self.lineage_stats.registry.tokenizer(self.lineage, version), version)
 
     def _steps(self, *, max_steps: int | None, until_idle: bool) -> tuple[int, int, float, int]:
         """The loop of ``run``: documents, dead letters, megabytes and steps done."""

@@ -70,7 +70,7 @@ def run_residues_job(store: RedisStatsStore, registry: RegistryClient, *, option
     ``publish`` publish the residue-free version (when it removes anything)."""
     version = store.meta()["version"] or registry.version(store.lineage)["number"]
     record = registry.version(store.lineage, version)
-    tokenizer = BPETokenizer.from_json(registry.download(store.lineage, version).decode("utf-8"))
+    tokenizer = registry.tokenizer(store.lineage, version)
     audit = stream_residues(store, tokenizer, options)
     store.keep_residues(audit.report.residues, version=version)
     if out is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from registry.refs import version_number
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.output_dir import write_file
 
@@ -144,6 +145,10 @@ class RegistryClient:
         return data
 
     # ----- writing ------------------------------------------------------------------------
+    def tokenizer(self, name: str, ref: int | str = "latest") -> BPETokenizer:
+        """A version's tokenizer, downloaded (verified against its sha256) and loaded."""
+        return BPETokenizer.from_json(self.download(name, ref).decode("utf-8"))
+
     def create(self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial",
                metrics: dict[str, Any] | None = None) -> dict[str, Any]:
         body = _embed({"name": name, "kind": kind, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)})

@@ -138,6 +138,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)  # one for all: json.loads builds one a call
+
+
 def json_object(line: str, *, expected: str = "a JSON object") -> dict[str, Any]:
     """A record's JSON object, which may name no key twice; ValueError with the reason otherwise
     (the corpus reader's rule, and the stream's: ``schemas.document``).

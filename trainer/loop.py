@@ -25,7 +25,6 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from schemas.revision import RevisionDiff
-from tokenizer_service.bpe import BPETokenizer
 from trainer.apply_revision import apply_revision
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.settings import TrainerSettings
@@ -56,7 +55,8 @@ class Trainer:
         resuming = self.checkpoint is not None and self.checkpoint.is_file()
         stamp = TokenizerStamp(**torch.load(self.checkpoint, weights_only=True)["tokenizer"]) if resuming else None
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
-        self.version, self.tokenizer = self._download(stamp.version if stamp else registry.version(lineage)["number"])
+        self.version = stamp.version if stamp else registry.version(lineage)["number"]
+        self.tokenizer = registry.tokenizer(lineage, self.version)
         self.position, self.step = 0, 0  # the next document, the optimizer steps done
         self.refused: dict[int, int] = {}  # a version refused, and the step it was
         self.taken: list[dict[str, Any]] = []  # each version taken: its number, the step, the time
@@ -70,10 +70,6 @@ class Trainer:
 
     def close(self) -> None:
         self.latest.close()
-
-    def _download(self, number: int) -> tuple[int, BPETokenizer]:
-        """Version ``number``, verified against its sha256 (``RegistryRefused`` when it does not match)."""
-        return number, BPETokenizer.from_json(self.registry.download(self.lineage, number).decode("utf-8"))
 
     def _stamp(self) -> TokenizerStamp:
         return TokenizerStamp(self.lineage, self.version, self.tokenizer.sha256)
@@ -89,7 +85,7 @@ class Trainer:
         if target <= self.version or self.step - self.refused.get(target, -10**9) < self.settings.retry_steps:
             return False
         try:
-            _, tokenizer = self._download(target)
+            tokenizer = self.registry.tokenizer(self.lineage, target)  # RegistryRefused: not its sha256
             diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, self.version, target))
         except RegistryRefused as exc:
             self.refused[target] = self.step
