@@ -11,6 +11,7 @@ so consumers de-duplicate by it.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any, Protocol
 
@@ -46,3 +47,76 @@ def relay_forever(registry: Registry, producer: EventProducer, *, topic: str = T
     while True:
         relay_once(registry, producer, topic=topic)
         time.sleep(interval)
+
+
+class RevisionEvents:
+    """A lineage's latest version number, learnt from the ``tokenizer.revisions`` topic: what a
+    trainer follows instead of the registry's watch (``registry.client.LatestVersion``, whose
+    interface it shares). A thread reads every partition from the start with a consumer of its
+    own (no group); an event delivered again (the relay sends at least once) is recognised by
+    its ``event_id`` and counted once.
+
+        with RevisionEvents("127.0.0.1:9092", "news") as latest:
+            if latest.number > mine: ...
+    """
+
+    def __init__(self, bootstrap: str, lineage: str, *, topic: str = TOPIC, number: int = 0) -> None:
+        """``number``: the version known already (the topic may hold none newer yet)."""
+        from kafka import KafkaConsumer  # only where events are followed
+
+        self.lineage, self.topic = lineage, topic
+        self.events: list[dict[str, Any]] = []  # this lineage's events, once each, in the order read
+        self.duplicates = 0  # events delivered again
+        self.unreadable = 0  # records that are no revision event
+        self._seen: set[str] = set()
+        self._number = number
+        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                       auto_offset_reset="earliest", fetch_max_wait_ms=200)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="tokmaint-revision-events", daemon=True)
+        self._thread.start()
+
+    @property
+    def number(self) -> int:
+        """The latest version number announced (or the one known at the start)."""
+        return self._number
+
+    def _read(self) -> None:
+        from kafka import TopicPartition
+
+        # The topic may come to be only with the relay's first event: look for it until it does.
+        while not (partitions := self._consumer.partitions_for_topic(self.topic)):
+            if self._stopped.wait(1.0):
+                return
+        self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(partitions)])
+        while not self._stopped.is_set():
+            for records in self._consumer.poll(timeout_ms=200).values():
+                for record in records:
+                    self._take(record.value)
+
+    def _take(self, value: bytes) -> None:
+        try:
+            event = json.loads(value)
+            lineage, event_id, version = event["lineage"], event["event_id"], int(event["version"])
+        except (ValueError, TypeError, KeyError):
+            self.unreadable += 1
+            return
+        if lineage != self.lineage:
+            return
+        if event_id in self._seen:
+            self.duplicates += 1
+            return
+        self._seen.add(event_id)
+        self.events.append(event)
+        self._number = max(self._number, version)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        self._consumer.close()
+
+    def __enter__(self) -> "RevisionEvents":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,7 +1,9 @@
 """``trainer.loop.Trainer`` against a real registry server: a revision published during training
 is taken between two steps within the watch's delay; a tampered download is refused and training
 goes on with the version it has; a resume from a checkpoint gives the losses of an uninterrupted
-run."""
+run. Against a real Kafka-protocol broker too: versions learnt from the ``tokenizer.revisions``
+topic (the relay's events, sent twice), and documents read from the ``docs`` topic, resumed
+exactly from the offsets in the checkpoint."""
 
 import json
 import threading
@@ -12,11 +14,15 @@ import pytest
 
 from registry.artifacts import LocalArtifactStore
 from registry.client import RegistryClient
+from registry.db import make_engine
+from registry.relay import relay_once
+from registry.store import Registry
 from registry.local_server import start_server
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.tedtok import TedTok
+from trainer.data import CorpusTexts, TopicTexts
 from trainer.loop import Trainer
 from trainer.settings import TrainerSettings
 
@@ -65,7 +71,7 @@ def test_a_version_published_during_training_is_taken_within_the_watch(registry,
     texts, initial, revisions = lineage_versions
     name = _lineage(url, initial)
     with RegistryClient(url) as client:
-        trainer = Trainer(registry=client, lineage=name, texts=texts, settings=SETTINGS)
+        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
         try:
             report = {}
             thread = threading.Thread(target=lambda: report.update(trainer.run(steps=300)))
@@ -89,7 +95,7 @@ def test_a_tampered_download_is_refused_and_training_goes_on(registry, drifting_
     texts, initial, revisions = _versions(drifting_corpus, 310)  # blobs no other test has had served
     name = _lineage(url, initial)
     with RegistryClient(url) as client:
-        trainer = Trainer(registry=client, lineage=name, texts=texts, settings=SETTINGS)
+        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
         try:
             published = _publish(url, name, revisions[0])  # not downloaded yet: the server caches nothing
             artifact = LocalArtifactStore(root / "artifacts").path(revisions[0].tokenizer.sha256)
@@ -113,7 +119,7 @@ def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry, lineage_ver
     with RegistryClient(url) as client:
         for run, steps in (("whole", [6]), ("resumed", [3, 3])):
             for k, n in enumerate(steps):
-                trainer = Trainer(registry=client, lineage=name, texts=texts, settings=SETTINGS,
+                trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS,
                                   checkpoint_dir=tmp_path / run)
                 try:
                     losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
@@ -135,3 +141,86 @@ def test_the_trainer_run_command(registry, lineage_versions, drifting_corpus, tm
     assert (first["steps"], first["version"], first["taken"]) == (4, 1, []) and first["last_loss"] > 0
     assert main(argv) == 0  # resumes from the checkpoint
     assert json.loads(capsys.readouterr().out)["steps"] == 8
+
+
+class SentTwice:
+    """The relay's producer, sending every event twice (as a relay restarted before marking does)."""
+
+    def __init__(self, producer) -> None:
+        self.producer = producer
+
+    def send(self, topic, value, key):
+        self.producer.send(topic, value=value, key=key)
+        return self.producer.send(topic, value=value, key=key)
+
+    def flush(self, timeout=None):
+        self.producer.flush(timeout)
+
+
+def test_versions_learnt_from_the_revision_events_topic_once_each(registry, lineage_versions, broker):
+    from kafka import KafkaProducer
+
+    url, root = registry
+    texts, initial, revisions = lineage_versions
+    name = _lineage(url, initial)
+    topic = f"tokenizer.revisions.{name}"
+    with RegistryClient(url) as client:
+        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS,
+                          events=(broker, topic))
+        try:
+            published = [_publish(url, name, r) for r in revisions[:2]]
+            outbox = Registry(make_engine(f"sqlite:///{root / 'registry.db'}"), LocalArtifactStore(root / "artifacts"))
+            producer = KafkaProducer(bootstrap_servers=broker, acks="all")
+            relay_once(outbox, SentTwice(producer), topic=topic)  # this test's events and others' pending ones
+            producer.close()
+            deadline = time.monotonic() + 30
+            while trainer.latest.number != published[-1]:
+                assert time.monotonic() < deadline, "the events never came"
+                time.sleep(0.05)
+            report = trainer.run(steps=3)
+        finally:
+            trainer.close()
+    events = trainer.latest.events
+    assert sorted(e["version"] for e in events) == [1, 2, 3] and trainer.latest.duplicates == 3
+    assert report["taken"][0]["version"] == 3 and report["versions"] == [3, 3, 3]  # one composed diff
+    assert trainer.tokenizer.sha256 == revisions[1].tokenizer.sha256
+
+
+def test_training_on_the_docs_topic_resumes_at_its_offsets(registry, lineage_versions, broker, tmp_path):
+    from kafka import KafkaProducer
+
+    from pipeline.topics import PipelineSettings
+
+    url, _ = registry
+    texts, initial, _ = lineage_versions
+    name = _lineage(url, initial)
+    settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
+    producer = KafkaProducer(bootstrap_servers=broker, acks="all")
+    producer.send(settings.docs_topic, b"not a document", key=b"bad")  # at the head of its partition
+    for k, text in enumerate(texts[:40]):
+        value = {"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z", "source": "test"}
+        producer.send(settings.docs_topic, json.dumps(value).encode(), key=f"d{k}".encode())
+    producer.flush()
+    producer.close()
+    losses, positions = {}, {}
+    with RegistryClient(url) as client:
+        for run, steps in (("whole", [6]), ("resumed", [3, 3])):
+            for n in steps:
+                trainer = Trainer(registry=client, lineage=name, data=TopicTexts(settings), settings=SETTINGS,
+                                  checkpoint_dir=tmp_path / run)
+                try:
+                    losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
+                    positions[run] = trainer.position
+                finally:
+                    trainer.close()
+    assert losses["resumed"] == losses["whole"] and len(losses["whole"]) == 6
+    assert sum(positions["whole"].values()) == 6 * SETTINGS.batch_size + 1  # the bad record passed over
+
+
+@pytest.mark.parametrize("source", [[], ["--data", "x.jsonl", "--topic", "docs"]])
+def test_the_trainer_trains_on_one_source(source, capsys):
+    from tokmaint.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["trainer", "run", "--registry", "http://127.0.0.1:9", "--lineage", "x", *source])
+    assert exc.value.code == 2 and "one of --data PATH or --topic NAME" in capsys.readouterr().err

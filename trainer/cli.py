@@ -8,17 +8,28 @@ from tokmaint.cli import add_settings, chosen_settings, print_result, show_progr
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pipeline.topics import PipelineSettings
     from registry.client import RegistryClient
     from tokenizer_service.corpus import read_corpus
+    from trainer.data import CorpusTexts, TopicTexts
     from trainer.loop import Trainer, read_model_config
     from trainer.settings import TrainerSettings
 
-    texts = read_corpus(args.data).texts
+    if (args.data is None) == (args.topic is None):
+        args.parser.error("train on one of --data PATH or --topic NAME")
+    settings = chosen_settings(args.parser, args, TrainerSettings)
+    stream = PipelineSettings(**{k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
+                                                   ("revisions_topic", args.revisions_topic)) if v is not None})
+    data = CorpusTexts(read_corpus(args.data).texts) if args.data else TopicTexts(stream)
+    events = (stream.bootstrap, stream.revisions_topic) if args.follow == "events" else None
     with RegistryClient(args.registry) as registry:
-        trainer = Trainer(registry=registry, lineage=args.lineage, texts=texts,
-                          settings=chosen_settings(args.parser, args, TrainerSettings),
-                          model_config=read_model_config(args.model_config), checkpoint_dir=args.checkpoint_dir,
-                          progress=show_progress(args))
+        try:
+            trainer = Trainer(registry=registry, lineage=args.lineage, data=data, settings=settings,
+                              model_config=read_model_config(args.model_config), checkpoint_dir=args.checkpoint_dir,
+                              events=events, progress=show_progress(args))
+        except BaseException:
+            data.close()
+            raise
         try:
             report = trainer.run(steps=args.steps)
         finally:
@@ -47,7 +58,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                           "version between two optimizer steps")
     run.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
     run.add_argument("--lineage", required=True, help="the lineage to follow")
-    run.add_argument("--data", required=True, help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
+    run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
+    run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
+    run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    run.add_argument("--follow", choices=("watch", "events"), default="watch",
+                     help="learn of new versions by the registry's watch (default) or the revision events topic")
+    run.add_argument("--revisions-topic", help="the revision events' topic (default: "
+                                               "TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)")
     run.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
     run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")

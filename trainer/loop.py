@@ -1,14 +1,16 @@
-"""``tokmaint trainer run``: train a causal LM on a corpus with a lineage's current tokenizer, and
-take each newer version as the registry publishes it, between two optimizer steps.
+"""``tokmaint trainer run``: train a causal LM on a corpus or the ``docs`` topic (``trainer.data``)
+with a lineage's current tokenizer, and take each newer version as the registry publishes it,
+between two optimizer steps.
 
-A thread follows the registry's watch (``registry.client.LatestVersion``); before each step the
-trainer looks at what it last heard. A newer version is downloaded (verified against its sha256:
+A thread follows the registry's watch (``registry.client.LatestVersion``) or the revision events
+on the ``tokenizer.revisions`` topic (``registry.relay.RevisionEvents``, each event counted once);
+before each step the trainer looks at what it last heard. A newer version is downloaded (verified against its sha256:
 a download that does not match is refused, and training goes on with the version it has, trying
 again ``retry_steps`` later), the diff from the version it has is fetched (one composed diff when
 it skipped versions) and applied to the model and the optimizer (``apply_revision``); the batch
 prepared for the step is tokenised again with the new version. Checkpoints record the version.
 
-    trainer = Trainer(registry=client, lineage="news", texts=texts, settings=TrainerSettings())
+    trainer = Trainer(registry=client, lineage="news", data=CorpusTexts(texts), settings=TrainerSettings())
     report = trainer.run(steps=100)
 """
 
@@ -24,9 +26,11 @@ from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
+from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from trainer.apply_revision import apply_revision
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
+from trainer.data import TrainingTexts
 from trainer.settings import TrainerSettings
 
 
@@ -41,14 +45,15 @@ def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
 
 
 class Trainer:
-    """One model trained on ``texts`` (in order, round and round) with a lineage's versions."""
+    """One model trained on ``data`` with a lineage's versions."""
 
-    def __init__(self, *, registry: RegistryClient, lineage: str, texts: list[str],
+    def __init__(self, *, registry: RegistryClient, lineage: str, data: TrainingTexts,
                  settings: TrainerSettings = TrainerSettings(), model_config: dict[str, Any] | None = None,
-                 checkpoint_dir: str | Path | None = None, progress: bool = False) -> None:
-        if not texts:
-            raise ValueError("no texts to train on")
-        self.registry, self.lineage, self.texts, self.settings = registry, lineage, texts, settings
+                 checkpoint_dir: str | Path | None = None, events: tuple[str, str] | None = None,
+                 progress: bool = False) -> None:
+        """``events``: (bootstrap, topic) to learn of versions from the revision events there
+        instead of the registry's watch."""
+        self.registry, self.lineage, self.data, self.settings = registry, lineage, data, settings
         self.checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.progress = progress
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -57,7 +62,7 @@ class Trainer:
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
         self.version = stamp.version if stamp else registry.version(lineage)["number"]
         self.tokenizer = registry.tokenizer(lineage, self.version)
-        self.position, self.step = 0, 0  # the next document, the optimizer steps done
+        self.position, self.step = data.start, 0  # the next batch's position, the optimizer steps done
         self.refused: dict[int, int] = {}  # a version refused, and the step it was
         self.taken: list[dict[str, Any]] = []  # each version taken: its number, the step, the time
         torch.manual_seed(settings.seed)
@@ -66,10 +71,12 @@ class Trainer:
         if stamp is not None:
             position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
             self.position, self.step = position["position"], position["step"]
-        self.latest = LatestVersion(str(registry.http.base_url), lineage)
+        self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=self.version) if events
+                       else LatestVersion(str(registry.http.base_url), lineage))
 
     def close(self) -> None:
         self.latest.close()
+        self.data.close()
 
     def _stamp(self) -> TokenizerStamp:
         return TokenizerStamp(self.lineage, self.version, self.tokenizer.sha256)
@@ -97,9 +104,8 @@ class Trainer:
         self.taken.append({"version": target, "step": self.step, "time": time.time()})
         return True
 
-    def _batch(self) -> tuple[list[str], torch.Tensor, torch.Tensor]:
-        """The next documents, tokenised with the current version: input ids and labels (-100: padding)."""
-        texts = [self.texts[(self.position + k) % len(self.texts)] for k in range(self.settings.batch_size)]
+    def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``texts`` tokenised with the current version: input ids and labels (-100: padding)."""
         encoded = [ids[: self.settings.seq_len] for ids in self.tokenizer.encode_batch(texts)]
         width = max(2, max(len(ids) for ids in encoded))
         inputs = torch.zeros((len(texts), width), dtype=torch.long)
@@ -107,22 +113,22 @@ class Trainer:
         for row, ids in enumerate(encoded):
             inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             labels[row, : len(ids)] = inputs[row, : len(ids)]
-        return texts, inputs.to(self.device), labels.to(self.device)
+        return inputs.to(self.device), labels.to(self.device)
 
     def run(self, *, steps: int) -> dict[str, Any]:
         """``steps`` optimizer steps; a newer version is taken between two of them."""
         started, tokens, losses, versions = time.perf_counter(), 0, [], []
         bar = tqdm(total=steps, disable=not self.progress, unit="step")
         for _ in range(steps):
-            prepared_with = self.version
-            texts, inputs, labels = self._batch()
-            if self._follow() or self.version != prepared_with:  # prepared with the old version: again
-                texts, inputs, labels = self._batch()
+            texts, after = self.data.take(self.position, self.settings.batch_size)
+            inputs, labels = self._batch(texts)
+            if self._follow():  # prepared with the old version: again
+                inputs, labels = self._batch(texts)
             loss = self.model(input_ids=inputs, labels=labels).loss
             loss.backward()
             self.optimizer.step()
             self.optimizer.zero_grad()
-            self.position, self.step = self.position + len(texts), self.step + 1
+            self.position, self.step = after, self.step + 1
             tokens += int((labels != -100).sum())
             losses.append(loss.item())
             versions.append(self.version)

@@ -1,0 +1,75 @@
+"""What a trainer trains on: a corpus file round and round, or the ``docs`` topic as it grows.
+
+Both hand out batches by position, so that a checkpoint's position resumes exactly: the next
+document's index in a corpus, the next offset of every partition of the topic (the pipeline's
+step order, ``pipeline.stream.StepReader``, which gives the same batch for the same offsets).
+
+>>> data = CorpusTexts(["a", "b", "c"])
+>>> data.take(data.start, 2), data.take(2, 2)
+((['a', 'b'], 2), (['c', 'a'], 1))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+
+class TrainingTexts(Protocol):
+    start: Any  # the position of the first batch
+
+    def take(self, position: Any, n: int) -> tuple[list[str], Any]:
+        """The ``n`` texts at ``position``, and the position after them."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class CorpusTexts:
+    """A corpus's texts, in order, round and round; a position is the next text's index."""
+
+    start = 0
+
+    def __init__(self, texts: list[str]) -> None:
+        if not texts:
+            raise ValueError("no texts to train on")
+        self.texts = texts
+
+    def take(self, position: int, n: int) -> tuple[list[str], int]:
+        texts = [self.texts[(position + k) % len(self.texts)] for k in range(n)]
+        return texts, (position + n) % len(self.texts)
+
+    def close(self) -> None:
+        pass
+
+
+class TopicTexts:
+    """The documents of the ``docs`` topic in the pipeline's step order, read from the start; a
+    position is the next offset of every partition. A batch waits for documents the topic does
+    not hold yet (a live stream); records that are no Document are passed over (the pipeline
+    dead-letters them)."""
+
+    start: dict[int, int] = {}
+
+    def __init__(self, settings: Any, *, wait: float = 1.0) -> None:
+        from pipeline.stream import StepReader  # kafka only where the topic is read
+
+        self.reader = StepReader(settings, wait=wait)
+        self.passed_over = 0
+
+    def take(self, position: dict[int, int], n: int) -> tuple[list[str], dict[int, int]]:
+        texts: list[str] = []
+        said = False
+        while len(texts) < n:
+            step = self.reader.read(position, n - len(texts))
+            texts += [d.text for d in step.documents]
+            self.passed_over += len(step.dead)
+            if not step.documents and not step.dead and not said:
+                said = True
+                tqdm.write(f"tokmaint: trainer: waiting for documents on {self.reader.settings.docs_topic!r}")
+            position = step.end
+        return texts, position
+
+    def close(self) -> None:
+        self.reader.close()
