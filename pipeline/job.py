@@ -27,7 +27,7 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -93,7 +93,7 @@ class LineageStatistics:
         parent = self.store.meta()["version"]
         try:
             info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok",
-                                         parent=parent)
+                                         parent=parent, metrics=kept.get("metrics"))
         except RegistryRefused as exc:
             if exc.code not in ("stale_parent", "incompatible"):
                 raise
@@ -136,17 +136,18 @@ class LineageStatistics:
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, version), version)
         return True
 
-    def revise(self, step: int) -> bool:
+    def revise(self, step: int, *, metrics: dict[str, Any] | None = None) -> bool:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
         registry's rules), then its edit and the version in one write, then published; False
         when no pair beats the margin (or the store has this step's revision already)."""
-        return self.conclude(self.commit(self.plan(step)))
+        return self.conclude(self.commit(self.plan(step, metrics=metrics)))
 
-    def plan(self, step: int) -> PlannedRevision:
+    def plan(self, step: int, *, metrics: dict[str, Any] | None = None) -> PlannedRevision:
         """Ted-Tok's revision after step ``step``, in memory: ``self.tedtok`` holds the revised
-        version from now on (the next step most likely counts with it), until :meth:`conclude`."""
+        version from now on (the next step most likely counts with it), until :meth:`conclude`.
+        ``metrics``: published with the version."""
         parent, version = self.tedtok.tokenizer, self.tedtok.version
-        return PlannedRevision(step, parent, version, self.tedtok.revise())
+        return PlannedRevision(step, parent, version, self.tedtok.revise(), metrics or {})
 
     def commit(self, plan: PlannedRevision) -> CommittedRevision:
         """Validate the planned revision, write its edit and the version in one write, publish
@@ -162,7 +163,8 @@ class LineageStatistics:
             self.store.apply_revision(StatsEdit(), step=plan.step, pending=b"", max_pairs=self.max_pairs)
             return CommittedRevision(plan, "invalid" if reasons else "none", plan.version,
                                      time.perf_counter() - started)
-        kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
+        kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json(),
+                           "metrics": plan.metrics})
         if not self.store.apply_revision(revision.edit, step=plan.step, pending=kept.encode("utf-8"),
                                          max_pairs=self.max_pairs):
             raise TokmaintError(f"lineage {self.lineage!r} was revised after step {plan.step} by another process "
@@ -191,6 +193,7 @@ class PlannedRevision:
     parent: BPETokenizer
     version: int
     revision: Revision | None
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,7 @@ class PipelineJob:
         self.counting = CountingProcess()
         self._in_flight: _Counting | None = None  # the step being counted
         self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
+        self._bytes_per_token: float | None = None  # of the last step written
         self._reviser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-revision")
         self._committing: Future | None = None  # the commit of the last revision, while it goes on
         self._revised = 0  # the last step a revision was made after (or found not due)
@@ -312,6 +316,7 @@ class PipelineJob:
             self._written()  # one write at a time, in order
             current = self.tedtok.tokenizer
             counted = [c.counts if c.sha256 == current.sha256 else self._recount(c.texts) for c in self._counted]
+            self._bytes_per_token = counted[-1].bytes_per_token
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
                 offsets=self._offsets, token_texts=self._token_texts()))
@@ -410,7 +415,9 @@ class PipelineJob:
         self._collect()
         self._write()
         planning = time.perf_counter()
-        plan = self.lineage_stats.plan(self._step)
+        # The stream's bytes/token with the version in use, at the last step written: what the
+        # registry shows beside the version the revision makes.
+        plan = self.lineage_stats.plan(self._step, metrics={"bytes_per_token": self._bytes_per_token})
         # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)
         self._revised = self._step

@@ -224,6 +224,13 @@ class Registry:
                 raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
             return VersionInfo.of(row, name)
 
+    def aliases(self, name: str) -> dict[str, int]:
+        """A lineage's aliases and the version each names, by alias."""
+        with Session(self.engine) as session:
+            lineage = self._lineage(session, name)
+            return dict(session.execute(select(Alias.name, Alias.number).where(Alias.lineage_id == lineage.id)
+                                        .order_by(Alias.name)).all())
+
     def _resolve(self, session: Session, lineage: Lineage, ref: int | str) -> int:
         if (number := version_number(ref)) is not None:
             return number

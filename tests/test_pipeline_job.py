@@ -108,9 +108,15 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
         versions = registry.versions(lineage)["data"]
     assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
 
-    store, reference = _equal_to_the_offline_reference(redis_url, lineage, initial,
-                                                       batches(read_corpus(drifting_corpus).documents, 32), versions)
+    steps = list(batches(read_corpus(drifting_corpus).documents, 32))
+    store, reference = _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
     assert store.meta()["version"] == versions[-1]["number"] and store.pending() is None
+    client = RegistryClient(registry_url)
+    for version in versions[1:]:  # each recorded the stream's bytes/token at a step, with its parent
+        parent = client.tokenizer(lineage, version["parent"])
+        measured = {round(sum(len(t.encode()) for t in texts) / sum(map(len, parent.encode_batch(texts))), 9)
+                    for texts in steps}
+        assert round(version["metrics"]["bytes_per_token"], 9) in measured
 
     assert main(["stats", "show", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
                  "--top", "5", "--json"]) == 0

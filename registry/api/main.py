@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from registry.api.routes import pages
 from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
 from registry.artifacts import LocalArtifactStore
 from registry.config import RegistrySettings
@@ -129,6 +130,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
     app.state.cache = ArtifactCache()
     app.state.metrics = Metrics.create()
     app.include_router(router)
+    app.include_router(pages.router)
 
     @app.exception_handler(RegistryError)
     async def refused(request: Request, exc: RegistryError) -> JSONResponse:
