@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from tokmaint.cli import print_result, print_rows
+from tokmaint.cli import print_result, print_rows, show_progress
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -93,8 +93,29 @@ def _read(path: str) -> bytes:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    if (args.tokenizer is None) == (args.train is None):
+        args.parser.error("create from one of a tokenizer.json or --train CORPUS")
+    if args.train is not None:
+        from tokenizer_service.bpe import BPETokenizer
+        from tokenizer_service.corpus import read_corpus
+        from tokenizer_service.validation import validate
+
+        texts = read_corpus(args.train).texts[: args.train_docs]  # the oldest: a corpus is in time order
+        tokenizer = BPETokenizer.train(texts, vocab_size=args.vocab_size, progress=show_progress(args))
+        validate(tokenizer).raise_for_reasons(source="the trained tokenizer")
+        data = tokenizer.to_json().encode("utf-8")
+    else:
+        data = _read(args.tokenizer)
+    from registry.client import RegistryRefused
+
     with _client(args) as client:
-        print_result(client.create(args.name, _read(args.tokenizer), kind=args.kind), as_json=args.json)
+        try:
+            info = client.create(args.name, data, kind=args.kind)
+        except RegistryRefused as exc:
+            if not (args.exist_ok and exc.code == "lineage_exists"):
+                raise
+            info = client.version(args.name, 1)
+    print_result(info, as_json=args.json)
     return 0
 
 
@@ -174,9 +195,15 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
         p.set_defaults(func=func, parser=p)
         return p
 
-    p = client_parser("create", "create a lineage from a tokenizer.json (its version 1)", cmd_create)
+    p = client_parser("create", "create a lineage from a tokenizer.json, or one trained on a corpus (its version 1)",
+                      cmd_create)
     p.add_argument("name")
-    p.add_argument("tokenizer", help="tokenizer.json")
+    p.add_argument("tokenizer", nargs="?", help="tokenizer.json")
+    p.add_argument("--train", metavar="CORPUS", help="or train a byte-level BPE on the corpus's oldest documents")
+    p.add_argument("--train-docs", type=int, default=10_000, help="documents --train trains on (default: 10000)")
+    p.add_argument("--vocab-size", type=int, default=4096, help="vocabulary --train trains (default: 4096)")
+    p.add_argument("--exist-ok", action="store_true", help="a lineage that exists already is no error (its "
+                                                           "version 1 is printed)")
     p.add_argument("--kind", choices=["initial", "import"], default="initial")
     p = client_parser("publish", "publish a new version of a lineage", cmd_publish)
     p.add_argument("name")
@@ -213,7 +240,7 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
 
 def cmd_bench_registry(args: argparse.Namespace) -> int:
     from registry.bench import RegistryBenchSettings, run_registry_bench
-    from tokmaint.cli import chosen_settings, show_progress
+    from tokmaint.cli import chosen_settings
 
     settings = chosen_settings(args.parser, args, RegistryBenchSettings)
     print_result(run_registry_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)

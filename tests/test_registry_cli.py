@@ -1,0 +1,48 @@
+"""``tokmaint registry create`` against a real registry server: from a tokenizer.json, or trained
+on a corpus's oldest documents; ``--exist-ok`` makes a second run a no-op (what an init container
+runs at every start)."""
+
+import json
+import uuid
+
+import pytest
+
+from registry.client import RegistryClient
+from registry.local_server import start_server
+from tokenizer_service.corpus import read_corpus
+from tokmaint.cli import main
+
+TOKEN = "c" * 32
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    process, url = start_server(tmp_path_factory.mktemp("registry"), env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_create_trains_on_the_oldest_documents_and_exist_ok_keeps_it(registry, drifting_corpus, monkeypatch,
+                                                                        capsys):
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    argv = ["registry", "create", name, "--registry", registry, "--train", str(drifting_corpus), "--train-docs",
+            "50", "--vocab-size", "300", "--json"]
+    assert main(argv) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert (created["number"], created["kind"], created["vocab_size"]) == (1, "initial", 300)
+    tokenizer = RegistryClient(registry).tokenizer(name, 1)
+    oldest = read_corpus(drifting_corpus).texts[:50]
+    assert tokenizer.encode(oldest[0]) and tokenizer.decode(tokenizer.encode(oldest[0])) == oldest[0]
+
+    assert main(argv[:-1] + ["--vocab-size", "400", "--exist-ok", "--json"]) == 0  # kept, not replaced
+    assert json.loads(capsys.readouterr().out)["sha256"] == created["sha256"]
+    assert main(argv) != 0  # without --exist-ok: refused, and said why
+    assert "lineage_exists" in capsys.readouterr().err
+
+
+def test_create_takes_one_source(registry, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["registry", "create", "x", "--registry", registry])
+    assert exc.value.code == 2 and "one of a tokenizer.json or --train CORPUS" in capsys.readouterr().err
