@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
@@ -108,6 +109,22 @@ def cmd_stats_show(args: argparse.Namespace) -> int:
         version = store.meta()["version"] or registry.version(args.lineage)["number"]
         tokenizer = registry.tokenizer(args.lineage, version)
     print_result(stats_report(store, tokenizer, top=args.top), as_json=args.json)
+    return 0
+
+
+def cmd_stats_snapshot(args: argparse.Namespace) -> int:
+    import redis
+
+    from pipeline.redis_store import RedisStatsStore
+    from pipeline.stats_report import stats_snapshot
+    from registry.client import RegistryClient
+
+    store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
+    with RegistryClient(args.registry) as registry:
+        tokenizer = registry.tokenizer(args.lineage, store.meta()["version"] or "latest")
+    folder = stats_snapshot(store, tokenizer, args.out)
+    print_result({"snapshot": str(folder), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))},
+                 as_json=args.json)
     return 0
 
 
@@ -228,6 +245,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--top", type=int, default=20, help="how many tokens, pairs and sinks (default: 20)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_stats_show, parser=show)
+    snapshot = stats_commands.add_parser("snapshot", help="all of the statistics at one step to Parquet, for audit "
+                                                          "(OUT/<lineage>/step-<N>/)")
+    _add_redis_options(snapshot)
+    snapshot.add_argument("--out", required=True, help="the folder snapshots go to")
+    snapshot.add_argument("--json", action="store_true", help="print JSON")
+    snapshot.set_defaults(func=cmd_stats_snapshot, parser=snapshot)
 
     summary = "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time"
     bench = subcommands(sub.choices["bench"]).add_parser("pipeline", help=summary, description=summary)

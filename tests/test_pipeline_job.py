@@ -12,6 +12,7 @@ import time
 import uuid
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import redis
 from kafka import KafkaProducer
@@ -95,7 +96,7 @@ def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions
 
 
 def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url, registry_url, stream, initial,
-                                                               drifting_corpus, monkeypatch, capsys):
+                                                               drifting_corpus, monkeypatch, capsys, tmp_path):
     lineage = _lineage(registry_url, initial)
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
     with RegistryClient(registry_url) as registry:
@@ -127,6 +128,20 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
         np.fromiter(final.vocab.values(), np.int64)))), reverse=True)[:5]
     np.testing.assert_allclose(sorted(shown["tokens"].values(), reverse=True), [t for t, _ in expected], rtol=1e-9)
     assert len(shown["pairs"]) == 5 and len(shown["weakest_sinks"]) == 5
+
+    snapshot = ["stats", "snapshot", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
+                "--out", str(tmp_path), "--json"]
+    assert main(snapshot) == 0
+    written = json.loads(capsys.readouterr().out)
+    folder = tmp_path / lineage / "step-000000019"
+    assert written["snapshot"] == str(folder) and written["version"] == versions[-1]["number"]
+    tokens = pq.read_table(folder / "tokens.parquet").to_pydict()
+    assert dict(zip(tokens["token"], tokens["id"])) == final.vocab
+    np.testing.assert_allclose(tokens["tau_token"], reference.store.token(np.array(tokens["id"])), rtol=1e-9)
+    pairs = pq.read_table(folder / "pairs.parquet")
+    assert pairs.num_rows == store.tracked_pairs and (folder / "neighbours.parquet").is_file()
+    assert main(snapshot) == 0 and json.loads(capsys.readouterr().out)["snapshot"] == str(folder)  # kept
+    assert sorted(p.name for p in (tmp_path / lineage).iterdir()) == [folder.name]  # nothing half-written
 
     dead = consume(broker, f"{stream}.dlq", expected=len(BAD))
     assert sorted(r.value for r in dead) == sorted(BAD) and len({r.key for r in dead}) == len(BAD)
