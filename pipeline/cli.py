@@ -45,9 +45,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tokenizer_service.evolve import StreamSettings
 
     stream = chosen_settings(args.parser, args, StreamSettings)
+    metrics = None
+    if args.metrics_port is not None:
+        from pipeline.metrics import PipelineMetrics
+
+        metrics = PipelineMetrics.create(args.lineage)
+        metrics.serve(args.metrics_port)
     with RegistryClient(args.registry) as registry:
         job = PipelineJob(settings=_pipeline_settings(args), stream=stream, redis_client=redis.Redis.from_url(args.redis),
-                          registry=registry, lineage=args.lineage)
+                          registry=registry, lineage=args.lineage, metrics=metrics)
         try:
             report = job.run(max_steps=args.max_steps, until_idle=args.until_idle)
         finally:
@@ -199,6 +205,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _add_redis_options(run)
     run.add_argument("--max-steps", type=int, help="stop after this many steps (default: run on)")
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics at :PORT/metrics (default: none)")
     run.add_argument("--commit-steps", type=int,
                      help="steps counted between writes to Redis, at most (a revision, another version and an idle "
                           "topic write at once; a crash repeats the steps not written; default: "

@@ -35,6 +35,7 @@ import redis
 from kafka import KafkaProducer
 
 from pipeline.counting_process import CountingProcess
+from pipeline.metrics import PipelineMetrics
 from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
@@ -246,8 +247,10 @@ class PipelineJob:
     """
 
     def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
-                 registry: RegistryClient, lineage: str, wait: float = 2.0) -> None:
+                 registry: RegistryClient, lineage: str, wait: float = 2.0,
+                 metrics: PipelineMetrics | None = None) -> None:
         self.settings, self.lineage = settings, lineage
+        self.metrics = metrics
         self.step_docs = stream.step_docs if settings.step_seconds is None else settings.max_step_docs
         self.lineage_stats = LineageStatistics(stream=stream, redis_client=redis_client, registry=registry,
                                                lineage=lineage)
@@ -433,6 +436,9 @@ class PipelineJob:
         committed = committing.result()
         self._revisions += self.lineage_stats.conclude(committed)
         self._revision_seconds += committed.seconds
+        if self.metrics is not None:
+            self.metrics.revisions.labels(self.lineage, committed.outcome).inc()
+            self.metrics.revision_seconds.labels(self.lineage).observe(committed.seconds)
 
     def _catch_up(self) -> None:
         """Every step counted and written, and revised after when due (before the job waits,
@@ -484,6 +490,7 @@ class PipelineJob:
         """The loop of ``run``: documents, dead letters, megabytes and steps done."""
         done, documents, dead, megabytes = 0, 0, 0, 0.0
         read_from = self._offsets  # ahead of self._offsets by the step being counted
+        last = time.perf_counter()
         while max_steps is None or done < max_steps:
             self._conclude(wait=False)
             # Someone else's version (not while our own is being published): counted with from this step.
@@ -509,7 +516,17 @@ class PipelineJob:
                 self._collect()  # the step before, counted while this one was read
                 self._in_flight = counting
             documents += len(step.documents)
-            megabytes += sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
+            step_mb = sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
+            megabytes += step_mb
             done += 1
+            if self.metrics is not None:
+                now = time.perf_counter()
+                self.metrics.step(documents=len(step.documents), megabytes=step_mb, dead=len(step.dead),
+                                  seconds=now - last)
+                self.metrics.consumer_lag.labels(self.lineage).set(self.reader.lag(step.end))
+                self.metrics.version.labels(self.lineage).set(self.tedtok.version)
+                if self._bytes_per_token is not None:
+                    self.metrics.bytes_per_token.labels(self.lineage).set(self._bytes_per_token)
+                last = now
         self._catch_up()
         return documents, dead, megabytes, done

@@ -101,6 +101,12 @@ class StepReader:
                 self.consumer.seek(self._tps[p], begin)
                 self._next[p] = begin
 
+    def lag(self, end: dict[int, int]) -> int:
+        """Records between ``end`` (the next offsets to read) and the partitions' high
+        watermarks as the last fetch saw them (the fetch's watermark: tansu's ``end_offsets``
+        answers the start of the last batch instead of the end)."""
+        return sum(max(0, (self.consumer.highwater(self._tps[p]) or 0) - end.get(p, 0)) for p in self.partitions)
+
     def _at_end(self, p: int) -> bool:
         high = self.consumer.highwater(self._tps[p])
         return high is not None and self._next[p] >= high

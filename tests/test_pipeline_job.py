@@ -11,17 +11,20 @@ import sys
 import time
 import uuid
 
+import httpx
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import redis
 from kafka import KafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.job import PipelineJob
+from pipeline.metrics import PipelineMetrics
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
-from registry.local_server import start_server
+from registry.local_server import free_port, start_server
 from tests.conftest import consume
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
@@ -99,15 +102,27 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
                                                                drifting_corpus, monkeypatch, capsys, tmp_path):
     lineage = _lineage(registry_url, initial)
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
+    metrics, port = PipelineMetrics.create(lineage), free_port()
+    metrics.serve(port, host="127.0.0.1")
     with RegistryClient(registry_url) as registry:
         job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream,
                                                     dlq_topic=f"{stream}.dlq"),
                           stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
-                          lineage=lineage, wait=1.0)
+                          lineage=lineage, wait=1.0, metrics=metrics)
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage)["data"]
     assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
+    scraped = {(s.name, s.labels.get("outcome")): s.value for family in text_string_to_metric_families(
+        httpx.get(f"http://127.0.0.1:{port}/metrics").text) for s in family.samples if s.labels.get("lineage") == lineage}
+    assert scraped[("tokmaint_pipeline_documents_total", None)] == 600
+    assert scraped[("tokmaint_pipeline_steps_total", None)] == 19
+    assert scraped[("tokmaint_pipeline_dead_letters_total", None)] == len(BAD)
+    assert scraped[("tokmaint_pipeline_revisions_total", "ours")] == len(versions) - 1 == report["revisions"]
+    assert scraped[("tokmaint_pipeline_consumer_lag", None)] == 0  # read to the end
+    assert scraped[("tokmaint_pipeline_version", None)] == versions[-1]["number"]
+    assert scraped[("tokmaint_pipeline_bytes_per_token", None)] > 1
+    assert scraped[("tokmaint_pipeline_step_seconds_count", None)] == 19
 
     steps = list(batches(read_corpus(drifting_corpus).documents, 32))
     store, reference = _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
