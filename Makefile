@@ -45,8 +45,10 @@ test: setup services
 	TOKMAINT_GPT4O_TOKENIZER=$(TOKENIZER_CACHE)/gpt4o/tokenizer.json \
 	$(BIN)/python -m pytest -q
 
-demo: setup
-	$(BIN)/tokmaint bench arithmetic
+# The whole loop on embedded defaults: its own broker, redis-server and registry; the shipped
+# stream through the pipeline; a trainer; a report in demo-report/ (index.html).
+demo: setup services
+	$(BIN)/tokmaint demo --out demo-report
 
 clean:
 	rm -rf $(VENV) build *.egg-info

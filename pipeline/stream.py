@@ -122,8 +122,15 @@ class StepReader:
         """Fetch until each of ``partitions`` holds ``size`` records or is read to its end (as
         far as the broker has it after ``wait`` seconds)."""
         deadline = time.monotonic() + self.wait
-        while any(len(self._buffers[p]) < size and not self._at_end(p) for p in partitions):
-            if time.monotonic() > deadline:
+        refreshed = False
+        while wanting := [p for p in partitions if len(self._buffers[p]) < size]:
+            if all(self._at_end(p) for p in wanting):
+                # The high watermarks are those of the last fetch: when there is nothing at all to
+                # give, one more fetch tells whether the topic has grown since (a live stream).
+                if refreshed or any(self._buffers[p] for p in wanting):
+                    break
+                refreshed = True
+            elif time.monotonic() > deadline:
                 break
             self._poll()
 

@@ -136,8 +136,10 @@ def test_the_trainer_run_command(registry, lineage_versions, drifting_corpus, tm
     name = _lineage(url, initial)
     argv = ["trainer", "run", "--registry", url, "--lineage", name, "--data", str(drifting_corpus), "--steps", "4",
             "--batch-size", "4", "--checkpoint-dir", str(tmp_path), "--json"]
-    assert main(argv) == 0
+    assert main(argv + ["--report", str(tmp_path / "report.json")]) == 0
     first = json.loads(capsys.readouterr().out)
+    whole = json.loads((tmp_path / "report.json").read_text())
+    assert len(whole["losses"]) == 4 and whole["losses"][-1] == first["last_loss"] and whole["versions"] == [1] * 4
     assert (first["steps"], first["version"], first["taken"]) == (4, 1, []) and first["last_loss"] > 0
     assert main(argv) == 0  # resumes from the checkpoint
     assert json.loads(capsys.readouterr().out)["steps"] == 8

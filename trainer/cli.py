@@ -1,8 +1,10 @@
-"""The trainer's commands: ``tokmaint trainer run`` and ``tokmaint bench apply``."""
+"""The trainer's commands: ``tokmaint trainer run``, ``tokmaint bench apply`` and ``bench arithmetic-train``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
 
@@ -34,6 +36,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             report = trainer.run(steps=args.steps)
         finally:
             trainer.close()
+    if args.report:
+        Path(args.report).write_text(json.dumps(report), encoding="utf-8")
     losses = report.pop("losses")
     report.pop("versions")
     print_result({**report, "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
@@ -49,8 +53,17 @@ def cmd_bench_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
+    from trainer.arithmetic_train import run_arithmetic_train
+    from trainer.settings import ArithmeticTrainSettings
+
+    settings = chosen_settings(args.parser, args, ArithmeticTrainSettings)
+    print_result(run_arithmetic_train(settings, progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from trainer.settings import ApplyBenchSettings, TrainerSettings
+    from trainer.settings import ApplyBenchSettings, ArithmeticTrainSettings, TrainerSettings
 
     trainer = sub.add_parser("trainer", help="train a model that follows a lineage's versions")
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
@@ -68,12 +81,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
     run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
+    run.add_argument("--report", help="write the whole report here as JSON (every step's loss and version, the "
+                                      "versions taken)")
     add_settings(run, TrainerSettings)
     run.add_argument("--json", action="store_true", help="print JSON")
     run.set_defaults(func=cmd_run, parser=run)
 
     summary = "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state"
-    bench = subcommands(sub.choices["bench"]).add_parser("apply", help=summary, description=summary)
+    benches = subcommands(sub.choices["bench"])
+    bench = benches.add_parser("apply", help=summary, description=summary)
     add_settings(bench, ApplyBenchSettings)
     bench.add_argument("--json", action="store_true", help="print JSON")
     bench.set_defaults(func=cmd_bench_apply, parser=bench)
+
+    summary = ("arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and "
+               "evolving tokenizers, and each init strategy's loss jump after a revision")
+    bench = benches.add_parser("arithmetic-train", help=summary, description=summary)
+    add_settings(bench, ArithmeticTrainSettings)
+    bench.add_argument("--json", action="store_true", help="print JSON")
+    bench.set_defaults(func=cmd_bench_arithmetic_train, parser=bench)

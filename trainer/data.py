@@ -11,6 +11,8 @@ step order, ``pipeline.stream.StepReader``, which gives the same batch for the s
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any, Protocol
 
 from tqdm import tqdm
@@ -52,10 +54,11 @@ class TopicTexts:
 
     start: dict[int, int] = {}
 
-    def __init__(self, settings: Any, *, wait: float = 1.0) -> None:
+    def __init__(self, settings: Any, *, wait: float = 1.0, poll: float = 0.5) -> None:
+        """``poll``: seconds between two looks at a topic read to its end."""
         from pipeline.stream import StepReader  # kafka only where the topic is read
 
-        self.reader = StepReader(settings, wait=wait)
+        self.reader, self.poll = StepReader(settings, wait=wait), poll
         self.passed_over = 0
 
     def take(self, position: dict[int, int], n: int) -> tuple[list[str], dict[int, int]]:
@@ -65,9 +68,12 @@ class TopicTexts:
             step = self.reader.read(position, n - len(texts))
             texts += [d.text for d in step.documents]
             self.passed_over += len(step.dead)
-            if not step.documents and not step.dead and not said:
-                said = True
-                tqdm.write(f"tokmaint: trainer: waiting for documents on {self.reader.settings.docs_topic!r}")
+            if not step.documents and not step.dead:  # read to the end: wait for the stream to grow
+                if not said:
+                    said = True
+                    tqdm.write(f"tokmaint: trainer: waiting for documents on {self.reader.settings.docs_topic!r}",
+                               file=sys.stderr)
+                time.sleep(self.poll)
             position = step.end
         return texts, position
 

@@ -17,6 +17,7 @@ prepared for the step is tokenised again with the new version. Checkpoints recor
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ class Trainer:
         except RegistryRefused as exc:
             self.refused[target] = self.step
             tqdm.write(f"tokmaint: trainer: version {target} refused, training on with version {self.version}: "
-                       f"{exc}")
+                       f"{exc}", file=sys.stderr)
             return False
         apply_revision(self.model, self.optimizer, diff, strategy=self.settings.strategy, previous=self.tokenizer)
         self.version, self.tokenizer = target, tokenizer

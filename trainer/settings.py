@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenizer_service.bench.arithmetic import ArithmeticSettings
 from tokenizer_service.options import Number, check_settings, setting, whole
 
 STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean", "hyper")
@@ -45,3 +46,30 @@ class ApplyBenchSettings:
         if self.changes > self.vocab_size - 2:
             raise ValueError(f"changes must leave two ids for parents: at most {self.vocab_size - 2}, "
                              f"got {self.changes}")
+
+
+@dataclass(frozen=True)
+class ArithmeticTrainSettings(ArithmeticSettings):
+    """``bench arithmetic``'s settings (the data, the tokenizers, Ted-Tok's), a shorter schedule,
+    and the models'. The defaults fit 30 minutes on two CPU cores (``trainer.arithmetic_train``
+    says how they differ from the paper's)."""
+
+    interval: int = setting(200, whole(1), "steps between revisions (Δ; paper: 300 of 16,000 steps)")
+    epochs: int = setting(40, whole(1), "epochs over Old, then as many over New (paper: 1000)")
+    batch: int = setting(256, whole(1), "examples per optimizer step and Ted-Tok time step (paper: 4096)")
+    seeds: int = setting(3, whole(1), "seeds seed, seed+1, ... (each: the held-out split, the batch order, the "
+                                      "initial weights)")
+    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "Adam's constant learning rate (paper: 5e-4)")
+    n_embd: int = setting(32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K "
+                                        "parameters: 12)")
+    answer_only: bool = setting(False, None, "the loss on the answer and end-of-example tokens only")
+    window: int = setting(20, whole(1), "steps before and after a revision compared for the loss jump")
+    workers: int = setting(2, whole(1), "runs at a time, in processes of one torch thread (1: here, torch's threads)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_embd % 4:
+            raise ValueError(f"n_embd must be a multiple of 4 (four heads), got {self.n_embd}")
+        if self.window >= self.interval:
+            raise ValueError(f"window must be shorter than the interval between revisions, got {self.window} "
+                             f">= {self.interval}")

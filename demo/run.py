@@ -1,0 +1,191 @@
+"""``tokmaint demo`` (``make demo``): the whole loop on one machine, with no Docker.
+
+It starts a Kafka-protocol broker (tansu), a ``redis-server`` and a registry server (SQLite) of
+its own on free loopback ports, creates a lineage from the sample's oldest documents, and then,
+at once:
+
+* sends the shipped stream (``data/git-commits-sample.jsonl.gz``, 20 years of git commit
+  messages) to the docs topic in time order, a chunk at a time, as a live stream would come;
+* runs the pipeline job on it: statistics in Redis, Ted-Tok revisions published to the registry;
+* runs a trainer (a tiny GPT-2 on CPU) on the same topic, which applies every new version
+  between two optimizer steps (a last short run takes the final version).
+
+It ends with a report folder (``demo.report``) and stops every process it started, on Ctrl-C
+too.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import redis
+from kafka.admin import KafkaAdminClient, NewTopic
+from tqdm import tqdm
+
+from pipeline.ingest import ingest
+from pipeline.job import PipelineJob
+from pipeline.local_servers import start_broker, start_redis
+from pipeline.topics import PipelineSettings
+from registry.client import RegistryClient
+from registry.local_server import start_server
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import read_corpus
+from tokenizer_service.errors import TokmaintError
+from tokenizer_service.evolve import StreamSettings
+from trainer.settings import TrainerSettings
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
+LINEAGE = "git-demo"
+LAST_STEPS = 2  # the trainer's last run, from its checkpoint: it takes the final version
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    corpus: Path = SAMPLE
+    initial_docs: int = 1500  # the oldest documents, the initial tokenizer's training set
+    vocab_size: int = 2048
+    chunks: int = 24  # the stream arrives in this many parts
+    pause: float = 1.5  # seconds between two parts
+    trainer_steps: int = 1000
+    stream: StreamSettings = StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640,
+                                            id_price=2.0)
+
+
+def _say(message: str) -> None:
+    tqdm.write(f"tokmaint demo: {message}", file=sys.stderr)
+
+
+def _wait_for_reader(log: Path, trainer: subprocess.Popen, *, timeout: float = 120.0) -> None:
+    """Until the trainer waits for documents on the topic (it says so in its log)."""
+    deadline = time.monotonic() + timeout
+    while "waiting for documents" not in log.read_text(encoding="utf-8", errors="replace"):
+        if trainer.poll() is not None:
+            raise TokmaintError(f"the trainer stopped: {log.read_text(encoding='utf-8')[-2000:]}")
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"the trainer did not start reading the topic in {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bool = True) -> dict[str, Any]:
+    """Run the loop; write the report to ``out``; return the summary."""
+    from demo.report import write_report
+
+    started = time.perf_counter()
+    corpus = read_corpus(settings.corpus)
+    docs = corpus.documents
+    token = secrets.token_hex(16)
+    processes: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="tokmaint-demo-") as root_name:
+        root = Path(root_name)
+        try:
+            _say("starting a Kafka-protocol broker, redis-server and the registry (SQLite) on loopback ports")
+            broker, bootstrap = start_broker()
+            processes.append(broker)
+            redis_server, redis_url = start_redis()
+            processes.append(redis_server)
+            registry_server, registry_url = start_server(root / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
+            processes.append(registry_server)
+
+            _say(f"training the initial tokenizer on the {settings.initial_docs:,} oldest documents")
+            initial = BPETokenizer.train([d.text for d in docs[: settings.initial_docs]],
+                                         vocab_size=settings.vocab_size, progress=progress)
+            registry = RegistryClient(registry_url, token=token)
+            registry.create(LINEAGE, initial.to_json())
+            topics = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq")
+
+            stream = docs[settings.initial_docs:]
+            if (settings.trainer_steps + LAST_STEPS) * TrainerSettings().batch_size > len(stream):
+                raise TokmaintError(f"{settings.trainer_steps} trainer steps need more than the stream's "
+                                    f"{len(stream):,} documents")
+            size = -(-len(stream) // settings.chunks)
+            chunk_files = []
+            for k in range(settings.chunks):
+                path = root / f"chunk-{k:03d}.jsonl"
+                path.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n"
+                                        for d in stream[k * size: (k + 1) * size]), encoding="utf-8")
+                chunk_files.append(path)
+            trainer_report = root / "trainer.json"
+            trainer_cmd = [sys.executable, "-m", "tokmaint.cli", "trainer", "run", "--registry", registry_url,
+                           "--lineage", LINEAGE, "--topic", "docs", "--bootstrap", bootstrap,
+                           "--checkpoint-dir", str(root / "trainer"), "--report", str(trainer_report), "--json"]
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+            admin.create_topics([NewTopic(topics.docs_topic, num_partitions=4, replication_factor=1)])
+            admin.close()
+            _say("starting the trainer (a tiny GPT-2 on CPU) on the docs topic")
+            trainer_log = (root / "trainer.log").open("w")
+            trainer = subprocess.Popen([*trainer_cmd, "--steps", str(settings.trainer_steps)],
+                                       stdout=subprocess.DEVNULL, stderr=trainer_log)
+            processes.append(trainer)
+            _wait_for_reader(root / "trainer.log", trainer)  # then it sees every version from the first
+            _say(f"streaming {len(stream):,} documents in {settings.chunks} parts; the pipeline revises, "
+                 "the trainer follows")
+            ingest(chunk_files[0], topics, progress=False)
+
+            job_result: dict[str, Any] = {}
+            job_error: list[BaseException] = []
+            job = PipelineJob(settings=topics, stream=settings.stream, redis_client=redis.Redis.from_url(redis_url),
+                              registry=registry, lineage=LINEAGE, wait=2.0 * settings.pause + 1.0)
+
+            streamed = threading.Event()
+
+            def run_job() -> None:
+                """Count what the topic holds, again and again, until the stream has ended and
+                every part is counted (``run`` starts where the statistics are)."""
+                try:
+                    while True:
+                        ending = streamed.is_set()
+                        report = job.run(until_idle=True)
+                        for key in ("steps", "documents", "revisions"):
+                            job_result[key] = job_result.get(key, 0) + report[key]
+                        if ending:
+                            return
+                        time.sleep(0.2)
+                except BaseException as exc:  # raised in the main thread below
+                    job_error.append(exc)
+
+            job_thread = threading.Thread(target=run_job, name="tokmaint-demo-pipeline", daemon=True)
+            job_thread.start()
+            arrivals = [{"chunk": 0, "time": datetime.now(timezone.utc).isoformat(), "documents": size}]
+            for k, path in enumerate(tqdm(chunk_files[1:], desc="stream", unit="part", disable=not progress), 1):
+                time.sleep(settings.pause)
+                ingest(path, topics, progress=False)
+                arrivals.append({"chunk": k, "time": datetime.now(timezone.utc).isoformat(),
+                                 "documents": len(stream[k * size: (k + 1) * size])})
+            streamed.set()
+            job_thread.join()
+            job.close()
+            if job_error:
+                raise job_error[0]
+            _say(f"pipeline: {job_result['steps']} steps, {job_result['revisions']} revisions published; "
+                 "waiting for the trainer")
+            status = trainer.wait()
+            trainer_log.close()
+            if status != 0:
+                raise TokmaintError(f"the trainer failed: {(root / 'trainer.log').read_text()[-2000:]}")
+            first_run = json.loads(trainer_report.read_text(encoding="utf-8"))
+            # A short run from the checkpoint takes the last version, if the first ended before it.
+            subprocess.run([*trainer_cmd, "--steps", str(LAST_STEPS)], check=True, stdout=subprocess.DEVNULL)
+            last_run = json.loads(trainer_report.read_text(encoding="utf-8"))
+            summary = write_report(out, registry=registry, lineage=LINEAGE, stream=stream, chunk_size=size,
+                                   arrivals=arrivals, pipeline=job_result, trainer=[first_run, last_run],
+                                   seconds=time.perf_counter() - started)
+            registry.close()
+        finally:
+            for process in reversed(processes):
+                if process.poll() is None:
+                    process.terminate()
+                    try:
+                        process.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+    return summary

@@ -1,0 +1,87 @@
+"""``tokmaint bench arithmetic-train`` (Ted-Tok Table 1, SA row): the exact-match evaluation on
+models whose answers are known, and a tiny schedule run twice (through the command line too)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tokenizer_service.bench.arithmetic import arithmetic_dataset
+from tokenizer_service.bpe import BPETokenizer
+from trainer.arithmetic_train import exact_match, prompt_length, run_one
+from trainer.settings import STRATEGIES, ArithmeticTrainSettings
+
+
+class Answers(nn.Module):
+    """A model that continues ``example``'s tokens (then the end-of-example id), ``wrong`` after
+    ``slip`` tokens: the evaluation must score it by what it generates."""
+
+    def __init__(self, tokenizer: BPETokenizer, example: str, eos: int, *, slip: int | None = None) -> None:
+        super().__init__()
+        self.ids, self.eos, self.slip = tokenizer.encode(example) + [eos], eos, slip
+        self.rows = eos + 1
+
+    def forward(self, input_ids: torch.Tensor):
+        n = input_ids.shape[1]
+        target = self.ids[n] if n < len(self.ids) else self.eos
+        if self.slip is not None and n >= self.slip:
+            target = (target + 1) % self.eos  # another token
+        logits = torch.zeros((*input_ids.shape, self.rows))
+        logits[:, -1, target] = 1.0
+        return type("Output", (), {"logits": logits})()
+
+
+@pytest.fixture(scope="module")
+def old_tokenizer():
+    return BPETokenizer.train(arithmetic_dataset(50), vocab_size=50, byte_level=False)
+
+
+def test_the_prompt_ends_where_the_answer_begins(old_tokenizer):
+    tokens_spanning = 0
+    for example in ["12+5=17", "50-49=1", "7+3=10", "44+44=88"]:
+        ids = old_tokenizer.encode(example)
+        k = prompt_length(old_tokenizer, ids, example)
+        prompt = old_tokenizer.decode(ids[:k])
+        assert example.startswith(prompt) and len(prompt) <= example.index("=") + 1
+        assert len(old_tokenizer.decode(ids[: k + 1])) > example.index("=") + 1  # the next token is the answer's
+        tokens_spanning += len(prompt) < example.index("=") + 1
+    assert tokens_spanning  # some "=d" token starts the answer with this tokenizer
+
+
+@pytest.mark.parametrize("example", ["12+5=17", "50-49=1", "199+200=399"])
+def test_exact_match_scores_what_the_model_generates(old_tokenizer, example):
+    eos = old_tokenizer.id_space
+    ids = old_tokenizer.encode(example)
+    k = prompt_length(old_tokenizer, ids, example)
+    assert exact_match(Answers(old_tokenizer, example, eos), old_tokenizer, [example], eos=eos) == 1.0
+    for slip in (k, len(ids) - 1, len(ids)):  # the answer's first or last token wrong, or no end
+        assert exact_match(Answers(old_tokenizer, example, eos, slip=slip), old_tokenizer, [example], eos=eos) == 0.0
+
+
+def test_a_tiny_schedule_gives_the_same_results_in_workers_and_reports_every_key(capsys):
+    from tokmaint.cli import main
+
+    options = {"epochs": 2, "batch": 1024, "validation": 100, "interval": 10, "window": 5, "lr": 3e-3}
+    settings = ArithmeticTrainSettings(seeds=1, **options)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a worker: the sums' order, and so the bits, depend on the threads
+    try:
+        tedtok = run_one(settings, 0, "tedtok")
+    finally:
+        torch.set_num_threads(threads)
+    assert tedtok["revisions"] >= 2
+    jumps = tedtok["loss_jump"]
+    assert {len(v) for v in jumps.values()} == {tedtok["revisions"]}
+    assert jumps["hyper"] != jumps["parents_mean"]  # the copies train apart from the run
+
+    argv = ["bench", "arithmetic-train", "--seeds", "1", "--workers", "2", "--json"]
+    for name, value in options.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["exact_match"]) == {"old", "new", "tedtok"}
+    assert result["exact_match"]["tedtok"] == tedtok["exact_match"]
+    assert result["loss_jump"] == {s: pytest.approx(float(np.mean(jumps[s]))) for s in STRATEGIES}
+    assert result["seeds"] == 1 and result["seconds"] > 0 and result["revisions_per_seed"] == [tedtok["revisions"]]
