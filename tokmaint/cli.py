@@ -22,7 +22,7 @@ from tokenizer_service.errors import TokmaintError
 from tokenizer_service.options import Number
 
 # Modules with an ``add_commands(subparsers)``: the packages this command line fronts.
-COMMANDS = ("tokenizer_service.cli", "registry.cli", "pipeline.cli", "trainer.cli")
+COMMANDS = ("tokenizer_service.cli", "registry.cli", "pipeline.cli", "trainer.cli", "demo.cli")
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
