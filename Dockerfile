@@ -19,6 +19,7 @@ COPY tokmaint tokmaint
 COPY registry registry
 COPY pipeline pipeline
 COPY trainer trainer
+COPY demo demo
 RUN pip install --no-deps --no-build-isolation .
 
 FROM python:3.11.14-slim-bookworm AS runtime

@@ -59,8 +59,9 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, stream: l
     changes = []
     for v in versions[1:]:
         entries = registry.diff(lineage, v["number"])["entries"]
-        added = [e["new_token"] for e in entries if e["new_token"] is not None]
-        removed = [e["old_token"] for e in entries if e["old_token"] is not None]
+        # Tokens as the text they stand for (a byte-level "Ġtext" is " text").
+        added = [_text(tokenizers[v["number"]], e["new_token"]) for e in entries if e["new_token"] is not None]
+        removed = [_text(tokenizers[v["parent"]], e["old_token"]) for e in entries if e["old_token"] is not None]
         changes.append({"version": v["number"], "kind": v["kind"], "created_at": v["created_at"],
                         "added": len(added), "removed": len(removed), "added_examples": added[:EXAMPLES],
                         "removed_examples": removed[:EXAMPLES]})
@@ -90,6 +91,15 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, stream: l
     (out / "index.html").write_text(Environment(autoescape=True).from_string(PAGE).render(s=summary),
                                     encoding="utf-8")
     return summary
+
+
+def _text(tokenizer: BPETokenizer, token: str) -> str:
+    """The text a token stands for (bytes that are no whole UTF-8 character shown escaped).
+
+    >>> _text(BPETokenizer.train(["a b"], vocab_size=258), "Ġb")
+    ' b'
+    """
+    return tokenizer.token_bytes(token).decode("utf-8", errors="backslashreplace")
 
 
 def _mean(values) -> float:
@@ -154,7 +164,8 @@ def _save(figure, path: Path) -> None:
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tokmaint demo: {{ s.lineage }}</title>
 <style>body{font-family:system-ui,sans-serif;margin:2rem;max-width:64rem}table{border-collapse:collapse}
-td,th{border-bottom:1px solid #ddd;padding:.25rem .6rem;text-align:left}code{white-space:pre}</style></head>
+td,th{border-bottom:1px solid #ddd;padding:.25rem .6rem;text-align:left}
+code{white-space:pre;background:#eef;margin-right:.2rem}</style></head>
 <body>
 <h1>tokmaint demo: {{ s.lineage }}</h1>
 <p>{{ s.documents }} documents in {{ s.steps }} steps; {{ s.revisions_published }} revisions published
@@ -167,8 +178,9 @@ evolving {{ "%.3f"|format(s.bytes_per_token.evolving_mean) }}; the last part: st
 <h2>Revisions</h2><img src="revisions.png" alt="versions over time">
 <h2>Tokens added and removed</h2><img src="tokens.png" alt="tokens added and removed per version">
 <table><tr><th>version</th><th>added</th><th>examples</th><th>removed</th><th>examples</th></tr>
-{% for c in s.changes %}<tr><td>{{ c.version }}</td><td>{{ c.added }}</td><td><code>{{ c.added_examples|map("tojson")|join(" ") }}</code></td>
-<td>{{ c.removed }}</td><td><code>{{ c.removed_examples|map("tojson")|join(" ") }}</code></td></tr>
+{% for c in s.changes %}<tr><td>{{ c.version }}</td><td>{{ c.added }}</td>
+<td>{% for t in c.added_examples %}<code>{{ t }}</code> {% endfor %}</td><td>{{ c.removed }}</td>
+<td>{% for t in c.removed_examples %}<code>{{ t }}</code> {% endfor %}</td></tr>
 {% endfor %}</table>
 <h2>Trainer</h2><img src="trainer_loss.png" alt="trainer loss across revisions">
 <p>{{ s.trainer.steps }} steps on {{ s.trainer.device }}; versions taken: {{ s.trainer.versions_taken|join(", ") }};

@@ -108,6 +108,21 @@ def _local_server(start):
     process.wait(timeout=30)
 
 
+REGISTRY_TOKEN = "r" * 32  # the write token of registry_server
+
+
+@pytest.fixture(scope="module")
+def registry_server(tmp_path_factory):
+    """A registry server of the module's own (SQLite, a free loopback port): its URL and folder."""
+    from registry.local_server import start_server
+
+    root = tmp_path_factory.mktemp("registry")
+    process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": REGISTRY_TOKEN})
+    yield url, root
+    process.terminate()
+    process.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def broker():
     """A Kafka-protocol broker of the session's own: its address."""

@@ -8,19 +8,14 @@ import uuid
 import pytest
 
 from registry.client import RegistryClient
-from registry.local_server import start_server
+from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tokenizer_service.corpus import read_corpus
 from tokmaint.cli import main
 
-TOKEN = "c" * 32
-
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    process, url = start_server(tmp_path_factory.mktemp("registry"), env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+def registry(registry_server):
+    return registry_server[0]
 
 
 def test_create_trains_on_the_oldest_documents_and_exist_ok_keeps_it(registry, drifting_corpus, monkeypatch,

@@ -9,20 +9,15 @@ import httpx
 import pytest
 
 from registry.client import RegistryClient
-from registry.local_server import start_server
+from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.conftest import sentences
 from tests.test_registry_store import variant
 from tokenizer_service.bpe import BPETokenizer
 
-TOKEN = "p" * 32
-
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    process, url = start_server(tmp_path_factory.mktemp("registry"), env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+def registry(registry_server):
+    return registry_server[0]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from registry.client import RegistryClient
 from registry.db import make_engine
 from registry.relay import relay_once
 from registry.store import Registry
-from registry.local_server import start_server
+from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -26,17 +26,7 @@ from trainer.data import CorpusTexts, TopicTexts
 from trainer.loop import Trainer
 from trainer.settings import TrainerSettings
 
-TOKEN = "t" * 32
 SETTINGS = TrainerSettings(batch_size=4, seq_len=32, retry_steps=5)
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    root = tmp_path_factory.mktemp("registry")
-    process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
-    yield url, root
-    process.terminate()
-    process.wait(timeout=30)
 
 
 def _versions(drifting_corpus, vocab_size: int):
@@ -66,8 +56,8 @@ def _publish(url, name, revision) -> int:
                                                     diff_json=revision.diff.to_json(), kind="tedtok")["number"]
 
 
-def test_a_version_published_during_training_is_taken_within_the_watch(registry, lineage_versions):
-    url, _ = registry
+def test_a_version_published_during_training_is_taken_within_the_watch(registry_server, lineage_versions):
+    url, _ = registry_server
     texts, initial, revisions = lineage_versions
     name = _lineage(url, initial)
     with RegistryClient(url) as client:
@@ -90,8 +80,8 @@ def test_a_version_published_during_training_is_taken_within_the_watch(registry,
     assert all(loss == loss for loss in report["losses"])  # no NaN after the revision
 
 
-def test_a_tampered_download_is_refused_and_training_goes_on(registry, drifting_corpus):
-    url, root = registry
+def test_a_tampered_download_is_refused_and_training_goes_on(registry_server, drifting_corpus):
+    url, root = registry_server
     texts, initial, revisions = _versions(drifting_corpus, 310)  # blobs no other test has had served
     name = _lineage(url, initial)
     with RegistryClient(url) as client:
@@ -111,8 +101,8 @@ def test_a_tampered_download_is_refused_and_training_goes_on(registry, drifting_
     assert all(loss == loss for loss in report["losses"])
 
 
-def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry, lineage_versions, tmp_path):
-    url, _ = registry
+def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry_server, lineage_versions, tmp_path):
+    url, _ = registry_server
     texts, initial, revisions = lineage_versions
     name = _lineage(url, initial)
     losses = {}
@@ -128,10 +118,10 @@ def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry, lineage_ver
     assert losses["resumed"] == losses["whole"]
 
 
-def test_the_trainer_run_command(registry, lineage_versions, drifting_corpus, tmp_path, capsys):
+def test_the_trainer_run_command(registry_server, lineage_versions, drifting_corpus, tmp_path, capsys):
     from tokmaint.cli import main
 
-    url, _ = registry
+    url, _ = registry_server
     _, initial, _ = lineage_versions
     name = _lineage(url, initial)
     argv = ["trainer", "run", "--registry", url, "--lineage", name, "--data", str(drifting_corpus), "--steps", "4",
@@ -159,10 +149,10 @@ class SentTwice:
         self.producer.flush(timeout)
 
 
-def test_versions_learnt_from_the_revision_events_topic_once_each(registry, lineage_versions, broker):
+def test_versions_learnt_from_the_revision_events_topic_once_each(registry_server, lineage_versions, broker):
     from kafka import KafkaProducer
 
-    url, root = registry
+    url, root = registry_server
     texts, initial, revisions = lineage_versions
     name = _lineage(url, initial)
     topic = f"tokenizer.revisions.{name}"
@@ -188,12 +178,12 @@ def test_versions_learnt_from_the_revision_events_topic_once_each(registry, line
     assert trainer.tokenizer.sha256 == revisions[1].tokenizer.sha256
 
 
-def test_training_on_the_docs_topic_resumes_at_its_offsets(registry, lineage_versions, broker, tmp_path):
+def test_training_on_the_docs_topic_resumes_at_its_offsets(registry_server, lineage_versions, broker, tmp_path):
     from kafka import KafkaProducer
 
     from pipeline.topics import PipelineSettings
 
-    url, _ = registry
+    url, _ = registry_server
     texts, initial, _ = lineage_versions
     name = _lineage(url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
