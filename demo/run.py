@@ -17,6 +17,7 @@ too.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from trainer.settings import TrainerSettings
 
+log = logging.getLogger("tokmaint.demo")
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
 LINEAGE = "git-demo"
 LAST_STEPS = 2  # the trainer's last run, from its checkpoint: it takes the final version
@@ -62,7 +64,7 @@ class DemoSettings:
 
 
 def _say(message: str) -> None:
-    tqdm.write(f"tokmaint demo: {message}", file=sys.stderr)
+    log.info("demo: %s", message)
 
 
 def _wait_for_reader(log: Path, trainer: subprocess.Popen, *, timeout: float = 120.0) -> None:

@@ -23,7 +23,7 @@ it changed, and the step counts with it.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -48,6 +48,8 @@ from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit, combine_steps
 from tokenizer_service.tedtok import Revision, TedTok
 from tokenizer_service.validation import validate
+
+log = logging.getLogger("tokmaint.pipeline")
 
 
 MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision (and neighbour compaction) drops the weakest beyond it
@@ -159,8 +161,8 @@ class LineageStatistics:
         reasons = [] if revision is None else validate(revision.tokenizer, parent=plan.parent).reasons
         if revision is None or reasons:
             if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
-                print(f"tokmaint: lineage {self.lineage}: the revision after step {plan.step} fails validation, "
-                      f"skipped: {'; '.join(reasons)}", file=sys.stderr)
+                log.warning("lineage %s: the revision after step %s fails validation, skipped: %s", self.lineage,
+                            plan.step, "; ".join(reasons), extra={"lineage": self.lineage, "step": plan.step})
             self.store.apply_revision(StatsEdit(), step=plan.step, pending=b"", max_pairs=self.max_pairs)
             return CommittedRevision(plan, "invalid" if reasons else "none", plan.version,
                                      time.perf_counter() - started)
@@ -480,7 +482,7 @@ class PipelineJob:
             try:
                 settle()
             except Exception as exc:  # the first error is the one raised
-                print(f"tokmaint: lineage {self.lineage}: after an error, also: {exc}", file=sys.stderr)
+                log.warning("lineage %s: after an error, also: %s", self.lineage, exc, extra={"lineage": self.lineage})
         self._committing = self._writing = None
         version = self.store.meta()["version"]
         if version is not None and version != self.tedtok.version:

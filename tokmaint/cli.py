@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import json
 import signal
 import sys
@@ -20,6 +21,7 @@ from typing import Any, NoReturn
 
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.options import Number
+from tokmaint.logs import configure
 
 # Modules with an ``add_commands(subparsers)``: the packages this command line fronts.
 COMMANDS = ("tokenizer_service.cli", "registry.cli", "pipeline.cli", "trainer.cli", "demo.cli")
@@ -53,7 +55,7 @@ def print_result(result: dict[str, Any], *, as_json: bool) -> None:
 
 
 def warn(message: str) -> None:
-    print(f"tokmaint: warning: {message}", file=sys.stderr)
+    logging.getLogger("tokmaint").warning(message)
 
 
 def show_progress(args: argparse.Namespace) -> bool:
@@ -128,6 +130,12 @@ def _terminate(signum: int, frame: Any) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     debug = False
+    log = logging.getLogger("tokmaint")
+    try:
+        configure()
+    except ValueError as exc:  # a bad TOKMAINT_LOG_FORMAT: say so, in the plain format
+        configure("plain")
+        log.warning("%s", exc)
     try:
         # Parsing imports the command modules (numpy, tokenizers): Ctrl-C there stops cleanly too.
         args = build_parser().parse_args(argv)
@@ -136,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     except (TokmaintError, OSError) as exc:
         if debug:
             traceback.print_exc()
-        print(f"tokmaint: error: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("tokmaint: interrupted; everything written so far is complete", file=sys.stderr)
+        log.info("interrupted; everything written so far is complete")
         return EXIT_INTERRUPTED
     except Terminated:
-        print("tokmaint: terminated; everything written so far is complete", file=sys.stderr)
+        log.info("terminated; everything written so far is complete")
         return EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -11,11 +11,11 @@ step order, ``pipeline.stream.StepReader``, which gives the same batch for the s
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from typing import Any, Protocol
 
-from tqdm import tqdm
+log = logging.getLogger("tokmaint.trainer")
 
 
 class TrainingTexts(Protocol):
@@ -71,8 +71,7 @@ class TopicTexts:
             if not step.documents and not step.dead:  # read to the end: wait for the stream to grow
                 if not said:
                     said = True
-                    tqdm.write(f"tokmaint: trainer: waiting for documents on {self.reader.settings.docs_topic!r}",
-                               file=sys.stderr)
+                    log.info("trainer: waiting for documents on %r", self.reader.settings.docs_topic)
                 time.sleep(self.poll)
             position = step.end
         return texts, position

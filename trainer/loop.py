@@ -17,7 +17,7 @@ prepared for the step is tokenised again with the new version. Checkpoints recor
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ from trainer.apply_revision import apply_revision
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
 from trainer.settings import TrainerSettings
+
+log = logging.getLogger("tokmaint.trainer")
 
 
 def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
@@ -97,8 +99,8 @@ class Trainer:
             diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, self.version, target))
         except RegistryRefused as exc:
             self.refused[target] = self.step
-            tqdm.write(f"tokmaint: trainer: version {target} refused, training on with version {self.version}: "
-                       f"{exc}", file=sys.stderr)
+            log.warning("trainer: version %s refused, training on with version %s: %s", target, self.version, exc,
+                        extra={"lineage": self.lineage, "step": self.step})
             return False
         apply_revision(self.model, self.optimizer, diff, strategy=self.settings.strategy, previous=self.tokenizer)
         self.version, self.tokenizer = target, tokenizer
