@@ -6,7 +6,8 @@ at once:
 
 * sends the shipped stream (``data/git-commits-sample.jsonl.gz``, 20 years of git commit
   messages) to the docs topic in time order, a chunk at a time, as a live stream would come;
-* runs the pipeline job on it: statistics in Redis, Ted-Tok revisions published to the registry;
+* runs the pipeline job on it: statistics in Redis, Ted-Tok revisions published to the registry
+  (with no ``redis-server`` installed, the statistics stay in the process: ``demo.in_process``);
 * runs a trainer (a tiny GPT-2 on CPU) on the same topic, which applies every new version
   between two optimizer steps (a last short run takes the final version).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ import redis
 from kafka.admin import KafkaAdminClient, NewTopic
 from tqdm import tqdm
 
+from demo.in_process import InProcessJob
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.local_servers import start_broker, start_redis
@@ -59,6 +62,7 @@ class DemoSettings:
     chunks: int = 24  # the stream arrives in this many parts
     pause: float = 1.5  # seconds between two parts
     trainer_steps: int = 1000
+    redis: bool | None = None  # the statistics in a redis-server (None: when one is installed)
     stream: StreamSettings = StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640,
                                             id_price=2.0)
 
@@ -90,11 +94,17 @@ def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bo
     with tempfile.TemporaryDirectory(prefix="tokmaint-demo-") as root_name:
         root = Path(root_name)
         try:
-            _say("starting a Kafka-protocol broker, redis-server and the registry (SQLite) on loopback ports")
+            use_redis = settings.redis if settings.redis is not None else shutil.which("redis-server") is not None
+            _say("starting a Kafka-protocol broker, " + ("a redis-server " if use_redis else "")
+                 + "and the registry (SQLite) on loopback ports")
+            if not use_redis:
+                _say("no redis-server here: the statistics stay in this process (the in-process store; "
+                     "`make demo` installs redis-server where apt can)")
             broker, bootstrap = start_broker()
             processes.append(broker)
-            redis_server, redis_url = start_redis()
-            processes.append(redis_server)
+            if use_redis:
+                redis_server, redis_url = start_redis()
+                processes.append(redis_server)
             registry_server, registry_url = start_server(root / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
             processes.append(registry_server)
 
@@ -135,8 +145,12 @@ def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bo
 
             job_result: dict[str, Any] = {}
             job_error: list[BaseException] = []
-            job = PipelineJob(settings=topics, stream=settings.stream, redis_client=redis.Redis.from_url(redis_url),
-                              registry=registry, lineage=LINEAGE, wait=2.0 * settings.pause + 1.0)
+            if use_redis:
+                job = PipelineJob(settings=topics, stream=settings.stream, redis_client=redis.Redis.from_url(redis_url),
+                                  registry=registry, lineage=LINEAGE, wait=2.0 * settings.pause + 1.0)
+            else:
+                job = InProcessJob(settings=topics, stream=settings.stream, registry=registry, lineage=LINEAGE,
+                                   initial=initial, wait=2.0 * settings.pause + 1.0)
 
             streamed = threading.Event()
 

@@ -3,12 +3,15 @@ pipeline, a trainer) on a small stream, ending in a report; and a Ctrl-C that st
 process it started."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from demo.run import DemoSettings, run_demo
 from tokenizer_service.evolve import StreamSettings
@@ -29,12 +32,21 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path):
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis-server", "in-process store"])
+def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path, with_redis, caplog):
     before = _children(os.getpid())
     settings = DemoSettings(corpus=drifting_corpus, initial_docs=150, vocab_size=400, chunks=4, pause=0.5,
                             trainer_steps=40, stream=StreamSettings(step_docs=16, horizon_docs=160, interval_docs=64,
-                                                                    warmup_docs=64, id_price=0.0, base_token_cost=0.0))
-    summary = run_demo(tmp_path / "report", settings, progress=False)
+                                                                    warmup_docs=64, id_price=0.0, base_token_cost=0.0),
+                            redis=with_redis)
+    demo_log = logging.getLogger("tokmaint.demo")
+    demo_log.addHandler(caplog.handler)  # (the command line's configure() stops tokmaint's lines at its own handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="tokmaint.demo"):
+            summary = run_demo(tmp_path / "report", settings, progress=False)
+    finally:
+        demo_log.removeHandler(caplog.handler)
+    assert ("the statistics stay in this process" in caplog.text) is not with_redis
     assert _children(os.getpid()) <= before  # every server and the trainer stopped
 
     report = tmp_path / "report"
