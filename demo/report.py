@@ -42,18 +42,19 @@ def _served(versions: list[dict[str, Any]], at: str) -> int:
     return max(v["number"] for v in versions if datetime.fromisoformat(v["created_at"]) <= moment)
 
 
-def write_report(out: Path, *, registry: RegistryClient, lineage: str, stream: list[Document], chunk_size: int,
+def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: list[list[Document]],
                  arrivals: list[dict[str, Any]], pipeline: dict[str, Any], trainer: list[dict[str, Any]],
                  seconds: float) -> dict[str, Any]:
     """Write the report for the demo's run to ``out``; return the summary (also ``summary.json``)."""
     out.mkdir(parents=True, exist_ok=True)
     versions = registry.versions(lineage, limit=1000)["data"]
     tokenizers = {v["number"]: registry.tokenizer(lineage, v["number"]) for v in versions}
-    parts = []
+    measured = []
     for arrival in arrivals:
-        texts = [d.text for d in stream[arrival["chunk"] * chunk_size: (arrival["chunk"] + 1) * chunk_size]]
+        part = parts[arrival["chunk"]]
+        texts = [d.text for d in part]
         served = _served(versions, arrival["time"])
-        parts.append({**arrival, "from": stream[arrival["chunk"] * chunk_size].ts.date().isoformat(),
+        measured.append({**arrival, "from": part[0].ts.date().isoformat(),
                       "version": served, "static": bytes_per_token(tokenizers[1], texts),
                       "evolving": bytes_per_token(tokenizers[served], texts)})
     changes = []
@@ -67,23 +68,23 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, stream: l
                         "removed_examples": removed[:EXAMPLES]})
     taken = [t for run in trainer for t in run["taken"]]
 
-    _plot_bytes_per_token(out / "bytes_per_token.png", parts)
+    _plot_bytes_per_token(out / "bytes_per_token.png", measured)
     _plot_revisions(out / "revisions.png", versions)
     _plot_tokens(out / "tokens.png", changes)
     _plot_loss(out / "trainer_loss.png", trainer)
-    last = parts[-1]
+    last = measured[-1]
     summary = {
         "lineage": lineage, "seconds": round(seconds, 1), "documents": pipeline["documents"],
         "steps": pipeline["steps"], "revisions_published": pipeline["revisions"], "versions": len(versions),
-        "bytes_per_token": {"static_mean": _mean(p["static"] for p in parts),
-                            "evolving_mean": _mean(p["evolving"] for p in parts),
+        "bytes_per_token": {"static_mean": _mean(p["static"] for p in measured),
+                            "evolving_mean": _mean(p["evolving"] for p in measured),
                             "last_part": {"static": last["static"], "evolving": last["evolving"],
                                           "version": last["version"]}},
         "tokens": {"added": sum(c["added"] for c in changes), "removed": sum(c["removed"] for c in changes)},
         "trainer": {"steps": trainer[-1]["steps"], "device": trainer[-1]["device"],
                     "versions_taken": [t["version"] for t in taken], "final_version": trainer[-1]["version"],
                     "first_loss": trainer[0]["losses"][0], "last_loss": trainer[-1]["losses"][-1]},
-        "parts": parts, "changes": changes,
+        "parts": measured, "changes": changes,
         "files": ["summary.json", "bytes_per_token.png", "revisions.png", "tokens.png", "trainer_loss.png",
                   "index.html"],
     }

@@ -120,11 +120,12 @@ def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bo
                 raise TokmaintError(f"{settings.trainer_steps} trainer steps need more than the stream's "
                                     f"{len(stream):,} documents")
             size = -(-len(stream) // settings.chunks)
+            parts = [stream[k * size: (k + 1) * size] for k in range(settings.chunks)]
             chunk_files = []
-            for k in range(settings.chunks):
+            for k, part in enumerate(parts):
                 path = root / f"chunk-{k:03d}.jsonl"
-                path.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n"
-                                        for d in stream[k * size: (k + 1) * size]), encoding="utf-8")
+                path.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" for d in part),
+                                encoding="utf-8")
                 chunk_files.append(path)
             trainer_report = root / "trainer.json"
             trainer_cmd = [sys.executable, "-m", "tokmaint.cli", "trainer", "run", "--registry", registry_url,
@@ -171,12 +172,12 @@ def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bo
 
             job_thread = threading.Thread(target=run_job, name="tokmaint-demo-pipeline", daemon=True)
             job_thread.start()
-            arrivals = [{"chunk": 0, "time": datetime.now(timezone.utc).isoformat(), "documents": size}]
+            arrivals = [{"chunk": 0, "time": datetime.now(timezone.utc).isoformat(), "documents": len(parts[0])}]
             for k, path in enumerate(tqdm(chunk_files[1:], desc="stream", unit="part", disable=not progress), 1):
                 time.sleep(settings.pause)
                 ingest(path, topics, progress=False)
                 arrivals.append({"chunk": k, "time": datetime.now(timezone.utc).isoformat(),
-                                 "documents": len(stream[k * size: (k + 1) * size])})
+                                 "documents": len(parts[k])})
             streamed.set()
             job_thread.join()
             job.close()
@@ -192,7 +193,7 @@ def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bo
             # A short run from the checkpoint takes the last version, if the first ended before it.
             subprocess.run([*trainer_cmd, "--steps", str(LAST_STEPS)], check=True, stdout=subprocess.DEVNULL)
             last_run = json.loads(trainer_report.read_text(encoding="utf-8"))
-            summary = write_report(out, registry=registry, lineage=LINEAGE, stream=stream, chunk_size=size,
+            summary = write_report(out, registry=registry, lineage=LINEAGE, parts=parts,
                                    arrivals=arrivals, pipeline=job_result, trainer=[first_run, last_run],
                                    seconds=time.perf_counter() - started)
             registry.close()

@@ -89,19 +89,15 @@ class Encodings:
     def set(self, tokenizer: BPETokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids = tokenizer.encode_batch(self.examples)
-        self.prompts = [prompt_length(tokenizer, ids, x) for ids, x in zip(self.ids, self.examples)]
 
-    def batch(self, rows: np.ndarray, eos: int, *, answer_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (each example then end-of-example, padded with it) and labels (-100: padding,
-        and the prompt with ``answer_only``)."""
+    def batch(self, rows: np.ndarray, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs (each example then end-of-example, padded with it) and labels (-100: padding)."""
         seqs = [self.ids[i] + [eos] for i in rows]
         width = max(map(len, seqs))
         inputs = torch.full((len(seqs), width), eos, dtype=torch.long)
         labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-        for r, (i, seq) in enumerate(zip(rows, seqs)):
+        for r, seq in enumerate(seqs):
             inputs[r, : len(seq)] = labels[r, : len(seq)] = torch.tensor(seq)
-            if answer_only:
-                labels[r, : self.prompts[i]] = -100
         return inputs, labels
 
 
@@ -228,7 +224,7 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
             apply_revision(model, optimizer, _switch_diff(plan.old, plan.new), strategy="subtoken_mean",
                            previous=plan.old)
             encodings.set(plan.new)
-        inputs, labels = encodings.batch(rows, eos, answer_only=settings.answer_only)
+        inputs, labels = encodings.batch(rows, eos)
         losses.append(_step(model, optimizer, inputs, labels))
         if jump is not None:
             for strategy, (copy_model, copy_optimizer) in jump.copies.items():

@@ -62,7 +62,6 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "Adam's constant learning rate (paper: 5e-4)")
     n_embd: int = setting(32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K "
                                         "parameters: 12)")
-    answer_only: bool = setting(False, None, "the loss on the answer and end-of-example tokens only")
     window: int = setting(20, whole(1), "steps before and after a revision compared for the loss jump")
     workers: int = setting(2, whole(1), "runs at a time, in processes of one torch thread (1: here, torch's threads)")
 
