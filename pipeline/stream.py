@@ -30,6 +30,9 @@ from tokenizer_service.errors import TokmaintError
 
 
 FILL_RECORDS = 4096  # records a partition's buffer is filled to before a merge, at most (more as it runs dry)
+# The broker holds a fetch this long for data; a poll waits twice as long, so that an empty
+# fetch (a partition read to its end) costs one round trip and no more.
+FETCH_WAIT_MS = 50
 
 
 def _window_end(ts: datetime, seconds: float) -> datetime:
@@ -68,7 +71,7 @@ class StepReader:
         self.settings, self.wait = settings, wait
         self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
                                       auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20,
-                                      fetch_max_wait_ms=50)  # the broker holds a fetch this long for data
+                                      fetch_max_wait_ms=FETCH_WAIT_MS)
         deadline = time.monotonic() + 30
         while not (partitions := self.consumer.partitions_for_topic(settings.docs_topic)):
             if time.monotonic() > deadline:
@@ -112,24 +115,25 @@ class StepReader:
         return high is not None and self._next[p] >= high
 
     def _poll(self) -> None:
-        for tp, records in self.consumer.poll(timeout_ms=200).items():
+        for tp, records in self.consumer.poll(timeout_ms=2 * FETCH_WAIT_MS).items():
             for record in records:
                 if record.offset >= self._next[tp.partition]:
                     self._buffers[tp.partition].append(record)
                     self._next[tp.partition] = record.offset + 1
 
-    def _fill(self, partitions: list[int], size: int) -> None:
+    def _fill(self, partitions: list[int], size: int, *, refresh: bool = False) -> None:
         """Fetch until each of ``partitions`` holds ``size`` records or is read to its end (as
-        far as the broker has it after ``wait`` seconds)."""
+        far as the broker has it after ``wait`` seconds). ``refresh``: when none of them has
+        anything buffered, one more fetch first tells whether the topic has grown since the
+        last (a live stream: the high watermarks are those of the last fetch)."""
         deadline = time.monotonic() + self.wait
-        refreshed = False
         while wanting := [p for p in partitions if len(self._buffers[p]) < size]:
             if all(self._at_end(p) for p in wanting):
-                # The high watermarks are those of the last fetch: when there is nothing at all to
-                # give, one more fetch tells whether the topic has grown since (a live stream).
-                if refreshed or any(self._buffers[p] for p in wanting):
+                # Not within a step's merge: an empty fetch waits out the poll's timeout, and a
+                # partition that ran dry there was read to its end moments ago.
+                if not refresh or any(self._buffers[p] for p in partitions):
                     break
-                refreshed = True
+                refresh = False
             elif time.monotonic() > deadline:
                 break
             self._poll()
@@ -140,7 +144,7 @@ class StepReader:
         first document's; windows aligned to the epoch, as Beam's ``FixedWindows``), at most
         ``size`` of them (a fuller window goes on in the next step)."""
         self._position(start)
-        self._fill(self.partitions, min(size, FILL_RECORDS))
+        self._fill(self.partitions, min(size, FILL_RECORDS), refresh=True)
         step = Step(end={p: start.get(p, 0) for p in self.partitions})
         heads: list[tuple] = []
         window_end: datetime | None = None
