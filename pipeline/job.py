@@ -37,7 +37,7 @@ from kafka import KafkaProducer
 from pipeline.counting_process import CountingProcess
 from pipeline.metrics import PipelineMetrics
 from pipeline.redis_store import RedisStatsStore
-from pipeline.stream import Step, StepReader
+from pipeline.stream import ReadAhead, Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
@@ -236,16 +236,18 @@ class _Counted:
 class PipelineJob:
     """One lineage's job: ``run`` reads, counts, writes and revises until told to stop.
 
-    Steps are counted one by one and written ``settings.commit_steps`` at a time (``combine_steps``: a
-    key the steps share is written once), and always before a revision, before another version
-    is adopted, when the topic is idle and when the run ends; a crash loses at most the steps not
-    yet written, which a restart reads and counts again from the stored offsets.
+    Steps are counted one by one and written ``settings.commit_steps`` at a time
+    (``combine_steps``: a key the steps share is written once), also half that many steps before
+    a revision, and always before a revision, before another version is adopted, when the topic
+    is idle and when the run ends; a crash loses at most the steps not yet written, which a
+    restart reads and counts again from the stored offsets.
 
-    Three things go on beside the job's own reading and decoding: the counting process counts
-    the step before (the job counts a share of it too, as much as keeps both busy), a thread
-    writes to Redis, and a thread commits a revision (validates, writes and publishes it) while
-    the steps after it are counted with the planned version. Those steps are written only once
-    the commit has ended, and counted again should it end at another version.
+    Four things go on beside the job's loop: a thread reads and decodes the steps ahead
+    (``ReadAhead``), the counting process counts the step before (the job counts a share of it
+    too, as much as keeps both busy), a thread writes to Redis, and a thread commits a revision
+    (validates, writes and publishes it) while the steps after it are counted with the planned
+    version. Those steps are written only once the commit has ended, and counted again should it
+    end at another version.
     """
 
     def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
@@ -253,12 +255,14 @@ class PipelineJob:
                  metrics: PipelineMetrics | None = None) -> None:
         self.settings, self.lineage = settings, lineage
         self.metrics = metrics
-        self.step_docs = stream.step_docs if settings.step_seconds is None else settings.max_step_docs
         self.lineage_stats = LineageStatistics(stream=stream, redis_client=redis_client, registry=registry,
                                                lineage=lineage)
         self.store, self.tedtok, self.config = (self.lineage_stats.store, self.lineage_stats.tedtok,
                                                 self.lineage_stats.config)
-        self.reader = StepReader(settings, wait=wait)
+        self.step_docs = stream.step_docs if settings.step_seconds is None else settings.max_step_docs
+        self.lineage_stats.outdated()  # the registry's watch starts now, not in a step's time
+        # Steps are read ahead while the job waits for its counting process or for Redis.
+        self.reader = ReadAhead(StepReader(settings, wait=wait), size=self.step_docs, seconds=settings.step_seconds)
         self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
                                           max_request_size=max(2 * settings.max_record_bytes, 1 << 20))
         self._counted: list[_Counted] = []  # steps counted and not yet written
@@ -292,6 +296,8 @@ class PipelineJob:
 
     def _dead_letter(self, step: Step) -> None:
         """The step's bad records, keyed by where they stood (a replayed step sends the same keys)."""
+        if not step.dead:
+            return
         sent = [self.dead_letters.send(self.settings.dlq_topic, value=dead.value,
                                        key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
                                        headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic,
@@ -404,8 +410,12 @@ class PipelineJob:
             counts = add_counts([counts, counting.own])
         self._counted.append(_Counted(counts, counting.sha256, counting.texts))
         self._step, self._offsets = self._step + 1, counting.end
-        # Also the step before a revision: the revision then waits for a one-step write only.
-        if self._step % self.settings.commit_steps == 0 or self.config.revision_due(self._step + 1):
+        # Also half a write's steps before a revision, and the step before it: the revision then
+        # waits for the end of a write well under way and for a one-step write, not for a whole
+        # write's (Redis takes ~10 ms a step of a write).
+        commit_steps = self.settings.commit_steps
+        if (self._step % commit_steps == 0 or self.config.revision_due(self._step + 1)
+                or self.config.revision_due(self._step + max(1, commit_steps // 2))):
             self._write(wait=False)
 
     def _revision_due(self) -> bool:
@@ -499,7 +509,7 @@ class PipelineJob:
             if self._committing is None and self.lineage_stats.outdated():
                 self._catch_up()
                 self.lineage_stats.follow()
-            step = self.reader.read(read_from, self.step_docs, seconds=self.settings.step_seconds)
+            step = self.reader.read(read_from)
             self._dead_letter(step)
             dead += len(step.dead)
             if not step.documents:
@@ -525,7 +535,7 @@ class PipelineJob:
                 now = time.perf_counter()
                 self.metrics.step(documents=len(step.documents), megabytes=step_mb, dead=len(step.dead),
                                   seconds=now - last)
-                self.metrics.consumer_lag.labels(self.lineage).set(self.reader.lag(step.end))
+                self.metrics.consumer_lag.labels(self.lineage).set(step.lag)
                 self.metrics.version.labels(self.lineage).set(self.tedtok.version)
                 if self._bytes_per_token is not None:
                     self.metrics.bytes_per_token.labels(self.lineage).set(self._bytes_per_token)

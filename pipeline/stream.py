@@ -11,12 +11,18 @@ partition is read up to its end (as far as the broker has it after ``wait`` seco
     with StepReader(settings) as reader:
         step = reader.read(start={0: 0, 1: 0, 2: 0, 3: 0}, size=64)
         step.documents, step.end, step.dead
+
+``ReadAhead`` reads the steps that follow on a thread of its own, so that reading and decoding
+go on while the job waits (for its counting process, for Redis); a step asked for from other
+offsets than those the last one ended at starts it again from there.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -62,6 +68,7 @@ class Step:
     documents: list[StreamDocument] = field(default_factory=list)
     end: dict[int, int] = field(default_factory=dict)
     dead: list[DeadRecord] = field(default_factory=list)
+    lag: int = 0  # records after ``end``, as the last fetch saw the partitions (``StepReader.lag``)
 
 
 class StepReader:
@@ -183,5 +190,94 @@ class StepReader:
             step.documents.append(doc)
             step.end[p] = offset + 1
             advance(p)
+        step.lag = self.lag(step.end)
         return step
+
+
+class ReadAhead:
+    """The steps of a ``StepReader`` (which it owns from then on), read ``depth`` steps ahead
+    on a thread of its own: ``read(start)`` gives the same step as ``reader.read(start, size,
+    seconds=seconds)``, at once when it was read already.
+
+    >>> class Counting:  # a reader of steps of ``size`` documents from offsets {0: k}
+    ...     def read(self, start, size, *, seconds=None):
+    ...         return Step(documents=[...] * size, end={0: start.get(0, 0) + size})
+    ...     def close(self): pass
+    >>> ahead = ReadAhead(Counting(), size=2)
+    >>> ahead.read({0: 0}).end, ahead.read({0: 2}).end, ahead.read({0: 10}).end
+    ({0: 2}, {0: 4}, {0: 12})
+    >>> ahead.close()
+    """
+
+    def __init__(self, reader: StepReader, *, size: int, seconds: float | None = None, depth: int = 2) -> None:
+        self.reader, self.size, self.seconds, self.depth = reader, size, seconds, depth
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._steps: queue.Queue = queue.Queue(maxsize=depth)
+        self._next: dict[int, int] | None = None  # where the next step the thread gives begins
+
+    def read(self, start: dict[int, int]) -> Step:
+        """The step that begins at ``start`` (partition → next offset). A step with nothing in
+        it says the topic had nothing more when it was read: one read before this call is
+        dropped for a fresh one (records may have come since)."""
+        asked = time.monotonic()
+        if self._thread is None or start != self._next:
+            self._restart(start)
+        while True:
+            item = self._steps.get()
+            if isinstance(item, BaseException):
+                self._thread = None  # ended: the next read starts it again
+                raise item
+            read_at, step = item
+            if step.documents or step.dead or read_at >= asked:
+                self._next = step.end
+                return step
+
+    def _restart(self, start: dict[int, int]) -> None:
+        self._halt()
+        self._stop.clear()
+        self._next = dict(start)
+        self._thread = threading.Thread(target=self._run, args=(dict(start),), name="tokmaint-read-ahead",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, start: dict[int, int]) -> None:
+        try:
+            while self._put((time.monotonic(), step := self.reader.read(start, self.size, seconds=self.seconds))):
+                start = step.end
+        except BaseException as exc:  # the reader's error is the job's, at its next read
+            self._put(exc)
+
+    def _put(self, item: tuple[float, Step] | BaseException) -> bool:
+        """Queue ``item`` once there is room; False when told to stop meanwhile."""
+        while not self._stop.is_set():
+            try:
+                self._steps.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _halt(self) -> None:
+        """Stop the thread and drop the steps it read ahead."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._steps.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread = None
+        self._steps = queue.Queue(maxsize=self.depth)
+
+    def close(self) -> None:
+        self._halt()
+        self.reader.close()
+
+    def __enter__(self) -> "ReadAhead":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 

@@ -1,12 +1,13 @@
 """Time steps out of the docs topic on a real broker: every record is in exactly one step, as a
 document or a dead record; a step is the same whether the reader ran on or started afresh at its
-offsets; documents come in event-time order."""
+offsets; documents come in event-time order; read ahead on a thread, the same steps."""
 
 import json
+import time
 
 from kafka import KafkaProducer
 
-from pipeline.stream import StepReader
+from pipeline.stream import ReadAhead, StepReader
 from pipeline.topics import PipelineSettings
 from tokmaint.cli import main
 
@@ -47,3 +48,24 @@ def test_steps_cover_every_record_once_and_repeat_from_their_offsets(broker, dri
     middle = steps[3]
     again = _steps(settings, steps[2].end, 64, limit=1)[0]  # a fresh reader at the same offsets
     assert again.documents == middle.documents and again.end == middle.end
+
+
+def test_read_ahead_gives_the_steps_of_the_reader_and_records_that_came_after_an_empty_step(broker, drifting_corpus):
+    settings = PipelineSettings(bootstrap=broker, docs_topic="docs.ahead")
+    assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", "docs.ahead"]) == 0
+    expected = _steps(settings, {}, 64)
+    with ReadAhead(StepReader(settings, wait=1.0), size=64, depth=3) as ahead:
+        start, got = {}, []
+        while (step := ahead.read(start)).documents:
+            got.append(step)
+            start = step.end
+        assert [(s.documents, s.end) for s in got] == [(s.documents, s.end) for s in expected]
+        assert ahead.read(start).documents == []  # and the thread reads on: empty steps ahead
+        time.sleep(0.5)
+        producer = KafkaProducer(bootstrap_servers=broker)
+        producer.send("docs.ahead", value=json.dumps({"id": "late", "text": "late news", "ts": "2030"}).encode())
+        producer.flush()
+        producer.close()
+        assert [d.id for d in ahead.read(start).documents] == ["late"]  # not an empty step read before
+        again = ahead.read(expected[2].end)  # elsewhere: read from there
+        assert again.documents == expected[3].documents
