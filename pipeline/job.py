@@ -238,8 +238,8 @@ class PipelineJob:
 
     Steps are counted one by one and written ``settings.commit_steps`` at a time
     (``combine_steps``: a key the steps share is written once), also half that many steps before
-    a revision, and always before a revision, before another version is adopted, when the topic
-    is idle and when the run ends; a crash loses at most the steps not yet written, which a
+    a revision, and always before a revision, before another version is adopted, when a step
+    reaches the topic's end and when the run ends; a crash loses at most the steps not yet written, which a
     restart reads and counts again from the stored offsets.
 
     Four things go on beside the job's loop: a thread reads and decodes the steps ahead
@@ -527,6 +527,9 @@ class PipelineJob:
                 counting = self._submit(step)
                 self._collect()  # the step before, counted while this one was read
                 self._in_flight = counting
+            if step.lag == 0:  # caught up with the topic: written while the next records are waited for
+                self._collect()
+                self._write(wait=False)
             documents += len(step.documents)
             step_mb = sum(len(d.text.encode("utf-8")) for d in step.documents) / 1e6
             megabytes += step_mb

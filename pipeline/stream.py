@@ -14,7 +14,9 @@ partition is read up to its end (as far as the broker has it after ``wait`` seco
 
 ``ReadAhead`` reads the steps that follow on a thread of its own, so that reading and decoding
 go on while the job waits (for its counting process, for Redis); a step asked for from other
-offsets than those the last one ended at starts it again from there.
+offsets than those the last one ended at starts it again from there. Once a step reaches the
+end of the topic, it reads the next only when that is asked for: a step read before the ask
+could miss records that came meanwhile, and would be read again.
 """
 
 from __future__ import annotations
@@ -213,6 +215,8 @@ class ReadAhead:
         self.reader, self.size, self.seconds, self.depth = reader, size, seconds, depth
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._asked = threading.Condition()
+        self._asks = 0  # steps asked for (taken from the queue or waited for) since the thread started
         self._steps: queue.Queue = queue.Queue(maxsize=depth)
         self._next: dict[int, int] | None = None  # where the next step the thread gives begins
 
@@ -224,6 +228,9 @@ class ReadAhead:
         if self._thread is None or start != self._next:
             self._restart(start)
         while True:
+            with self._asked:
+                self._asks += 1
+                self._asked.notify()
             item = self._steps.get()
             if isinstance(item, BaseException):
                 self._thread = None  # ended: the next read starts it again
@@ -236,17 +243,29 @@ class ReadAhead:
     def _restart(self, start: dict[int, int]) -> None:
         self._halt()
         self._stop.clear()
-        self._next = dict(start)
+        self._next, self._asks = dict(start), 0
         self._thread = threading.Thread(target=self._run, args=(dict(start),), name="tokmaint-read-ahead",
                                         daemon=True)
         self._thread.start()
 
     def _run(self, start: dict[int, int]) -> None:
         try:
+            put = 0
             while self._put((time.monotonic(), step := self.reader.read(start, self.size, seconds=self.seconds))):
-                start = step.end
+                start, put = step.end, put + 1
+                if step.lag == 0 and not self._asked_beyond(put):  # at the topic's end: read on when asked
+                    return
         except BaseException as exc:  # the reader's error is the job's, at its next read
             self._put(exc)
+
+    def _asked_beyond(self, put: int) -> bool:
+        """Wait until more than ``put`` steps were asked for; False when told to stop meanwhile."""
+        with self._asked:
+            while self._asks <= put:
+                if self._stop.is_set():
+                    return False
+                self._asked.wait(timeout=0.1)
+        return True
 
     def _put(self, item: tuple[float, Step] | BaseException) -> bool:
         """Queue ``item`` once there is room; False when told to stop meanwhile."""

@@ -50,18 +50,32 @@ def test_steps_cover_every_record_once_and_repeat_from_their_offsets(broker, dri
     assert again.documents == middle.documents and again.end == middle.end
 
 
+class _CountingReader(StepReader):
+    """A StepReader that counts its reads."""
+
+    reads = 0
+
+    def read(self, *args, **kwargs):
+        self.reads += 1
+        return super().read(*args, **kwargs)
+
+
 def test_read_ahead_gives_the_steps_of_the_reader_and_records_that_came_after_an_empty_step(broker, drifting_corpus):
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.ahead")
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", "docs.ahead"]) == 0
     expected = _steps(settings, {}, 64)
-    with ReadAhead(StepReader(settings, wait=1.0), size=64, depth=3) as ahead:
+    reader = _CountingReader(settings, wait=1.0)
+    with ReadAhead(reader, size=64, depth=3) as ahead:
         start, got = {}, []
         while (step := ahead.read(start)).documents:
             got.append(step)
             start = step.end
         assert [(s.documents, s.end) for s in got] == [(s.documents, s.end) for s in expected]
-        assert ahead.read(start).documents == []  # and the thread reads on: empty steps ahead
-        time.sleep(0.5)
+        assert got[-1].lag == 0 and all(s.lag > 0 for s in got[:-1])
+        assert ahead.read(start).documents == []
+        reads = reader.reads
+        time.sleep(0.5)  # at the topic's end the thread reads on only when asked
+        assert reader.reads == reads
         producer = KafkaProducer(bootstrap_servers=broker)
         producer.send("docs.ahead", value=json.dumps({"id": "late", "text": "late news", "ts": "2030"}).encode())
         producer.flush()
