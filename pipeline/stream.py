@@ -41,6 +41,11 @@ FILL_RECORDS = 4096  # records a partition's buffer is filled to before a merge,
 # The broker holds a fetch this long for data; a poll waits twice as long, so that an empty
 # fetch (a partition read to its end) costs one round trip and no more.
 FETCH_WAIT_MS = 50
+# A fetch answers this many bytes at most (the broker still sends a larger first batch whole):
+# kafka-python hands over one partition's fetched records after another's, and the first step
+# needs the heads of all of them, so a fetch of a whole partition (megabytes) would be parsed
+# before the first step could begin.
+FETCH_MAX_BYTES = 256 << 10
 
 
 def _window_end(ts: datetime, seconds: float) -> datetime:
@@ -80,7 +85,7 @@ class StepReader:
         self.settings, self.wait = settings, wait
         self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
                                       auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20,
-                                      fetch_max_wait_ms=FETCH_WAIT_MS)
+                                      fetch_max_bytes=FETCH_MAX_BYTES, fetch_max_wait_ms=FETCH_WAIT_MS)
         deadline = time.monotonic() + 30
         while not (partitions := self.consumer.partitions_for_topic(settings.docs_topic)):
             if time.monotonic() > deadline:
