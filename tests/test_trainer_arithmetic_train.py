@@ -85,3 +85,24 @@ def test_a_tiny_schedule_gives_the_same_results_in_workers_and_reports_every_key
     assert result["exact_match"]["tedtok"] == tedtok["exact_match"]
     assert result["loss_jump"] == {s: pytest.approx(float(np.mean(jumps[s]))) for s in STRATEGIES}
     assert result["seeds"] == 1 and result["seconds"] > 0 and result["revisions_per_seed"] == [tedtok["revisions"]]
+
+
+def test_a_prompt_that_leaves_out_the_end_of_the_question_is_held_to_it():
+    # "0=3" spans the question's end and the answer's start: the prompt is "20+1", and a model
+    # that would rather say "1" (20+11=...) must still be held to the question's "0=".
+    tokenizer = BPETokenizer(vocab={c: i for i, c in enumerate("0123456789+=")} | {"0=": 12, "0=3": 13},
+                             merges=[("0", "="), ("0=", "3")], pipeline={"decoder": {"type": "Fuse"}})
+    example, eos = "20+10=30", tokenizer.id_space
+    ids = tokenizer.encode(example)
+    assert [tokenizer.id_to_token[i] for i in ids[: prompt_length(tokenizer, ids, example)]] == ["2", "0", "+", "1"]
+
+    class PrefersAnotherQuestion(Answers):
+        def forward(self, input_ids):
+            output = super().forward(input_ids)
+            if input_ids.shape[1] == 4:
+                output.logits[:, -1, tokenizer.vocab["1"]] = 2.0  # above the right "0=3"
+            return output
+
+    assert exact_match(PrefersAnotherQuestion(tokenizer, example, eos), tokenizer, [example], eos=eos) == 1.0
+    wrong_answer = Answers(tokenizer, example, eos, slip=5)  # "0=3" then not "0"
+    assert exact_match(wrong_answer, tokenizer, [example], eos=eos) == 0.0

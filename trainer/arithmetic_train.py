@@ -118,24 +118,62 @@ def prompt_length(tokenizer: BPETokenizer, ids: list[int], example: str) -> int:
     return len(ids)
 
 
+def _question_rest(tokenizer: BPETokenizer, ids: list[int], example: str, length: int) -> str:
+    """The end of the example's question ("A+B=") that its first ``length`` tokens leave out.
+
+    >>> tok = BPETokenizer(vocab={c: i for i, c in enumerate("0123456789+=")} | {"0=": 12, "0=3": 13},
+    ...                    merges=[("0", "="), ("0=", "3")], pipeline={})
+    >>> ids = tok.encode("20+10=30")
+    >>> _question_rest(tok, ids, "20+10=30", prompt_length(tok, ids, "20+10=30"))
+    '0='
+    """
+    given = sum(len(tokenizer.id_to_token[i]) for i in ids[:length])
+    return example[given : example.index("=") + 1]
+
+
 @torch.no_grad()
 def exact_match(model: GPT2LMHeadModel, tokenizer: BPETokenizer, examples: list[str], *, eos: int,
                 max_new: int = 8) -> float:
-    """The share of ``examples`` the model completes exactly from their prompts (greedy)."""
+    """The share of ``examples`` the model completes exactly from their prompts (greedy).
+
+    The prompt is the example's tokens that end before its answer begins. Where a token spans
+    the end of the question and the start of the answer ("0=4" in "12+30=42"), the question's
+    last characters are not in the prompt ("12+3"), so the generation is held to them (token
+    healing): until they are generated, only tokens that agree with them can be chosen.
+    Otherwise the model would have to guess a digit of the question.
+    """
     model.eval()
     prompts: dict[int, list[int]] = {}
+    rests: list[str] = []
     encoded = tokenizer.encode_batch(examples)
     for k, (ids, example) in enumerate(zip(encoded, examples)):
-        prompts.setdefault(prompt_length(tokenizer, ids, example), []).append(k)
+        length = prompt_length(tokenizer, ids, example)
+        prompts.setdefault(length, []).append(k)
+        rests.append(_question_rest(tokenizer, ids, example, length))
+    allowed: dict[str, torch.Tensor] = {}
+
+    def agreeing(rest: str) -> torch.Tensor:
+        """The ids a generation with ``rest`` of the question still to come may choose."""
+        if rest not in allowed:
+            tokens = [tokenizer.id_to_token.get(i) for i in range(eos + 1)]  # None: eos, holes
+            allowed[rest] = torch.tensor([not rest or (t is not None and (t.startswith(rest) or rest.startswith(t)))
+                                          for t in tokens])
+        return allowed[rest]
+
     correct = 0
     for length, members in prompts.items():
         seqs = torch.tensor([encoded[k][:length] for k in members], dtype=torch.long)
+        rest = [rests[k] for k in members]
         done = torch.zeros(len(members), dtype=torch.bool)
         for _ in range(max_new):
-            nxt = model(input_ids=seqs).logits[:, -1].argmax(-1)
+            logits = model(input_ids=seqs).logits[:, -1]
+            mask = torch.stack([agreeing(r) for r in rest])
+            nxt = logits.masked_fill(~mask, float("-inf")).argmax(-1)
             nxt = torch.where(done, eos, nxt)
             seqs = torch.cat([seqs, nxt[:, None]], dim=1)
             done |= nxt == eos
+            chosen = [tokenizer.id_to_token.get(i, "") for i in nxt.tolist()]
+            rest = [r[len(t):] if r.startswith(t) else "" for r, t in zip(rest, chosen)]
             if done.all():
                 break
         for k, row in zip(members, seqs.tolist()):
@@ -151,8 +189,21 @@ def _batches(rng: np.random.Generator, n: int, batch: int, epochs: int) -> Itera
         yield from (order[s : s + batch] for s in range(0, n, batch))
 
 
+def learning_rate(lr: float, step: int, total: int, *, decay: float) -> float:
+    """The learning rate at ``step`` (0-based) of ``total``: ``lr``, then falling linearly to
+    zero over the last ``decay`` share of the steps (Warmup–Stable–Decay's end, without warmup).
+
+    >>> [learning_rate(1.0, t, 10, decay=0.2) for t in (0, 7, 8, 9)]
+    [1.0, 1.0, 1.0, 0.5]
+    """
+    left = total - step
+    return lr * min(1.0, left / (decay * total)) if decay else lr
+
+
 def _step(model: GPT2LMHeadModel, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-          labels: torch.Tensor) -> float:
+          labels: torch.Tensor, lr: float) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
     loss = model(input_ids=inputs, labels=labels).loss
     loss.backward()
     optimizer.step()
@@ -225,10 +276,11 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
                            previous=plan.old)
             encodings.set(plan.new)
         inputs, labels = encodings.batch(rows, eos)
-        losses.append(_step(model, optimizer, inputs, labels))
+        lr = learning_rate(settings.lr, t, len(plan.order), decay=settings.decay)
+        losses.append(_step(model, optimizer, inputs, labels, lr))
         if jump is not None:
             for strategy, (copy_model, copy_optimizer) in jump.copies.items():
-                jump.losses.setdefault(strategy, []).append(_step(copy_model, copy_optimizer, inputs, labels))
+                jump.losses.setdefault(strategy, []).append(_step(copy_model, copy_optimizer, inputs, labels, lr))
             if len(losses) - jump.start == window:
                 jump.losses["parents_mean"] = losses[jump.start :]
                 for strategy, after in jump.losses.items():

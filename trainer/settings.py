@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenizer_service.bench.arithmetic import ArithmeticSettings
-from tokenizer_service.options import Number, check_settings, setting, whole
+from tokenizer_service.options import Number, check_settings, setting, share, whole
 
 STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean", "hyper")
 
@@ -59,7 +59,9 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     batch: int = setting(256, whole(1), "examples per optimizer step and Ted-Tok time step (paper: 4096)")
     seeds: int = setting(3, whole(1), "seeds seed, seed+1, ... (each: the held-out split, the batch order, the "
                                       "initial weights)")
-    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "Adam's constant learning rate (paper: 5e-4)")
+    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "Adam's learning rate (paper: 5e-4, constant)")
+    decay: float = setting(0.2, share(zero=True, one=False), "share of final steps over which the learning rate falls "
+                                                              "linearly to zero (the paper's: 0, constant)")
     n_embd: int = setting(32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K "
                                         "parameters: 12)")
     window: int = setting(20, whole(1), "steps before and after a revision compared for the loss jump")
