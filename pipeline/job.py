@@ -239,8 +239,8 @@ class PipelineJob:
     Steps are counted one by one and written ``settings.commit_steps`` at a time
     (``combine_steps``: a key the steps share is written once), also half that many steps before
     a revision, and always before a revision, before another version is adopted, when a step
-    reaches the topic's end and when the run ends; a crash loses at most the steps not yet written, which a
-    restart reads and counts again from the stored offsets.
+    reaches the topic's end and when the run ends; a crash loses at most the steps not yet
+    written, which a restart reads and counts again from the stored offsets.
 
     Four things go on beside the job's loop: a thread reads and decodes the steps ahead
     (``ReadAhead``), the counting process counts the step before (the job counts a share of it

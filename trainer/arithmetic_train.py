@@ -3,8 +3,9 @@
 The data and tokenizers are ``bench arithmetic``'s (appendix B): Old ("A+B=C" and non-negative
 "A-B=C", A, B in [0, 50]) then New (A, B in [0, 200], 2,000 held out), character base,
 vocabulary 50, one example one word. The model is appendix C.1's: a two-layer, four-head GPT-2
-(``n_embd`` 12: ~4.6K parameters; see below for the default), Adam at a constant
-learning rate, random initial weights.
+(``n_embd`` 12: ~4.6K parameters; see below for the default), Adam (the paper: a constant learning
+rate; here it falls linearly to zero over the last ``decay`` share of the steps), random
+initial weights.
 Every run trains ``epochs`` epochs over Old, then as many over New (lifelong); only the
 tokenizer differs:
 
@@ -19,7 +20,10 @@ tokenizer differs:
 Exact match: for each held-out example, the model is given the example's tokens that end
 before its answer begins (a token that spans "=" and the answer's first digits is the
 answer's), generates greedily until the end-of-example token, and must reproduce the example's
-text exactly. The end-of-example id is one row past the tokenizer's ids (a revision that grew
+text exactly. A token that spans the question's end and the answer's start can leave question
+characters out of the prompt (with "0=4", "12+30=42" is prompted "12+3"): the generation is held
+to them until they are generated (token healing), or the model would have to guess a digit of
+the question. The end-of-example id is one row past the tokenizer's ids (a revision that grew
 the vocabulary into it would be an error).
 
 Loss jump, per initialisation strategy: at each Ted-Tok revision the model and optimizer are
