@@ -10,7 +10,9 @@ the revisions' share). The stream has a production shape by default (``PipelineB
 ``--step-docs 64 --interval-docs 640 --horizon-docs 6400`` is evolve's. ``encode_mb_s`` is
 ``encode_batch`` of the same texts with the initial tokenizer, timed once before and once after
 the job (the machine's speed drifts). ``step_seconds``: the median time of one step's Redis
-update (a real step's counts) with the pair table filled to 10k and to 1M.
+update (a real step's counts) with the pair table filled to 10k and to 1M; ``read_seconds``:
+after those steps, a new reader's ranking of the top pairs (the snapshot and the steps' log
+folded: what a step leaves for a revision to do).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from tokenizer_service.counting import StepCounter, pack_pair
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.options import Number, check_settings, setting, share, whole
 
+TOP_PAIRS = 4 * 100 + 64  # what a revision with Ted-Tok's default batch ranks
+
 
 @dataclass(frozen=True)
 class PipelineBenchSettings:
@@ -60,9 +64,12 @@ class PipelineBenchSettings:
         check_settings(self)
 
 
-def _step_seconds(client: redis.Redis, counts, tables: dict[str, int], repeats: int) -> dict[str, float]:
-    """The median time of one step's update with each pair table (name → pairs) filled first;
-    the tables take turns, so that a drift in the machine's speed weighs on all alike."""
+def _step_seconds(client: redis.Redis, counts, tables: dict[str, int],
+                  repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """The median time of one step's update with each pair table (name → pairs) filled first
+    (and folded into a snapshot); the tables take turns, so that a drift in the machine's speed
+    weighs on all alike. Also, by table, the time a new reader (``tokmaint revise``) takes to
+    rank the top pairs: the snapshot and the steps' log folded, the cost the steps leave to it."""
     stores = {}
     rng = np.random.default_rng(0)
     for name, pairs in tables.items():
@@ -72,6 +79,7 @@ def _step_seconds(client: redis.Redis, counts, tables: dict[str, int], repeats: 
             keys = np.unique(pack_pair(rng.integers(0, 1 << 21, n), rng.integers(0, 1 << 21, n)))
             store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0), pair_keys=keys,
                                pair_counts=np.ones(len(keys)))
+        store.compact()
     times: dict[str, list[float]] = {name: [] for name in tables}
     for _ in range(repeats):
         for name, store in stores.items():
@@ -79,7 +87,12 @@ def _step_seconds(client: redis.Redis, counts, tables: dict[str, int], repeats: 
             store.apply_counts(token_ids=counts.token_ids, token_counts=counts.token_counts,
                                pair_keys=counts.pair_keys, pair_counts=counts.pair_counts)
             times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(values) for name, values in times.items()}
+    reads = {}
+    for name, store in stores.items():
+        started = time.perf_counter()
+        RedisStatsStore.open(client, lineage=store.lineage).top_pairs(TOP_PAIRS)
+        reads[name] = time.perf_counter() - started
+    return {name: statistics.median(values) for name, values in times.items()}, reads
 
 
 def _encode_seconds(tokenizer: BPETokenizer, texts: list[str]) -> float:
@@ -127,8 +140,8 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
                 finally:
                     job.close()
             counts = StepCounter(initial).count_texts(texts[: settings.step_docs])
-            step_seconds = _step_seconds(client, counts, {"pairs_10k": 10_000, "pairs_1m": 1_000_000},
-                                         settings.step_repeats)
+            step_seconds, read_seconds = _step_seconds(client, counts, {"pairs_10k": 10_000, "pairs_1m": 1_000_000},
+                                                       settings.step_repeats)
         finally:
             for server in servers:
                 server.terminate()
@@ -137,7 +150,7 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
     pipeline_mb_s = megabytes / report["seconds"]
     return {
         "encode_mb_s": encode_mb_s, "pipeline_mb_s": pipeline_mb_s, "ratio": pipeline_mb_s / encode_mb_s,
-        "step_seconds": step_seconds, "megabytes": megabytes, "documents": report["documents"],
+        "step_seconds": step_seconds, "read_seconds": read_seconds, "megabytes": megabytes, "documents": report["documents"],
         "steps": report["steps"], "revisions": report["revisions"], "revision_seconds": report["revision_seconds"],
         "vocab_size": len(initial), "step_docs": settings.step_docs, "interval_docs": settings.interval_docs,
         "commit_steps": settings.commit_steps,

@@ -1,31 +1,40 @@
-"""Ted-Tok's statistics in Redis: the core's ``StatsStore`` interface, every update one Lua script.
+"""Ted-Tok's statistics in Redis: the core's ``StatsStore`` interface, every write one Lua script.
 
-Lazy decay as in the memory store: raw sums S and one scale g (τ = g·S); a step multiplies g by
-(1-α) and adds α·c/g to the keys it saw, so it costs O(keys it touches), not O(table). Keys of a
-lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script may touch them all):
+The statistics (raw sums S and one scale g, τ = g·S, as in the memory store) are a snapshot and
+a log of the steps written since: a step appends its counts to the log, one value, so it costs
+O(keys it touches) whatever the size of the tables (Redis sorts nothing and parses no number).
+Readers fold the log into the snapshot with the memory store's own arithmetic
+(``MemoryStatsStore.apply_span``: the same numbers to the last bit), and a store object keeps
+what it folded, so it reads only the log entries that came since. A revision, the adoption of
+another version and a compaction fold the log, change the statistics in memory (the memory
+store's ``apply_edit``, ``forget``, ``prune``) and write the result as the new snapshot in one
+script, which refuses it when the snapshot or the log moved meanwhile (the caller folds again).
+Keys of a lineage share the hash tag ``{lineage}`` (one Redis Cluster slot, so a script may
+touch them all):
 
-* ``tokmaint:{L}:meta`` hash: ``alpha``, ``scale``, ``step``, ``version`` (the tokenizer version the
-  step counted with), ``offsets`` (JSON: partition → the next offset to read), ``revised`` (the
-  step of the last revision);
+* ``tokmaint:{L}:meta`` hash: ``alpha``, ``step``, ``version`` (the tokenizer version the step
+  counted with), ``offsets`` (JSON: partition → the next offset to read), ``revised`` (the step
+  of the last revision), ``snapshot`` (how many snapshots were written: a reader's fold is
+  current while this and the log's length are what it folded);
+* ``tokmaint:{L}:snapshot``: the statistics as of the snapshot (``MemoryStatsStore.to_bytes``);
+* ``tokmaint:{L}:log`` list: the steps written since, a write each (:func:`log_entry`: the counts
+  of ``span`` steps combined by ``stats_store.combine_steps``);
 * ``tokmaint:{L}:pending``: a revision applied to the statistics but not yet published;
 * ``tokmaint:{L}:neighbours`` list of segments: LiteToken's adjacent-token pairs (within and
   across words), a segment a write (:class:`NeighbourSegment`: the pairs by the tokens' text, so
   a recycled id inherits nothing and nothing needs forgetting, with their EMA as of the write's
-  step); a write appends one blob instead of touching each of its ~10^5 pairs, readers decay
-  and sum the segments, and :meth:`RedisStatsStore.compact_neighbours` merges them into one,
-  bounded to the strongest pairs; ``:residues``: the latest residues;
-* ``tokmaint:{L}:token`` / ``:buffer`` hashes: token id → raw τ_token / τ_buffer;
-* ``tokmaint:{L}:pairs`` sorted set: ``"u:v"`` (zero-padded) → −raw τ_pair, so that rank order
-  is the memory store's order, largest first and ties in key order (top pairs by rank, cheaply).
+  step); readers decay and sum the segments, and :meth:`RedisStatsStore.compact_neighbours`
+  merges them into one, bounded to the strongest pairs; ``:residues``: the latest residues.
 
 Exactly once: a step's counts, its number, version and offsets are written by one script, which
 does nothing when the store already holds that step (a replay after a crash), and refuses a step
-that would skip one. A version made elsewhere is adopted by one script that forgets the changed
-ids' statistics (nothing stale stays on a recycled id). A revision's edit is one script as well,
-which keeps the revised version
-until it is published (:meth:`RedisStatsStore.settle`): a crash between the two publishes it on
-restart, never a version the statistics do not match. The pair tables are bounded: a
-revision's script drops the weakest pairs beyond a maximum (``apply_revision(max_pairs=...)``).
+that would skip one. A version made elsewhere is adopted by one script that writes the
+statistics without the changed ids' (nothing stale stays on a recycled id). A revision's edit
+is one script as well, which keeps the revised version until it is published
+(:meth:`RedisStatsStore.settle`): a crash between the two publishes it on restart, never a
+version the statistics do not match. The pair table is bounded: a revision keeps the strongest
+pairs up to a maximum (``apply_revision(max_pairs=...)``), and a long log is compacted
+(:meth:`RedisStatsStore.compact`).
 
     store = RedisStatsStore(redis.Redis(port=6379), lineage="news", alpha=0.01)
     store.apply_step(step=1, version=3, offsets={"docs:0": 64}, **counts)  # False: replayed
@@ -37,37 +46,25 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import redis
 
-from tokenizer_service.counting import PAIR_SHIFT, pack_pair, unpack_pair
+from tokenizer_service.counting import pack_pair, unpack_pair
 from tokenizer_service.errors import TokmaintError
-from tokenizer_service.stats_store import RENORMALISE_BELOW, StatsEdit, StatsStore
+from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
 
-_LOW = (1 << PAIR_SHIFT) - 1
-
-# KEYS: meta, token, buffer, pairs. ARGV: the last step, version ('' keeps it; another version
-# than the statistics' is refused), offsets ('' keeps them), the renormalisation threshold,
-# then packed little-endian arrays (one string each: no per-value argument to encode): token ids
-# (int32), token counts (float64), pair firsts and seconds (int32), pair counts (float64); then
-# the neighbour segment to append ('' for none); then the span: how many steps, ending at the
-# last, the counts stand for (``stats_store.combine_steps``: weighed as the first one's).
+# KEYS: meta, log, neighbours. ARGV: the last step, version ('' keeps it; another version than
+# the statistics' is refused), offsets ('' keeps them), the log entry, the neighbour segment to
+# append ('' for none), the span: how many steps, ending at the last, the entry stands for.
 # Returns 1, or 0 for steps the store has already (a replay).
 _STEP = """
-local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local function f(x) return string.format('%.17g', x) end
--- Added in Lua and stored with 17 significant digits: HINCRBYFLOAT would keep 17 decimal places,
--- and lose what is small.
-local function add(key, id, x) redis.call('HSET', key, id, f(tonumber(redis.call('HGET', key, id) or '0') + x)) end
-local function unpack_all(fmt, width, s)
-  local out = {}
-  for i = 1, #s, width do out[#out + 1] = struct.unpack(fmt, s, i) end
-  return out
-end
-local step, span = tonumber(ARGV[1]), tonumber(ARGV[11])
+local meta = KEYS[1]
+local step, span = tonumber(ARGV[1]), tonumber(ARGV[6])
 local have = tonumber(redis.call('HGET', meta, 'step') or '0')
 if have >= step then return 0 end
 if have ~= step - span then
@@ -77,105 +74,71 @@ local version = redis.call('HGET', meta, 'version')
 if ARGV[2] ~= '' and version and version ~= ARGV[2] then
   return redis.error_reply('counted with version ' .. ARGV[2] .. ' but the statistics are at version ' .. version)
 end
-local alpha = tonumber(redis.call('HGET', meta, 'alpha'))
-local scale = tonumber(redis.call('HGET', meta, 'scale') or '1')
-local last = scale
-for _ = 1, span do last = last * (1 - alpha) end
--- Renormalised before the steps when it falls due within them: τ is the same.
-if last < tonumber(ARGV[4]) then
-  for _, key in ipairs({token, buffer}) do
-    local all = redis.call('HGETALL', key)
-    for i = 1, #all, 2 do redis.call('HSET', key, all[i], f(tonumber(all[i + 1]) * scale)) end
-  end
-  local all = redis.call('ZRANGE', pairs, 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do redis.call('ZADD', pairs, f(tonumber(all[i + 1]) * scale), all[i]) end
-  scale = 1
-end
-local weight = alpha / (scale * (1 - alpha))
-for _ = 1, span do scale = scale * (1 - alpha) end
-local ids, counts = unpack_all('<i4', 4, ARGV[5]), unpack_all('<d', 8, ARGV[6])
-for k = 1, #ids do
-  add(token, ids[k], weight * counts[k])
-  add(buffer, ids[k], weight * counts[k])
-end
-local firsts, seconds, pair_counts = unpack_all('<i4', 4, ARGV[7]), unpack_all('<i4', 4, ARGV[8]),
-  unpack_all('<d', 8, ARGV[9])
-for k = 1, #firsts do
-  -- Scores are -τ: ascending order is largest τ first with ties in member (= key) order.
-  redis.call('ZINCRBY', pairs, f(-weight * pair_counts[k]), string.format('%07d:%07d', firsts[k], seconds[k]))
-end
-if ARGV[10] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[10]) end
-redis.call('HSET', meta, 'step', ARGV[1], 'scale', f(scale))
+redis.call('RPUSH', KEYS[2], ARGV[4])
+if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[5]) end
+redis.call('HSET', meta, 'step', ARGV[1])
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
 if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 return 1
 """
 
-# Lua: drop every pair that holds an id of ``forgotten`` (a set of ids): one scan of the table.
-_FORGET_PAIRS = """
-local function forget_pairs(pairs, forgotten)
-  local gone = {}
-  for _, m in ipairs(redis.call('ZRANGE', pairs, 0, -1)) do
-    local u, v = string.match(m, '(%d+):(%d+)')
-    if forgotten[tonumber(u)] or forgotten[tonumber(v)] then table.insert(gone, m) end
+# KEYS: meta, log, snapshot. ARGV: the snapshot count and log length a fold began from. Returns the
+# snapshot count, the snapshot (false when the fold's is current; none yet: false too) and the
+# log entries the fold lacks (all of them when the snapshot moved), of one moment.
+_READ = """
+local count = redis.call('HGET', KEYS[1], 'snapshot') or '0'
+if count == ARGV[1] then
+  return {count, false, redis.call('LRANGE', KEYS[2], tonumber(ARGV[2]), -1)}
+end
+return {count, redis.call('GET', KEYS[3]) or false, redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+
+# Lua: write a new snapshot folded from snapshot ``count`` and the first ``folded`` log entries;
+# with ``exact``, only when the log has no more (an edit goes after every step written).
+_REPLACE = """
+local function replace(meta, snapshot, log, count, folded, blob, exact)
+  local length = redis.call('LLEN', log)
+  if (redis.call('HGET', meta, 'snapshot') or '0') ~= count or length < folded or (exact and length > folded) then
+    return false
   end
-  for k = 1, #gone, 1000 do redis.call('ZREM', pairs, unpack(gone, k, math.min(k + 999, #gone))) end
+  redis.call('SET', snapshot, blob)
+  redis.call('LTRIM', log, folded, -1)
+  redis.call('HINCRBY', meta, 'snapshot', 1)
+  return true
 end
 """
 
-# KEYS as above, then the pending revision. ARGV: the revision's step ('' for none: no guard),
-# the pending revision to keep ('' for none), n_deletes, the most pairs to
-# keep ('' for no bound: the weakest go), then w u v triples (deletes, in order), then w u v (adds). Returns 0 when the
-# store has that step's revision already.
-_EDIT = _FORGET_PAIRS + """
-local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local function f(x) return string.format('%.17g', x) end
-local function add(key, id, x) redis.call('HSET', key, id, f(tonumber(redis.call('HGET', key, id) or '0') + x)) end
-local function get(key, id) return tonumber(redis.call('HGET', key, id) or '0') end
-if ARGV[1] ~= '' then
-  if tonumber(redis.call('HGET', meta, 'revised') or '0') >= tonumber(ARGV[1]) then return 0 end
-  redis.call('HSET', meta, 'revised', ARGV[1])
-end
-if ARGV[2] ~= '' then redis.call('SET', KEYS[5], ARGV[2]) end
-local n = tonumber(ARGV[3])
-local deletes, adds = {}, {}
-for k = 0, (#ARGV - 4) / 3 - 1 do
-  local triple = {ARGV[5 + 3 * k], ARGV[6 + 3 * k], ARGV[7 + 3 * k]}
-  if k < n then table.insert(deletes, triple) else table.insert(adds, triple) end
-end
-local function member(u, v) return string.format('%07d:%07d', tonumber(u), tonumber(v)) end
-local forgotten = {}
-for _, d in ipairs(deletes) do
-  local w, u, v = d[1], d[2], d[3]
-  local credit = get(buffer, w)
-  if u == v then
-    add(token, u, 2 * credit)
-    add(buffer, u, 2 * credit)
-  else
-    for _, p in ipairs({u, v}) do
-      add(token, p, credit)
-      add(buffer, p, credit)
-    end
-  end
-  forgotten[tonumber(w)] = true
-end
-for _, d in ipairs(deletes) do
-  redis.call('ZADD', pairs, f(-get(token, d[1])), member(d[2], d[3]))
-end
-if #deletes > 0 then
-  for _, d in ipairs(deletes) do redis.call('HDEL', token, d[1]); redis.call('HDEL', buffer, d[1]) end
-  forget_pairs(pairs, forgotten)
-end
-for _, a in ipairs(adds) do
-  local m = member(a[2], a[3])
-  redis.call('HSET', token, a[1], f(-tonumber(redis.call('ZSCORE', pairs, m) or '0')))
-  redis.call('HSET', buffer, a[1], 0)
-  redis.call('ZREM', pairs, m)
-end
-if ARGV[4] ~= '' then redis.call('ZREMRANGEBYRANK', pairs, tonumber(ARGV[4]), -1) end
+# KEYS: meta, snapshot, log, pending. ARGV: the revision's step ('' for none: no guard), the
+# pending revision to keep ('' for none), then the snapshot count and log length the edited
+# statistics were folded from, and their snapshot. Returns 1; 0 when the store has that step's
+# revision already; -1 when the statistics moved since the fold.
+_EDIT = _REPLACE + """
+if ARGV[1] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'revised') or '0') >= tonumber(ARGV[1]) then return 0 end
+if not replace(KEYS[1], KEYS[2], KEYS[3], ARGV[3], tonumber(ARGV[4]), ARGV[5], true) then return -1 end
+if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'revised', ARGV[1]) end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[4], ARGV[2]) end
 return 1
 """
 
+# KEYS: meta, snapshot, log, pending. ARGV: the version the store counts with now, the version to
+# adopt, then as for an edit (the snapshot '' when no id changed: the statistics stay). Moves to
+# the new version, dropping a pending revision the registry would not take; 0 when the store is
+# at another version, -1 when the statistics moved since the fold.
+_ADOPT = _REPLACE + """
+if (redis.call('HGET', KEYS[1], 'version') or '') ~= ARGV[1] then return 0 end
+if ARGV[5] ~= '' and not replace(KEYS[1], KEYS[2], KEYS[3], ARGV[3], tonumber(ARGV[4]), ARGV[5], true) then
+  return -1
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[2])
+redis.call('DEL', KEYS[4])
+return 1
+"""
+
+# KEYS: meta, snapshot, log. ARGV as for an edit's last three. Log entries written since the
+# fold stay (they follow the new snapshot as they followed the old); -1 when the snapshot moved.
+_COMPACT = _REPLACE + """
+return replace(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3], false) and 1 or -1
+"""
 
 # KEYS: meta. ARGV: the store's step, offsets. Moves the offsets past records no step counted
 # (dead ones) while the store is still at that step; returns 0 otherwise.
@@ -189,34 +152,39 @@ return 1
 # KEYS: neighbours. ARGV: how many segments from the head were merged, the sha1 of the head one
 # (another compaction meanwhile changes it), the merged segment. Replaces those segments with
 # it (later ones, appended meanwhile, stay); 0 when the head is not what was merged.
-_COMPACT = """
+_COMPACT_NEIGHBOURS = """
 if redis.sha1hex(redis.call('LINDEX', KEYS[1], 0) or '') ~= ARGV[2] then return 0 end
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)
 redis.call('LPUSH', KEYS[1], ARGV[3])
 return 1
 """
 
+_ENTRY = struct.Struct("<qqq")  # span, tokens, pairs
 
-# KEYS: meta, token, buffer, pairs, pending. ARGV: the version the store counts with now, the
-# version to adopt, then the ids whose token differs between the two. Forgets those ids'
-# statistics (their own and every pair holding one), drops a pending revision the registry would
-# not take, and moves to the new version; 0 when the store is elsewhere.
-_ADOPT = _FORGET_PAIRS + """
-local meta, token, buffer, pairs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if (redis.call('HGET', meta, 'version') or '') ~= ARGV[1] then return 0 end
-local forgotten = {}
-for k = 3, #ARGV do
-  forgotten[tonumber(ARGV[k])] = true
-  redis.call('HDEL', token, ARGV[k])
-  redis.call('HDEL', buffer, ARGV[k])
-end
-if #ARGV > 2 then
-  forget_pairs(pairs, forgotten)
-end
-redis.call('HSET', meta, 'version', ARGV[2])
-redis.call('DEL', KEYS[5])
-return 1
-"""
+
+def log_entry(*, span: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
+              pair_counts: np.ndarray) -> bytes:
+    """One write's counts as a log entry (:func:`apply_log_entry` folds it).
+
+    >>> s = MemoryStatsStore(alpha=0.5)
+    >>> apply_log_entry(s, log_entry(span=1, token_ids=np.array([1]), token_counts=np.array([4.0]),
+    ...                              pair_keys=np.array([7]), pair_counts=np.array([2.0])))
+    >>> s.token(np.array([1])).tolist(), s.pair(np.array([7])).tolist(), s.step
+    ([2.0], [1.0], 1)
+    """
+    return b"".join([_ENTRY.pack(span, len(token_ids), len(pair_keys)), np.asarray(token_ids, "<i8").tobytes(),
+                     np.asarray(token_counts, "<f8").tobytes(), np.asarray(pair_keys, "<i8").tobytes(),
+                     np.asarray(pair_counts, "<f8").tobytes()])
+
+
+def apply_log_entry(store: MemoryStatsStore, entry: bytes) -> None:
+    """Fold one :func:`log_entry` into ``store`` (``apply_span``: the steps it stands for)."""
+    span, tokens, pairs = _ENTRY.unpack_from(entry)
+    at = _ENTRY.size
+    store.apply_span(span=span, token_ids=np.frombuffer(entry, "<i8", tokens, at),
+                     token_counts=np.frombuffer(entry, "<f8", tokens, at + 8 * tokens),
+                     pair_keys=np.frombuffer(entry, "<i8", pairs, at + 16 * tokens),
+                     pair_counts=np.frombuffer(entry, "<f8", pairs, at + 16 * tokens + 8 * pairs))
 
 
 @dataclass(frozen=True)
@@ -242,9 +210,13 @@ class NeighbourSegment:
     def of_ids(cls, *, step: int, keys: np.ndarray, values: np.ndarray, token_texts: np.ndarray) -> "NeighbourSegment":
         """From packed id pairs (``counting.pack_pair``) and ``token_texts`` (id → text)."""
         firsts, seconds = unpack_pair(np.asarray(keys, np.int64))
-        ids, inverse = np.unique(np.concatenate([firsts, seconds]), return_inverse=True)
-        return cls(step=step, texts=token_texts[ids].tolist(), firsts=inverse[: len(firsts)],
-                   seconds=inverse[len(firsts):], values=np.asarray(values, np.float64))
+        # The ids in use, in order, and each id's place among them: what np.unique with its
+        # inverse gives, without sorting ~10^5 pairs (ids are below the version's id space).
+        used = np.zeros(len(token_texts), bool)
+        used[firsts] = used[seconds] = True
+        place = np.cumsum(used) - 1
+        return cls(step=step, texts=token_texts[used].tolist(), firsts=place[firsts], seconds=place[seconds],
+                   values=np.asarray(values, np.float64))
 
     def to_bytes(self) -> bytes:
         table = json.dumps(self.texts, ensure_ascii=False).encode("utf-8")
@@ -286,22 +258,6 @@ class NeighbourSegment:
                                                              self.values.tolist())}
 
 
-def _member(key: int) -> str:
-    """A packed pair key as the sorted set's member ``"u:v"``, zero-padded so that the members'
-    order is the keys' order (exact at any id; Lua's numbers are doubles, which a packed key can
-    outgrow).
-
-    >>> _member(pack_pair(3, 70))
-    '0000003:0000070'
-    """
-    return f"{key >> PAIR_SHIFT:07d}:{key & _LOW:07d}"
-
-
-def _key(member: bytes | str) -> int:
-    u, _, v = (member.decode() if isinstance(member, bytes) else member).partition(":")
-    return pack_pair(int(u), int(v))
-
-
 class RedisStatsStore(StatsStore):
     """One lineage's statistics in Redis (``client``: a ``redis.Redis``), with decay ``alpha``."""
 
@@ -310,18 +266,23 @@ class RedisStatsStore(StatsStore):
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.client, self.lineage, self.alpha = client, lineage, alpha
         prefix = f"tokmaint:{{{lineage}}}"
-        self.keys = [f"{prefix}:meta", f"{prefix}:token", f"{prefix}:buffer", f"{prefix}:pairs", f"{prefix}:pending",
-                     f"{prefix}:neighbours", f"{prefix}:residues"]
+        self.keys = [f"{prefix}:{name}" for name in ("meta", "snapshot", "log", "pending", "neighbours", "residues")]
         kept = client.hget(self.keys[0], "alpha")
         if kept is None:
             client.hsetnx(self.keys[0], "alpha", repr(alpha))
         elif float(kept) != alpha:
             raise ValueError(f"lineage {lineage!r} keeps statistics with alpha {float(kept)}, not {alpha}")
         self._step = client.register_script(_STEP)
+        self._read = client.register_script(_READ)
         self._edit = client.register_script(_EDIT)
-        self._advance = client.register_script(_ADVANCE)
         self._adopt = client.register_script(_ADOPT)
         self._compact = client.register_script(_COMPACT)
+        self._advance = client.register_script(_ADVANCE)
+        self._compact_neighbours = client.register_script(_COMPACT_NEIGHBOURS)
+        # What this object folded: the snapshot count, the log entries, the statistics (one
+        # thread at a time: the job plans on one thread and commits on another).
+        self._folded: tuple[bytes | None, int, MemoryStatsStore] = (None, 0, MemoryStatsStore(alpha=alpha))
+        self._fold_lock = threading.Lock()
 
     @classmethod
     def open(cls, client: redis.Redis, *, lineage: str) -> "RedisStatsStore":
@@ -354,20 +315,17 @@ class RedisStatsStore(StatsStore):
         ``stats_store.combine_steps``, written as one. ``neighbour_keys`` and ``neighbour_counts``
         (combined alike; packed id pairs) with ``token_texts`` (id → the token's text) go in as one
         :class:`NeighbourSegment`."""
-        pair_keys = np.asarray(pair_keys, np.int64)
         segment = b""
         if neighbour_keys is not None and len(neighbour_keys):
             # combine_steps weighs each step as the first; the segment's EMA is as of the last.
             values = np.asarray(neighbour_counts, np.float64) * self.alpha * (1.0 - self.alpha) ** (span - 1)
             segment = NeighbourSegment.of_ids(step=step, keys=neighbour_keys, values=values,
                                               token_texts=token_texts).to_bytes()
-        args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets),
-                repr(RENORMALISE_BELOW),
-                np.asarray(token_ids, "<i4").tobytes(), np.asarray(token_counts, "<f8").tobytes(),
-                (pair_keys >> PAIR_SHIFT).astype("<i4").tobytes(), (pair_keys & _LOW).astype("<i4").tobytes(),
-                np.asarray(pair_counts, "<f8").tobytes(),
+        entry = log_entry(span=span, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
+                          pair_counts=pair_counts)
+        args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets), entry,
                 segment, span]
-        return bool(self._step(keys=self.keys, args=args))
+        return bool(self._step(keys=[self.keys[0], self.keys[2], self.keys[4]], args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
         """Move the stored offsets past records no step counts (dead letters), if the store is
@@ -379,32 +337,73 @@ class RedisStatsStore(StatsStore):
                         pair_counts=pair_counts)
 
     # ----- reading -------------------------------------------------------------------------
-    def _scaled(self, key: str, fields: list[str]) -> np.ndarray:
-        if not fields:
-            return np.zeros(0)
-        with self.client.pipeline() as pipe:  # MULTI/EXEC: the scale and the values of one moment
-            pipe.hget(self.keys[0], "scale")
-            if key == self.keys[3]:
-                pipe.zmscore(key, fields)
-            else:
-                pipe.hmget(key, fields)
-            scale, values = pipe.execute()
-        values = np.array([float(v) if v is not None else 0.0 for v in values])
-        return float(scale or 1.0) * (-values if key == self.keys[3] else values)  # pairs are kept as -τ
+    def _fold(self) -> tuple[bytes, int, MemoryStatsStore]:
+        """The statistics as Redis has them now (the snapshot count and log length they fold,
+        and themselves), reading only what came since the last fold. Callers hold the lock; the
+        statistics returned are this object's: copy before changing them."""
+        count, entries, folded = self._folded
+        now, snapshot, new = self._read(keys=[self.keys[0], self.keys[2], self.keys[1]],
+                                        args=[count or b"", entries])
+        if now != count:  # another snapshot: from it
+            entries = 0
+            folded = MemoryStatsStore(alpha=self.alpha) if not snapshot else \
+                MemoryStatsStore.from_bytes(snapshot, alpha=self.alpha)
+        elif new:
+            folded = folded.copy()  # a caller may hold the one before
+        for entry in new:
+            apply_log_entry(folded, entry)
+        self._folded = (now, entries + len(new), folded)
+        return self._folded
+
+    def _statistics(self) -> MemoryStatsStore:
+        with self._fold_lock:
+            return self._fold()[2]
 
     def token(self, ids):
-        return self._scaled(self.keys[1], [str(i) for i in np.asarray(ids).tolist()])
+        return self._statistics().token(ids)
 
     def buffer(self, ids):
-        return self._scaled(self.keys[2], [str(i) for i in np.asarray(ids).tolist()])
+        return self._statistics().buffer(ids)
 
     def pair(self, keys):
-        return self._scaled(self.keys[3], [_member(k) for k in np.asarray(keys).tolist()])
+        return self._statistics().pair(keys)
+
+    @property
+    def tracked_pairs(self) -> int:
+        return self._statistics().tracked_pairs
+
+    def top_pairs(self, n: int):
+        return self._statistics().top_pairs(n)
+
+    def log_entries(self) -> int:
+        """Writes in the log since the last snapshot (what :meth:`compact` folds away)."""
+        return int(self.client.llen(self.keys[2]))
+
+    def _rewrite(self, change: Callable[[MemoryStatsStore], None], write: Callable[[bytes, int, bytes], int]) -> int:
+        """Fold, ``change`` a copy of the statistics, ``write(count, entries, snapshot)`` it;
+        again from a new fold while the write answers -1 (the statistics moved meanwhile).
+        Returns the write's answer."""
+        with self._fold_lock:
+            while True:
+                count, entries, folded = self._fold()
+                changed = folded.copy()
+                change(changed)
+                snapshot = changed.to_bytes()
+                answer = int(write(count, entries, snapshot))
+                if answer != -1:
+                    if answer == 1:  # the snapshot written is the next count's
+                        self._folded = (str(int(count or 0) + 1).encode(), 0, changed)
+                    return answer
+
+    def compact(self) -> None:
+        """Fold the log into a new snapshot (entries written meanwhile stay in the log)."""
+        self._rewrite(lambda stats: None, lambda count, entries, snapshot: self._compact(
+            keys=self.keys[:3], args=[count or b"0", entries, snapshot]))
 
     def _neighbour_segments(self) -> tuple[int, list[bytes]]:
         with self.client.pipeline() as pipe:  # MULTI/EXEC: the step and the segments of one moment
             pipe.hget(self.keys[0], "step")
-            pipe.lrange(self.keys[5], 0, -1)
+            pipe.lrange(self.keys[4], 0, -1)
             step, blobs = pipe.execute()
         return int(step or 0), blobs
 
@@ -416,7 +415,7 @@ class RedisStatsStore(StatsStore):
         return NeighbourSegment.merged(segments, alpha=self.alpha, step=step).pairs()
 
     def neighbour_segments(self) -> int:
-        return int(self.client.llen(self.keys[5]))
+        return int(self.client.llen(self.keys[4]))
 
     def compact_neighbours(self, *, max_pairs: int | None = None) -> bool:
         """Merge the neighbour segments into one, keeping the strongest ``max_pairs`` pairs (the
@@ -428,30 +427,15 @@ class RedisStatsStore(StatsStore):
         merged = NeighbourSegment.merged([NeighbourSegment.from_bytes(b) for b in blobs], alpha=self.alpha,
                                          step=step, max_pairs=max_pairs)
         head = hashlib.sha1(blobs[0]).hexdigest()
-        return bool(self._compact(keys=self.keys[5:6], args=[len(blobs), head, merged.to_bytes()]))
+        return bool(self._compact_neighbours(keys=self.keys[4:5], args=[len(blobs), head, merged.to_bytes()]))
 
     def keep_residues(self, residues: list[str], *, version: int) -> None:
         """The latest LiteToken residues of ``version`` (for ``stats show`` and the revisions)."""
-        self.client.set(self.keys[6], json.dumps({"version": version, "residues": residues}, ensure_ascii=False))
+        self.client.set(self.keys[5], json.dumps({"version": version, "residues": residues}, ensure_ascii=False))
 
     def residues(self) -> dict[str, Any] | None:
-        kept = self.client.get(self.keys[6])
+        kept = self.client.get(self.keys[5])
         return None if kept is None else json.loads(kept)
-
-    @property
-    def tracked_pairs(self) -> int:
-        return int(self.client.zcard(self.keys[3]))
-
-    def top_pairs(self, n: int):
-        if n <= 0:
-            return np.zeros(0, np.int64), np.zeros(0)
-        with self.client.pipeline() as pipe:  # MULTI/EXEC
-            pipe.hget(self.keys[0], "scale")
-            pipe.zrange(self.keys[3], 0, n - 1, withscores=True)
-            scale, rows = pipe.execute()
-        # Scores are -τ: ascending is largest first, ties in member order, which is key order.
-        return (np.array([_key(member) for member, _ in rows], np.int64),
-                -float(scale or 1.0) * np.array([score for _, score in rows], np.float64))
 
     # ----- revisions -----------------------------------------------------------------------
     def apply_edit(self, edit: StatsEdit) -> None:
@@ -464,16 +448,23 @@ class RedisStatsStore(StatsStore):
         return self._apply_edit(edit, step=step, pending=pending, max_pairs=max_pairs)
 
     def _apply_edit(self, edit: StatsEdit, *, step: int | str, pending: bytes, max_pairs: int | None) -> bool:
-        args: list[Any] = [step, pending, len(edit.deletes), "" if max_pairs is None else max_pairs]
-        for w, u, v in edit.deletes + edit.adds:
-            args += [w, u, v]
-        return bool(self._edit(keys=self.keys, args=args))
+        def change(stats: MemoryStatsStore) -> None:
+            stats.apply_edit(edit)
+            if max_pairs is not None:
+                stats.prune(max_pairs)
+
+        return self._rewrite(change, lambda count, entries, snapshot: self._edit(
+            keys=self.keys[:4], args=[step, pending, count or b"0", entries, snapshot])) == 1
 
     def adopt(self, *, current: int | None, version: int, changed_ids: list[int]) -> bool:
         """Move from version ``current`` to ``version`` (made elsewhere: a rollback, a LiteToken
         removal), forgetting the statistics of ``changed_ids`` (ids whose token differs) and a
         pending revision, in one write; False when the store is not at ``current`` (it moved)."""
-        return bool(self._adopt(keys=self.keys, args=["" if current is None else current, version, *changed_ids]))
+        at = "" if current is None else current
+        if not changed_ids:
+            return self._adopt(keys=self.keys[:4], args=[at, version, "", 0, ""]) == 1
+        return self._rewrite(lambda stats: stats.forget(changed_ids), lambda count, entries, snapshot: self._adopt(
+            keys=self.keys[:4], args=[at, version, count or b"0", entries, snapshot])) == 1
 
     def claim_version(self, version: int) -> int:
         """The version the statistics count with: ``version`` if they have none yet."""
@@ -482,11 +473,11 @@ class RedisStatsStore(StatsStore):
 
     def pending(self) -> bytes | None:
         """The revision kept by :meth:`apply_revision` and not yet :meth:`settle`-d."""
-        return self.client.get(self.keys[4])
+        return self.client.get(self.keys[3])
 
     def settle(self, version: int) -> None:
         """The pending revision is published as ``version``: later steps count with it."""
         with self.client.pipeline() as pipe:  # MULTI/EXEC
             pipe.hset(self.keys[0], "version", version)
-            pipe.delete(self.keys[4])
+            pipe.delete(self.keys[3])
             pipe.execute()

@@ -38,6 +38,9 @@ from tokenizer_service.errors import TokmaintError
 
 
 FILL_RECORDS = 4096  # records a partition's buffer is filled to before a merge, at most (more as it runs dry)
+# Before a merge, each partition's buffer is filled to its share of the step and this much more
+# (a step takes about as many records from each; one that runs dry is filled again).
+FILL_MARGIN = 1.25
 # The broker holds a fetch this long for data; a poll waits twice as long, so that an empty
 # fetch (a partition read to its end) costs one round trip and no more.
 FETCH_WAIT_MS = 50
@@ -158,7 +161,8 @@ class StepReader:
         first document's; windows aligned to the epoch, as Beam's ``FixedWindows``), at most
         ``size`` of them (a fuller window goes on in the next step)."""
         self._position(start)
-        self._fill(self.partitions, min(size, FILL_RECORDS), refresh=True)
+        share = math.ceil(FILL_MARGIN * size / len(self.partitions))
+        self._fill(self.partitions, min(size, share, FILL_RECORDS), refresh=True)
         step = Step(end={p: start.get(p, 0) for p in self.partitions})
         heads: list[tuple] = []
         window_end: datetime | None = None

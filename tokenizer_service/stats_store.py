@@ -19,6 +19,8 @@ Every backend (memory here, Redis in ``pipeline``) passes ``tests/test_stats_sto
 from __future__ import annotations
 
 import abc
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -194,19 +196,39 @@ class MemoryStatsStore(StatsStore):
         return out
 
     def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
-        self._step += 1
-        self.scale *= 1.0 - self.alpha
-        if self.scale < RENORMALISE_BELOW:
+        self.apply_span(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts)
+
+    def apply_span(self, *, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
+                   pair_counts: np.ndarray, span: int = 1) -> None:
+        """Advance ``span`` steps with their counts combined by :func:`combine_steps` (span 1:
+        one step's counts): the first step's weight α/g times the combined counts. When the
+        scale would fall below ``RENORMALISE_BELOW`` within the steps, every S is rescaled
+        before them (τ is the same).
+
+        >>> s = MemoryStatsStore(alpha=0.5)
+        >>> s.apply_span(token_ids=np.array([1]), token_counts=np.array([6.0]), pair_keys=np.zeros(0, np.int64),
+        ...              pair_counts=np.zeros(0), span=2)
+        >>> s.token(np.array([1])).tolist(), s.step
+        ([1.5], 2)
+        """
+        keep = 1.0 - self.alpha
+        last = self.scale
+        for _ in range(span):
+            last *= keep
+        if last < RENORMALISE_BELOW:
             self._token *= self.scale
             self._buffer *= self.scale
             self._pairs.values *= self.scale
             self.scale = 1.0
-        weight = self.alpha / self.scale
+        weight = self.alpha / (self.scale * keep)
+        for _ in range(span):
+            self.scale *= keep
+        self._step += span
         token_ids = np.asarray(token_ids, np.int64)
         if len(token_ids):
             self._grow(int(token_ids.max()))
-            np.add.at(self._token, token_ids, weight * np.asarray(token_counts))
-            np.add.at(self._buffer, token_ids, weight * np.asarray(token_counts))
+            np.add.at(self._token, token_ids, weight * np.asarray(token_counts, np.float64))
+            np.add.at(self._buffer, token_ids, weight * np.asarray(token_counts, np.float64))
         if len(pair_keys):
             self._pairs.add(pair_keys, weight * np.asarray(pair_counts, np.float64))
 
@@ -251,13 +273,80 @@ class MemoryStatsStore(StatsStore):
             # doing it delete by delete.
             freed_pairs = np.array([pack_pair(u, v) for _, u, v in edit.deletes], np.int64)
             self._pairs.set(freed_pairs, self._token[forgotten])
-            self._token[forgotten] = self._buffer[forgotten] = 0.0
-            keys = self._pairs.keys
-            gone = np.isin(keys >> PAIR_SHIFT, forgotten) | np.isin(keys & ((1 << PAIR_SHIFT) - 1), forgotten)
-            self._pairs.drop(gone)
+            self.forget(forgotten)
         if edit.adds:
             new_ids = np.array([w for w, _, _ in edit.adds], np.int64)
             keys = np.array([pack_pair(u, v) for _, u, v in edit.adds], np.int64)
             self._token[new_ids] = self._pairs.get(keys)
             self._buffer[new_ids] = 0.0
             self._pairs.drop(np.isin(self._pairs.keys, keys))
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Drop the statistics of ``ids``: their own and every pair that holds one (ids another
+        version gave to other tokens: nothing stale stays on them).
+
+        >>> s = MemoryStatsStore(alpha=0.5)
+        >>> s.apply_counts(token_ids=np.array([1, 2]), token_counts=np.array([2.0, 2.0]),
+        ...                pair_keys=np.array([pack_pair(1, 2), pack_pair(2, 2)]), pair_counts=np.array([2.0, 2.0]))
+        >>> s.forget([1]); s.token(np.array([1, 2])).tolist(), s.tracked_pairs
+        ([0.0, 1.0], 1)
+        """
+        ids = np.asarray(ids, np.int64)
+        if not len(ids):
+            return
+        self._grow(int(ids.max()))
+        self._token[ids] = self._buffer[ids] = 0.0
+        keys = self._pairs.keys
+        self._pairs.drop(np.isin(keys >> PAIR_SHIFT, ids) | np.isin(keys & ((1 << PAIR_SHIFT) - 1), ids))
+
+    def prune(self, max_pairs: int) -> None:
+        """Keep the strongest ``max_pairs`` pairs (ties in key order, as ``top_pairs`` ranks them).
+
+        >>> s = MemoryStatsStore(alpha=0.5)
+        >>> s.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0),
+        ...                pair_keys=np.array([3, 4, 5]), pair_counts=np.array([1.0, 2.0, 1.0]))
+        >>> s.prune(2); s.top_pairs(3)[0].tolist()
+        [4, 3]
+        """
+        values = self._pairs.values
+        if len(values) <= max_pairs:
+            return
+        keep = np.zeros(len(values), bool)
+        keep[np.lexsort((self._pairs.keys, -values))[:max_pairs]] = True
+        self._pairs.drop(~keep)
+
+    def copy(self) -> "MemoryStatsStore":
+        """An independent copy (what an edit may change while the original stays as it was)."""
+        other = MemoryStatsStore(alpha=self.alpha)
+        other.scale, other._step = self.scale, self._step
+        other._token, other._buffer = self._token.copy(), self._buffer.copy()
+        other._pairs.keys, other._pairs.values = self._pairs.keys.copy(), self._pairs.values.copy()
+        return other
+
+    _HEADER = struct.Struct("<dqqq")  # scale, step, length of the per-id arrays, pairs
+
+    def to_bytes(self) -> bytes:
+        """The statistics as bytes (the raw sums as they are: bit for bit).
+
+        >>> s = MemoryStatsStore(alpha=0.5)
+        >>> s.apply_counts(token_ids=np.array([1]), token_counts=np.array([4.0]), pair_keys=np.array([7]),
+        ...                pair_counts=np.array([2.0]))
+        >>> t = MemoryStatsStore.from_bytes(s.to_bytes(), alpha=0.5)
+        >>> t.token(np.array([1])).tolist(), t.top_pairs(1)[0].tolist(), t.step
+        ([2.0], [7], 1)
+        """
+        return b"".join([self._HEADER.pack(self.scale, self._step, len(self._token), len(self._pairs)),
+                         self._token.astype("<f8").tobytes(), self._buffer.astype("<f8").tobytes(),
+                         self._pairs.keys.astype("<i8").tobytes(), self._pairs.values.astype("<f8").tobytes()])
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, *, alpha: float) -> "MemoryStatsStore":
+        """The store :meth:`to_bytes` made, with decay ``alpha``."""
+        store = cls(alpha=alpha)
+        store.scale, store._step, ids, pairs = cls._HEADER.unpack_from(blob)
+        at = cls._HEADER.size
+        store._token = np.frombuffer(blob, "<f8", ids, at).astype(np.float64)
+        store._buffer = np.frombuffer(blob, "<f8", ids, at + 8 * ids).astype(np.float64)
+        store._pairs.keys = np.frombuffer(blob, "<i8", pairs, at + 16 * ids).astype(np.int64)
+        store._pairs.values = np.frombuffer(blob, "<f8", pairs, at + 16 * ids + 8 * pairs).astype(np.float64)
+        return store
