@@ -41,15 +41,66 @@ def test_equals_the_memory_store_through_steps_and_revisions(client):
                                                                                   (w[3], u[3], v[3])])
             memory.apply_edit(edit)
             stored.apply_edit(edit)
-    ids = np.arange(45)
-    np.testing.assert_allclose(stored.token(ids), memory.token(ids), rtol=1e-9, atol=1e-300)
-    np.testing.assert_allclose(stored.buffer(ids), memory.buffer(ids), rtol=1e-9, atol=1e-300)
+    _assert_same(stored, memory)
+    # Another reader (a process of its own) folds the snapshot and the log to the same numbers.
+    _assert_same(RedisStatsStore.open(client, lineage=stored.lineage), memory)
+
+
+def _assert_same(stored: RedisStatsStore, memory: MemoryStatsStore, ids: int = 45) -> None:
+    """The same statistics to the last bit: tokens, buffers, every pair in rank order."""
+    assert stored.token(np.arange(ids)).tolist() == memory.token(np.arange(ids)).tolist()
+    assert stored.buffer(np.arange(ids)).tolist() == memory.buffer(np.arange(ids)).tolist()
     assert stored.tracked_pairs == memory.tracked_pairs
-    keys = memory.top_pairs(memory.tracked_pairs)[0]  # every pair
-    np.testing.assert_allclose(stored.pair(keys), memory.pair(keys), rtol=1e-9)
-    (stored_keys, stored_values), (memory_keys, memory_values) = stored.top_pairs(20), memory.top_pairs(20)
-    assert stored_keys.tolist() == memory_keys.tolist()
-    np.testing.assert_allclose(stored_values, memory_values, rtol=1e-9)
+    (stored_keys, stored_values), (memory_keys, memory_values) = (stored.top_pairs(memory.tracked_pairs),
+                                                                  memory.top_pairs(memory.tracked_pairs))
+    assert stored_keys.tolist() == memory_keys.tolist() and stored_values.tolist() == memory_values.tolist()
+
+
+def test_an_edit_folds_again_when_another_writer_moved_the_statistics(client):
+    """The edit is computed from a fold; a step written meanwhile by another writer makes the
+    script refuse that fold, and the edit is made again after the step, as it would be in memory."""
+    lineage, rng = uuid.uuid4().hex, np.random.default_rng(11)
+    memory, first = MemoryStatsStore(alpha=0.3), RedisStatsStore(client, lineage=lineage, alpha=0.3)
+    other = RedisStatsStore.open(client, lineage=lineage)
+    for _ in range(5):
+        counts = _counts(rng, 20)
+        memory.apply_counts(**counts)
+        first.apply_counts(**counts)
+    assert first.tracked_pairs == memory.tracked_pairs  # first has folded these steps
+    counts = _counts(rng, 20)
+    memory.apply_counts(**counts)
+    other.apply_counts(**counts)  # first does not know of it
+    edit = StatsEdit(deletes=[(3, 1, 2)], adds=[(3, 4, 5)])
+    memory.apply_edit(edit)
+    first.apply_edit(edit)
+    _assert_same(first, memory, ids=20)
+    _assert_same(other, memory, ids=20)
+
+
+def test_compaction_folds_the_log_and_keeps_steps_written_since(client):
+    """A step another writer appends between the fold and the snapshot's write stays in the log,
+    after the new snapshot, as it followed the old."""
+    lineage, rng = uuid.uuid4().hex, np.random.default_rng(13)
+    memory = MemoryStatsStore(alpha=0.3)
+    late = _counts(rng, 20)
+
+    class Racing(RedisStatsStore):
+        def _fold(self):
+            folded = super()._fold()
+            if self.log_entries() == 6:  # the compaction's fold: another writer's step comes now
+                RedisStatsStore.open(client, lineage=lineage).apply_counts(**late)
+            return folded
+
+    store = Racing(client, lineage=lineage, alpha=0.3)
+    for _ in range(6):
+        counts = _counts(rng, 20)
+        memory.apply_counts(**counts)
+        store.apply_counts(**counts)
+    memory.apply_counts(**late)
+    store.compact()
+    assert store.log_entries() == 1
+    _assert_same(store, memory, ids=20)
+    _assert_same(RedisStatsStore.open(client, lineage=lineage), memory, ids=20)
 
 
 def test_a_step_is_applied_once_with_its_version_and_offsets(client):
