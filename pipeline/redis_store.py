@@ -267,7 +267,11 @@ class RedisStatsStore(StatsStore):
         self.client, self.lineage, self.alpha = client, lineage, alpha
         prefix = f"tokmaint:{{{lineage}}}"
         self.keys = [f"{prefix}:{name}" for name in ("meta", "snapshot", "log", "pending", "neighbours", "residues")]
-        kept = client.hget(self.keys[0], "alpha")
+        kept, scale = client.hmget(self.keys[0], ["alpha", "scale"])
+        if scale is not None:  # the layout before the snapshot and the log kept the scale in meta
+            raise TokmaintError(f"lineage {lineage!r} has statistics in Redis in an earlier layout, which this "
+                                f"version does not read; delete the keys tokmaint:{{{lineage}}}:* to start its "
+                                "statistics over")
         if kept is None:
             client.hsetnx(self.keys[0], "alpha", repr(alpha))
         elif float(kept) != alpha:

@@ -10,6 +10,7 @@ import redis
 
 from pipeline.redis_store import RedisStatsStore
 from tokenizer_service.counting import pack_pair
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.stats_store import RENORMALISE_BELOW, MemoryStatsStore, StatsEdit
 
 
@@ -122,6 +123,13 @@ def test_a_lineage_keeps_one_alpha_and_one_slot(client):
     assert all(f"{{{lineage}}}" in key for key in store.keys)  # the hash tag: one Cluster slot
     with pytest.raises(ValueError, match="alpha 0.5, not 0.25"):
         RedisStatsStore(client, lineage=lineage, alpha=0.25)
+
+
+def test_statistics_of_the_earlier_layout_are_refused_with_what_to_do(client):
+    lineage = uuid.uuid4().hex
+    client.hset(f"tokmaint:{{{lineage}}}:meta", mapping={"alpha": "0.5", "scale": "0.25", "step": "2"})
+    with pytest.raises(TokmaintError, match=r"earlier layout.*delete the keys tokmaint:\{" + lineage):
+        RedisStatsStore.open(client, lineage=lineage)
 
 
 def test_a_revision_bounds_the_pair_table_keeping_the_strongest(client):
