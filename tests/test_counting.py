@@ -75,3 +75,68 @@ def test_cache_follows_the_tokenizer_version(byte_tokenizer):
     counter.set_tokenizer(other)
     counts = counter.count_texts(["zebra stream"])
     assert counts.n_tokens == sum(len(other.tokenize_word(w)) for w in other.pre_tokenize("zebra stream"))
+
+
+def _counts_equal(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in
+               ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts")) \
+        and (a.n_bytes, a.n_tokens) == (b.n_bytes, b.n_tokens)
+
+
+def test_a_revision_keeps_the_encodings_it_cannot_change():
+    """Through a lineage's revisions (merges appended, sinks deleted, ids recycled), a counter
+    switched to each version counts as a fresh one does, and keeps most encodings."""
+    from tests.conftest import NEW_WORDS, sentences, tedtok_lineage
+    from tokenizer_service.counting import encoding_change
+
+    initial, revisions = tedtok_lineage(seed=3, steps=14)
+    assert len(revisions) >= 3 and any(r.removed for r in revisions)
+    texts = sentences(80, seed=9) + sentences(80, seed=10, words=NEW_WORDS + ["stream", "token"])
+    counter, previous = StepCounter(initial), initial
+    counter.count_texts(texts, neighbours=True)
+    for revision in revisions:
+        assert encoding_change(previous, revision.tokenizer) is not None
+        counter.set_tokenizer(revision.tokenizer)
+        kept = int((counter._len >= 0).sum())
+        assert 0 < kept < len(counter.words)  # some words changed, the others were kept
+        assert _counts_equal(counter.count_texts(texts, neighbours=True),
+                             StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
+        previous = revision.tokenizer
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["drop merge", "repeat merge", "swap merges", "swap ids", "move id into a hole", "drop token",
+                        "add token", "ignore_merges"]), st.integers(0, 10_000), st.integers(0, 10_000))
+def test_any_other_change_of_version_counts_as_a_fresh_counter(corpus, byte_tokenizer, edit, a, b):
+    """Edits that are no Ted-Tok revision (merges reordered, ids moved, tokens dropped or added,
+    ``ignore_merges``): the switched counter still equals a fresh one."""
+    import json
+
+    from tests.conftest import edit_tokenizer_model
+
+    try:
+        edited = BPETokenizer.from_data(edit_tokenizer_model(json.loads(byte_tokenizer.to_json()), edit, a, b))
+        fresh = StepCounter(edited).count_texts(corpus[:60], neighbours=True)
+    except Exception:  # an edit tokenizers cannot load
+        return
+    counter = StepCounter(byte_tokenizer)
+    counter.count_texts(corpus[:60], neighbours=True)
+    counter.set_tokenizer(edited)
+    assert _counts_equal(counter.count_texts(corpus[:60], neighbours=True), fresh)
+
+
+@pytest.mark.parametrize("ignore_merges", [False, True])
+def test_a_word_that_becomes_a_token_is_encoded_again_with_ignore_merges(ignore_merges):
+    """"abc" keeps [ab, c] under plain BPE (no new merge applies to it), but with
+    ``ignore_merges`` a word that is a token is that token, whatever its old encoding."""
+    old = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3}, merges=[("a", "b")],
+                       pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}},
+                       model_options={"ignore_merges": ignore_merges})
+    new = old.replace_model(vocab={**old.vocab, "bc": 4, "abc": 5}, merges=[("a", "b"), ("b", "c"), ("a", "bc")])
+    texts = ["abc bc abc", "cab"]
+    counter = StepCounter(old)
+    counter.count_texts(texts)
+    counter.set_tokenizer(new)
+    counts = counter.count_texts(texts, neighbours=True)
+    assert _counts_equal(counts, StepCounter(new).count_texts(texts, neighbours=True))
+    assert (5 in counts.token_ids.tolist()) == ignore_merges

@@ -114,6 +114,61 @@ def add_counts(parts: Sequence[StepCounts], weights: Sequence[float] | None = No
                       neighbour_keys=neighbour_keys, neighbour_counts=neighbour_counts)
 
 
+@dataclass(frozen=True)
+class EncodingChange:
+    """What a new version changes in the encoding of a word (``encoding_change``): its old
+    encoding holds one of ``ids`` or an adjacent pair of ``pairs`` (packed, old ids), or the
+    word is one of ``words``."""
+
+    ids: np.ndarray
+    pairs: np.ndarray
+    words: tuple[str, ...]
+
+
+def encoding_change(old: BPETokenizer, new: BPETokenizer) -> EncodingChange | None:
+    """Which words encode differently under ``new`` than under ``old``, when that can be told
+    from their old encodings (a Ted-Tok revision), else None (any word may).
+
+    It can when the two differ only in their model's vocabulary and merges, the merges ``new``
+    keeps lead its list in their old order and its own follow (lowest priority), and each
+    token ``new`` drops or gives another id is a *sink* of ``old`` (made by a merge it drops,
+    and parent of none). BPE then makes the old encoding first and goes on from it with the
+    new merges, so only a word with an adjacent pair of a new merge changes; a sink once made
+    stays to the end, so only a word whose encoding holds a dropped sink lost it. With
+    ``ignore_merges`` a word that is a new token is one token at once.
+
+    >>> old = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3}, merges=[("a", "b")], pipeline={})
+    >>> new = old.replace_model(vocab={"a": 0, "b": 1, "c": 2, "bc": 3}, merges=[("b", "c")])
+    >>> change = encoding_change(old, new)
+    >>> change.ids.tolist(), [unpack_pair(k) for k in change.pairs.tolist()]
+    ([3], [(1, 2)])
+    >>> encoding_change(new, old.replace_model(vocab=old.vocab, merges=[("b", "c"), ("a", "b")])) is None
+    True
+    """
+    if old.pipeline != new.pipeline or old.model_options != new.model_options:
+        return None
+    kept = set(new.merges)
+    dropped = [m for m in old.merges if m not in kept]
+    ours = len(old.merges) - len(dropped)
+    if new.merges[:ours] != tuple(m for m in old.merges if m in kept):
+        return None
+    parents = {t for merge in old.merges for t in merge}
+    made_by_dropped = {u + v for u, v in dropped}
+    gone = [i for i, t in old.id_to_token.items() if new.id_to_token.get(i) != t]
+    if any(old.id_to_token[i] not in made_by_dropped or old.id_to_token[i] in parents for i in gone):
+        return None
+    if any(u + v in parents for u, v in dropped):  # a dropped merge whose token lives on as a parent
+        return None
+    added = new.merges[ours:]
+    made_by_added = {u + v for u, v in added}
+    if any(t not in old.vocab and t not in made_by_added for t in new.vocab):
+        return None
+    ids = sorted(set(gone) | {old.vocab[u + v] for u, v in dropped if u + v in old.vocab})
+    pairs = [pack_pair(old.vocab[u], old.vocab[v]) for u, v in added if u in old.vocab and v in old.vocab]
+    words = tuple(t for t in made_by_added if t not in old.vocab) if new.ignore_merges else ()
+    return EncodingChange(ids=np.array(ids, np.int64), pairs=np.unique(np.array(pairs, np.int64)), words=words)
+
+
 class WordVocabulary:
     """Stable integer ids for distinct words (pre-tokens), shared across tokenizer versions.
 
@@ -157,9 +212,24 @@ class StepCounter:
         self._ids_by_text: dict[str, int] = {}  # a word's text, raw or mapped, -> its id (_word_sequences)
 
     def set_tokenizer(self, tokenizer: BPETokenizer) -> None:
-        """Switch to a new version: word encodings are recomputed lazily, word ids are kept."""
+        """Switch to a new version: word ids are kept, and so are the encodings the change
+        cannot alter (``encoding_change``); the others are made again lazily."""
+        change = encoding_change(self.tokenizer, tokenizer)
         self.tokenizer = tokenizer
-        self._len[:] = -1
+        if change is None:
+            self._len[:] = -1
+            return
+        live = np.flatnonzero(self._len >= 0)
+        lengths = self._len[live]
+        tokens = self._gather(live, lengths)
+        owners = np.repeat(live, lengths)
+        stale = np.isin(tokens, change.ids)
+        if len(change.pairs) and len(tokens) > 1:
+            same_word = owners[1:] == owners[:-1]
+            stale[:-1] |= same_word & np.isin(pack_pair(tokens[:-1], tokens[1:]), change.pairs)
+        self._len[owners[stale]] = -1
+        index = self.words.index
+        self._len[[i for w in change.words if (i := index.get(w)) is not None and i < len(self._len)]] = -1
 
     def _ensure_encoded(self, word_ids: np.ndarray) -> None:
         n = len(self.words)
