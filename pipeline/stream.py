@@ -22,6 +22,7 @@ could miss records that came meanwhile, and would be read again.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import queue
 import threading
@@ -30,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from kafka import KafkaConsumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.topics import PipelineSettings
 from schemas.document import RecordError, StreamDocument, decode_document
@@ -41,14 +42,12 @@ FILL_RECORDS = 4096  # records a partition's buffer is filled to before a merge,
 # Before a merge, each partition's buffer is filled to its share of the step and this much more
 # (a step takes about as many records from each; one that runs dry is filled again).
 FILL_MARGIN = 1.25
-# The broker holds a fetch this long for data; a poll waits twice as long, so that an empty
-# fetch (a partition read to its end) costs one round trip and no more.
+# The broker holds a fetch this long for data; a poll that finds nothing fetched waits twice as
+# long, so that an empty fetch (a partition read to its end) costs one round trip and no more.
 FETCH_WAIT_MS = 50
-# A fetch answers this many bytes at most (the broker still sends a larger first batch whole):
-# kafka-python hands over one partition's fetched records after another's, and the first step
-# needs the heads of all of them, so a fetch of a whole partition (megabytes) would be parsed
-# before the first step could begin.
-FETCH_MAX_BYTES = 256 << 10
+POLL_RECORDS = 4096  # records taken from the client's queue at once, at most
+# Errors of the client that it recovers from by itself (it reconnects and fetches again).
+_TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._PARTITION_EOF}
 
 
 def _window_end(ts: datetime, seconds: float) -> datetime:
@@ -86,19 +85,31 @@ class StepReader:
 
     def __init__(self, settings: PipelineSettings, *, wait: float = 2.0) -> None:
         self.settings, self.wait = settings, wait
-        self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20,
-                                      fetch_max_bytes=FETCH_MAX_BYTES, fetch_max_wait_ms=FETCH_WAIT_MS)
+        # librdkafka fetches, decompresses and parses the records on threads of its own, outside
+        # Python (kafka-python's parsing in Python took as much CPU as the job's counting). The
+        # group is never joined and nothing is committed there: the offsets are ours.
+        self.consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "tokmaint-step-reader",
+                                  "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                  "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.max.bytes": 262144, "message.max.bytes": 262144, "max.partition.fetch.bytes": 65536,
+                                  "logger": logging.getLogger("tokmaint.kafka")})
         deadline = time.monotonic() + 30
-        while not (partitions := self.consumer.partitions_for_topic(settings.docs_topic)):
+        while not (partitions := self._partitions()):
             if time.monotonic() > deadline:
+                self.consumer.close()
                 raise TokmaintError(f"no topic {settings.docs_topic!r} at {settings.bootstrap}")
             time.sleep(0.2)
         self.partitions = sorted(partitions)
         self._tps = {p: TopicPartition(settings.docs_topic, p) for p in self.partitions}
-        self.consumer.assign(list(self._tps.values()))
-        self._buffers: dict[int, deque] = {p: deque() for p in self.partitions}
+        self._buffers: dict[int, deque[tuple[int, bytes | None]]] = {p: deque() for p in self.partitions}
         self._next: dict[int, int] = {}  # the offset after the last record buffered, a partition each
+
+    def _partitions(self) -> list[int]:
+        """The docs topic's partitions, as the broker's metadata has them (none: no such topic yet)."""
+        try:
+            topic = self.consumer.list_topics(self.settings.docs_topic, timeout=5).topics.get(self.settings.docs_topic)
+        except Exception:  # the broker not (yet) reachable: KafkaException
+            return []
+        return [] if topic is None or topic.error is not None else list(topic.partitions)
 
     def close(self) -> None:
         self.consumer.close()
@@ -111,32 +122,50 @@ class StepReader:
 
     def _position(self, start: dict[int, int]) -> None:
         """Buffers that continue exactly at ``start`` (kept from the last step when they do)."""
+        moved = []
         for p in self.partitions:
             begin = start.get(p, 0)
             buffer = self._buffers[p]
-            while buffer and buffer[0].offset < begin:
+            while buffer and buffer[0][0] < begin:
                 buffer.popleft()
-            if not (buffer and buffer[0].offset == begin) and self._next.get(p) != begin:
+            if not (buffer and buffer[0][0] == begin) and self._next.get(p) != begin:
                 buffer.clear()
-                self.consumer.seek(self._tps[p], begin)
                 self._next[p] = begin
+                moved.append(p)
+        if moved:
+            # Assigned anew, every partition where its buffer ends: the client drops what it had
+            # fetched from the earlier positions (a seek right after an assignment can fail).
+            self.consumer.assign([TopicPartition(self.settings.docs_topic, p, self._next[p]) for p in self.partitions])
+
+    def _highwater(self, p: int) -> int | None:
+        """Partition p's high watermark as the last fetch saw it (None before one)."""
+        high = self.consumer.get_watermark_offsets(self._tps[p], cached=True)[1]
+        return high if high >= 0 else None
 
     def lag(self, end: dict[int, int]) -> int:
         """Records between ``end`` (the next offsets to read) and the partitions' high
         watermarks as the last fetch saw them (the fetch's watermark: tansu's ``end_offsets``
         answers the start of the last batch instead of the end)."""
-        return sum(max(0, (self.consumer.highwater(self._tps[p]) or 0) - end.get(p, 0)) for p in self.partitions)
+        return sum(max(0, (self._highwater(p) or 0) - end.get(p, 0)) for p in self.partitions)
 
     def _at_end(self, p: int) -> bool:
-        high = self.consumer.highwater(self._tps[p])
+        high = self._highwater(p)
         return high is not None and self._next[p] >= high
 
     def _poll(self) -> None:
-        for tp, records in self.consumer.poll(timeout_ms=2 * FETCH_WAIT_MS).items():
-            for record in records:
-                if record.offset >= self._next[tp.partition]:
-                    self._buffers[tp.partition].append(record)
-                    self._next[tp.partition] = record.offset + 1
+        """Buffer what the client has fetched (waiting a little for it when it has nothing)."""
+        messages = self.consumer.consume(POLL_RECORDS, timeout=0)
+        if not messages and (message := self.consumer.poll(2 * FETCH_WAIT_MS / 1000)) is not None:
+            messages = [message]
+        for message in messages:
+            if (error := message.error()) is not None:
+                if error.code() in _TRANSIENT or error.retriable():
+                    continue
+                raise TokmaintError(f"reading {self.settings.docs_topic!r} at {self.settings.bootstrap}: {error.str()}")
+            p, offset = message.partition(), message.offset()
+            if offset >= self._next[p]:
+                self._buffers[p].append((offset, message.value()))
+                self._next[p] = offset + 1
 
     def _fill(self, partitions: list[int], size: int, *, refresh: bool = False) -> None:
         """Fetch until each of ``partitions`` holds ``size`` records or is read to its end (as
@@ -175,17 +204,17 @@ class StepReader:
                     self._fill([p], 1)
                     if not buffer:
                         return
-                record = buffer[0]
+                offset, value = buffer[0]
                 try:
-                    if not isinstance(record.value, bytes):
+                    if value is None:
                         raise RecordError("no value (a tombstone)")
-                    doc = decode_document(record.value, max_bytes=self.settings.max_record_bytes)
+                    doc = decode_document(value, max_bytes=self.settings.max_record_bytes)
                 except RecordError as exc:
-                    step.dead.append(DeadRecord(p, record.offset, record.value or b"", str(exc)))
-                    step.end[p] = record.offset + 1
+                    step.dead.append(DeadRecord(p, offset, value or b"", str(exc)))
+                    step.end[p] = offset + 1
                     buffer.popleft()
                     continue
-                heapq.heappush(heads, (doc.ts, p, record.offset, doc))
+                heapq.heappush(heads, (doc.ts, p, offset, doc))
                 return
 
         for p in self.partitions:
