@@ -83,3 +83,21 @@ def test_read_ahead_gives_the_steps_of_the_reader_and_records_that_came_after_an
         assert [d.id for d in ahead.read(start).documents] == ["late"]  # not an empty step read before
         again = ahead.read(expected[2].end)  # elsewhere: read from there
         assert again.documents == expected[3].documents
+
+
+def test_records_larger_than_a_fetch_are_read_and_too_large_ones_dead_lettered(broker):
+    """The reader fetches 64 KB a partition at a time; a larger record still comes whole, and
+    one over ``max_record_bytes`` is a dead record with the reason."""
+    settings = PipelineSettings(bootstrap=broker, docs_topic="docs.large", max_record_bytes=1 << 20)
+    producer = KafkaProducer(bootstrap_servers=broker, max_request_size=4 << 20)
+    big = json.dumps({"id": "big", "text": "word " * 140_000, "ts": "2021"}).encode()
+    too_big = json.dumps({"id": "huge", "text": "word " * 300_000, "ts": "2022"}).encode()
+    for value in (big, too_big, json.dumps({"id": "small", "text": "hi", "ts": "2023"}).encode()):
+        producer.send("docs.large", value=value, partition=0)
+    producer.flush()
+    producer.close()
+    steps = _steps(settings, {}, 8)
+    assert [d.id for s in steps for d in s.documents] == ["big", "small"]
+    assert len(steps[0].documents[0].text) == 700_000
+    assert [r.reason.split(" (")[0] for s in steps for r in s.dead] == ["larger than the limit"]
+    assert steps[-1].end[0] == 3
