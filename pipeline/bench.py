@@ -4,9 +4,11 @@ with a small and a large pair table.
 
 It starts its own broker, redis-server and registry (temporary), trains the initial tokenizer on
 the oldest ``init_share`` of the corpus's first ``max_mb``, ingests those documents, and runs the
-job until the topic is idle (``pipeline_mb_s``: the documents' UTF-8 megabytes over the job's
+job for the steps they make (``pipeline_mb_s``: the documents' UTF-8 megabytes over the job's
 wall time, reading, decoding, counting, Redis writes and revisions included; ``revision_seconds``
-the revisions' share). The stream has a production shape by default (``PipelineBenchSettings``);
+the revisions' share). The job stops after its last step, as one given ``--max-steps`` does, not
+after one more fetch that finds the topic idle (``until_idle``): that waits for records that will
+not come, no part of processing the stream. The stream has a production shape by default (``PipelineBenchSettings``);
 ``--step-docs 64 --interval-docs 640 --horizon-docs 6400`` is evolve's. ``encode_mb_s`` is
 ``encode_batch`` of the same texts with the initial tokenizer, timed once before and once after
 the job (the machine's speed drifts). ``step_seconds``: the median time of one step's Redis
@@ -18,6 +20,7 @@ folded: what a step leaves for a revision to do).
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import statistics
 import tempfile
@@ -39,6 +42,7 @@ from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.counting import StepCounter, pack_pair
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.options import Number, check_settings, setting, share, whole
 
@@ -136,9 +140,12 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
                 job = PipelineJob(settings=pipeline, stream=stream,
                                   redis_client=client, registry=registry, lineage="bench", wait=1.0)
                 try:
-                    report = job.run(until_idle=True)
+                    report = job.run(max_steps=math.ceil(len(docs) / settings.step_docs))
                 finally:
                     job.close()
+                if report["documents"] != len(docs):
+                    raise TokmaintError(f"the job counted {report['documents']:,} of the {len(docs):,} documents "
+                                        f"in {report['steps']} steps (the broker slow to answer?)")
             counts = StepCounter(initial).count_texts(texts[: settings.step_docs])
             step_seconds, read_seconds = _step_seconds(client, counts, {"pairs_10k": 10_000, "pairs_1m": 1_000_000},
                                                        settings.step_repeats)

@@ -398,3 +398,16 @@ def test_the_latest_version_follows_the_registrys_watch(registry_url, initial):
         while latest.number != published:
             assert time.monotonic() < deadline, "the watch did not see the publish"
             time.sleep(0.05)
+
+
+def test_bench_pipeline_streams_the_whole_corpus_and_reports_its_figures(drifting_corpus, capsys):
+    """``tokmaint bench pipeline`` on its own broker, Redis and registry: every document is
+    counted in the steps it runs, with a revision, and the JSON has the issue's keys."""
+    from tokmaint.cli import main
+
+    assert main(["bench", "pipeline", "--corpus", str(drifting_corpus), "--vocab-size", "300", "--step-docs", "50",
+                 "--interval-docs", "200", "--horizon-docs", "400", "--step-repeats", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["documents"], result["steps"]) == (600, 12) and result["revisions"] >= 1
+    assert result["ratio"] == pytest.approx(result["pipeline_mb_s"] / result["encode_mb_s"])
+    assert set(result["step_seconds"]) == set(result["read_seconds"]) == {"pairs_10k", "pairs_1m"}
