@@ -75,6 +75,14 @@ def test_a_tiny_schedule_gives_the_same_results_in_workers_and_reports_every_key
     jumps = tedtok["loss_jump"]
     assert {len(v) for v in jumps.values()} == {tedtok["revisions"]}
     assert jumps["hyper"] != jumps["parents_mean"]  # the copies train apart from the run
+    # At the first revision a copy trains as a run of its strategy would: the same jump.
+    torch.set_num_threads(1)
+    try:
+        other = run_one(ArithmeticTrainSettings(seeds=1, strategy="parents_mean", **options), 0, "tedtok")
+    finally:
+        torch.set_num_threads(threads)
+    assert settings.strategy == "hyper" and other["final_loss"] != tedtok["final_loss"]
+    assert {s: v[0] for s, v in other["loss_jump"].items()} == {s: v[0] for s, v in jumps.items()}
 
     argv = ["bench", "arithmetic-train", "--seeds", "1", "--workers", "2", "--json"]
     for name, value in options.items():

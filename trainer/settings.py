@@ -65,6 +65,8 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     n_embd: int = setting(32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K "
                                         "parameters: 12)")
     window: int = setting(20, whole(1), "steps before and after a revision compared for the loss jump")
+    strategy: str = setting("hyper", _strategy, "how the Ted-Tok run starts the rows a revision changes (the paper: "
+                                                "parents_mean; the loss jump is measured for each)")
     workers: int = setting(2, whole(1), "runs at a time, in processes of one torch thread (1: here, torch's threads)")
 
     def __post_init__(self) -> None:
