@@ -16,7 +16,7 @@ tokenizer differs:
 * ``tedtok``: Old's, evolved by Ted-Tok during training (one time step per batch; warmup 10%,
   Δ, α=0.3, β=1.2, no revision in the last 20%), each revision applied by ``apply_revision``
   between two optimizer steps, with ``strategy`` (default ``hyper``; the paper's is
-  ``parents_mean``, 4 points lower here: below).
+  ``parents_mean``: below).
 
 Exact match: for each held-out example, the model is given the example's tokens that end
 before its answer begins (a token that spans "=" and the answer's first digits is the
@@ -40,6 +40,10 @@ The paper's schedule (batch 4,096, 1,000 epochs per subset: 16,000 steps of 4,09
 wider model (``n_embd`` 32, 27.6K parameters): the paper's ~4.6K-parameter model (``--n-embd
 12``) stays under 10% exact match in such a budget, where the comparison is noise. Runs go two at
 a time, in processes of one torch thread each.
+
+The Ted-Tok run starts the rows a revision changes with ``hyper`` by default: over seeds 0–5 it
+scored 85.5% exact match against 83.0% with the paper's ``parents_mean`` (per seed +1.6, +4.0,
++6.0, +8.1, −4.9, +0.6 points), and its loss jump is the lowest of the three.
 """
 
 from __future__ import annotations
