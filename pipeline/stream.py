@@ -87,9 +87,11 @@ class StepReader:
         self.settings, self.wait = settings, wait
         # librdkafka fetches, decompresses and parses the records on threads of its own, outside
         # Python (kafka-python's parsing in Python took as much CPU as the job's counting). The
-        # group is never joined and nothing is committed there: the offsets are ours.
+        # group is never joined and nothing is committed there: the offsets are ours. A topic not
+        # there yet is made, where the broker allows it (a job started before the first document).
         self.consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "tokmaint-step-reader",
                                   "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                  "allow.auto.create.topics": True,
                                   "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.max.bytes": 262144, "message.max.bytes": 262144, "max.partition.fetch.bytes": 65536,
                                   "logger": logging.getLogger("tokmaint.kafka")})
         deadline = time.monotonic() + 30

@@ -101,3 +101,15 @@ def test_records_larger_than_a_fetch_are_read_and_too_large_ones_dead_lettered(b
     assert len(steps[0].documents[0].text) == 700_000
     assert [r.reason.split(" (")[0] for s in steps for r in s.dead] == ["larger than the limit"]
     assert steps[-1].end[0] == 3
+
+
+def test_a_topic_nobody_wrote_to_yet_gives_empty_steps_until_records_come(broker):
+    """A job started before the first document: the broker makes the topic (as it allows)."""
+    settings = PipelineSettings(bootstrap=broker, docs_topic="docs.not-yet")
+    with StepReader(settings, wait=0.5) as reader:
+        assert reader.partitions and reader.read({}, 8).documents == []
+        producer = KafkaProducer(bootstrap_servers=broker)
+        producer.send("docs.not-yet", value=json.dumps({"id": "first", "text": "hello", "ts": "2024"}).encode())
+        producer.flush()
+        producer.close()
+        assert [d.id for d in reader.read({}, 8).documents] == ["first"]
