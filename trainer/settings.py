@@ -55,7 +55,7 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     says how they differ from the paper's)."""
 
     interval: int = setting(200, whole(1), "steps between revisions (Δ; paper: 300 of 16,000 steps)")
-    epochs: int = setting(40, whole(1), "epochs over Old, then as many over New (paper: 1000)")
+    epochs: int = setting(60, whole(1), "epochs over Old, then as many over New (paper: 1000)")
     batch: int = setting(256, whole(1), "examples per optimizer step and Ted-Tok time step (paper: 4096)")
     seeds: int = setting(3, whole(1), "seeds seed, seed+1, ... (each: the held-out split, the batch order, the "
                                       "initial weights)")
