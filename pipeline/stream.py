@@ -46,6 +46,10 @@ FILL_MARGIN = 1.25
 # long, so that an empty fetch (a partition read to its end) costs one round trip and no more.
 FETCH_WAIT_MS = 50
 POLL_RECORDS = 4096  # records taken from the client's queue at once, at most
+# A fetch answers this much a partition and a request, at most (a larger record still comes
+# whole): the first step needs the heads of all partitions, and a fetch of whole partitions
+# (megabytes) held it ~120 ms. librdkafka wants message.max.bytes no larger than a fetch.
+FETCH_PARTITION_BYTES, FETCH_REQUEST_BYTES = 64 << 10, 256 << 10
 # Errors of the client that it recovers from by itself (it reconnects and fetches again).
 _TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._PARTITION_EOF}
 
@@ -92,7 +96,8 @@ class StepReader:
         self.consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "tokmaint-step-reader",
                                   "enable.auto.commit": False, "enable.auto.offset.store": False,
                                   "allow.auto.create.topics": True,
-                                  "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.max.bytes": 262144, "message.max.bytes": 262144, "max.partition.fetch.bytes": 65536,
+                                  "fetch.wait.max.ms": FETCH_WAIT_MS, "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
+                                  "fetch.max.bytes": FETCH_REQUEST_BYTES, "message.max.bytes": FETCH_REQUEST_BYTES,
                                   "logger": logging.getLogger("tokmaint.kafka")})
         deadline = time.monotonic() + 30
         while not (partitions := self._partitions()):
