@@ -19,9 +19,8 @@ schemas.document.RecordError: 'text' must be a string, got null
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokenizer_service.corpus import json_object, parse_timestamp
 from tokenizer_service.errors import json_kind
@@ -33,9 +32,9 @@ class RecordError(ValueError):
     """A record that is no Document; the message is the reason."""
 
 
-@dataclass(frozen=True)
-class StreamDocument:
-    """One document of the stream; ``ts`` is an aware UTC datetime."""
+class StreamDocument(NamedTuple):
+    """One document of the stream; ``ts`` is an aware UTC datetime. (A named tuple: a step
+    decodes a thousand of them, and a frozen dataclass took 3x as long to make.)"""
 
     id: str
     text: str
@@ -82,7 +81,7 @@ def decode_document(value: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Stre
         body.encode("utf-8")
     except UnicodeEncodeError:
         raise RecordError("'text' holds a lone surrogate (not valid Unicode)") from None
-    return StreamDocument(id=doc_id, text=body, ts=ts, source=_string(record, "source", required=False, limit=256))
+    return StreamDocument(doc_id, body, ts, _string(record, "source", required=False, limit=256))
 
 
 def encode_document(doc: StreamDocument) -> bytes:

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.corpus import batches, parse_timestamp, read_corpus
 from tokenizer_service.errors import CorpusError
 
 
@@ -51,6 +51,26 @@ def test_times_are_sorted_in_utc_not_as_strings(tmp_path):
     assert corpus.texts == ["first", "second", "third", "second too"]
     assert corpus[0].ts == datetime(2021, 1, 1, 12, tzinfo=timezone.utc)
     assert all(d.ts.tzinfo == timezone.utc for d in corpus)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("2021-05-04T10:00:00+02:00", datetime(2021, 5, 4, 8, tzinfo=timezone.utc)),
+    ("2021-05-04T10:00:00Z", datetime(2021, 5, 4, 10, tzinfo=timezone.utc)),
+    ("2021-05-04 10:00", datetime(2021, 5, 4, 10, tzinfo=timezone.utc)),
+    ("2021-05-04", datetime(2021, 5, 4, tzinfo=timezone.utc)),
+    ("2021-05", datetime(2021, 5, 1, tzinfo=timezone.utc)),
+    ("2021", datetime(2021, 1, 1, tzinfo=timezone.utc)),
+])
+def test_timestamps_parse_alike_with_and_without_spaces_around(value, expected):
+    """The one-call path (a bare ISO time) and the other (spaces stripped, a year or month
+    completed) agree."""
+    assert parse_timestamp(value) == parse_timestamp(f" {value}\n") == expected
+
+
+@pytest.mark.parametrize("value", ["", " ", "20210", "2021-5", "x2021", "2021-05-04T25:00", "0001-01-01T00:00+01:00"])
+def test_bad_timestamps_are_refused(value):
+    with pytest.raises(ValueError, match="'ts' is"):
+        parse_timestamp(value)
 
 
 def test_equal_times_keep_file_order(tmp_path):

@@ -109,11 +109,16 @@ def parse_timestamp(value: Any) -> datetime:
     """
     if not isinstance(value, str):
         raise ValueError(f"'ts' must be an ISO-8601 string, got {json_kind(value)}")
-    text = value.strip()
-    if _YEAR_OR_MONTH.fullmatch(text):
-        text += "-01" * (2 - text.count("-"))
+    try:  # the common case in one call (a stream decodes one a record); it refuses "2021" and " "
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        ts = None
     try:
-        ts = datetime.fromisoformat(text)
+        if ts is None:
+            text = value.strip()
+            if _YEAR_OR_MONTH.fullmatch(text):
+                text += "-01" * (2 - text.count("-"))
+            ts = datetime.fromisoformat(text)
         return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
     except ValueError:
         raise ValueError(f"'ts' is not an ISO-8601 time: {value[:40]!r}") from None
