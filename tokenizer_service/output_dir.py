@@ -53,7 +53,7 @@ def write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_directory(path: Path) -> None:
+def fsync_directory(path: Path) -> None:
     """Make renames inside ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -147,7 +147,7 @@ class OutputDir:
             staged = path / f"{_STAGING}marker-{os.getpid()}"
             write_file(staged, json.dumps({"command": self.command, "run": run}, indent=2).encode("utf-8"))
             os.replace(staged, marker)
-            _fsync_directory(path)
+            fsync_directory(path)
 
     def release(self) -> None:
         """Let other commands write here again (the lock also ends with the process)."""
@@ -208,7 +208,7 @@ class OutputDir:
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
             os.rename(staging, final)
-            _fsync_directory(self.path)
+            fsync_directory(self.path)
         except OSError as exc:
             raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from None
         finally:
@@ -224,7 +224,7 @@ class OutputDir:
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
                 os.replace(p, self.path / p.name)
-            _fsync_directory(self.path)
+            fsync_directory(self.path)
         except OSError as exc:
             raise OutputError(f"cannot write into {self.path}: {exc.strerror or exc}") from None
         finally:

@@ -1,6 +1,6 @@
 """Checkpoints that know their tokenizer: the model, the optimizer, the training position, the
 random state (dropout) and the tokenizer version (lineage, number, sha256) they were trained
-with, written atomically; loading
+with, written atomically and durably; loading
 refuses a checkpoint made with another version than the one the trainer holds, since its
 embedding rows mean other tokens.
 
@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from tokenizer_service.errors import TokmaintError
+from tokenizer_service.output_dir import fsync_directory
 from trainer.apply_revision import grow, removed_ids, set_removed
 
 
@@ -37,14 +38,19 @@ class CheckpointMismatch(TokmaintError):
 
 def save_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                     tokenizer: TokenizerStamp, position: dict[str, Any]) -> None:
-    """Write the checkpoint to ``path`` whole or not at all (a temporary file, then a rename)."""
+    """Write the checkpoint to ``path`` whole or not at all (a temporary file, fsynced, then a
+    rename, fsynced: after a crash or a power cut the old checkpoint or the new one is there)."""
     path = Path(path)
     part = path.with_name(path.name + ".part")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tokenizer": asdict(tokenizer),
-                "position": position, "rows": model.get_input_embeddings().weight.shape[0],
-                "removed": removed_ids(model), "rng": torch.get_rng_state(),  # dropout goes on as it would
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, part)
+    with open(part, "wb") as f:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tokenizer": asdict(tokenizer),
+                    "position": position, "rows": model.get_input_embeddings().weight.shape[0],
+                    "removed": removed_ids(model), "rng": torch.get_rng_state(),  # dropout goes on as it would
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(part, path)
+    fsync_directory(path.parent)
 
 
 def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
