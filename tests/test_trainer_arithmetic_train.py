@@ -10,7 +10,7 @@ from torch import nn
 
 from tokenizer_service.bench.arithmetic import arithmetic_dataset
 from tokenizer_service.bpe import BPETokenizer
-from trainer.arithmetic_train import exact_match, prompt_length, run_one
+from trainer.arithmetic_train import _Schedule, exact_match, prompt_length, run_one
 from trainer.settings import STRATEGIES, ArithmeticTrainSettings
 
 
@@ -114,3 +114,29 @@ def test_a_prompt_that_leaves_out_the_end_of_the_question_is_held_to_it():
     assert exact_match(PrefersAnotherQuestion(tokenizer, example, eos), tokenizer, [example], eos=eos) == 1.0
     wrong_answer = Answers(tokenizer, example, eos, slip=5)  # "0=3" then not "0"
     assert exact_match(wrong_answer, tokenizer, [example], eos=eos) == 0.0
+
+
+def _churn(settings: ArithmeticTrainSettings, seed: int) -> tuple[int, int]:
+    """Ted-Tok's revisions over a seed's schedule, and how many of them removed a token that an
+    earlier one added."""
+    plan = _Schedule.for_seed(settings, seed)
+    tedtok, word_ids = plan.tedtok(settings)
+    added: set[str] = set()
+    revisions = churn = 0
+    for rows in plan.order:
+        if revision := tedtok.observe_words(word_ids[rows], np.ones(len(rows))):
+            revisions += 1
+            churn += sum(token in added for token in revision.removed)
+            added |= set(revision.added)
+    return revisions, churn
+
+
+def test_the_training_margin_stops_revisions_that_swap_tokens_back_and_forth():
+    """Batches of 256 make noisy steps: at the paper's β=1.2 Ted-Tok keeps removing tokens it
+    added a few revisions before (near-equal pairs swap places); at the bench's β it does not,
+    and its tokenizer compresses the held-out examples as well."""
+    settings = ArithmeticTrainSettings()
+    revisions, churn = _churn(settings, seed=1)
+    paper_revisions, paper_churn = _churn(ArithmeticTrainSettings(beta=1.2), seed=1)
+    assert settings.beta > 1.2 and churn == 0 < revisions < paper_revisions
+    assert paper_churn >= 10

@@ -32,7 +32,7 @@ from schemas.revision import RevisionDiff
 from trainer.apply_revision import apply_revision
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
-from trainer.settings import TrainerSettings
+from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
 
 log = logging.getLogger("tokmaint.trainer")
 
@@ -70,6 +70,7 @@ class Trainer:
         self.taken: list[dict[str, Any]] = []  # each version taken: its number, the step, the time
         torch.manual_seed(settings.seed)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(self.tokenizer.id_space, **(model_config or {}))).to(self.device)
+        self.model.loss_type = CAUSAL_LM_LOSS
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
         if stamp is not None:
             position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
