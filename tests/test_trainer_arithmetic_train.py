@@ -116,9 +116,9 @@ def test_a_prompt_that_leaves_out_the_end_of_the_question_is_held_to_it():
     assert exact_match(wrong_answer, tokenizer, [example], eos=eos) == 0.0
 
 
-def _churn(settings: ArithmeticTrainSettings, seed: int) -> tuple[int, int]:
-    """Ted-Tok's revisions over a seed's schedule, and how many of them removed a token that an
-    earlier one added."""
+def _churn(settings: ArithmeticTrainSettings, seed: int) -> tuple[int, int, float]:
+    """Ted-Tok's revisions over a seed's schedule, how many of them removed a token that an
+    earlier one added, and the final version's bytes/token on the held-out examples."""
     plan = _Schedule.for_seed(settings, seed)
     tedtok, word_ids = plan.tedtok(settings)
     added: set[str] = set()
@@ -128,7 +128,7 @@ def _churn(settings: ArithmeticTrainSettings, seed: int) -> tuple[int, int]:
             revisions += 1
             churn += sum(token in added for token in revision.removed)
             added |= set(revision.added)
-    return revisions, churn
+    return revisions, churn, tedtok.tokenizer.bytes_per_token(plan.held_out)
 
 
 def test_the_training_margin_stops_revisions_that_swap_tokens_back_and_forth():
@@ -136,7 +136,8 @@ def test_the_training_margin_stops_revisions_that_swap_tokens_back_and_forth():
     added a few revisions before (near-equal pairs swap places); at the bench's β it does not,
     and its tokenizer compresses the held-out examples as well."""
     settings = ArithmeticTrainSettings()
-    revisions, churn = _churn(settings, seed=1)
-    paper_revisions, paper_churn = _churn(ArithmeticTrainSettings(beta=1.2), seed=1)
+    revisions, churn, compression = _churn(settings, seed=1)
+    paper_revisions, paper_churn, paper_compression = _churn(ArithmeticTrainSettings(beta=1.2), seed=1)
     assert settings.beta > 1.2 and churn == 0 < revisions < paper_revisions
     assert paper_churn >= 10
+    assert compression >= 0.99 * paper_compression

@@ -264,7 +264,6 @@ class _Schedule:
                    new=BPETokenizer.train(new_train, **vocab), order=order,
                    first_new=-(-len(old_data) // settings.batch) * settings.epochs)
 
-
     def tedtok(self, settings: ArithmeticTrainSettings) -> tuple[TedTok, np.ndarray]:
         """Ted-Tok from Old over this schedule (a time step per batch), and the examples' word
         ids: ``tedtok.observe_words(word_ids[rows], ...)`` is a step."""
