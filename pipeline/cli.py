@@ -181,8 +181,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     ingest = sub.add_parser("ingest", help="send a corpus's documents to the docs topic (Kafka)")
     ingest.add_argument("corpus", help="a JSONL(.gz) or .txt(.gz) corpus")
     _add_stream_options(ingest)
-    ingest.add_argument("--compression", choices=["gzip", "zstd", "none"], default="gzip",
-                        help="batch compression (default: gzip)")
+    ingest.add_argument("--compression", choices=["zstd", "gzip", "none"], default="zstd",
+                        help="batch compression (default: zstd: consumers decompress it ~6x cheaper than gzip)")
     ingest.add_argument("--skip-bad", action="store_true",
                         help="dead-letter the corpus's bad records (with the reason and line) instead of stopping")
     ingest.set_defaults(func=cmd_ingest, parser=ingest)

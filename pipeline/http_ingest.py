@@ -48,7 +48,8 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
-                                           linger_ms=5, max_request_size=max(settings.max_record_bytes * 2, 1 << 20))
+                                           compression_type="zstd", linger_ms=5,
+                                           max_request_size=max(settings.max_record_bytes * 2, 1 << 20))
         yield
         app.state.producer.close()
 

@@ -29,7 +29,7 @@ from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
 
 
-def producer(settings: PipelineSettings, *, compression: str | None = "gzip") -> KafkaProducer:
+def producer(settings: PipelineSettings, *, compression: str | None = "zstd") -> KafkaProducer:
     """A batching, compressing producer that waits for every replica and never writes a retried
     batch twice."""
     return KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
@@ -38,7 +38,7 @@ def producer(settings: PipelineSettings, *, compression: str | None = "gzip") ->
 
 
 def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = False, progress: bool = True,
-           compression: str | None = "gzip") -> dict[str, Any]:
+           compression: str | None = "zstd") -> dict[str, Any]:
     """Send every document of the corpus at ``path`` to ``settings.docs_topic`` (and, with
     ``skip_bad``, every bad record to ``settings.dlq_topic``); the counts and rates."""
     corpus = read_corpus(path, skip_bad=skip_bad, progress=progress)
