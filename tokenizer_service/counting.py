@@ -21,6 +21,7 @@ from itertools import repeat
 from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.ma  # noqa: F401  np.unique loads it on its first call: here, not in a job's first step (7-40 ms)
 
 from tokenizer_service.bpe import BPETokenizer, ascii_to_byte_level
 
