@@ -41,6 +41,12 @@ def _exit_with(parent: int) -> None:
 
 def _count(texts: list[str], sha256: str, tokenizer_json: str | None) -> StepCounts:
     """In the worker: count ``texts`` with version ``sha256`` (its JSON when it is new here)."""
+    _use(sha256, tokenizer_json)
+    return _counter.count_texts(texts, neighbours=True)
+
+
+def _use(sha256: str, tokenizer_json: str | None) -> None:
+    """In the worker: count with version ``sha256`` from now on (its JSON when it is new here)."""
     global _counter, _sha256
     if sha256 != _sha256:
         if tokenizer_json is None:
@@ -54,7 +60,6 @@ def _count(texts: list[str], sha256: str, tokenizer_json: str | None) -> StepCou
         # What lives now (modules, the version, the word cache) stays: the collector's full
         # passes skip it. One over all of it took ~80 ms, in the step after a revision.
         gc.freeze()
-    return _counter.count_texts(texts, neighbours=True)
 
 
 class CountingProcess:
@@ -66,6 +71,14 @@ class CountingProcess:
                                          initializer=_exit_with, initargs=(os.getpid(),))
         self._sent: str | None = None  # the sha256 of the tokenizer the worker was last sent
         self._pool.submit(os.getpid).result()  # started now: its imports are no step's time
+
+    def load(self, tokenizer: BPETokenizer) -> None:
+        """Have the worker load ``tokenizer`` now (at a job's start: no step's time), as the
+        next :meth:`submit` with it would."""
+        sha256 = tokenizer.sha256
+        if sha256 != self._sent:
+            self._pool.submit(_use, sha256, tokenizer.to_json()).result()
+            self._sent = sha256
 
     def submit(self, texts: Sequence[str], tokenizer: BPETokenizer) -> Future[StepCounts]:
         """Count ``texts`` with ``tokenizer`` (tokens, within-word pairs and neighbours)."""

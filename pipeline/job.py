@@ -273,6 +273,7 @@ class PipelineJob:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-redis-write")
         self._writing: tuple[int, Future] | None = None  # the last step of the write under way, and it
         self.counting = CountingProcess()
+        self.counting.load(self.tedtok.tokenizer)
         self._in_flight: _Counting | None = None  # the step being counted
         self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
         self._bytes_per_token: float | None = None  # of the last step written
