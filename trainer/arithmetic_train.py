@@ -94,24 +94,40 @@ def sa_model(rows: int, *, n_embd: int, seed: int) -> GPT2LMHeadModel:
 
 
 class Encodings:
-    """Every example's ids under the tokenizer of the moment (encoded once per version)."""
+    """Every example's ids under the tokenizer of the moment (encoded once per version), each
+    followed by the end-of-example id ``eos`` and padded with it into one table, so that a
+    batch is a few tensor operations (row by row it took 12% of a training step).
 
-    def __init__(self, examples: list[str], tokenizer: BPETokenizer) -> None:
-        self.examples = examples
+    >>> tok = BPETokenizer(vocab={c: i for i, c in enumerate("12+=")} | {"12": 4}, merges=[("1", "2")], pipeline={})
+    >>> inputs, labels = Encodings(["1+2=12", "12=1"], tok, eos=5).batch(np.array([1, 0]))
+    >>> inputs.tolist()
+    [[4, 3, 0, 5, 5, 5], [0, 2, 1, 3, 4, 5]]
+    >>> labels.tolist()
+    [[4, 3, 0, 5, -100, -100], [0, 2, 1, 3, 4, 5]]
+    """
+
+    def __init__(self, examples: list[str], tokenizer: BPETokenizer, *, eos: int) -> None:
+        self.examples, self.eos = examples, eos
         self.set(tokenizer)
 
     def set(self, tokenizer: BPETokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids = tokenizer.encode_batch(self.examples)
+        lengths = np.fromiter((len(ids) + 1 for ids in self.ids), np.int64, len(self.ids))
+        flat = np.fromiter((i for ids in self.ids for i in [*ids, self.eos]), np.int64, int(lengths.sum()))
+        table = np.full((len(lengths), int(lengths.max())), self.eos, np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        table[np.repeat(np.arange(len(lengths)), lengths), np.arange(len(flat)) - np.repeat(starts, lengths)] = flat
+        self._table, self._lengths = torch.from_numpy(table), torch.from_numpy(lengths)
 
-    def batch(self, rows: np.ndarray, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (each example then end-of-example, padded with it) and labels (-100: padding)."""
-        seqs = [self.ids[i] + [eos] for i in rows]
-        width = max(map(len, seqs))
-        inputs = torch.full((len(seqs), width), eos, dtype=torch.long)
-        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-        for r, seq in enumerate(seqs):
-            inputs[r, : len(seq)] = labels[r, : len(seq)] = torch.tensor(seq)
+    def batch(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs (each example then end-of-example, padded with it to the batch's longest) and
+        labels (-100: padding)."""
+        index = torch.from_numpy(np.asarray(rows, np.int64))
+        lengths = self._lengths[index]
+        width = int(lengths.max())
+        inputs = self._table[index, :width]
+        labels = inputs.masked_fill(torch.arange(width) >= lengths[:, None], -100)
         return inputs, labels
 
 
@@ -283,7 +299,7 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
     eos, window = plan.old.id_space, settings.window
     model = sa_model(eos + 1, n_embd=settings.n_embd, seed=seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, betas=(0.9, 0.999))
-    encodings = Encodings(plan.examples, plan.old)
+    encodings = Encodings(plan.examples, plan.old, eos=eos)
     tedtok, word_ids = plan.tedtok(settings) if name == "tedtok" else (None, None)
     losses: list[float] = []
     jumps: dict[str, list[float]] = {s: [] for s in STRATEGIES}
@@ -293,7 +309,7 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
             apply_revision(model, optimizer, _switch_diff(plan.old, plan.new), strategy="subtoken_mean",
                            previous=plan.old)
             encodings.set(plan.new)
-        inputs, labels = encodings.batch(rows, eos)
+        inputs, labels = encodings.batch(rows)
         lr = learning_rate(settings.lr, t, len(plan.order), decay=settings.decay)
         losses.append(_step(model, optimizer, inputs, labels, lr))
         if jump is not None:
