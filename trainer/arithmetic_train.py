@@ -112,9 +112,9 @@ class Encodings:
 
     def set(self, tokenizer: BPETokenizer) -> None:
         self.tokenizer = tokenizer
-        self.ids = tokenizer.encode_batch(self.examples)
-        lengths = np.fromiter((len(ids) + 1 for ids in self.ids), np.int64, len(self.ids))
-        flat = np.fromiter((i for ids in self.ids for i in [*ids, self.eos]), np.int64, int(lengths.sum()))
+        encoded = tokenizer.encode_batch(self.examples)
+        lengths = np.fromiter((len(ids) + 1 for ids in encoded), np.int64, len(encoded))
+        flat = np.fromiter((i for ids in encoded for i in [*ids, self.eos]), np.int64, int(lengths.sum()))
         table = np.full((len(lengths), int(lengths.max())), self.eos, np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         table[np.repeat(np.arange(len(lengths)), lengths), np.arange(len(flat)) - np.repeat(starts, lengths)] = flat
