@@ -61,7 +61,7 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     # step ~6,000, and the model learned the task only once it stopped (``trainer.arithmetic_train``).
     interval: int = setting(100, whole(1), "steps between revisions (Δ; paper: 300 of 16,000 steps)")
     # A step here is a batch of 256 examples, not the paper's 4,096: its counts are noisier, and
-    # at the paper's margin nearly half the revisions swapped near-equal tokens back and forth
+    # at the paper's margin half the revisions or more swapped near-equal tokens back and forth
     # (``trainer.arithmetic_train``).
     beta: float = setting(2.0, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink] "
                                                                       "(paper: 1.2, with batches of 4,096)")
