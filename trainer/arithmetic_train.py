@@ -123,8 +123,7 @@ class Encodings:
         lengths = np.fromiter((len(ids) + 1 for ids in encoded), np.int64, len(encoded))
         flat = np.fromiter((i for ids in encoded for i in [*ids, self.eos]), np.int64, int(lengths.sum()))
         table = np.full((len(lengths), int(lengths.max())), self.eos, np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        table[np.repeat(np.arange(len(lengths)), lengths), np.arange(len(flat)) - np.repeat(starts, lengths)] = flat
+        table[np.arange(table.shape[1]) < lengths[:, None]] = flat  # a boolean mask fills row by row
         self._table, self._lengths = torch.from_numpy(table), torch.from_numpy(lengths)
 
     def batch(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
