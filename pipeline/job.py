@@ -27,7 +27,6 @@ import json
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +34,7 @@ import numpy as np
 import redis
 from kafka import KafkaProducer
 
-from pipeline.counting_process import CountingProcess
+from pipeline.counting_process import CountingProcess, CountingProcessDied
 from pipeline.metrics import PipelineMetrics
 from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import ReadAhead, Step, StepReader
@@ -73,6 +72,9 @@ class LineageStatistics:
         ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it."""
         self.registry, self.lineage, self.max_pairs = registry, lineage, max_pairs
         self._latest: LatestVersion | None = None  # started by the first outdated()
+        # The unreachable tokens of the last version validated, by its sha256: the parent of the
+        # next revision, whose validation then does not encode the parent's vocabulary again.
+        self._unreachable: tuple[str, list[str]] | None = None
         self.config = stream.tedtok_config()
         if existing:
             self.store = RedisStatsStore.open(redis_client, lineage=lineage)
@@ -160,7 +162,7 @@ class LineageStatistics:
         thread of its own; :meth:`conclude` then moves ``self.tedtok`` to where it ended."""
         started = time.perf_counter()
         revision = plan.revision
-        reasons = [] if revision is None else validate(revision.tokenizer, parent=plan.parent).reasons
+        reasons = [] if revision is None else self._validate(revision.tokenizer, plan.parent)
         if revision is None or reasons:
             if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
                 log.warning("lineage %s: the revision after step %s fails validation, skipped: %s", self.lineage,
@@ -176,6 +178,16 @@ class LineageStatistics:
                                 "meanwhile; start again to continue from its version")
         outcome = "ours" if self.settle() else "theirs"  # theirs: someone else's version came first
         return CommittedRevision(plan, outcome, self.store.meta()["version"], time.perf_counter() - started)
+
+    def _validate(self, tokenizer: BPETokenizer, parent: BPETokenizer) -> list[str]:
+        """``validate``'s reasons against ``parent``, with the parent's unreachable tokens from
+        the validation before when it was of the parent (the revision before this one)."""
+        known = self._unreachable
+        report = validate(tokenizer, parent=parent,
+                          parent_unreachable=known[1] if known and known[0] == parent.sha256 else None)
+        if report.ok:
+            self._unreachable = (tokenizer.sha256, report.unreachable)
+        return report.reasons
 
     def conclude(self, committed: CommittedRevision) -> bool:
         """Count on with the version the statistics ended at; True when it is the revision's."""
@@ -382,7 +394,7 @@ class PipelineJob:
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
         return _Counting(texts, step.end, tokenizer.sha256, counts, own)
 
-    def _counting_died(self, exc: BrokenProcessPool) -> TokmaintError:
+    def _counting_died(self, exc: CountingProcessDied) -> TokmaintError:
         return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
                              f"({exc}); start again to continue from the statistics")
 
@@ -390,7 +402,7 @@ class PipelineJob:
         """Hand texts to the counting process (``_counts`` takes their counts)."""
         try:
             return self.counting.submit(texts, tokenizer)
-        except BrokenProcessPool as exc:
+        except CountingProcessDied as exc:
             raise self._counting_died(exc) from None
 
     def _counts(self, future: Future) -> StepCounts:
@@ -399,7 +411,7 @@ class PipelineJob:
         waiting = time.perf_counter()
         try:
             counts = future.result()
-        except BrokenProcessPool as exc:
+        except CountingProcessDied as exc:
             raise self._counting_died(exc) from None
         waited = time.perf_counter() - waiting > OWN_SHARE_WAIT
         self._own_share = min(OWN_SHARE_MAX, self._own_share + OWN_SHARE_STEP) if waited else \

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import chain
 from pathlib import Path
 
@@ -62,11 +63,23 @@ def probe_texts(tokenizer: BPETokenizer | Tokenizer, *, n: int = 200, seed: int 
     (True, True)
     """
     hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
-    rng = random.Random(seed)
     if not loaded_byte_level(hf):
+        rng = random.Random(seed)
         specials = loaded_special_tokens(hf)
         alphabet = sorted(t for t in hf.get_vocab(with_added_tokens=False) if len(t) == 1 and t not in specials)
         return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+    return list(_byte_level_probes(n, seed))
+
+
+@cache
+def _byte_level_probes(n: int, seed: int) -> tuple[str, ...]:
+    """The byte-level probes (the same for every byte-level tokenizer): made once a process,
+    as every revision is validated in the job and again in the registry (~3 ms each time).
+
+    >>> len(_byte_level_probes(50, 0)), _byte_level_probes(50, 0) is _byte_level_probes(50, 0)
+    (50, True)
+    """
+    rng = random.Random(seed)
     fixed = [
         "".join(chr(c) for c in range(32)),
         "\x7f\x80\x9f tab\tnewline\n\r\n  spaces   end ",
@@ -84,7 +97,7 @@ def probe_texts(tokenizer: BPETokenizer | Tokenizer, *, n: int = 200, seed: int 
             lo, hi = rng.choice(ranges)
             chars.append(chr(rng.randint(lo, hi)))
         out.append("".join(chars))
-    return out
+    return tuple(out)
 
 
 def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, probes: list[str] | None = None,
