@@ -63,13 +63,22 @@ def _serve(requests: Connection, results: Connection, parent: int) -> None:
         os._exit(0)
 
     threading.Thread(target=watch, name="tokmaint-counting-orphan-watch", daemon=True).start()
-    while (task := requests.recv()) is not None:
+    while True:
+        try:
+            task = requests.recv()
+        except EOFError:  # the job's end of the pipe is closed: it is gone
+            return
+        if task is None:
+            return
         function, args = task
         try:
             answer = (True, function(*args))
         except Exception as exc:
             answer = (False, exc)
-        results.send(answer)
+        try:
+            results.send(answer)
+        except OSError:  # the job is gone while this was counted
+            return
 
 
 def _count(texts: list[str], sha256: str, tokenizer_json: str | None) -> StepCounts:
