@@ -113,4 +113,3 @@ class RevisionDiff:
         entries = ",\n".join(json.dumps(e, ensure_ascii=False) for e in data.pop("entries"))
         head = json.dumps(data, ensure_ascii=False)[:-1]  # the object without its closing brace
         return f'{head}, "entries": [\n{entries}\n]}}' if entries else f'{head}, "entries": []}}'
-
