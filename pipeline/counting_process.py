@@ -23,6 +23,7 @@ import fcntl
 import gc
 import multiprocessing
 import os
+import pickle
 import threading
 import time
 from collections import deque
@@ -79,6 +80,8 @@ def _serve(requests: Connection, results: Connection, parent: int) -> None:
             results.send(answer)
         except OSError:  # the job is gone while this was counted
             return
+        except Exception as exc:  # an answer that does not pickle (nothing was written): its reason
+            results.send((False, RuntimeError(f"the counting process's answer: {type(exc).__name__}: {exc}")))
 
 
 def _count(texts: list[str], sha256: str, tokenizer_json: str | None) -> StepCounts:
@@ -147,11 +150,15 @@ class CountingProcess:
         gone, every pending one fails."""
         while True:
             try:
-                ok, value = self._results.recv()
+                data = self._results.recv_bytes()
             except (EOFError, OSError):
                 break
             with self._lock:
                 future = self._pending.popleft()
+            try:
+                ok, value = pickle.loads(data)
+            except Exception as exc:  # an exception of the worker's that does not unpickle here
+                ok, value = False, RuntimeError(f"the counting process's answer: {type(exc).__name__}: {exc}")
             if ok:
                 future.set_result(value)
             else:

@@ -65,3 +65,26 @@ def test_an_error_in_the_worker_is_raised_by_its_future_and_the_worker_goes_on(b
             counting.submit(["a b"], other).result(timeout=60)
         assert _same(counting.submit(["a b"], byte_tokenizer).result(timeout=60),
                      StepCounter(byte_tokenizer).count_texts(["a b"], neighbours=True))
+
+
+class _TwoArgumentError(Exception):
+    def __init__(self, a, b):  # pickles as _TwoArgumentError(a): it does not unpickle
+        super().__init__(a)
+
+
+def _unpicklable_error() -> None:
+    raise _TwoArgumentError("a", "b")
+
+
+def _unpicklable_answer():
+    return lambda: None
+
+
+def test_answers_that_do_not_travel_fail_their_own_future_only(byte_tokenizer):
+    with CountingProcess() as counting:
+        with pytest.raises(RuntimeError, match="answer: .*pickle"):
+            counting._call(_unpicklable_answer).result(timeout=60)
+        with pytest.raises(RuntimeError, match="answer: TypeError"):
+            counting._call(_unpicklable_error).result(timeout=60)
+        assert _same(counting.submit(["a b"], byte_tokenizer).result(timeout=60),
+                     StepCounter(byte_tokenizer).count_texts(["a b"], neighbours=True))
