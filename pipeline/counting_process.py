@@ -77,11 +77,13 @@ def _serve(requests: Connection, results: Connection, parent: int) -> None:
         except Exception as exc:
             answer = (False, exc)
         try:
-            results.send(answer)
+            data = pickle.dumps(answer)
+        except Exception as exc:  # an answer that does not pickle: its reason instead
+            data = pickle.dumps((False, RuntimeError(f"the counting process's answer: {type(exc).__name__}: {exc}")))
+        try:
+            results.send_bytes(data)
         except OSError:  # the job is gone while this was counted
             return
-        except Exception as exc:  # an answer that does not pickle (nothing was written): its reason
-            results.send((False, RuntimeError(f"the counting process's answer: {type(exc).__name__}: {exc}")))
 
 
 def _count(texts: list[str], sha256: str, tokenizer_json: str | None) -> StepCounts:
