@@ -10,6 +10,10 @@ changes. The process stops with the job, and by itself when the job's process di
     with CountingProcess() as counting:
         counts = counting.submit(texts, tokenizer).result()
 
+A step whose version is still being made (the step after a revision) is handed over first to be
+split into words (``prepare``: the longest part of counting, the same under every version of a
+lineage), and counted once the version is there (``submit(None, version)``).
+
 Why not ``ProcessPoolExecutor``: it hands each task to a feeder thread and takes each result
 through a manager thread, and both wait for the GIL while the job counts and decodes; its
 pipes hold 64 KiB, a step's counts ~400 KiB, so the process sat blocked mid-send until the job's
@@ -39,6 +43,8 @@ PIPE_BYTES = 1 << 20  # each pipe's buffer (Linux's default limit for a process 
 
 _counter: StepCounter | None = None  # the worker process's own (set by _use)
 _sha256: str | None = None  # the version it counts with
+# Texts split into words ahead, by _prepare (or why that failed), until the next _count of None.
+_prepared: tuple[list[str], tuple[Any, Any]] | Exception | None = None
 
 
 class CountingProcessDied(RuntimeError):
@@ -86,10 +92,30 @@ def _serve(requests: Connection, results: Connection, parent: int) -> None:
             return
 
 
-def _count(texts: list[str], sha256: str, tokenizer_json: str | None) -> StepCounts:
-    """In the worker: count ``texts`` with version ``sha256`` (its JSON when it is new here)."""
+def _count(texts: list[str] | None, sha256: str, tokenizer_json: str | None) -> StepCounts:
+    """In the worker: count ``texts`` (None: those prepared last) with version ``sha256`` (its
+    JSON when it is new here)."""
+    global _prepared
+    prepared, _prepared = (None, _prepared) if texts is not None else (_prepared, None)
     _use(sha256, tokenizer_json)
-    return _counter.count_texts(texts, neighbours=True)
+    if texts is not None:
+        return _counter.count_texts(texts, neighbours=True)
+    if prepared is None:
+        raise RuntimeError("the counting process has no texts prepared")
+    if isinstance(prepared, Exception):
+        raise prepared
+    texts, words = prepared
+    return _counter.count_texts(texts, neighbours=True, words=words)
+
+
+def _prepare(texts: list[str]) -> None:
+    """In the worker: split ``texts`` into words now, for the next ``_count`` of None."""
+    global _prepared
+    try:
+        _prepared = (texts, _counter.word_sequences(texts))
+    except Exception as exc:  # raised again by the count that needs them
+        _prepared = exc
+        raise
 
 
 def _use(sha256: str, tokenizer_json: str | None) -> None:
@@ -174,21 +200,32 @@ class CountingProcess:
         for future in pending:
             future.set_exception(self._dead)
 
-    def load(self, tokenizer: BPETokenizer) -> None:
-        """Have the worker load ``tokenizer`` now (at a job's start: no step's time), as the
-        next :meth:`submit` with it would."""
+    def load(self, tokenizer: BPETokenizer, *, wait: bool = True) -> None:
+        """Have the worker load ``tokenizer`` once it is done with what it was sent, as the next
+        :meth:`submit` with it would: at a job's start (no step's time), or while the step
+        that counts with it waits for it to be planned (without ``wait``: the submit that
+        counts with it fails if this did)."""
         sha256 = tokenizer.sha256
         if sha256 != self._sent:
-            self._call(_use, sha256, tokenizer.to_json()).result()
+            loaded = self._call(_use, sha256, tokenizer.to_json())
             self._sent = sha256
+            if wait:
+                loaded.result()
 
-    def submit(self, texts: Sequence[str], tokenizer: BPETokenizer) -> Future[StepCounts]:
-        """Count ``texts`` with ``tokenizer`` (tokens, within-word pairs and neighbours); raises
-        :class:`CountingProcessDied` when the worker is gone, as does the future then."""
+    def prepare(self, texts: Sequence[str]) -> None:
+        """Have the worker split ``texts`` into words once it is done with what it was sent,
+        for the next :meth:`submit` of None (whose future carries any error of this)."""
+        self._call(_prepare, list(texts))
+
+    def submit(self, texts: Sequence[str] | None, tokenizer: BPETokenizer) -> Future[StepCounts]:
+        """Count ``texts`` (None: those of the last :meth:`prepare`) with ``tokenizer``, of the
+        same lineage as the version they were prepared with (tokens, within-word pairs and
+        neighbours); raises :class:`CountingProcessDied` when the worker is gone, as does the
+        future then."""
         sha256 = tokenizer.sha256
         payload = None if sha256 == self._sent else tokenizer.to_json()
         self._sent = sha256
-        return self._call(_count, list(texts), sha256, payload)
+        return self._call(_count, None if texts is None else list(texts), sha256, payload)
 
     def close(self) -> None:
         """Stop the worker once it has answered what it was sent."""

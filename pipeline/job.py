@@ -26,6 +26,7 @@ import gc
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -149,12 +150,13 @@ class LineageStatistics:
         when no pair beats the margin (or the store has this step's revision already)."""
         return self.conclude(self.commit(self.plan(step, metrics=metrics)))
 
-    def plan(self, step: int, *, metrics: dict[str, Any] | None = None) -> PlannedRevision:
+    def plan(self, step: int, *, metrics: dict[str, Any] | None = None,
+             made: Callable[[BPETokenizer], object] | None = None) -> PlannedRevision:
         """Ted-Tok's revision after step ``step``, in memory: ``self.tedtok`` holds the revised
         version from now on (the next step most likely counts with it), until :meth:`conclude`.
-        ``metrics``: published with the version."""
+        ``metrics``: published with the version; ``made``: ``TedTok.revise``'s."""
         parent, version = self.tedtok.tokenizer, self.tedtok.version
-        return PlannedRevision(step, parent, version, self.tedtok.revise(), metrics or {})
+        return PlannedRevision(step, parent, version, self.tedtok.revise(made=made), metrics or {})
 
     def commit(self, plan: PlannedRevision) -> CommittedRevision:
         """Validate the planned revision, write its edit and the version in one write, publish
@@ -261,7 +263,8 @@ class PipelineJob:
     too, as much as keeps both busy), a thread writes to Redis, and a thread commits a revision
     (validates, writes and publishes it) while the steps after it are counted with the planned
     version. Those steps are written only once the commit has ended, and counted again should it
-    end at another version.
+    end at another version. While a revision is planned, the counting process splits the step
+    after it into words and loads the new version as soon as it is built, rather than wait.
     """
 
     def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
@@ -384,13 +387,22 @@ class PipelineJob:
             raise TokmaintError(f"lineage {self.lineage!r}: step {step} is in the statistics already "
                                 "(another job on this lineage?); start again to continue from them")
 
-    def _submit(self, step: Step) -> _Counting:
-        """Count ``step`` with the current version: the counting process its first documents,
-        the job itself the last ``own_share`` of them meanwhile."""
-        tokenizer = self.tedtok.tokenizer
+    def _cut(self, step: Step) -> tuple[list[str], int]:
+        """The step's texts, and where the job's own share of them starts."""
         texts = [d.text for d in step.documents]
-        cut = len(texts) - int(len(texts) * self._own_share)
-        counts = self._send(texts[:cut], tokenizer)
+        return texts, len(texts) - int(len(texts) * self._own_share)
+
+    def _submit(self, step: Step, *, prepared: int | None = None) -> _Counting:
+        """Count ``step`` with the current version: the counting process its first documents,
+        the job itself the last ``own_share`` of them meanwhile. ``prepared``: the counting
+        process has its documents split into words already (``_prepare``), up to there."""
+        tokenizer = self.tedtok.tokenizer
+        if prepared is None:
+            texts, cut = self._cut(step)
+            counts = self._send(texts[:cut], tokenizer)
+        else:
+            texts, cut = [d.text for d in step.documents], prepared
+            counts = self._send(None, tokenizer)
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
         return _Counting(texts, step.end, tokenizer.sha256, counts, own)
 
@@ -398,12 +410,30 @@ class PipelineJob:
         return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
                              f"({exc}); start again to continue from the statistics")
 
-    def _send(self, texts: list[str], tokenizer: BPETokenizer) -> Future:
-        """Hand texts to the counting process (``_counts`` takes their counts)."""
+    def _send(self, texts: list[str] | None, tokenizer: BPETokenizer) -> Future:
+        """Hand texts (None: those prepared) to the counting process (``_counts`` takes their
+        counts)."""
         try:
             return self.counting.submit(texts, tokenizer)
         except CountingProcessDied as exc:
             raise self._counting_died(exc) from None
+
+    def _load(self, tokenizer: BPETokenizer) -> None:
+        """Have the counting process load a version while the plan that made it goes on."""
+        try:
+            self.counting.load(tokenizer, wait=False)
+        except CountingProcessDied as exc:
+            raise self._counting_died(exc) from None
+
+    def _prepare(self, step: Step) -> int:
+        """Have the counting process split the step's share of its documents into words while
+        the step's version is made; where that share ends (``_submit``'s ``prepared``)."""
+        texts, cut = self._cut(step)
+        try:
+            self.counting.prepare(texts[:cut])
+        except CountingProcessDied as exc:
+            raise self._counting_died(exc) from None
+        return cut
 
     def _counts(self, future: Future) -> StepCounts:
         """The counting process's counts; the job's own share grows while it waits for them and
@@ -444,18 +474,22 @@ class PipelineJob:
     def _revise(self, then: Step | None = None) -> None:
         """The revision due after the last step, every step written first: planned here, then
         committed on the revision thread while ``then``, the step after it, is counted with
-        the planned version (and the steps after that, until a write needs the commit's end)."""
+        the planned version (and the steps after that, until a write needs the commit's end).
+        The counting process splits ``then`` into words meanwhile, once it is done with the
+        last step (else it would wait for the plan)."""
+        prepared = None if then is None else self._prepare(then)
         self._collect()
         self._write()
         planning = time.perf_counter()
         # The stream's bytes/token with the version in use, at the last step written: what the
         # registry shows beside the version the revision makes.
-        plan = self.lineage_stats.plan(self._step, metrics={"bytes_per_token": self._bytes_per_token})
+        plan = self.lineage_stats.plan(self._step, metrics={"bytes_per_token": self._bytes_per_token},
+                                       made=self._load if then is not None else None)
         # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)
         self._revised = self._step
         if then is not None:
-            self._in_flight = self._submit(then)
+            self._in_flight = self._submit(then, prepared=prepared)
         self._revision_seconds += time.perf_counter() - planning
 
     def _conclude(self, *, wait: bool = True) -> None:

@@ -25,6 +25,21 @@ def brute_force(tokenizer, texts):
     return tokens, pairs
 
 
+
+def test_words_split_under_an_earlier_version_count_as_the_texts_do():
+    """``count_texts(words=…)``: a step split into words under the parent (while its version was
+    made) counts with each revision as the texts themselves do."""
+    from tests.conftest import NEW_WORDS, sentences, tedtok_lineage
+
+    initial, revisions = tedtok_lineage(seed=3, steps=14)
+    texts = sentences(80, seed=11) + sentences(80, seed=12, words=NEW_WORDS + ["stream"])
+    counter = StepCounter(initial)
+    for revision in revisions:
+        words = counter.word_sequences(texts)
+        counter.set_tokenizer(revision.tokenizer)
+        assert _counts_equal(counter.count_texts(texts, neighbours=True, words=words),
+                             StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *WORDS]), max_size=30).map("".join),
                 min_size=1, max_size=20))

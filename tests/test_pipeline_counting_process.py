@@ -44,6 +44,31 @@ def test_steps_larger_than_the_pipes_go_through(byte_tokenizer, monkeypatch):
         assert all(_same(f.result(timeout=60), expected) for f in futures)
 
 
+
+def test_a_step_prepared_before_its_version_counts_as_one_sent_with_it():
+    """The step after a revision: split into words while the version is planned, the version
+    loaded without waiting, then counted: the counts of the step sent whole with it. A prepare
+    that fails is raised by the count that needs it; a count of nothing prepared fails."""
+    from tests.conftest import NEW_WORDS, tedtok_lineage
+
+    initial, revisions = tedtok_lineage(seed=3, steps=14)
+    texts = sentences(80, seed=9) + sentences(80, seed=10, words=NEW_WORDS + ["stream", "token"])
+    with CountingProcess() as counting:
+        counting.load(initial)
+        counting.submit(texts[:40], initial).result(timeout=60)
+        for revision in revisions:
+            counting.prepare(texts)
+            counting.load(revision.tokenizer, wait=False)
+            assert _same(counting.submit(None, revision.tokenizer).result(timeout=60),
+                         StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
+        with pytest.raises(RuntimeError, match="no texts prepared"):
+            counting.submit(None, initial).result(timeout=60)
+        counting.prepare([None])  # no text: splitting it fails in the worker
+        with pytest.raises(AttributeError):
+            counting.submit(None, initial).result(timeout=60)
+        assert _same(counting.submit(texts, initial).result(timeout=60),
+                     StepCounter(initial).count_texts(texts, neighbours=True))
+
 def test_a_killed_worker_fails_what_is_pending_and_refuses_more(byte_tokenizer):
     counting = CountingProcess()
     try:

@@ -284,18 +284,22 @@ def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_agai
         job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
                           stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
                           lineage=lineage, wait=1.0)
-        commit, raced, submitted = job.lineage_stats.commit, [], []
+        commit, raced, submitted, prepared = job.lineage_stats.commit, [], [], []
 
         def commit_after_a_rollback(plan):
             if plan.revision is not None and not raced:
                 raced.append((plan.revision.tokenizer.sha256, registry.rollback(lineage, to=1)["number"]))
             return commit(plan)
 
+        def prepare(texts, prepare=job.counting.prepare):  # the step after a revision: submitted as None
+            prepared.append(tuple(texts))
+            return prepare(texts)
+
         def submit(texts, tokenizer, submit=job.counting.submit):
-            submitted.append((tuple(texts), tokenizer.sha256))
+            submitted.append((prepared.pop() if texts is None else tuple(texts), tokenizer.sha256))
             return submit(texts, tokenizer)
 
-        job.lineage_stats.commit, job.counting.submit = commit_after_a_rollback, submit
+        job.lineage_stats.commit, job.counting.prepare, job.counting.submit = commit_after_a_rollback, prepare, submit
         try:
             job.run(until_idle=True)
         finally:

@@ -380,3 +380,18 @@ def test_sinks_are_ranked_by_what_replacing_them_needs(small):
     plan = plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=2, base_vocab=base,
                          base_token_cost=0.055)
     assert plan.adds == [("c", "x")] and plan.deletes == ["xy"]
+
+
+def test_made_gets_the_new_version_before_the_revision_ends(byte_tokenizer):
+    """``revise(made=…)``: called once with the revision's own version, while the counter still
+    counts with the parent (a pipeline's counting process loads it meanwhile)."""
+    config = TedTokConfig(alpha=0.3, beta=1.2, batch_size=10, interval=5, warmup_steps=5)
+    tedtok = TedTok(byte_tokenizer, config=config)
+    for texts in drifted_stream(5):
+        tedtok.store.apply_step_counts(tedtok.counter.count_texts(texts))
+    seen = []
+    revision = tedtok.revise(made=lambda tokenizer: seen.append((tokenizer, tedtok.counter.tokenizer)))
+    assert revision is not None and len(seen) == 1
+    made, counting_with = seen[0]
+    assert made.sha256 == revision.tokenizer.sha256 and counting_with is byte_tokenizer
+    assert tedtok.counter.tokenizer is revision.tokenizer

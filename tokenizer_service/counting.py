@@ -210,7 +210,7 @@ class StepCounter:
         self._start = np.zeros(0, dtype=np.int64)
         self._len = np.full(0, -1, dtype=np.int64)
         self._word_bytes = np.zeros(0, dtype=np.int64)
-        self._ids_by_text: dict[str, int] = {}  # a word's text, raw or mapped, -> its id (_word_sequences)
+        self._ids_by_text: dict[str, int] = {}  # a word's text, raw or mapped, -> its id (word_sequences)
 
     def set_tokenizer(self, tokenizer: BPETokenizer) -> None:
         """Switch to a new version: word ids are kept, and so are the encodings the change
@@ -274,11 +274,14 @@ class StepCounter:
         offsets = np.repeat(self._start[word_ids] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         return self._flat[offsets + np.arange(total)]
 
-    def count_texts(self, texts: Sequence[str], *, neighbours: bool = False) -> StepCounts:
+    def count_texts(self, texts: Sequence[str], *, neighbours: bool = False,
+                    words: tuple[np.ndarray, np.ndarray] | None = None) -> StepCounts:
         """Pre-tokenize texts, count each distinct word once, weight by its frequency; with
         ``neighbours``, also the adjacent token pairs of each whole document (what
         ``encode_batch`` gives: the words' pairs plus the pairs across each word boundary),
-        from the same word encodings.
+        from the same word encodings. ``words``: the texts' :meth:`word_sequences`, made by this
+        counter earlier, with any version of the same pre-tokenization (word ids outlive
+        versions): a pipeline splits a step into words while its version is still being made.
 
         >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={
         ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
@@ -286,7 +289,7 @@ class StepCounter:
         >>> [(unpack_pair(k), n) for k, n in zip(c.neighbour_keys.tolist(), c.neighbour_counts.tolist())]
         [((1, 0), 1.0), ((2, 1), 1.0)]
         """
-        flat, lengths = self._word_sequences(texts)
+        flat, lengths = self.word_sequences(texts) if words is None else words
         freqs = np.bincount(flat, minlength=len(self.words))  # word ids are dense: no sort
         word_ids = np.flatnonzero(freqs)
         counts = self.count_words(word_ids, freqs[word_ids].astype(np.float64))
@@ -318,8 +321,14 @@ class StepCounter:
         return replace(counts, neighbour_keys=neighbour_keys,
                        neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
 
-    def _word_sequences(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The word ids of the texts in order, back to back, and each text's number of words.
+    def word_sequences(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The word ids of the texts in order, back to back, and each text's number of words
+        (what :meth:`count_texts` counts).
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1}, merges=[], pipeline={
+        ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
+        >>> [a.tolist() for a in StepCounter(tok).word_sequences(["a b a", "b"])]
+        [[0, 1, 0, 1], [3, 1]]
 
         Words are looked up by their text before the byte mapping where ``ascii_words`` applies
         (a new one is mapped once): unambiguous beside the model's words, as a raw word is

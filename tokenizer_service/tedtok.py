@@ -44,7 +44,7 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -330,11 +330,13 @@ class TedTok:
         self.store.apply_step_counts(counts)
         return self.revise() if self.config.revision_due(self.store.step) else None
 
-    def revise(self) -> Revision | None:
-        """Run one revision now; ``None`` when no pair beats the margin."""
+    def revise(self, *, made: Callable[[BPETokenizer], object] | None = None) -> Revision | None:
+        """Run one revision now; ``None`` when no pair beats the margin. ``made`` is called with
+        the new version as soon as it is built, before its diff and the counter's switch (a
+        pipeline's counting process loads it meanwhile)."""
         started = time.perf_counter()
         try:
-            return self._revise()
+            return self._revise(made)
         finally:
             self.revision_seconds += time.perf_counter() - started
 
@@ -349,7 +351,7 @@ class TedTok:
         revision removes them (once: residues a standard BPE still needs stay as scaffolding)."""
         self.pending_residues = frozenset(residues)
 
-    def _revise(self) -> Revision | None:
+    def _revise(self, made: Callable[[BPETokenizer], object] | None = None) -> Revision | None:
         plan = plan_revision(
             self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size,
             # τ is a per-step rate: saving id_price tokens over the 1/α-step horizon is α·id_price a step.
@@ -371,6 +373,8 @@ class TedTok:
             self.pending_residues = frozenset()
             if not entries:
                 return None
+        if made is not None:
+            made(revised)
         diff = RevisionDiff(
             lineage=self.lineage,
             version=self.version + 1,
