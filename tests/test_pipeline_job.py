@@ -405,13 +405,18 @@ def test_the_latest_version_follows_the_registrys_watch(registry_url, initial):
 
 
 def test_bench_pipeline_streams_the_whole_corpus_and_reports_its_figures(drifting_corpus, capsys):
-    """``tokmaint bench pipeline`` on its own broker, Redis and registry: every document is
-    counted in the steps it runs, with a revision, and the JSON has the issue's keys."""
+    """``tokmaint bench pipeline`` on its own broker, Redis and registry: every run counts every
+    document in the steps it runs, with a revision; the figures are the median run's, and the
+    JSON has the issue's keys."""
     from tokmaint.cli import main
 
     assert main(["bench", "pipeline", "--corpus", str(drifting_corpus), "--vocab-size", "300", "--step-docs", "50",
-                 "--interval-docs", "200", "--horizon-docs", "400", "--step-repeats", "2", "--json"]) == 0
+                 "--interval-docs", "200", "--horizon-docs", "400", "--step-repeats", "2", "--repeats", "3",
+                 "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert (result["documents"], result["steps"]) == (600, 12) and result["revisions"] >= 1
+    runs = result["runs"]
+    assert len(runs) == 3 and all((r["documents"], r["steps"]) == (600, 12) and r["revisions"] >= 1 for r in runs)
+    assert result["ratio"] == sorted(r["ratio"] for r in runs)[1]
     assert result["ratio"] == pytest.approx(result["pipeline_mb_s"] / result["encode_mb_s"])
+    assert (result["documents"], result["steps"]) == (600, 12) and result["revisions"] >= 1
     assert set(result["step_seconds"]) == set(result["read_seconds"]) == {"pairs_10k", "pairs_1m"}
