@@ -11,7 +11,7 @@ after one more fetch that finds the topic idle (``until_idle``): that waits for 
 not come, no part of processing the stream. The stream has a production shape by default (``PipelineBenchSettings``);
 ``--step-docs 64 --interval-docs 640 --horizon-docs 6400`` is evolve's. ``encode_mb_s`` is
 ``encode_batch`` of the same texts with the initial tokenizer, timed before and after each run
-(the machine's speed drifts). The job runs ``repeats`` times over the whole stream, each run a
+(the machine's speed drifts; once more before, untimed, to warm it up). The job runs ``repeats`` times over the whole stream, each run a
 lineage of its own from the topic's start: one run of a small corpus lasts under a second, and
 runs minutes apart differ by ±15% on a shared machine. The top-level figures are the median
 run's (by ratio); ``runs`` lists every run's. ``step_seconds``: the median time of one step's Redis
@@ -118,6 +118,9 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
     initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
                                  vocab_size=settings.vocab_size, progress=progress)
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    # Once untimed: the first call also starts tokenizers' thread pool and fills its word cache
+    # (5-10% slower), which would flatter the first run's ratio.
+    _encode_seconds(initial, texts)
     encode_seconds = [_encode_seconds(initial, texts)]
 
     token = secrets.token_hex(16)
