@@ -66,7 +66,7 @@ class PipelineBenchSettings:
     commit_steps: int = setting(16, whole(1), "steps counted between writes to Redis, at most")
     step_repeats: int = setting(40, whole(1), "timed step updates per table size, taking turns (the median is "
                                               "reported)")
-    repeats: int = setting(3, whole(1), "runs of the job over the whole stream, each a lineage of its own (the "
+    repeats: int = setting(5, whole(1), "runs of the job over the whole stream, each a lineage of its own (the "
                                         "median run is reported)")
 
     def __post_init__(self) -> None:
