@@ -40,6 +40,7 @@ def test_words_split_under_an_earlier_version_count_as_the_texts_do():
         assert _counts_equal(counter.count_texts(texts, neighbours=True, words=words),
                              StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
 
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *WORDS]), max_size=30).map("".join),
                 min_size=1, max_size=20))
