@@ -603,7 +603,18 @@ class BPETokenizer:
 
     def tokenize_word(self, word: str) -> list[int]:
         """BPE on one pre-tokenized word (no pre-tokenizer applied), as token ids."""
-        return [t.id for t in self.hf.model.tokenize(word)]
+        return self.tokenize_words([word])[0]
+
+    def tokenize_words(self, words: Iterable[str]) -> list[list[int]]:
+        """:meth:`tokenize_word` of each word, the model looked up once (a step's new words: the
+        Python around each call cost as much as the BPE in it).
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
+        >>> tok.tokenize_words(["ab", "ba", ""])
+        [[2], [1, 0], []]
+        """
+        tokenize = self.hf.model.tokenize
+        return [[token.id for token in tokenize(word)] for word in words]
 
     def bytes_per_token(self, texts: Sequence[str], *, delimited: bool = False) -> float:
         """Compression: UTF-8 bytes of the texts over the number of tokens they encode to.

@@ -17,7 +17,7 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -254,13 +254,15 @@ class StepCounter:
         missing = np.unique(word_ids[self._len[word_ids] < 0])
         if len(missing) == 0:
             return
-        encoded = [self.tokenizer.tokenize_word(self.words.words[i]) for i in missing.tolist()]
-        lengths = np.fromiter((len(e) for e in encoded), np.int64, len(encoded))
+        words = self.words.words
+        encoded = self.tokenizer.tokenize_words(words[i] for i in missing.tolist())
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
         if len(self._flat) > 8 * max(int(self._len[self._len > 0].sum()), 1 << 16):
             self._compact()
         self._start[missing] = len(self._flat) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         self._len[missing] = lengths
-        self._flat = np.concatenate([self._flat, np.fromiter((t for e in encoded for t in e), np.int64)])
+        self._flat = np.concatenate([self._flat, np.fromiter(chain.from_iterable(encoded), np.int64,
+                                                             int(lengths.sum()))])
 
     def _compact(self) -> None:
         """Drop encodings of earlier versions that are no longer referenced."""
@@ -295,7 +297,10 @@ class StepCounter:
         counts = self.count_words(word_ids, freqs[word_ids].astype(np.float64))
         if not neighbours:
             return counts
-        plain = np.fromiter((not self._has_added_token(text) for text in texts), bool, len(texts))
+        # Documents with an added token's text, which encoding matches before BPE, are not plain.
+        added = self.tokenizer.added_tokens
+        plain = np.fromiter((not any(token in text for token in added) for text in texts), bool, len(texts)) \
+            if added else np.ones(len(texts), bool)
         words = flat
         if plain.all():
             inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
@@ -353,10 +358,6 @@ class StepCounter:
             known.update(zip(fresh, self.words.ids(model).tolist()))
             ids[new] = [known[words[k]] for k in new.tolist()]
         return ids, np.array(lengths, np.int64)
-
-    def _has_added_token(self, text: str) -> bool:
-        """True when ``text`` holds an added token's text, which encoding matches before BPE."""
-        return any(token in text for token in self.tokenizer.added_tokens)
 
     def count_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""
