@@ -11,13 +11,14 @@ after one more fetch that finds the topic idle (``until_idle``): that waits for 
 not come, no part of processing the stream. The stream has a production shape by default (``PipelineBenchSettings``);
 ``--step-docs 64 --interval-docs 640 --horizon-docs 6400`` is evolve's. ``encode_mb_s`` is
 ``encode_batch`` of the same texts with the initial tokenizer, timed before and after each run
-(the machine's speed drifts; once more before, untimed, to warm it up). The job runs ``repeats`` times over the whole stream, each run a
-lineage of its own from the topic's start: one run of a small corpus lasts under a second, and
-runs minutes apart differ by ±15% on a shared machine. The top-level figures are the median
-run's (by ratio); ``runs`` lists every run's. ``step_seconds``: the median time of one step's Redis
-update (a real step's counts) with the pair table filled to 10k and to 1M; ``read_seconds``:
-after those steps, a new reader's ranking of the top pairs (the snapshot and the steps' log
-folded: what a step leaves for a revision to do).
+(the machine's speed drifts; once more before, untimed, to warm it up). The job runs
+``repeats`` times over the whole stream, each run a lineage of its own from the topic's start:
+one run of a small corpus lasts under a second, and runs minutes apart differ by ±15% on a
+shared machine. The top-level figures are the median run's (by ratio); ``runs`` lists every
+run's. ``step_seconds``: the median time of one step's Redis update (a real step's counts) with
+the pair table filled to 10k and to 1M; ``read_seconds``: after those steps, a new reader's
+ranking of the top pairs (the snapshot and the steps' log folded: what a step leaves for a
+revision to do).
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = Pip
             ingest(stream_file, pipeline, progress=progress)
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
-                for run in range(1, settings.repeats + 1):
-                    report = _run_job(registry, client, pipeline, stream, initial, lineage=f"bench-{run}",
+                for number in range(1, settings.repeats + 1):
+                    report = _run_job(registry, client, pipeline, stream, initial, lineage=f"bench-{number}",
                                       steps=math.ceil(len(docs) / settings.step_docs), documents=len(docs))
                     encode_seconds.append(_encode_seconds(initial, texts))
                     encode_mb_s = 2 * megabytes / (encode_seconds[-2] + encode_seconds[-1])

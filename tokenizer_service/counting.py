@@ -330,14 +330,14 @@ class StepCounter:
         """The word ids of the texts in order, back to back, and each text's number of words
         (what :meth:`count_texts` counts).
 
+        Words are looked up by their text before the byte mapping where ``ascii_words`` applies
+        (a new one is mapped once): unambiguous beside the model's words, as a raw word is
+        ASCII and the model's ASCII words are the same text mapped or not (printable only).
+
         >>> tok = BPETokenizer(vocab={"a": 0, "b": 1}, merges=[], pipeline={
         ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
         >>> [a.tolist() for a in StepCounter(tok).word_sequences(["a b a", "b"])]
         [[0, 1, 0, 1], [3, 1]]
-
-        Words are looked up by their text before the byte mapping where ``ascii_words`` applies
-        (a new one is mapped once): unambiguous beside the model's words, as a raw word is
-        ASCII and the model's ASCII words are the same text mapped or not (printable only).
         """
         tokenizer, known = self.tokenizer, self._ids_by_text
         words: list[str] = []
