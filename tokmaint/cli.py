@@ -34,12 +34,18 @@ class Terminated(BaseException):
     """SIGTERM, raised where the program is, so ``finally`` blocks run as for Ctrl-C."""
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dict to dotted rows: {"a": {"b": 1}} -> [("a.b", 1)]."""
+def _flatten(data: dict[str, Any] | list[dict[str, Any]], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts, and lists of dicts (numbered from 1), to dotted rows.
+
+    >>> _flatten({"a": {"b": 1}, "runs": [{"c": 2}, {"c": 3}], "names": ["x"]})
+    [('a.b', 1), ('runs.1.c', 2), ('runs.2.c', 3), ('names', ['x'])]
+    """
     rows = []
-    for key, value in data.items():
+    for key, value in data.items() if isinstance(data, dict) else enumerate(data, 1):
         name = f"{prefix}{key}"
-        rows.extend(_flatten(value, name + ".") if isinstance(value, dict) else [(name, value)])
+        nested = isinstance(value, dict) or (isinstance(value, list) and value
+                                             and all(isinstance(item, dict) for item in value))
+        rows.extend(_flatten(value, name + ".") if nested else [(name, value)])
     return rows
 
 
