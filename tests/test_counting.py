@@ -25,7 +25,6 @@ def brute_force(tokenizer, texts):
     return tokens, pairs
 
 
-
 def test_words_split_under_an_earlier_version_count_as_the_texts_do():
     """``count_texts(words=…)``: a step split into words under the parent (while its version was
     made) counts with each revision as the texts themselves do."""

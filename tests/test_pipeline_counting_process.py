@@ -44,7 +44,6 @@ def test_steps_larger_than_the_pipes_go_through(byte_tokenizer, monkeypatch):
         assert all(_same(f.result(timeout=60), expected) for f in futures)
 
 
-
 def test_a_step_prepared_before_its_version_counts_as_one_sent_with_it():
     """The step after a revision: split into words while the version is planned, the version
     loaded without waiting, then counted: the counts of the step sent whole with it. A prepare
@@ -68,6 +67,7 @@ def test_a_step_prepared_before_its_version_counts_as_one_sent_with_it():
             counting.submit(None, initial).result(timeout=60)
         assert _same(counting.submit(texts, initial).result(timeout=60),
                      StepCounter(initial).count_texts(texts, neighbours=True))
+
 
 def test_a_killed_worker_fails_what_is_pending_and_refuses_more(byte_tokenizer):
     counting = CountingProcess()
