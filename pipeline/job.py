@@ -392,17 +392,13 @@ class PipelineJob:
         texts = [d.text for d in step.documents]
         return texts, len(texts) - int(len(texts) * self._own_share)
 
-    def _submit(self, step: Step, *, prepared: int | None = None) -> _Counting:
+    def _submit(self, step: Step, *, prepared: tuple[list[str], int] | None = None) -> _Counting:
         """Count ``step`` with the current version: the counting process its first documents,
-        the job itself the last ``own_share`` of them meanwhile. ``prepared``: the counting
-        process has its documents split into words already (``_prepare``), up to there."""
+        the job itself the last ``own_share`` of them meanwhile. ``prepared``: ``_prepare``'s
+        texts and cut, the counting process's share already split into words there."""
         tokenizer = self.tedtok.tokenizer
-        if prepared is None:
-            texts, cut = self._cut(step)
-            counts = self._send(texts[:cut], tokenizer)
-        else:
-            texts, cut = [d.text for d in step.documents], prepared
-            counts = self._send(None, tokenizer)
+        texts, cut = prepared or self._cut(step)
+        counts = self._send(None if prepared else texts[:cut], tokenizer)
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
         return _Counting(texts, step.end, tokenizer.sha256, counts, own)
 
@@ -425,15 +421,16 @@ class PipelineJob:
         except CountingProcessDied as exc:
             raise self._counting_died(exc) from None
 
-    def _prepare(self, step: Step) -> int:
+    def _prepare(self, step: Step) -> tuple[list[str], int]:
         """Have the counting process split the step's share of its documents into words while
-        the step's version is made; where that share ends (``_submit``'s ``prepared``)."""
+        the step's version is made; the step's texts and where that share ends (``_submit``'s
+        ``prepared``)."""
         texts, cut = self._cut(step)
         try:
             self.counting.prepare(texts[:cut])
         except CountingProcessDied as exc:
             raise self._counting_died(exc) from None
-        return cut
+        return texts, cut
 
     def _counts(self, future: Future) -> StepCounts:
         """The counting process's counts; the job's own share grows while it waits for them and
