@@ -26,11 +26,50 @@ def test_merge_outside_vocabulary_is_refused(byte_tokenizer):
     assert any("outside the vocabulary" in r for r in validate(bad).reasons)
 
 
-def test_lossy_tokenizer_is_refused(byte_tokenizer):
+@pytest.mark.parametrize("normalizer, text, promised", [
+    ({"type": "NFC"}, "e\u0301te\u0301", "\u00e9t\u00e9"),  # decomposed é comes back composed
+    ({"type": "NFKC"}, "\ufb01 \u2460", "fi 1"),
+    ({"type": "Lowercase"}, "MiXed Ünï", "mixed ünï"),
+    ({"type": "Sequence", "normalizers": [{"type": "Strip", "strip_left": True, "strip_right": True},
+                                          {"type": "Replace", "pattern": {"String": "\t"}, "content": " "}]},
+     "  a\tb ", "a b"),
+])
+def test_a_normalizer_is_a_promise_not_a_loss(byte_tokenizer, normalizer, text, promised):
+    """decode(encode(s)) is normalize(s): the tokenizer is valid, and ``text`` round-trips to its
+    normalized form, not to itself."""
     data = json.loads(byte_tokenizer.to_json())
-    data["normalizer"] = {"type": "Lowercase"}
+    data["normalizer"] = normalizer
+    tokenizer = BPETokenizer.from_json(json.dumps(data))
+    assert tokenizer.decode(tokenizer.encode(text)) == promised != text
+    report = validate(tokenizer)
+    assert report.ok, report.reasons
+
+
+def test_a_decoder_that_drops_a_byte_is_refused(byte_tokenizer):
+    data = json.loads(byte_tokenizer.to_json())
+    data["decoder"] = {"type": "Sequence", "decoders": [data["decoder"], {"type": "Replace", "pattern": {
+        "String": "\x07"}, "content": ""}]}
     report = validate(BPETokenizer.from_json(json.dumps(data)))
-    assert any("lossy" in r for r in report.reasons)
+    assert any("lossy" in r and "\\x07" in r for r in report.reasons), report.reasons
+
+
+def test_a_byte_level_tokenizer_without_its_decoder_is_refused(byte_tokenizer):
+    data = json.loads(byte_tokenizer.to_json())
+    data["decoder"] = {"type": "Fuse"}
+    report = validate(BPETokenizer.from_json(json.dumps(data)))
+    assert any("lossy on 200 of 200" in r for r in report.reasons), report.reasons
+
+
+def test_a_normalizer_replacement_the_decoder_does_not_undo_is_a_loss(byte_tokenizer):
+    """Only a decoder step that undoes the encoding side's replacement is cleanup: a decoder
+    turning every "x" into "y" loses text the normalizer never touched."""
+    data = json.loads(byte_tokenizer.to_json())
+    data["normalizer"] = {"type": "Replace", "pattern": {"String": "y"}, "content": "x"}
+    data["decoder"] = {"type": "Sequence", "decoders": [data["decoder"], {"type": "Replace", "pattern": {
+        "String": "x"}, "content": "y"}]}
+    assert validate(BPETokenizer.from_json(json.dumps(data))).ok  # "y" -> "x" -> "y": literal x comes back as y
+    data["normalizer"] = None
+    assert any("lossy" in r for r in validate(BPETokenizer.from_json(json.dumps(data))).reasons)
 
 
 def test_unloadable_tokenizer_is_refused(byte_tokenizer):

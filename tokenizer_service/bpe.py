@@ -61,6 +61,10 @@ def byte_to_unicode() -> dict[int, str]:
 
 BYTE_TO_UNICODE = byte_to_unicode()
 UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
+# SentencePiece-style byte fallback: a character outside the vocabulary is encoded as the tokens
+# of its UTF-8 bytes, ``<0x00>`` ... ``<0xFF>``.
+BYTE_FALLBACK_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
+_BYTE_FALLBACK_VALUE = {t: b for b, t in enumerate(BYTE_FALLBACK_TOKENS)}
 
 # GPT-2's pre-tokenization regex (``'s|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+``)
 # restricted to ASCII text, where letters, digits and whitespace are plain classes: the stdlib
@@ -313,6 +317,41 @@ def loaded_byte_level(hf: Tokenizer) -> bool:
                if part is not None)
 
 
+def loaded_byte_fallback(hf: Tokenizer) -> bool:
+    """:attr:`BPETokenizer.byte_fallback` of a tokenizer loaded in ``tokenizers``.
+
+    >>> loaded_byte_fallback(BPETokenizer.train(["x"], vocab_size=257).hf)
+    False
+    """
+    return bool(getattr(hf.model, "byte_fallback", False))
+
+
+def space_symbol(pipeline: Mapping[str, Any]) -> str | None:
+    """The symbol a SentencePiece-style pipeline writes spaces as (``▁``): a normalizer that
+    replaces ``" "`` by it, or a Metaspace pre-tokenizer; None for other pipelines.
+
+    >>> space_symbol({"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}})
+    '▁'
+    >>> space_symbol({"pre_tokenizer": {"type": "ByteLevel"}}) is None
+    True
+    """
+    def steps(section: Any) -> Iterator[dict[str, Any]]:
+        if isinstance(section, dict):
+            yield section
+            for child in chain(section.get("normalizers") or [], section.get("pretokenizers") or []):
+                yield from steps(child)
+
+    for step in steps(pipeline.get("normalizer")):
+        pattern = step.get("pattern")
+        if (step.get("type") == "Replace" and isinstance(pattern, dict) and pattern.get("String") == " "
+                and isinstance(step.get("content"), str) and step["content"]):
+            return step["content"]
+    for step in steps(pipeline.get("pre_tokenizer")):
+        if step.get("type") == "Metaspace" and isinstance(step.get("replacement"), str) and step["replacement"]:
+            return step["replacement"]
+    return None
+
+
 def loaded_special_tokens(hf: Tokenizer) -> frozenset[str]:
     """:attr:`BPETokenizer.special_tokens` of a tokenizer loaded in ``tokenizers``.
 
@@ -473,6 +512,17 @@ class BPETokenizer:
             self.pipeline.get("decoder")
         )
 
+    @cached_property
+    def byte_fallback(self) -> bool:
+        """SentencePiece-style byte fallback: characters outside the vocabulary become the
+        ``<0xNN>`` tokens of their bytes (Llama-2, Gemma)."""
+        return bool(self.model_options.get("byte_fallback", False))
+
+    @cached_property
+    def space_symbol(self) -> str | None:
+        """The symbol spaces are written as (``▁`` for SentencePiece-style pipelines), or None."""
+        return space_symbol(self.pipeline)
+
     @property
     def ignore_merges(self) -> bool:
         return bool(self.model_options.get("ignore_merges", False))
@@ -525,13 +575,25 @@ class BPETokenizer:
 
     # ----- encoding -----------------------------------------------------------------------
     def token_bytes(self, token: str) -> bytes:
-        """The bytes a token stands for.
+        """The bytes a token stands for: byte-level symbols mapped back, a byte-fallback token's
+        byte, the space symbol as a space; special tokens as their text.
 
         >>> BPETokenizer.train(["x"], vocab_size=257).token_bytes("Ġx")
         b' x'
+        >>> sp = BPETokenizer(vocab={"<0x0A>": 0, "▁": 1, "x": 2, "▁x": 3}, merges=[("▁", "x")], pipeline={
+        ...     "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}},
+        ...     model_options={"byte_fallback": True})
+        >>> sp.token_bytes("▁x"), sp.token_bytes("<0x0A>")
+        (b' x', b'\\n')
         """
-        if self.byte_level and token not in self.special_tokens:
+        if token in self.special_tokens:
+            return token.encode("utf-8")
+        if self.byte_level:
             return bytes(UNICODE_TO_BYTE[c] for c in token)
+        if self.byte_fallback and token in _BYTE_FALLBACK_VALUE:
+            return bytes((_BYTE_FALLBACK_VALUE[token],))
+        if self.space_symbol is not None:
+            token = token.replace(self.space_symbol, " ")
         return token.encode("utf-8")
 
     def encode(self, text: str) -> list[int]:
@@ -546,14 +608,61 @@ class BPETokenizer:
     def pre_tokenize(self, text: str) -> list[str]:
         """Split a text into the words BPE encodes separately (in the model's alphabet).
 
-        Merges never cross these boundaries, so pairs are only counted inside a word.
+        Merges never cross these boundaries, so pairs are only counted inside a word. A
+        SentencePiece-style pipeline has no pre-tokenizer of its own (a document is one word to
+        ``tokenizers``); its words start at the space symbol (:meth:`split_words`), which encodes
+        the same wherever no token crosses such a start.
+
+        >>> sp = BPETokenizer(vocab={"▁": 0, "a": 1, "▁a": 2}, merges=[("▁", "a")], pipeline={
+        ...     "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}})
+        >>> sp.pre_tokenize("a a  a")
+        ['a', '▁a', '▁▁a']
         """
         hf = self.hf
         if hf.normalizer is not None:
             text = hf.normalizer.normalize_str(text)
-        if hf.pre_tokenizer is None:
-            return [text] if text else []
-        return [piece for piece, _ in hf.pre_tokenizer.pre_tokenize_str(text)]
+        pieces = [text] if hf.pre_tokenizer is None else [p for p, _ in hf.pre_tokenizer.pre_tokenize_str(text)]
+        if self._word_start is None:
+            return [p for p in pieces if p]
+        return [word for piece in pieces if piece for word in self.split_words(piece)]
+
+    @cached_property
+    def _word_start(self) -> re.Pattern[str] | None:
+        """Where a SentencePiece-style word starts: a space symbol after another character. None
+        when words cannot be split exactly: no space symbol, or ``ignore_merges`` (a word that is
+        a token is looked up whole, so a shorter word could encode differently)."""
+        symbol = self.space_symbol
+        if symbol is None or self.ignore_merges:
+            return None
+        return re.compile(f"(?<!{re.escape(symbol)})(?={re.escape(symbol)})")
+
+    @cached_property
+    def _crossing(self) -> re.Pattern[str] | None:
+        """The tokens that hold a word start inside them (Gemma-3's ``>▁</``), longest first, in
+        a look-ahead that finds every occurrence: no word is cut inside one."""
+        if self._word_start is None:
+            return None
+        crossing = sorted((t for t in self.vocab if t not in self.added_tokens and self._word_start.search(t, 1)),
+                          key=len, reverse=True)
+        return re.compile("(?=(" + "|".join(map(re.escape, crossing)) + "))") if crossing else None
+
+    def split_words(self, piece: str) -> list[str]:
+        """A SentencePiece-style piece cut where words start, never inside a token that crosses
+        a word start; the piece whole for other pipelines.
+
+        >>> sp = BPETokenizer(vocab={"▁": 0, "a": 1, ">": 2, "a▁>": 3}, merges=[], pipeline={
+        ...     "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}})
+        >>> sp.split_words("▁a▁b"), sp.split_words("b▁a▁>▁a")
+        (['▁a', '▁b'], ['b', '▁a▁>', '▁a'])
+        """
+        if self._word_start is None:
+            return [piece]
+        cuts = [m.start() for m in self._word_start.finditer(piece, 1)]
+        if cuts and self._crossing is not None:
+            spans = [(m.start(), m.start() + len(m.group(1))) for m in self._crossing.finditer(piece)]
+            cuts = [c for c in cuts if not any(a < c < b for a, b in spans)]
+        bounds = [0, *cuts, len(piece)]
+        return [piece[a:b] for a, b in zip(bounds, bounds[1:])]
 
     @cached_property
     def _plain_gpt2_pre_tokenizer(self) -> bool:

@@ -6,7 +6,8 @@ split & re-merge; the residue-free export) and reports:
 * ``vocab_size``, ``scope_size``, ``unseen``, ``residues``, ``residue_share`` (with the entropy
   filter) and ``residue_share_ratio_only`` (FI ratio alone), as :mod:`litetoken` defines them;
 * ``tokens.{original,split,remerged}``: corpus tokens with the full tokenizer, after splitting
-  the residues only, and after split & re-merge; ``lossless``: every document decodes back;
+  the residues only, and after split & re-merge; ``lossless``: every document decodes back (to itself as the
+  tokenizer's normalizer promises it, :mod:`round_trip`);
 * the export: residues it removed, residues it kept as scaffolding (a standard BPE cannot form
   some surviving tokens without them), rewired tokens, and ``export_agreement``: the share of
   documents the exported ``tokenizer.json`` encodes exactly like split & re-merge of the
@@ -31,6 +32,7 @@ from tokenizer_service.litetoken import ResidueReport, TokenScores, count_corpus
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.residue_removal import ResidueRemoval, SplitRemerge, residue_free_tokenizer
+from tokenizer_service.round_trip import RoundTrip
 
 
 AUDIT_OUTPUTS = (r"tokenizer\.json", r"diff\.json", r"scores\.parquet")
@@ -77,6 +79,7 @@ def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOp
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     every = SplitRemerge(tokenizer, report.residues, graph=graph)
     removed = SplitRemerge(tokenizer, removal.removed, graph=graph)
+    promise = RoundTrip.of(tokenizer.hf)
     tokens = {"original": 0, "split": 0, "remerged": 0}
     lossless = agree = agree_all = 0
     for start in tqdm(range(0, len(texts), options.batch_size), desc="split & re-merge", unit="batch",
@@ -89,7 +92,7 @@ def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOp
         tokens["original"] += sum(len(e.original) for e in lite)
         tokens["split"] += sum(e.split_tokens for e in lite)
         tokens["remerged"] += sum(len(e.ids) for e in lite)
-        lossless += sum(d == t for d, t in zip(decoded, batch))
+        lossless += sum(d == t for d, t in zip(decoded, promise.promised(batch)))
         agree += sum(x == e.ids for x, e in zip(exported, lite_removed))
         agree_all += sum(x == e.ids for x, e in zip(exported, lite))
     n = max(len(texts), 1)

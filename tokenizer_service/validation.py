@@ -1,9 +1,12 @@
 """The checks every published version must pass, with reasons when it does not.
 
-``validate`` loads the exported ``tokenizer.json`` in ``tokenizers``, checks the base alphabet,
-encodes and decodes a probe set losslessly (random Unicode, emoji, control bytes, whitespace
-runs) and checks reachability: against a parent version, no token may become unreachable and
-every new token must be reachable.
+``validate`` loads the exported ``tokenizer.json`` in ``tokenizers``, checks the base alphabet
+(the 256 byte symbols of byte-level BPE, the 256 ``<0xNN>`` tokens of byte fallback), encodes and
+decodes a probe set losslessly (random Unicode, emoji, control bytes, whitespace runs where the
+family can hold every byte; its alphabet otherwise) and checks reachability: against a parent
+version, no token may become unreachable and every new token must be reachable. Lossless means
+what the tokenizer promises (:mod:`round_trip`): the text after its own normalizer (NFC, NFKC,
+``▁`` for spaces ...) and its decoder's documented cleanup, not always the raw input.
 
 >>> from tokenizer_service.bpe import BPETokenizer
 >>> report = validate(BPETokenizer.train(["hello world"], vocab_size=270))
@@ -22,10 +25,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from tokenizer_service.bpe import (BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer, loaded_byte_level,
-                                     loaded_special_tokens)
+from tokenizer_service.bpe import (BYTE_FALLBACK_TOKENS, BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer,
+                                   loaded_byte_fallback, loaded_byte_level, loaded_special_tokens)
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
+from tokenizer_service.round_trip import RoundTrip
 
 _BYTE_LEVEL_ALPHABET = frozenset(BYTE_TO_UNICODE.values())
 
@@ -55,20 +59,22 @@ class ValidationReport:
 
 
 def probe_texts(tokenizer: BPETokenizer | Tokenizer, *, n: int = 200, seed: int = 0) -> list[str]:
-    """Deterministic probe strings: hostile Unicode for byte-level, the alphabet otherwise (the
-    single-character tokens: no merge makes one). Works on a loaded ``tokenizers`` tokenizer too.
+    """Deterministic probe strings covering what the tokenizer's family can round-trip: hostile
+    Unicode where every byte has a token (byte-level BPE, or byte fallback with its 256 ``<0xNN>``
+    tokens), the alphabet otherwise (the single-character tokens: no merge makes one). Works on a
+    loaded ``tokenizers`` tokenizer too.
 
     >>> probes = probe_texts(BPETokenizer.train(["x"], vocab_size=257), n=50)
     >>> any("\\x00" in p for p in probes), any("🙂" in p for p in probes)
     (True, True)
     """
     hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
-    if not loaded_byte_level(hf):
-        rng = random.Random(seed)
-        specials = loaded_special_tokens(hf)
-        alphabet = sorted(t for t in hf.get_vocab(with_added_tokens=False) if len(t) == 1 and t not in specials)
-        return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(n)]
-    return list(_byte_level_probes(n, seed))
+    if loaded_byte_level(hf) or loaded_byte_fallback(hf):
+        return list(_byte_level_probes(n, seed))
+    rng = random.Random(seed)
+    specials = loaded_special_tokens(hf)
+    alphabet = sorted(t for t in hf.get_vocab(with_added_tokens=False) if len(t) == 1 and t not in specials)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(n)]
 
 
 @cache
@@ -134,6 +140,12 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if two_faced:
             report.reasons.append(f"{len(two_faced)} added tokens mean other bytes as byte-level tokens, e.g. "
                                   f"{two_faced[:3]}")
+    if tokenizer.byte_fallback:
+        # An ASCII byte whose character is a token of its own never falls back (Gemini has "\t", not <0x09>).
+        missing_bytes = [t for b, t in enumerate(BYTE_FALLBACK_TOKENS) if t not in vocab and not (b < 0x80 and chr(b) in vocab)]
+        if missing_bytes:
+            report.reasons.append(f"byte fallback incomplete: {len(missing_bytes)} of the 256 byte tokens missing, "
+                                  f"e.g. {missing_bytes[:5]} (text needing those bytes cannot be encoded)")
     if report.unusable:
         return report
     if encoding is None:
@@ -181,9 +193,13 @@ def check_encoding(tokenizer: str | BPETokenizer, *, probes: list[str] | None = 
         _reraise_unless_library_error(exc)
         report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
         return report
-    lossy = [t for t, d in zip(texts, decoded) if d != t]
+    promise = RoundTrip.of(loaded)
+    lossy = [(d, p) for d, p in zip(decoded, promise.promised(texts)) if d != p]
     if lossy:
-        report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes, e.g. {lossy[0]!r}")
+        got, promised = lossy[0]
+        after = "" if promise.identity else f" (after the tokenizer's own {promise.description})"
+        report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes{after}, e.g. "
+                              f"{promised!r} decodes as {got!r}")
     report.unreachable = unreachable_tokens(loaded)
     return report
 
