@@ -10,6 +10,7 @@ import random
 import time
 
 import pytest
+from tokenizers import Tokenizer
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
@@ -35,6 +36,42 @@ def corpus() -> list[str]:
 @pytest.fixture(scope="session")
 def byte_tokenizer(corpus) -> BPETokenizer:
     return BPETokenizer.train(corpus, vocab_size=320)
+
+
+# Llama-2's pipeline: spaces written as "▁" with one prepended, no pre-tokenizer, byte fallback.
+LLAMA2_PIPELINE = {
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "pre_tokenizer": None,
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+}
+
+
+def sentencepiece_style(texts: list[str], *, vocab_size: int) -> BPETokenizer:
+    """A SentencePiece-style BPE shaped like Llama-2's tokenizer.json (LLAMA2_PIPELINE, <unk> <s>
+    </s>, the 256 <0xNN> byte-fallback tokens), trained on ``texts`` by ``tokenizers``: words split
+    at "▁" for training only, as SentencePiece trains."""
+    from tokenizers import models, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    hf.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+                                                      initial_alphabet=["▁"], show_progress=False))
+    data = json.loads(hf.to_str())
+    vocab = data["model"]["vocab"]
+    for token in bytes_:
+        vocab.setdefault(token, len(vocab))
+    data.update(LLAMA2_PIPELINE)
+    data["model"].update(fuse_unk=True)
+    return BPETokenizer.from_json(json.dumps(data))
+
+
+@pytest.fixture(scope="session")
+def sp_tokenizer(corpus) -> BPETokenizer:
+    return sentencepiece_style(corpus, vocab_size=400)
 
 
 @pytest.fixture(scope="session")

@@ -123,10 +123,13 @@ def _replay(tedtok: TedTok, stream: list[list[str]], sinks: list[VersionSink], l
     """Observe the stream step by step; hand each version to every sink before the step that made
     it is logged. Returns the first step's bytes per token."""
     parent, first_bpt = tedtok.tokenizer, None
+    parent_unreachable = None  # the last report's: a version's parent is the version validated before it
     for texts in tqdm(stream, desc="evolve", unit="step", disable=not progress):
         revision = tedtok.observe_texts(texts)
         if revision is not None:
-            validate(revision.tokenizer, parent=parent).raise_for_reasons(source=f"version {revision.diff.version}")
+            report = validate(revision.tokenizer, parent=parent, parent_unreachable=parent_unreachable)
+            report.raise_for_reasons(source=f"version {revision.diff.version}")
+            parent_unreachable = report.unreachable
             for sink in sinks:
                 sink(revision.diff.version, revision.tokenizer, revision.diff)
             parent = revision.tokenizer

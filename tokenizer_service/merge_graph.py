@@ -24,7 +24,9 @@ from itertools import compress
 
 from tokenizers import Tokenizer
 
-from tokenizer_service.bpe import BPETokenizer, Merge, bpe_pieces, loaded_special_tokens
+from tokenizer_service.bpe import BYTE_FALLBACK_TOKENS, BPETokenizer, Merge, bpe_pieces, loaded_byte_fallback
+
+BYTE_FALLBACK_TOKENS_SET = frozenset(BYTE_FALLBACK_TOKENS)
 
 
 class MergeGraph:
@@ -135,8 +137,9 @@ class MergeGraph:
 def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048) -> list[str]:
     """Tokens whose own symbols do not BPE-encode to exactly that token, by id.
 
-    Such a token can never be emitted (ByteSampler's check). Special tokens are matched before
-    BPE and are always reachable. Works on a tokenizer loaded in ``tokenizers`` as well (a
+    Such a token can never be emitted (ByteSampler's check). Added tokens, special or not, are
+    matched before BPE and are always reachable, and so are byte-fallback tokens (``<0xNN>``: emitted for the
+    bytes of a character outside the vocabulary, never made of symbols). Works on a tokenizer loaded in ``tokenizers`` as well (a
     registry's checking process has only that). Every token is encoded, in batches of ``chunk``
     tokens by the bare Rust model (no normalizer or pre-tokenizer: a token's own symbols, as
     :meth:`BPETokenizer.tokenize_word`), outside the GIL and on every core; only a batch that
@@ -148,7 +151,10 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     (['abc'], ['abc'])
     """
     hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
-    vocab, specials = hf.get_vocab(with_added_tokens=False), loaded_special_tokens(hf)
+    vocab = hf.get_vocab(with_added_tokens=False)
+    specials = frozenset(t.content for t in hf.get_added_tokens_decoder().values())
+    if loaded_byte_fallback(hf):
+        specials = specials | BYTE_FALLBACK_TOKENS_SET
     tokens = [t for t in vocab if t not in specials]
     batches = [tokens[k:k + chunk] for k in range(0, len(tokens), chunk)]
     encodings = Tokenizer(hf.model).encode_batch_fast(batches, is_pretokenized=True, add_special_tokens=False)

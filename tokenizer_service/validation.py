@@ -93,6 +93,8 @@ def _byte_level_probes(n: int, seed: int) -> tuple[str, ...]:
         "mixed: Ünïcødé — 中文 日本語 한국어 العربية עברית हिन्दी",
         "\u200b\u200d\ufeff zero-width and BOM",
         "code:\n\tdef f(x):\n\t\treturn x**2  # comment\n",
+        " one leading space", "  two leading and two trailing  ",  # what a prefix or a strip would lose
+        "SentencePiece's space symbol \u2581 as text",
     ]
     ranges = [(0x20, 0x7E), (0x00, 0x1F), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x4E00, 0x9FFF),
               (0x1F300, 0x1FAFF), (0x10000, 0x10FFF), (0xE000, 0xF8FF)]
