@@ -25,7 +25,7 @@ from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
-from tests.conftest import consume
+from tests.conftest import consume, sentencepiece_style
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -37,6 +37,7 @@ STREAM = StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup
                         id_price=0.0, base_token_cost=0.0)
 OPTIONS = ["--step-docs", "32", "--horizon-docs", "320", "--interval-docs", "64", "--warmup-docs", "64",
            "--batch-size", "8", "--id-price", "0", "--base-token-cost", "0"]
+ID_SPACE = 600  # past the largest id of either initial tokenizer (a SentencePiece one has 256 byte tokens more)
 BAD = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode()]
 
 
@@ -72,7 +73,7 @@ def _lineage(registry_url, initial) -> str:
     return name
 
 
-def _state(redis_url, lineage, id_space=400):
+def _state(redis_url, lineage, id_space=ID_SPACE):
     store = RedisStatsStore(redis.Redis.from_url(redis_url), lineage=lineage, alpha=STREAM.tedtok_config().alpha)
     keys, values = store.top_pairs(store.tracked_pairs)
     return store, store.token(np.arange(id_space)), store.buffer(np.arange(id_space)), dict(zip(keys.tolist(),
@@ -89,7 +90,7 @@ def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions
     assert reference.revisions, "the stream should drive revisions"
     assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
     store, tokens, buffers, pairs = _state(redis_url, lineage)
-    ids = np.arange(400)
+    ids = np.arange(ID_SPACE)
     np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(buffers, reference.store.buffer(ids), rtol=1e-9, atol=1e-12)
     keys, values = reference.store.top_pairs(reference.store.tracked_pairs)
@@ -161,6 +162,26 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
     dead = consume(broker, f"{stream}.dlq", expected=len(BAD))
     assert sorted(r.value for r in dead) == sorted(BAD) and len({r.key for r in dead}) == len(BAD)
     assert all(dict(r.headers)["tokmaint.source"] == stream.encode() for r in dead)
+
+
+def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url, registry_url, stream,
+                                                              drifting_corpus):
+    """A Llama-2-style tokenizer (▁ for spaces, byte fallback) as version 1: the pipeline's
+    statistics and versions are the offline Ted-Tok's."""
+    initial = sentencepiece_style(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
+    assert initial.byte_fallback and initial.id_space <= ID_SPACE
+    lineage = _lineage(registry_url, initial)
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
+                          lineage=lineage, wait=1.0)
+        report = job.run(until_idle=True)
+        job.close()
+        versions = registry.versions(lineage)["data"]
+    assert report["documents"] == 600 and report["revisions"] == len(versions) - 1
+    steps = list(batches(read_corpus(drifting_corpus).documents, 32))
+    _, reference = _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
+    assert reference.tokenizer.byte_fallback and reference.tokenizer.pipeline == initial.pipeline
 
 
 def test_event_time_steps_are_windows_cut_at_the_step_cap(broker, redis_url, registry_url, stream, initial,

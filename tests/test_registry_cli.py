@@ -41,3 +41,23 @@ def test_create_takes_one_source(registry, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["registry", "create", "x", "--registry", registry])
     assert exc.value.code == 2 and "one of a tokenizer.json or --train CORPUS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["sentencepiece", "nfc"])
+def test_create_from_a_tokenizer_of_another_family(registry, byte_tokenizer, sp_tokenizer, family, monkeypatch,
+                                                   capsys, tmp_path):
+    """A SentencePiece-style tokenizer with byte fallback, and a byte-level one with an NFC
+    normalizer: the registry's own checks take both as version 1, unchanged."""
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
+    tokenizer = sp_tokenizer
+    if family == "nfc":
+        data = json.loads(byte_tokenizer.to_json())
+        data["normalizer"] = {"type": "NFC"}
+        tokenizer = type(byte_tokenizer).from_json(json.dumps(data))
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(path)
+    name = f"cli-{family}-{uuid.uuid4().hex[:6]}"
+    assert main(["registry", "create", name, str(path), "--registry", registry, "--json"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert (created["number"], created["sha256"]) == (1, tokenizer.sha256)
+    assert RegistryClient(registry).tokenizer(name, 1).vocab == tokenizer.vocab
