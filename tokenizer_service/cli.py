@@ -29,6 +29,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = run_arithmetic(chosen_settings(args.parser, args, ArithmeticSettings), progress=progress)
     elif args.bench == "drift":
         return _bench_drift(args, progress=progress)
+    elif args.bench == "residues":
+        return _bench_residues(args, progress=progress)
     else:
         from tokenizer_service.bench.throughput import ThroughputSettings, run_throughput
 
@@ -67,6 +69,26 @@ def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
     print_rows([{"worst case": "all corpora", **w} for w in table["worst"]])
     print(f"\ntargets: gap_closed >= {table['targets']['gap_closed']}, ids_stable >= {table['targets']['ids_stable']}"
           + (f"; plot: {out.path / 'drift.png'}" if out is not None else ""))
+    return 0
+
+
+def _bench_residues(args: argparse.Namespace, *, progress: bool) -> int:
+    from tokenizer_service.bench.residues import run_residues_bench
+
+    if len({Path(t).resolve() for t in args.tokenizer}) < len(args.tokenizer):
+        args.parser.error("argument --tokenizer: the same tokenizer is given twice")
+    result = run_residues_bench(args.tokenizer, args.corpus, progress=progress)
+    if args.json:
+        print_result(result, as_json=True)
+        return 0
+    print(f"{result['corpus']}: {result['documents']:,} documents, {result['megabytes']} MB")
+    print_rows([{"tokenizer": r["model"] or Path(r["tokenizer"]).parent.name, "kind": r["kind"],
+                 "r": r["thresholds"]["r"], "s": r["thresholds"]["s"], "scope": r["scope_size"],
+                 "share %": round(100 * r["residue_share"], 2),
+                 "paper %": "" if r["paper"] is None else round(100 * r["paper"]["residue_share"], 2),
+                 "re-merge %": round(100 * r["remerge_token_change"], 2), "lossless": r["lossless"],
+                 "export agrees": round(r["export_agreement"], 4), "export loads": r["export_loads"],
+                 "seconds": r["seconds"], "peak MB": r["peak_rss_mb"]} for r in result["tokenizers"]])
     return 0
 
 
@@ -224,6 +246,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     bench = sub.add_parser("bench", help="reproducible benchmarks")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=type(bench))
+    summary = "LiteToken Table 4 across tokenizer families: residue shares beside the paper's"
+    p = benches.add_parser("residues", help=summary, description=summary + " (each tokenizer audited as "
+                           "`tokmaint residues` does, at the paper's thresholds for its kind, in a process of its own)")
+    p.add_argument("--tokenizer", required=True, action="append",
+                   help="a BPE tokenizer.json (or a folder holding one); give it once per tokenizer")
+    _add_corpus_options(p, skip_bad=False)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_bench, parser=p)
     for name, settings_type, needs_corpus, summary in (
         ("arithmetic", ArithmeticSettings, False, "Ted-Tok Table 2, synthetic arithmetic"),
         ("drift", DriftSettings, True, "Old / New / Ted-Tok on a timestamped corpus"),

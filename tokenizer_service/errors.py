@@ -11,6 +11,7 @@ Each one says where the problem is (file, line or JSON path) and why:
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ class CorpusError(TokmaintError, ValueError):
         self.path, self.reason, self.line = Path(path), reason, line
         super().__init__(f"{path}:{line}: {reason}" if line is not None else f"{path}: {reason}")
 
+    def __reduce__(self):  # crosses a process boundary whole (bench residues audits in processes)
+        return partial(CorpusError, line=self.line), (self.path, self.reason)
+
 
 class InvalidTokenizer(TokmaintError, ValueError):
     """A tokenizer refused, with every reason (each names its JSON path or the check that failed)."""
@@ -51,6 +55,15 @@ class InvalidTokenizer(TokmaintError, ValueError):
         self.reasons, self.source = list(reasons), source
         prefix = f"{source}: " if source is not None else ""
         super().__init__(f"{prefix}invalid tokenizer: " + "; ".join(self.reasons))
+
+    def __reduce__(self):
+        """Pickled whole, reasons and source (an error raised in a worker process).
+
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(InvalidTokenizer(["a", "b"], source="t.json"))).reasons
+        ['a', 'b']
+        """
+        return partial(InvalidTokenizer, source=self.source), (self.reasons,)
 
 
 class OutputError(TokmaintError):
