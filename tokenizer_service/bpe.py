@@ -352,6 +352,30 @@ def space_symbol(pipeline: Mapping[str, Any]) -> str | None:
     return None
 
 
+def holding_added_tokens(vocab: Mapping[str, int], added: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The vocabulary, with the added tokens it lacks put in at their ids when it has holes.
+
+    ``tokenizers`` keeps an added token's id only when the model's vocabulary holds the token;
+    it numbers the others on from the vocabulary's size. A vocabulary with holes (a
+    residue-free export, appended ids) would shift them onto ids of the model's own tokens
+    (Qwen's ``<|endoftext|>`` onto a byte-level token), so there they go into the vocabulary,
+    where BPE never makes them (no merge produces them) and they keep their ids.
+
+    >>> added = [{"content": "<eos>", "id": 3}]
+    >>> holding_added_tokens({"a": 0, "b": 1, "c": 2}, added), holding_added_tokens({"a": 0, "c": 2}, added)
+    ({'a': 0, 'b': 1, 'c': 2}, {'a': 0, 'c': 2, '<eos>': 3})
+    """
+    vocab = dict(vocab)
+    if not vocab or max(vocab.values()) + 1 == len(vocab):
+        return vocab
+    taken = set(vocab.values())
+    for entry in added:
+        if entry["content"] not in vocab and entry["id"] not in taken:
+            vocab[entry["content"]] = entry["id"]
+            taken.add(entry["id"])
+    return vocab
+
+
 def loaded_special_tokens(hf: Tokenizer) -> frozenset[str]:
     """:attr:`BPETokenizer.special_tokens` of a tokenizer loaded in ``tokenizers``.
 
@@ -468,7 +492,9 @@ class BPETokenizer:
         return tokenizer
 
     def replace_model(self, *, vocab: Mapping[str, int], merges: Sequence[Merge]) -> "BPETokenizer":
-        """A new version with the same pipeline and options but another vocabulary and merges."""
+        """A new version with the same pipeline and options but another vocabulary and merges
+        (holding its added tokens where it has holes: :func:`holding_added_tokens`)."""
+        vocab = holding_added_tokens(vocab, self.pipeline.get("added_tokens", []))
         return BPETokenizer(vocab=vocab, merges=merges, pipeline=self.pipeline, model_options=self.model_options)
 
     # ----- export -------------------------------------------------------------------------
@@ -538,8 +564,9 @@ class BPETokenizer:
 
     @cached_property
     def base_tokens(self) -> frozenset[str]:
-        """Tokens no merge produces: the alphabet and the special tokens. Never deleted."""
-        return frozenset(self.vocab.keys() - self.merge_products) | self.special_tokens
+        """Tokens no merge produces (the alphabet) and the added tokens, special or not, which
+        are matched before BPE. Never deleted, never residues."""
+        return frozenset(self.vocab.keys() - self.merge_products) | self.added_tokens
 
     @cached_property
     def merge_products(self) -> frozenset[str]:

@@ -114,7 +114,7 @@ def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOp
                           "remerged": tokens["remerged"] / max(tokens["original"], 1) - 1},
         "lossless": lossless == len(texts),
         "export": {"removed": len(removal.removed), "scaffolding": len(removal.scaffolding),
-                   "rewired": len(removal.rewired), "vocab_size": len(removal.tokenizer)},
+                   "rewired": len(removal.rewired), "vocab_size": len(vocab) - len(removal.removed)},
         "export_agreement": agree / n,
         "export_agreement_all_residues": agree_all / n,
         "top_residues": [

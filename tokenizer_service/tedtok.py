@@ -12,7 +12,7 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
   otherwise its stale, slowly decaying statistic would keep it at the top of the candidates.
 * A pair whose concatenation already is a token is no candidate: it would add a second merge
   for an existing token, not a new token. Neither is a pair whose merge would be unreachable
-  (the current tokenizer does not encode ``u+v`` to exactly ``[u, v]``), nor one with a special
+  (the current tokenizer does not encode ``u+v`` to exactly ``[u, v]``), nor one with an added (special or not)
   token, so a revision never adds an unreachable token. Reachability also means two pairs with
   the same concatenation never both qualify: ``u+v`` encodes to one pair only.
 * Inside one batch: the adds are chosen first; their parents are protected and never deleted in
@@ -162,7 +162,7 @@ def plan_revision(
     it scores above max(β·τ_token, τ_token + price): pairs come strongest first and sinks
     in the order of that need, so the first pair that falls short ends the batch.
     """
-    vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.special_tokens
+    vocab, id_to_token, specials = tokenizer.vocab, tokenizer.id_to_token, tokenizer.added_tokens
     sinks = list(graph.sink_tokens)
     sink_ids = np.array([vocab[t] for t in sinks], np.int64)
     sink_scores = store.token(sink_ids) if sinks else np.zeros(0)

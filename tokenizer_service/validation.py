@@ -43,6 +43,7 @@ class ValidationReport:
     unusable: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
     probes: int = 0
+    added_ids: dict[str, int] = field(default_factory=dict)  # the id ``tokenizers`` gives each added token
 
     def refuse(self, reason: str) -> None:
         """Record a reason that makes the tokenizer unusable."""
@@ -155,6 +156,11 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     report.reasons += encoding.reasons
     report.unusable += encoding.unusable
     report.unreachable, report.probes = encoding.unreachable, encoding.probes
+    moved = [f"{a['content']!r} {a['id']} -> {encoding.added_ids.get(a['content'])}"
+             for a in tokenizer.pipeline.get("added_tokens", []) if encoding.added_ids.get(a["content"]) != a["id"]]
+    if moved and not report.unusable:
+        report.reasons.append(f"{len(moved)} added tokens get other ids in tokenizers than the file gives them, e.g. "
+                              f"{', '.join(moved[:3])} (the vocabulary does not hold them and has holes below them)")
     if parent is not None and not report.unusable:
         was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]
@@ -203,6 +209,7 @@ def check_encoding(tokenizer: str | BPETokenizer, *, probes: list[str] | None = 
         report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes{after}, e.g. "
                               f"{promised!r} decodes as {got!r}")
     report.unreachable = unreachable_tokens(loaded)
+    report.added_ids = {t.content: i for i, t in loaded.get_added_tokens_decoder().items()}
     return report
 
 
