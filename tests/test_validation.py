@@ -105,3 +105,24 @@ def test_an_added_token_that_is_a_byte_level_token_of_other_bytes_is_refused(byt
     assert tokenizer.decode(tokenizer.encode("ü")) != "ü"
     assert "1 added tokens mean other bytes as byte-level tokens, e.g. ['ü']" in validate(tokenizer).reasons
     assert validate(byte_tokenizer).ok
+
+
+def test_added_tokens_tokenizers_would_renumber_are_refused_and_revisions_keep_their_ids(byte_tokenizer):
+    """``tokenizers`` keeps an added token's id only when the vocabulary holds it; under a hole it
+    numbers it on from the vocabulary's size, onto a model token's id."""
+    data = json.loads(byte_tokenizer.to_json())
+    eos = byte_tokenizer.id_space
+    data["added_tokens"] = [{"id": eos, "content": "<eos>", "special": True, "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False}]
+    with_eos = BPETokenizer.from_json(json.dumps(data))
+    assert validate(with_eos).ok
+    sink = with_eos.merge_outputs[-1]
+    data["model"]["vocab"] = {t: i for t, i in data["model"]["vocab"].items() if t != sink}
+    data["model"]["merges"] = [m for m in data["model"]["merges"] if "".join(m) != sink]
+    holed = BPETokenizer.from_json(json.dumps(data))
+    assert holed.hf.token_to_id("<eos>") == eos - 1  # the id of the model's last token
+    assert any(f"'<eos>' {eos} -> {eos - 1}" in r for r in validate(holed).reasons)
+
+    revised = with_eos.replace_model(vocab=holed.vocab, merges=holed.merges)  # a revision leaving the same hole
+    assert revised.vocab["<eos>"] == revised.hf.token_to_id("<eos>") == eos
+    assert validate(revised, parent=with_eos).ok and revised.decode(revised.encode("data<eos>")) == "data<eos>"

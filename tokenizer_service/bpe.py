@@ -356,17 +356,19 @@ def holding_added_tokens(vocab: Mapping[str, int], added: Sequence[Mapping[str, 
     """The vocabulary, with the added tokens it lacks put in at their ids when it has holes.
 
     ``tokenizers`` keeps an added token's id only when the model's vocabulary holds the token;
-    it numbers the others on from the vocabulary's size. A vocabulary with holes (a
-    residue-free export, appended ids) would shift them onto ids of the model's own tokens
-    (Qwen's ``<|endoftext|>`` onto a byte-level token), so there they go into the vocabulary,
-    where BPE never makes them (no merge produces them) and they keep their ids.
+    it numbers the others on from the vocabulary's size. A vocabulary with holes or fewer
+    tokens (a residue-free export, appended ids) would shift them onto ids of the model's own
+    tokens (Qwen's ``<|endoftext|>`` onto a byte-level token), so there they go into the
+    vocabulary, where BPE never makes them (no merge produces them) and they keep their ids.
 
     >>> added = [{"content": "<eos>", "id": 3}]
     >>> holding_added_tokens({"a": 0, "b": 1, "c": 2}, added), holding_added_tokens({"a": 0, "c": 2}, added)
     ({'a': 0, 'b': 1, 'c': 2}, {'a': 0, 'c': 2, '<eos>': 3})
     """
     vocab = dict(vocab)
-    if not vocab or max(vocab.values()) + 1 == len(vocab):
+    outside = [entry["id"] for entry in added if entry["content"] not in vocab]
+    dense = not vocab or max(vocab.values()) + 1 == len(vocab)
+    if dense and outside == list(range(len(vocab), len(vocab) + len(outside))):
         return vocab
     taken = set(vocab.values())
     for entry in added:
