@@ -605,7 +605,7 @@ class BPETokenizer:
     # ----- encoding -----------------------------------------------------------------------
     def token_bytes(self, token: str) -> bytes:
         """The bytes a token stands for: byte-level symbols mapped back, a byte-fallback token's
-        byte, the space symbol as a space; special tokens as their text.
+        byte, the space symbol as a space; special tokens (and byte-level added tokens) as their text.
 
         >>> BPETokenizer.train(["x"], vocab_size=257).token_bytes("Ġx")
         b' x'
@@ -617,8 +617,8 @@ class BPETokenizer:
         """
         if token in self.special_tokens:
             return token.encode("utf-8")
-        if self.byte_level:
-            return bytes(UNICODE_TO_BYTE[c] for c in token)
+        if self.byte_level:  # an added token is matched as text, not as byte symbols
+            return token.encode("utf-8") if token in self.added_tokens else bytes(UNICODE_TO_BYTE[c] for c in token)
         if self.byte_fallback and token in _BYTE_FALLBACK_VALUE:
             return bytes((_BYTE_FALLBACK_VALUE[token],))
         if self.space_symbol is not None:

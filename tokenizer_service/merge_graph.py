@@ -124,8 +124,18 @@ class MergeGraph:
 
     def descendants(self, token: str) -> set[str]:
         """Every token whose merge tree contains ``token`` (excluding itself)."""
+        return self.descendants_of([token])
+
+    def descendants_of(self, tokens: Iterable[str]) -> set[str]:
+        """Every token whose merge tree contains one of ``tokens`` (one walk for them all).
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2, "abb": 3}, merges=[("a", "b"), ("ab", "b")],
+        ...                    pipeline={})
+        >>> sorted(MergeGraph(tok).descendants_of(["ab", "abb"]))
+        ['abb']
+        """
         seen: set[str] = set()
-        stack = list(self.children.get(token, ()))
+        stack = [child for token in tokens for child in self.children.get(token, ())]
         while stack:
             t = stack.pop()
             if t not in seen:

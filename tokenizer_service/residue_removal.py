@@ -190,24 +190,45 @@ def _first_rank(graph: MergeGraph, token: str) -> int:
 
 
 def _rewire(graph: MergeGraph, order: list[str], removed: set[str]) -> tuple[list[Merge], list[str], list[str]]:
-    """One export attempt: (merges in rank order, tokens no merge can form, rewired tokens)."""
+    """One export attempt: (merges in rank order, tokens no merge can form, rewired tokens).
+
+    BPE on a token's bytes forms exactly the tokens of its merge tree, so a token whose tree
+    holds no removed token, and whose bytes hold no rewired token (whose new merge could fire
+    inside it), encodes as before and keeps its merges unchecked: Python BPE runs on the
+    removed tokens' descendants only (Gemma-3: 262k tokens, three attempts).
+    """
+    affected = graph.descendants_of(removed)
     kept: dict[Merge, float] = {}  # merge -> rank key; a rewired merge sits just before its token's first
     stuck, rewired = [], []
+    rewired_set: set[str] = set()  # the rewired tokens again, and their lengths, for _holds_any
+    rewired_lengths: set[int] = set()
     for w in order:
         if w in removed:
             continue
         survivors = [(u, v) for u, v in graph.producers[w] if u not in removed and v not in removed]
-        pieces = bpe_pieces(w, kept, until=2)
-        reached = len(pieces) == 2 and (pieces[0], pieces[1]) in survivors
-        if not reached and graph.formed_by(w) is not None:
-            if len(pieces) != 2:
-                stuck.append(w)
-                continue
-            kept[(pieces[0], pieces[1])] = _first_rank(graph, w) - 0.5
-            rewired.append(w)
+        if w in affected or (rewired and _holds_any(w, rewired_set, rewired_lengths)):
+            pieces = bpe_pieces(w, kept, until=2)
+            reached = len(pieces) == 2 and (pieces[0], pieces[1]) in survivors
+            if not reached and graph.formed_by(w) is not None:
+                if len(pieces) != 2:
+                    stuck.append(w)
+                    continue
+                kept[(pieces[0], pieces[1])] = _first_rank(graph, w) - 0.5
+                rewired.append(w)
+                rewired_set.add(w)
+                rewired_lengths.add(len(w))
         for merge in survivors:
             kept.setdefault(merge, graph.ranks[merge])
     return [m for m, _ in sorted(kept.items(), key=lambda kv: kv[1])], stuck, rewired
+
+
+def _holds_any(word: str, texts: set[str], lengths: set[int]) -> bool:
+    """Whether one of ``texts`` (their lengths in ``lengths``) occurs inside ``word``, shorter than it.
+
+    >>> _holds_any("abcd", {"bc", "xyz"}, {2, 3}), _holds_any("abcd", {"xyz"}, {3})
+    (True, False)
+    """
+    return any(word[i : i + n] in texts for n in lengths if n < len(word) for i in range(len(word) - n + 1))
 
 
 def _topmost_removed(graph: MergeGraph, token: str, removed: set[str]) -> set[str]:

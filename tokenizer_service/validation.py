@@ -133,7 +133,7 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         if missing:
             report.reasons.append(f"byte alphabet incomplete: {len(missing)} of 256 bytes missing, e.g. {missing[:5]}")
         foreign = [] if set("".join(vocab)) <= _BYTE_LEVEL_ALPHABET else [
-            t for t in vocab if t not in tokenizer.special_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
+            t for t in vocab if t not in tokenizer.added_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
         if foreign:
             report.refuse(f"{len(foreign)} tokens hold characters outside the byte-level alphabet, e.g. {foreign[:3]}")
         # An added token matches its text before BPE; if that text is also a byte-level token of
