@@ -151,9 +151,15 @@ def test_fresh_ids_start_past_added_tokens(tmp_path, good):
 
     end = {"id": 300, "content": "<|end|>", "single_word": False, "lstrip": False, "rstrip": False,
            "normalized": False, "special": True}
+    # tokenizers would give <|end|> the id after the vocabulary's last, not 300: refused, saying so.
+    with pytest.raises(InvalidTokenizer, match=r"'<\|end\|>' 300 -> \d+ \(the vocabulary does not hold"):
+        load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
+    end["id"] = len(good["model"]["vocab"])
     tokenizer = load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
-    assert max(tokenizer.vocab.values()) < 300 and tokenizer.id_space == 301
+    assert tokenizer.id_space == end["id"] + 1
     tedtok = TedTok(tokenizer, config=TedTokConfig(alpha=0.5, batch_size=2, interval=1, recycle_ids=False))
     revision = tedtok.observe_texts(["wider wider newest newest"] * 5)
-    assert revision is not None and min(e.id for e in revision.diff.entries if e.kind == "added") == 301
-    assert tedtok.tokenizer.decode(tedtok.tokenizer.encode("wider newest")) == "wider newest"
+    assert revision is not None and min(e.id for e in revision.diff.entries if e.kind == "added") == end["id"] + 1
+    revised = tedtok.tokenizer
+    assert revised.hf.token_to_id("<|end|>") == end["id"]  # held in the vocabulary past the holes
+    assert revised.decode(revised.encode("wider newest<|end|>")) == "wider newest<|end|>"

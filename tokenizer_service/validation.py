@@ -160,7 +160,7 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
              for a in tokenizer.pipeline.get("added_tokens", []) if encoding.added_ids.get(a["content"]) != a["id"]]
     if moved and not report.unusable:
         report.reasons.append(f"{len(moved)} added tokens get other ids in tokenizers than the file gives them, e.g. "
-                              f"{', '.join(moved[:3])} (the vocabulary does not hold them and has holes below them)")
+                              f"{', '.join(moved[:3])} (the vocabulary does not hold them, and tokenizers numbers such tokens on from its size)")
     if parent is not None and not report.unusable:
         was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]
