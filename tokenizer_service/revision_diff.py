@@ -25,15 +25,30 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.merge_graph import merge_parents
 
 
+def _ids(tokenizer: BPETokenizer) -> dict[str, int]:
+    """Every token's id, added tokens included: a version with holes holds its added tokens in
+    the vocabulary (``holding_added_tokens``), and they mean what they meant."""
+    added = tokenizer.pipeline.get("added_tokens", [])
+    return {**{t["content"]: t["id"] for t in added}, **tokenizer.vocab} if added else tokenizer.vocab
+
+
 def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
-    """Every id whose token differs between ``parent`` and ``child``, in id order."""
+    """Every id whose token differs between ``parent`` and ``child``, in id order.
+
+    >>> eos = {"content": "<eos>", "id": 3, "special": True}
+    >>> old = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={"added_tokens": [eos]})
+    >>> new = old.replace_model(vocab={"a": 0, "b": 1}, merges=[])  # a hole: <eos> goes into the vocabulary
+    >>> [(e.id, e.kind, e.old_token) for e in diff_entries(old, new)], new.vocab["<eos>"]
+    ([(2, 'removed', 'ab')], 3)
+    """
     # An id changes where a token left it or came to it: tokens new to the child or holding
     # another id there, and tokens the child lost. Found in C (map/compress) over the
     # vocabularies: a revision changes a few hundred of 50k+ ids.
-    came = list(compress(child.vocab, map(ne, map(parent.vocab.get, child.vocab), child.vocab.values())))
-    left = parent.vocab.keys() - child.vocab.keys()
-    changed = sorted({child.vocab[t] for t in came} | {parent.vocab[t] for t in came if t in parent.vocab}
-                     | {parent.vocab[t] for t in left})
+    parent_ids, child_ids = _ids(parent), _ids(child)
+    came = list(compress(child_ids, map(ne, map(parent_ids.get, child_ids), child_ids.values())))
+    left = parent_ids.keys() - child_ids.keys()
+    changed = sorted({child_ids[t] for t in came} | {parent_ids[t] for t in came if t in parent_ids}
+                     | {parent_ids[t] for t in left})
     old_parents = merge_parents(parent, (parent.id_to_token[i] for i in changed if i in parent.id_to_token))
     new_parents = merge_parents(child, (child.id_to_token[i] for i in changed if i in child.id_to_token))
 
