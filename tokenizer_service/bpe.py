@@ -32,6 +32,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tokenizer_service.errors import InvalidTokenizer, json_kind
+from tokenizer_service.round_trip import pipeline_steps
 
 Merge = tuple[str, str]
 
@@ -335,18 +336,12 @@ def space_symbol(pipeline: Mapping[str, Any]) -> str | None:
     >>> space_symbol({"pre_tokenizer": {"type": "ByteLevel"}}) is None
     True
     """
-    def steps(section: Any) -> Iterator[dict[str, Any]]:
-        if isinstance(section, dict):
-            yield section
-            for child in chain(section.get("normalizers") or [], section.get("pretokenizers") or []):
-                yield from steps(child)
-
-    for step in steps(pipeline.get("normalizer")):
+    for step in pipeline_steps(pipeline.get("normalizer"), "normalizers"):
         pattern = step.get("pattern")
         if (step.get("type") == "Replace" and isinstance(pattern, dict) and pattern.get("String") == " "
                 and isinstance(step.get("content"), str) and step["content"]):
             return step["content"]
-    for step in steps(pipeline.get("pre_tokenizer")):
+    for step in pipeline_steps(pipeline.get("pre_tokenizer"), "pretokenizers"):
         if step.get("type") == "Metaspace" and isinstance(step.get("replacement"), str) and step["replacement"]:
             return step["replacement"]
     return None

@@ -148,9 +148,9 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     """Tokens whose own symbols do not BPE-encode to exactly that token, by id.
 
     Such a token can never be emitted (ByteSampler's check). Added tokens, special or not, are
-    matched before BPE and are always reachable, and so are byte-fallback tokens (``<0xNN>``: emitted for the
-    bytes of a character outside the vocabulary, never made of symbols). Works on a tokenizer loaded in ``tokenizers`` as well (a
-    registry's checking process has only that). Every token is encoded, in batches of ``chunk``
+    matched before BPE and are always reachable, and so are byte-fallback tokens (``<0xNN>``:
+    emitted for the bytes of a character outside the vocabulary, never made of symbols). Works
+    on a tokenizer loaded in ``tokenizers`` as well (a registry's checking process has only that). Every token is encoded, in batches of ``chunk``
     tokens by the bare Rust model (no normalizer or pre-tokenizer: a token's own symbols, as
     :meth:`BPETokenizer.tokenize_word`), outside the GIL and on every core; only a batch that
     does not come back as its own ids is looked at token by token.

@@ -38,17 +38,18 @@ from typing import Any
 from tokenizers import Tokenizer
 
 
-def _steps(section: Any, key: str) -> Iterator[dict[str, Any]]:
+def pipeline_steps(section: Any, key: str) -> Iterator[dict[str, Any]]:
     """The steps of a pipeline section in order, ``Sequence`` flattened (``key`` names its list).
 
-    >>> [s["type"] for s in _steps({"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "Strip"}]}, "decoders")]
+    >>> steps = pipeline_steps({"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "Strip"}]}, "decoders")
+    >>> [s["type"] for s in steps]
     ['Fuse', 'Strip']
     """
     if not isinstance(section, dict):
         return
     if section.get("type") == "Sequence":
         for step in section.get(key) or []:
-            yield from _steps(step, key)
+            yield from pipeline_steps(step, key)
     else:
         yield section
 
@@ -72,8 +73,10 @@ class RoundTrip:
     normalizer: Any  # the loaded ``tokenizers`` normalizer, or None
     metaspace: tuple[str, bool] | None  # a Metaspace pre-tokenizer's (replacement, prepends)
     prefix_space: bool  # a lone ByteLevel pre-tokenizer with add_prefix_space
-    cleanup: tuple[tuple[str, Any], ...]  # ("replace", (c, p)) / ("strip", (content, start, stop)) / ("metaspace", (repl, prepends))
-    description: str  # what the promise is, for reasons: "NFC normalization"
+    # The decoder's cleanup in order: ("replace", (c, p)), ("strip", (content, start, stop)) or
+    # ("metaspace", (replacement, prepends)).
+    cleanup: tuple[tuple[str, Any], ...]
+    description: str  # the steps the promise follows, for reasons: "Prepend + Replace", "NFC"
 
     @classmethod
     def of(cls, hf: Tokenizer) -> "RoundTrip":
@@ -96,7 +99,7 @@ class RoundTrip:
         replaced: set[tuple[str, str]] = set()  # (from, to) the encoding side replaces
         prepends = False
         names = []
-        for step in _steps(normalizer, "normalizers"):
+        for step in pipeline_steps(normalizer, "normalizers"):
             kind = step.get("type")
             names.append(kind)
             pattern = _string_pattern(step) if kind == "Replace" else None
@@ -104,7 +107,7 @@ class RoundTrip:
                 replaced.add((pattern, step["content"]))
             prepends |= kind == "Prepend" and bool(step.get("prepend"))
         metaspace = None
-        for step in _steps(pre_tokenizer, "pretokenizers"):
+        for step in pipeline_steps(pre_tokenizer, "pretokenizers"):
             if step.get("type") == "Metaspace" and step.get("replacement"):
                 metaspace = (step["replacement"], _prepends(step))
                 replaced.add((" ", step["replacement"]))
@@ -114,7 +117,7 @@ class RoundTrip:
                         and bool(pre_tokenizer.get("add_prefix_space")))
         cleanup: list[tuple[str, Any]] = []
         fused = False
-        for step in _steps(decoder, "decoders"):
+        for step in pipeline_steps(decoder, "decoders"):
             kind = step.get("type")
             fused |= kind == "Fuse"
             if kind == "Replace" and (step.get("content"), _string_pattern(step)) in replaced:

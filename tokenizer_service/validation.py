@@ -145,7 +145,8 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
                                   f"{two_faced[:3]}")
     if tokenizer.byte_fallback:
         # An ASCII byte whose character is a token of its own never falls back (Gemini has "\t", not <0x09>).
-        missing_bytes = [t for b, t in enumerate(BYTE_FALLBACK_TOKENS) if t not in vocab and not (b < 0x80 and chr(b) in vocab)]
+        missing_bytes = [t for b, t in enumerate(BYTE_FALLBACK_TOKENS)
+                         if t not in vocab and not (b < 0x80 and chr(b) in vocab)]
         if missing_bytes:
             report.reasons.append(f"byte fallback incomplete: {len(missing_bytes)} of the 256 byte tokens missing, "
                                   f"e.g. {missing_bytes[:5]} (text needing those bytes cannot be encoded)")
@@ -160,7 +161,8 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
              for a in tokenizer.pipeline.get("added_tokens", []) if encoding.added_ids.get(a["content"]) != a["id"]]
     if moved and not report.unusable:
         report.reasons.append(f"{len(moved)} added tokens get other ids in tokenizers than the file gives them, e.g. "
-                              f"{', '.join(moved[:3])} (the vocabulary does not hold them, and tokenizers numbers such tokens on from its size)")
+                              f"{', '.join(moved[:3])} (the vocabulary does not hold them, and tokenizers numbers "
+                              "such tokens on from its size)")
     if parent is not None and not report.unusable:
         was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]

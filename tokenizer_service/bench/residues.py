@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.litetoken import PAPER_THRESHOLDS, find_residues
+from tokenizer_service.round_trip import RoundTrip
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,6 @@ def family(tokenizer: BPETokenizer) -> str:
     >>> family(BPETokenizer.train(["x"], vocab_size=257))
     'byte-level BPE'
     """
-    from tokenizer_service.round_trip import RoundTrip
-
     if tokenizer.byte_level:
         name = "byte-level BPE"
     elif tokenizer.space_symbol is not None:
