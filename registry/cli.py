@@ -103,7 +103,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         texts = read_corpus(args.train).texts[: args.train_docs]  # the oldest: a corpus is in time order
         tokenizer = BPETokenizer.train(texts, vocab_size=args.vocab_size, progress=show_progress(args))
         validate(tokenizer).raise_for_reasons(source="the trained tokenizer")
-        data = tokenizer.to_json().encode("utf-8")
+        data = tokenizer.to_json_bytes()
     else:
         data = _read(args.tokenizer)
     from registry.client import RegistryRefused

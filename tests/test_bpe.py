@@ -25,6 +25,21 @@ def test_export_encodes_like_the_source(byte_tokenizer, corpus, tmp_path):
     assert [fast(t, add_special_tokens=False)["input_ids"] for t in texts] == expected
 
 
+@pytest.mark.parametrize("edit", ["none", "ignore_merges and NFC", "an added token in a hole"])
+def test_the_model_built_from_objects_is_the_file_parsed(byte_tokenizer, sp_tokenizer, edit):
+    """``hf`` is built from the vocabulary and merges, yet serializes (added tokens' ids included)
+    exactly as ``tokenizers`` parses the exported file."""
+    for tokenizer in (byte_tokenizer, sp_tokenizer):
+        data = json.loads(tokenizer.to_json())
+        if edit == "ignore_merges and NFC":
+            data["model"]["ignore_merges"], data["normalizer"] = True, {"type": "NFC"}
+        elif edit == "an added token in a hole":  # tokenizers renumbers it: so must hf
+            data["added_tokens"].append({"id": tokenizer.id_space + 5, "content": "<x>", "special": True,
+                                         "single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
+        edited = BPETokenizer.from_json(json.dumps(data))
+        assert edited.hf.to_str() == Tokenizer.from_str(edited.to_json()).to_str()
+
+
 def test_round_trip_is_byte_identical(byte_tokenizer):
     assert BPETokenizer.from_json(byte_tokenizer.to_json()).to_json() == byte_tokenizer.to_json()
 

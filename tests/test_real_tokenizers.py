@@ -59,6 +59,12 @@ def test_import_export_encodes_like_the_source(real):
         e.ids for e in source.encode_batch(texts, add_special_tokens=False)]
 
 
+def test_the_model_built_from_objects_is_the_file_parsed(real):
+    """``BPETokenizer.hf`` builds the model from the vocabulary and merges, not from the JSON."""
+    _, path, tokenizer, _ = real
+    assert tokenizer.hf.to_str() == Tokenizer.from_file(str(path)).to_str()
+
+
 def test_valid_and_lossless_as_its_pipeline_promises(real):
     name, _, tokenizer, _ = real
     report = validate(tokenizer)

@@ -96,7 +96,7 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
     """Write ``vNNNN/`` atomically, or, when a resumed run finds it, check it is byte for byte
     the version this run made (versions are immutable)."""
     name = f"v{version:04d}"
-    files = {"tokenizer.json": tokenizer.to_json().encode("utf-8")}
+    files = {"tokenizer.json": tokenizer.to_json_bytes()}
     if diff is not None:
         files["diff.json"] = diff.to_json().encode("utf-8")
     folder = out.path / name

@@ -51,8 +51,7 @@ class MergeGraph:
         self.parents: dict[str, Merge] = {}
         self.producers: dict[str, list[Merge]] = defaultdict(list)
         self.children: dict[str, set[str]] = defaultdict(set)
-        for u, v in tokenizer.merges:
-            w = u + v
+        for (u, v), w in zip(tokenizer.merges, tokenizer.merge_outputs):
             self.producers[w].append((u, v))
             self.children[u].add(w)
             self.children[v].add(w)

@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 from tokenizer_service.bpe import (BYTE_FALLBACK_TOKENS, BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer,
                                    loaded_byte_fallback, loaded_byte_level, loaded_special_tokens)
 from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.heap import release_free_memory
 from tokenizer_service.merge_graph import unreachable_tokens
 from tokenizer_service.round_trip import RoundTrip
 
@@ -262,6 +263,8 @@ object, got a list
         raise InvalidTokenizer([f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"],
                                source=path) from None
     tokenizer = BPETokenizer.from_json(text, source=path)
+    del data, text  # a large file's text and parse are garbage now: free them before validating
+    release_free_memory()
     report = validate(tokenizer)
     if report.unusable or (report.reasons and not allow_invalid):
         report.raise_for_reasons(source=path)

@@ -89,7 +89,10 @@ def family(tokenizer: BPETokenizer) -> str:
 
 def audit_one(path: str, corpus: str) -> dict[str, Any]:
     """One tokenizer's row (run in a fresh process: ``peak_rss_mb`` is this audit's own)."""
+    import tempfile
+
     from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.heap import release_free_memory
     from tokenizer_service.residue_audit import ResidueOptions, audit_residues
     from tokenizer_service.validation import load_tokenizer
 
@@ -118,11 +121,20 @@ def audit_one(path: str, corpus: str) -> dict[str, Any]:
         "lossless": summary["lossless"],
         "export_removed": summary["export"]["removed"],
         "export_agreement": summary["export_agreement"],
-        "export_loads": _loads_in_transformers(audit.removal.tokenizer, texts[:200]),
     }
     if summary["kind"] == "classic":
         at_025 = find_residues(tokenizer, audit.scores, r=0.25, s=PAPER_THRESHOLDS["classic"][1], kind="classic")
         result["residue_share_r025"] = at_025.residue_share
+    sample = texts[:200]
+    with tempfile.TemporaryDirectory() as folder:
+        export = Path(folder) / "tokenizer.json"
+        audit.removal.tokenizer.save(export)
+        expected = audit.removal.tokenizer.encode_batch(sample)
+        # transformers loads a third copy of the model: let the audit's go first (what a user
+        # loading the exported file would have in memory).
+        del tokenizer, audit, texts
+        release_free_memory()
+        result["export_loads"] = _loads_in_transformers(export, sample, expected)
     result["paper"] = None if row is None else {
         "model": row.model, "scope_size": row.scope_size, "residue_share": row.residue_share,
         "residue_share_ratio_only": row.residue_share_ratio_only}
@@ -131,20 +143,15 @@ def audit_one(path: str, corpus: str) -> dict[str, Any]:
     return result
 
 
-def _loads_in_transformers(tokenizer: BPETokenizer, texts: Sequence[str]) -> bool:
-    """Whether the export loads as a ``transformers`` fast tokenizer that encodes like tokmaint."""
-    import tempfile
-
+def _loads_in_transformers(path: Path, texts: Sequence[str], expected: list[list[int]]) -> bool:
+    """Whether ``path`` loads as a ``transformers`` fast tokenizer that encodes ``texts`` as ``expected``."""
     from transformers import PreTrainedTokenizerFast
 
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "tokenizer.json"
-        tokenizer.save(path)
-        try:
-            fast = PreTrainedTokenizerFast(tokenizer_file=str(path))
-        except Exception:  # any failure to load is the answer "does not load"
-            return False
-    return fast(list(texts), add_special_tokens=False)["input_ids"] == tokenizer.encode_batch(texts)
+    try:
+        fast = PreTrainedTokenizerFast(tokenizer_file=str(path))
+    except Exception:  # any failure to load is the answer "does not load"
+        return False
+    return fast(list(texts), add_special_tokens=False)["input_ids"] == expected
 
 
 def run_residues_bench(tokenizers: Sequence[str | Path], corpus: str | Path, *, progress: bool = False
