@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain, starmap
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -540,25 +540,19 @@ class BPETokenizer:
     def hf(self) -> Tokenizer:
         """The ``tokenizers`` implementation of this version (built once).
 
-        The model is built from the vocabulary and merges themselves, in a pipeline parsed from
-        this version's JSON without them: parsing a large model takes twice the time and memory
-        (Gemma-3: 1.1 s and ~320 MB passing through for an ~80 MB model, against 0.55 s and
-        ~150 MB). The pipeline's model holds just the added tokens, so they keep their ids; it
-        serializes exactly as the exported file parses (tests). An added token the vocabulary
-        does not hold at its id, which ``tokenizers`` renumbers, takes the parser, as does an
-        option ``models.BPE`` cannot take. What the build took is handed back to the OS (:mod:`heap`).
+        Parsed from this version's JSON without its merges, which ``models.BPE`` then takes as
+        they are: parsing a long merge list takes twice the time and memory (Gemma-3's 515k: 1.1 s
+        and ~320 MB passing through for an ~80 MB model, against 0.55 s and ~150 MB). The vocabulary
+        is parsed, so added tokens get the ids the file gives them; the result serializes exactly
+        as the exported file parses (tests). An option ``models.BPE`` cannot take falls back to the
+        parser. What the build took is handed back to the OS (:mod:`heap`).
         """
         options = {k: v for k, v in self.model_options.items() if v is not None}
-        added = {t["content"]: t["id"] for t in self.pipeline.get("added_tokens", [])}
-        hf = None
-        if all(self.vocab.get(content) == i for content, i in added.items()):
-            model = {"type": "BPE", **options, "vocab": added, "merges": []}
-            try:
-                hf = Tokenizer.from_str(json.dumps({"version": "1.0", **self.pipeline, "model": model}))
-                hf.model = models.BPE(vocab=self.vocab, merges=list(self.merges), **options)
-            except Exception:  # what it cannot take, the parser below refuses or reads as the file means it
-                hf = None
-        if hf is None:
+        model = {"type": "BPE", **options, "vocab": self.vocab, "merges": []}
+        try:
+            hf = Tokenizer.from_str(json.dumps({"version": "1.0", **self.pipeline, "model": model}, ensure_ascii=False))
+            hf.model = models.BPE(vocab=self.vocab, merges=list(self.merges), **options)
+        except Exception:  # what it cannot take, the parser refuses with its reason or reads as the file means it
             hf = Tokenizer.from_str(self.to_json())
         release_free_memory()
         return hf
@@ -800,7 +794,13 @@ class BPETokenizer:
         return (n_bytes + extra) / max(n_tokens + extra, 1)
 
 
-def bpe_pieces(symbols: Sequence[str], ranks: Mapping[Merge, int], *, until: int = 1) -> list[str]:
+class MergeRanks(Protocol):
+    """What :func:`bpe_pieces` asks of a rank table: a merge's rank, or None."""
+
+    def get(self, merge: Merge, /) -> int | None: ...
+
+
+def bpe_pieces(symbols: Sequence[str], ranks: MergeRanks, *, until: int = 1) -> list[str]:
     """BPE on one word in Python: merge the lowest-ranked adjacent pair (leftmost on ties) until
     no merge applies or only ``until`` pieces are left.
 

@@ -50,18 +50,21 @@ class MergeGraph:
         self.tokenizer = tokenizer
         self.parents: dict[str, Merge] = {}
         self.producers: dict[str, list[Merge]] = defaultdict(list)
-        self.children: dict[str, set[str]] = defaultdict(set)
-        for (u, v), w in zip(tokenizer.merges, tokenizer.merge_outputs):
-            self.producers[w].append((u, v))
-            self.children[u].add(w)
-            self.children[v].add(w)
+        children: dict[str, list[str]] = defaultdict(list)
+        for merge, w in zip(tokenizer.merges, tokenizer.merge_outputs):  # the merges' own objects, no copies
+            self.producers[w].append(merge)
+            children[merge[0]].append(w)
+            children[merge[1]].append(w)
+        # Tuples, not sets: a set takes 216 bytes or more, and Gemma-3 has 123k parents.
+        self.children: dict[str, tuple[str, ...]] = {t: tuple(dict.fromkeys(c)) for t, c in children.items()}
         for w, merges in self.producers.items():
             self.parents[w] = _applied(w, merges, self.ranks) if len(merges) > 1 else merges[0]
 
     @staticmethod
     def rank_table(merges: Sequence[Merge]) -> dict[Merge, int]:
         """Each merge's rank: its first position in the merge list."""
-        return {m: i for i, m in reversed(list(enumerate(merges)))}
+        # Backwards, so a merge listed twice keeps its first rank; no list of (rank, merge) pairs.
+        return dict(zip(reversed(merges), reversed(range(len(merges)))))
 
     @cached_property
     def ranks(self) -> dict[Merge, int]:
@@ -95,19 +98,20 @@ class MergeGraph:
         graph.tokenizer = tokenizer
         graph.parents = dict(self.parents)
         graph.producers = defaultdict(list, self.producers)
-        graph.children = defaultdict(set, self.children)
+        graph.children = dict(self.children)
         for w in removed:
             del graph.parents[w]
             graph.children.pop(w, None)
             for u, v in graph.producers.pop(w):
                 for parent in (u, v):
-                    graph.children[parent] = graph.children[parent] - {w}
+                    graph.children[parent] = tuple(c for c in graph.children.get(parent, ()) if c != w)
         for u, v in added:
             w = u + v
             graph.parents.setdefault(w, (u, v))
             graph.producers[w] = graph.producers.get(w, []) + [(u, v)]
             for parent in (u, v):
-                graph.children[parent] = graph.children.get(parent, set()) | {w}
+                held = graph.children.get(parent, ())
+                graph.children[parent] = held if w in held else (*held, w)
         return graph
 
     @cached_property
@@ -197,5 +201,9 @@ def _formed_by(token: str, ranks: dict[Merge, int]) -> Merge | None:
 
 
 def _applied(token: str, producers: list[Merge], ranks: dict[Merge, int]) -> Merge:
-    """The producer BPE applies last on the token's own symbols (the first listed when none does)."""
-    return producers[0] if len(producers) == 1 else (_formed_by(token, ranks) or producers[0])
+    """The producer BPE applies last on the token's own symbols (the first listed when none does),
+    as the producers list holds it (a graph of 500k merges holds no second copy of each)."""
+    if len(producers) == 1:
+        return producers[0]
+    formed = _formed_by(token, ranks)
+    return next((m for m in producers if m == formed), producers[0])
