@@ -21,8 +21,10 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
+from kafka.producer.future import FutureRecordMetadata
 
-from pipeline.topics import PipelineSettings, dead_letter_headers
+from pipeline.topics import PipelineSettings, dead_letter
 from registry.api.deps import WriterDep
 from registry.config import RegistrySettings
 from schemas.document import RecordError, decode_document
@@ -37,8 +39,40 @@ def _records(body: bytes, content_type: str) -> list[bytes]:
             raise HTTPException(422, detail=f"the body is not JSON ({str(exc)[:80]})") from None
         if not isinstance(items, list):
             raise HTTPException(422, detail="a JSON body must be an array of documents")
-        return [json.dumps(item, ensure_ascii=False).encode("utf-8") for item in items]
+        return [_record_bytes(item) for item in items]
     return [line for line in body.split(b"\n") if line.strip()]
+
+
+def _record_bytes(item: Any) -> bytes:
+    """An array element as a record's bytes. One holding a lone surrogate (``"\\ud800"``) stays
+    escaped, so the document's rules refuse it with the reason instead of the encoder failing.
+
+    >>> _record_bytes(["é"]), _record_bytes([chr(0xD800)])
+    (b'["\\xc3\\xa9"]', b'["\\\\ud800"]')
+    """
+    try:
+        return json.dumps(item, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(item).encode("utf-8")
+
+
+def _sent(producer: KafkaProducer, topic: str, value: bytes, **options: Any) -> FutureRecordMetadata | KafkaError:
+    """``producer.send``, with a refusal it raises at once (a record too large) as its answer."""
+    try:
+        return producer.send(topic, value=value, **options)
+    except KafkaError as exc:
+        return exc
+
+
+def _failure(outcome: FutureRecordMetadata | KafkaError) -> KafkaError | None:
+    """What went wrong with a send once the producer is flushed, or None if the broker has it."""
+    if isinstance(outcome, KafkaError):
+        return outcome
+    try:
+        outcome.get(timeout=30)
+    except KafkaError as exc:
+        return exc
+    return None
 
 
 def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure_dev: bool = False,
@@ -76,20 +110,37 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         return await run_in_threadpool(_produce, request.app.state.producer, records)
 
     def _produce(producer: KafkaProducer, records: list[bytes]) -> dict[str, Any]:
-        futures, refusals = [], []
+        """Every record produced once or dead-lettered with its reason; the answer says which.
+
+        A record the broker refuses (too large for it, say) is dead-lettered like one the rules
+        refuse. Only a record that reached neither topic fails the request (503), naming it, so
+        that a client resends just those.
+        """
+        reasons: dict[int, str] = {}
+        sends = []
         for k, value in enumerate(records):
             try:
                 doc = decode_document(value, max_bytes=settings.max_record_bytes)
             except RecordError as exc:
-                refusals.append({"record": k, "reason": str(exc)})
-                futures.append(producer.send(settings.dlq_topic, value=value, headers=dead_letter_headers(
-                    str(exc), source=f"http {settings.docs_topic}", line=k + 1)))
+                reasons[k] = str(exc)
                 continue
-            futures.append(producer.send(settings.docs_topic, value=value, key=doc.id.encode("utf-8")))
+            sends.append((k, _sent(producer, settings.docs_topic, value, key=doc.id.encode("utf-8"))))
         producer.flush()
-        for future in futures:
-            future.get(timeout=30)  # a refusal by the broker is a 500: the client sends the batch again
-        return {"accepted": len(records) - len(refusals), "refused": len(refusals), "refusals": refusals}
+        for k, outcome in sends:
+            if (error := _failure(outcome)) is not None:
+                reasons[k] = f"the broker refused it: {type(error).__name__}: {error}"
+        dead = []
+        for k, reason in sorted(reasons.items()):
+            value, headers = dead_letter(records[k], reason, limit=settings.max_record_bytes,
+                                         source=f"http {settings.docs_topic}", line=k + 1)
+            dead.append((k, _sent(producer, settings.dlq_topic, value, headers=headers)))
+        producer.flush()
+        lost = [f"record {k}: {error}" for k, outcome in dead if (error := _failure(outcome)) is not None]
+        if lost:
+            raise HTTPException(503, detail=f"{len(lost)} records reached neither {settings.docs_topic!r} nor "
+                                            f"{settings.dlq_topic!r} (send them again): " + "; ".join(lost[:5]))
+        return {"accepted": len(records) - len(reasons), "refused": len(reasons),
+                "refusals": [{"record": k, "reason": reason} for k, reason in sorted(reasons.items())]}
 
     return app
 

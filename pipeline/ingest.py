@@ -23,7 +23,7 @@ from typing import Any
 from kafka import KafkaProducer
 from tqdm import tqdm
 
-from pipeline.topics import PipelineSettings, dead_letter_headers
+from pipeline.topics import PipelineSettings, dead_letter
 from schemas.document import StreamDocument, encode_document
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
@@ -59,10 +59,11 @@ def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = Fal
             kafka.send(settings.docs_topic, value=record, key=doc_id.encode()).add_errback(failures.append)
             sent += 1
             sent_bytes += len(record)
-        dead = [(bad.data, dead_letter_headers(bad.reason, source=source, line=bad.line)) for bad in corpus.rejected]
-        dead += [(record, dead_letter_headers(f"larger than the limit ({len(record):,} bytes > "
-                                              f"{settings.max_record_bytes:,})", source=f"{source} {doc_id}"))
-                 for doc_id, record in too_large]
+        limit = settings.max_record_bytes
+        dead = [dead_letter(bad.data, bad.reason, limit=limit, source=source, line=bad.line)
+                for bad in corpus.rejected]
+        dead += [dead_letter(record, f"larger than the limit ({len(record):,} bytes > {limit:,})", limit=limit,
+                             source=f"{source} {doc_id}") for doc_id, record in too_large]
         for value, headers in dead:
             kafka.send(settings.dlq_topic, value=value, headers=headers).add_errback(failures.append)
         kafka.flush()

@@ -43,6 +43,21 @@ class PipelineSettings(BaseSettings):
     max_step_docs: int = Field(100_000, ge=1)
 
 
+def dead_letter(value: bytes, reason: str, *, limit: int, source: str, line: int | None = None
+                ) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """A dead-letter record's value and headers: the record itself, cut to ``limit`` bytes when it is
+    larger (no topic takes a record above the broker's limit; ``tokmaint.bytes`` gives its size).
+
+    >>> value, headers = dead_letter(b"x" * 10, "too large", limit=4, source="http docs", line=3)
+    >>> value, dict(headers)["tokmaint.bytes"]
+    (b'xxxx', b'10')
+    """
+    headers = dead_letter_headers(reason, source=source, line=line)
+    if len(value) > limit:
+        headers.append(("tokmaint.bytes", str(len(value)).encode("utf-8")))
+    return value[:limit], headers
+
+
 def dead_letter_headers(reason: str, *, source: str, line: int | None = None, partition: int | None = None,
                         offset: int | None = None) -> list[tuple[str, bytes]]:
     """Kafka headers of a dead-letter record: the reason, and where the record came from (a

@@ -14,6 +14,10 @@ True
 Traceback (most recent call last):
 ...
 schemas.document.RecordError: 'text' must be a string, got null
+>>> decode_document(b'{"id": "\\ud800", "text": "x", "ts": "2021"}')
+Traceback (most recent call last):
+...
+schemas.document.RecordError: 'id' holds a lone surrogate (not valid Unicode)
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ def _string(record: dict[str, Any], key: str, *, required: bool, limit: int | No
         raise RecordError(f"{key!r} must be a string, got {json_kind(value)}")
     if limit is not None and len(value) > limit:
         raise RecordError(f"{key!r} must hold at most {limit} characters, got {len(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # JSON's "\ud800" escape decodes to a str no UTF-8 can hold
+        raise RecordError(f"{key!r} holds a lone surrogate (not valid Unicode)") from None
     return value
 
 
@@ -77,10 +85,6 @@ def decode_document(value: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Stre
         ts = parse_timestamp(record["ts"])
     except ValueError as exc:
         raise RecordError(str(exc)) from None
-    try:
-        body.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RecordError("'text' holds a lone surrogate (not valid Unicode)") from None
     return StreamDocument(doc_id, body, ts, _string(record, "source", required=False, limit=256))
 
 

@@ -63,6 +63,37 @@ def test_good_documents_are_produced_and_refused_ones_dead_lettered(server, brok
     assert sorted(dict(r.headers)["tokmaint.reason"].decode()[:8] for r in dead) == ["'ts' mus", "not JSON"]
 
 
+@pytest.mark.parametrize("form", ["array", "ndjson"])
+def test_each_record_is_produced_once_or_dead_lettered_even_when_one_cannot_be(server, broker, form):
+    """A lone surrogate in an id or a text, or a record larger than the broker takes, between
+    good ones: the good ones are produced once, the bad ones dead-lettered with the reason, and
+    a resend of the same body produces the good ones once more, never a 500."""
+    good = [json.dumps(_doc(k, id=f"{form}-{k}")) for k in range(3)]
+    bad = [json.dumps(_doc(7, id="\ud800"))[:-1] + "}", json.dumps(_doc(8, text="x\ud800"))[:-1] + "}",
+           json.dumps(_doc(9, text="y" * (5 << 20)))]
+    records = [good[0], bad[0], good[1], bad[1], bad[2], good[2]]
+    if form == "array":
+        body, content_type = ("[" + ",".join(records) + "]").encode(), "application/json"
+    else:
+        body, content_type = "\n".join(records).encode(), "application/x-ndjson"
+    response = _post(server, body, content_type)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["accepted"], answer["refused"]) == (3, 3)
+    reasons = {r["record"]: r["reason"] for r in answer["refusals"]}
+    assert reasons[1] == "'id' holds a lone surrogate (not valid Unicode)"
+    assert reasons[3] == "'text' holds a lone surrogate (not valid Unicode)"
+    assert reasons[4].startswith("larger than the limit (5,")
+    produced = [r for r in consume(broker, "docs.http", expected=10_000, timeout=5) if r.key.decode().startswith(form)]
+    assert sorted(r.key.decode() for r in produced) == [f"{form}-{k}" for k in range(3)]
+    dead = [r for r in consume(broker, "docs.http.dlq", expected=10_000, timeout=5)
+            if dict(r.headers)["tokmaint.reason"].decode() in reasons.values()
+            and dict(r.headers).get("tokmaint.source") == b"http docs.http"]
+    assert len(dead) >= 3
+    too_large = next(r for r in dead if dict(r.headers)["tokmaint.reason"].startswith(b"larger"))
+    assert int(dict(too_large.headers)["tokmaint.bytes"]) > 5 << 20 and len(too_large.value) == 1 << 20
+
+
 def test_writes_need_the_token_and_the_configured_topic(server):
     body = json.dumps(_doc(0)).encode()
     assert _post(server, body, token=None).status_code == 401
