@@ -22,11 +22,16 @@ import abc
 import hashlib
 import os
 import re
+import secrets
+import time
 from pathlib import Path
 
-from tokenizer_service.output_dir import write_file
+from tokenizer_service.output_dir import fsync_directory, write_file
 
 _NAME = re.compile(r"[0-9a-f]{64}")
+# A staging file this old belongs to a writer that died: the largest upload (64 MB by default)
+# is written in seconds.
+STALE_STAGING_SECONDS = 3600
 
 
 def artifact_name(data: bytes) -> str:
@@ -56,11 +61,25 @@ class ArtifactStore(abc.ABC):
 
 
 class LocalArtifactStore(ArtifactStore):
-    """Blobs in ``root/ab/cdef…``; each written to a temporary file, fsynced and renamed."""
+    """Blobs in ``root/ab/cdef…``; each written to a staging file of its own (``.<name>.<pid>.<random>.tmp``),
+    fsynced and renamed. Opening a store removes the staging files a killed writer left: those
+    older than ``STALE_STAGING_SECONDS``, so that a live writer's file is left alone."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.stale_staging_removed = self._remove_stale_staging()
+
+    def _remove_stale_staging(self) -> int:
+        cutoff, removed = time.time() - STALE_STAGING_SECONDS, 0
+        for staging in self.root.glob("??/.*.tmp"):
+            try:
+                if staging.stat().st_mtime < cutoff:
+                    staging.unlink()
+                    removed += 1
+            except FileNotFoundError:  # another process cleaned it first
+                continue
+        return removed
 
     def path(self, name: str) -> Path:
         name = check_name(name)
@@ -72,9 +91,12 @@ class LocalArtifactStore(ArtifactStore):
         if final.exists():
             return name
         final.parent.mkdir(exist_ok=True)
-        staging = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        # One staging file per call: threads of one process writing the same blob at once
+        # (identical rollbacks) must not share one.
+        staging = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
         write_file(staging, data)
         os.replace(staging, final)
+        fsync_directory(final.parent)
         return name
 
     def get(self, name: str) -> bytes:
