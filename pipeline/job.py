@@ -480,7 +480,8 @@ class PipelineJob:
         planning = time.perf_counter()
         # The stream's bytes/token with the version in use, at the last step written: what the
         # registry shows beside the version the revision makes.
-        plan = self.lineage_stats.plan(self._step, metrics={"bytes_per_token": self._bytes_per_token},
+        measured = {} if self._bytes_per_token is None else {"bytes_per_token": self._bytes_per_token}
+        plan = self.lineage_stats.plan(self._step, metrics=measured,
                                        made=self._load if then is not None else None)
         # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)

@@ -4,6 +4,11 @@ API and the client, which must not need the database layer to parse a reference)
 from __future__ import annotations
 
 
+# The largest number an SQL BIGINT holds: a larger one names no version (and SQLite would
+# raise OverflowError on it).
+MAX_VERSION = (1 << 63) - 1
+
+
 def version_number(ref: int | str) -> int | None:
     """The version number a reference names, or None for ``latest`` or an alias. Only ASCII
     digits count: ``"²".isdigit()`` is True, but no version is called that.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -41,10 +42,10 @@ from sqlalchemy.orm import Session
 from registry.artifacts import ArtifactStore
 from registry.checker import EncodingChecker
 from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, Version, utcnow
-from registry.refs import version_number
+from registry.refs import MAX_VERSION, version_number
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.errors import InvalidTokenizer, json_kind
 from tokenizer_service.merge_graph import unreachable_tokens
 from tokenizer_service.options import lineage_name
 from tokenizer_service.revision_diff import diff_entries
@@ -91,6 +92,28 @@ class VersionInfo:
                    changed_ids=row.changed_ids, metrics=dict(row.metrics), created_by=row.created_by,
                    # SQLite hands back naive datetimes; every time here is UTC.
                    created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc))
+
+
+def metrics_problems(metrics: Any) -> list[str]:
+    """Why a version's ``metrics`` cannot be stored: they must be an object of finite numbers
+    (versions are immutable, so a bad value would break every page that plots them, for good).
+
+    >>> metrics_problems({"bytes_per_token": 3.2, "rollback_to": 4})
+    []
+    >>> metrics_problems({"bytes_per_token": "3.2", "x": float("nan"), "y": True})
+    ['metrics.bytes_per_token: must be a number, got a string', 'metrics.x: must be finite, got nan', 'metrics.y: must be a number, got a boolean']
+    """
+    if not isinstance(metrics, dict):
+        return [f"metrics: must be an object of numbers, got {json_kind(metrics)}"]
+    reasons = []
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not 0 < len(key) <= 100:
+            reasons.append(f"metrics: a name must be 1 to 100 characters, got {str(key)[:40]!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            reasons.append(f"metrics.{key}: must be a number, got {json_kind(value)}")
+        elif not math.isfinite(value):
+            reasons.append(f"metrics.{key}: must be finite, got {value}")
+    return reasons
 
 
 def check_lineage_name(name: str) -> str:
@@ -209,8 +232,8 @@ class Registry:
         """A page of a lineage's versions, oldest first, and how many there are."""
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
-            rows = session.scalars(select(Version).where(Version.lineage_id == lineage.id)
-                                   .order_by(Version.number).offset(offset).limit(limit)).all()
+            rows = session.scalars(select(Version).where(Version.lineage_id == lineage.id).order_by(Version.number)
+                                   .offset(min(offset, MAX_VERSION)).limit(min(limit, MAX_VERSION))).all()
             return [VersionInfo.of(r, name) for r in rows], lineage.latest
 
     def version(self, name: str, ref: int | str = "latest") -> VersionInfo:
@@ -233,6 +256,8 @@ class Registry:
 
     def _resolve(self, session: Session, lineage: Lineage, ref: int | str) -> int:
         if (number := version_number(ref)) is not None:
+            if not 0 < number <= MAX_VERSION:
+                raise RegistryError("version_not_found", [f"lineage {lineage.name!r} has no version {number}"])
             return number
         if ref == "latest":
             return lineage.latest
@@ -282,6 +307,8 @@ class Registry:
                        created_by: str = "", metrics: dict[str, Any] | None = None) -> VersionInfo:
         """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
         check_lineage_name(name)
+        if reasons := metrics_problems(metrics or {}):
+            raise RegistryError("invalid_request", reasons)
         text, data = upload_text(tokenizer_json)
         encoding = self._encoding_check(text, data)
         tokenizer = parse_tokenizer(text)
@@ -313,6 +340,8 @@ class Registry:
         refused) after every check; the latest version's own content again returns it."""
         if kind not in VERSION_KINDS or kind == "initial":
             raise RegistryError("invalid_request", [f"kind must be one of {VERSION_KINDS[1:]}, got {kind!r}"])
+        if reasons := metrics_problems(metrics or {}):
+            raise RegistryError("invalid_request", reasons)
         text, data = upload_text(tokenizer_json)
         sha = hashlib.sha256(data).hexdigest()
         uploaded = self._parse_diff(diff_json) if diff_json is not None else None

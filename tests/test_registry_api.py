@@ -134,6 +134,12 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
          "lineage name must be"),
         ("an unknown lineage", "/v1/tokenizers/nope/versions", json.dumps({"tokenizer": tokenizer}).encode(), 404,
          "no lineage 'nope'"),
+        ("a tokenizer key nested 500 deep", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": tokenizer[:-1] + ',"extra":' + "[" * 500 + "]" * 500 + "}"}).encode(), 422,
+         "nested more than 64 levels deep"),
+        ("a diff nested 500 deep", "/v1/tokenizers/refusals/versions",
+         json.dumps({"tokenizer": tokenizer, "diff": {"config": json.loads("[" * 500 + "]" * 500)}}).encode(), 422,
+         "nested more than 64 levels deep"),
     ]
     # "²" passes str.isdigit but is no version number (schemathesis found the 500 it once gave).
     superscript = httpx.get(f"{server}/v1/tokenizers/refusals/versions/²/tokenizer.json")
@@ -150,6 +156,31 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
     assert _post(server, "/v1/tokenizers/refusals/rollback", b'{"to": 1}', token=None).status_code == 401
     assert client.versions("refusals")["count"] == 1
     assert [lineage["name"] for lineage in client.lineages()].count("refusals") == 1
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/tokenizers/{name}/versions/{n}", "/v1/tokenizers/{name}/versions/{n}/tokenizer.json",
+    "/v1/tokenizers/{name}/versions/{n}/diff", "/v1/tokenizers/{name}/versions?offset={n}",
+    "/v1/tokenizers/{name}/versions?limit={n}", "/v1/tokenizers/{name}/diff?from={n}", "/v1/tokenizers/{name}/diff?from=1&to={n}",
+    "/lineages/{name}/versions/{n}", "rollback", "alias"])
+def test_version_numbers_past_what_sql_holds_answer_4xx(server, revisions, path):
+    """2^63 and beyond name no version: SQLite raised OverflowError, a 500, on every such path."""
+    client = RegistryClient(server, token=TOKEN)
+    if "huge" not in [lineage["name"] for lineage in client.lineages()]:
+        client.create("huge", revisions[0].to_json())
+    for n in (1 << 63, 1 << 64, 10 ** 30):
+        if path == "rollback":
+            response = _post(server, "/v1/tokenizers/huge/rollback", json.dumps({"to": n}).encode())
+        elif path == "alias":
+            response = httpx.put(f"{server}/v1/tokenizers/huge/aliases/prod", json={"version": n},
+                                 headers={"Authorization": f"Bearer {TOKEN}"})
+        else:
+            response = httpx.get(server + path.format(name="huge", n=n))
+        assert response.status_code < 500, (path, n, response.text)
+        if "offset" in path or "limit" in path:
+            assert response.status_code == 200
+        else:
+            assert response.status_code in (404, 422), (path, n, response.text)
 
 
 def test_a_writable_server_needs_a_token():

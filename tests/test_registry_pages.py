@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from registry.client import RegistryClient
+from registry.client import RegistryClient, RegistryRefused
 from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.conftest import sentences
 from tests.test_registry_store import variant
@@ -18,6 +18,11 @@ from tokenizer_service.bpe import BPETokenizer
 @pytest.fixture(scope="module")
 def registry(registry_server):
     return registry_server[0]
+
+
+@pytest.fixture(scope="module")
+def registry_root(registry_server):
+    return registry_server[1]
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +92,31 @@ def test_the_drift_plot_is_a_png(registry, published):
 
 def test_a_lineage_that_does_not_exist_is_a_404(registry):
     assert httpx.get(f"{registry}/lineages/nothing-here").status_code == 404
+
+
+@pytest.mark.parametrize("bad", [{"bytes_per_token": "3.5"}, {"bytes_per_token": {"a": 1}},
+                                 {"bytes_per_token": float("nan")}, {"bytes_per_token": True}])
+def test_metrics_that_are_not_finite_numbers_are_refused(registry, published, bad):
+    with RegistryClient(registry, token=TOKEN) as client:
+        with pytest.raises(RegistryRefused) as refused:
+            client.publish(published[0], b"{}", kind="import", metrics=bad)  # refused before the tokenizer is read
+        assert refused.value.status == 422 and "metrics.bytes_per_token: must be" in str(refused.value)
+        assert client.version(published[0])["number"] == 3
+
+
+def test_a_version_stored_with_bad_metrics_still_renders(registry, registry_root, published):
+    """Versions never change, so one stored with bad metrics before they were checked must not
+    break the lineage page or its plot for good."""
+    from sqlalchemy import create_engine, update
+
+    from registry.models import Lineage, Version
+
+    engine = create_engine(f"sqlite:///{registry_root / 'registry.db'}")
+    with engine.begin() as connection:
+        lineage_id = connection.execute(Lineage.__table__.select().where(Lineage.name == published[0])).first().id
+        connection.execute(update(Version).where(Version.lineage_id == lineage_id, Version.number == 2)
+                           .values(metrics={"bytes_per_token": {"not": "a number"}}))
+    engine.dispose()
+    page = httpx.get(f"{registry}/lineages/{published[0]}")
+    assert page.status_code == 200 and "3.250" in page.text
+    assert httpx.get(f"{registry}/lineages/{published[0]}/drift.png").status_code == 200

@@ -69,6 +69,8 @@ CASES = [
     ("merges missing", lambda g: edited(g, lambda d: d["model"].pop("merges")), "model.merges: must be a list"),
     ("added token without id", lambda g: edited(g, lambda d: d["added_tokens"].append({"content": "<x>"})),
      "added_tokens: 1 entries without a non-empty 'content' and an 'id'"),
+    ("a key nested 500 deep", lambda g: edited(g, lambda d: d.update(extra=json.loads("[" * 500 + "]" * 500))),
+     "extra" + "[0]" * 64 + ": nested more than 64 levels deep"),
     ("pre-tokenizer tokenizers rejects", lambda g: edited(g, lambda d: d.update(pre_tokenizer={"type": "Nope"})),
      "tokenizer.json does not load in tokenizers: data did not match any variant"),
 ]

@@ -37,6 +37,10 @@ from tokenizer_service.round_trip import pipeline_steps
 
 Merge = tuple[str, str]
 
+# Real tokenizer.json files nest under ten levels; a deeper one is refused before any code
+# recurses into it (copy.deepcopy fails near 500).
+MAX_JSON_DEPTH = 64
+
 # Ids index embedding rows and per-id arrays, so an id of 10**9 would allocate gigabytes. The
 # largest real vocabularies hold ~262k tokens; 4M leaves room for years of holes.
 MAX_ID_SPACE = 1 << 22
@@ -127,27 +131,40 @@ def _examples(items: list[Any], what: str, path: str) -> str:
     return f"{path}: {len(items)} {what}, e.g. {', '.join(items[:3])}"
 
 
-def _duplicate_keys(value: Any, path: str = "") -> Iterator[str]:
-    """Every key a JSON object held twice, by its JSON path.
+def json_shape_problems(data: Any) -> Iterator[str]:
+    """Every key a JSON object held twice, by its JSON path, and a part nested deeper than
+    ``MAX_JSON_DEPTH`` (walked without recursion: nothing later recurses into a deep file).
 
-    >>> list(_duplicate_keys(json.loads('{"m": {"a": 1, "a": 2}}', object_pairs_hook=_JSONObject.from_pairs)))
+    >>> list(json_shape_problems(json.loads('{"m": {"a": 1, "a": 2}}', object_pairs_hook=_JSONObject.from_pairs)))
     ["m: key 'a' appears more than once"]
+    >>> deep = {}
+    >>> for _ in range(100):
+    ...     deep = {"x": deep}
+    >>> list(json_shape_problems({"normalizer": deep}))[0][:50]
+    'normalizer.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x.x'
     """
-    if isinstance(value, dict):
-        for key in getattr(value, "duplicates", ()):
-            yield f"{path or '(top level)'}: key {key!r} appears more than once"
-        for key, child in value.items():
-            child_path = f"{path}.{key}" if path else key
-            if path == "model" and key in ("vocab", "merges"):
-                # Ids and pairs of strings (checked on their own): no need to walk 100k+ of them.
-                for duplicate in getattr(child, "duplicates", ()):
-                    yield f"{child_path}: key {duplicate!r} appears more than once"
-            elif isinstance(child, (dict, list)):
-                yield from _duplicate_keys(child, child_path)
-    elif isinstance(value, list):
-        for k, child in enumerate(value):
-            if isinstance(child, (dict, list)):
-                yield from _duplicate_keys(child, f"{path}[{k}]")
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            yield f"{path}: nested more than {MAX_JSON_DEPTH} levels deep (tokenizer.json files nest a few)"
+            return
+        if isinstance(value, dict):
+            for key in getattr(value, "duplicates", ()):
+                yield f"{path or '(top level)'}: key {key!r} appears more than once"
+            children = []
+            for key, child in value.items():
+                child_path = f"{path}.{key}" if path else key
+                if path == "model" and key in ("vocab", "merges"):
+                    # Ids and pairs of strings (checked on their own): no need to walk 100k+ of them.
+                    for duplicate in getattr(child, "duplicates", ()):
+                        yield f"{child_path}: key {duplicate!r} appears more than once"
+                elif isinstance(child, (dict, list)):
+                    children.append((child, child_path, depth + 1))
+            stack.extend(reversed(children))
+        elif isinstance(value, list):
+            stack.extend(reversed([(child, f"{path}[{k}]", depth + 1) for k, child in enumerate(value)
+                                   if isinstance(child, (dict, list))]))
 
 
 def _is_id(value: Any) -> bool:
@@ -244,7 +261,7 @@ outside the vocabulary, e.g. [0] ab']
     """
     if not isinstance(data, dict):
         return [f"the top level must be a JSON object, got {json_kind(data)}"]
-    reasons = list(_duplicate_keys(data))
+    reasons = list(json_shape_problems(data))
     model = data.get("model")
     if not isinstance(model, dict):
         return reasons + [f"model: must be an object, got {'nothing' if model is None else json_kind(model)}"]

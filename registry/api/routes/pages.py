@@ -9,6 +9,7 @@ pipeline's last step before the revision); a version without it shows none.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from registry.api.deps import RegistryDep
+from registry.store import VersionInfo
 from schemas.revision import RevisionDiff
 
 router = APIRouter(include_in_schema=False)
@@ -45,6 +47,19 @@ def diff_rows(diff: RevisionDiff, child: Mapping[int, str], parent: Mapping[int,
             for e in diff.entries]
 
 
+def bytes_per_token(version: VersionInfo) -> float | None:
+    """The version's recorded bytes/token, if it is a finite number (a version stored before
+    metrics were checked may hold anything, and versions never change).
+
+    >>> from types import SimpleNamespace as V
+    >>> bytes_per_token(V(metrics={"bytes_per_token": 3.5})), bytes_per_token(V(metrics={"bytes_per_token": "x"}))
+    (3.5, None)
+    """
+    value = version.metrics.get("bytes_per_token")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, registry: RegistryDep) -> HTMLResponse:
     lineages = [{"name": name, "latest": latest, "aliases": registry.aliases(name)}
@@ -60,7 +75,8 @@ def lineage_page(name: str, request: Request, registry: RegistryDep) -> HTMLResp
     for alias, number in aliases.items():
         by_number.setdefault(number, []).append(alias)
     return templates.TemplateResponse(request, "lineage.html", {
-        "name": name, "latest": latest, "versions": list(reversed(versions)), "aliases": by_number})
+        "name": name, "latest": latest, "versions": list(reversed(versions)), "aliases": by_number,
+        "bytes_per_token": {v.number: bytes_per_token(v) for v in versions}})
 
 
 @router.get("/lineages/{name}/versions/{number}", response_class=HTMLResponse)
@@ -84,8 +100,8 @@ def drift_plot(name: str, registry: RegistryDep) -> Response:
 
     versions, _ = registry.versions(name, limit=10_000)
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    measured = [v for v in versions if "bytes_per_token" in v.metrics]
-    top.plot([v.created_at for v in measured], [v.metrics["bytes_per_token"] for v in measured], marker="o")
+    measured = [(v.created_at, value) for v in versions if (value := bytes_per_token(v)) is not None]
+    top.plot([at for at, _ in measured], [value for _, value in measured], marker="o")
     top.set_ylabel("bytes/token")
     top.set_title(f"{name}: drift" + ("" if measured else " (no version recorded bytes/token)"))
     bottom.vlines([v.created_at for v in versions], 0, [v.changed_ids for v in versions])

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep
 from registry.refs import version_number
 from registry.store import Registry, RegistryError, VersionInfo
-from tokenizer_service.bpe import parse_json
+from tokenizer_service.bpe import json_shape_problems, parse_json
 from tokenizer_service.errors import InvalidTokenizer, json_kind
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
@@ -117,6 +117,8 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
         raise RegistryError("invalid_request", [f"the body is {exc.reasons[0]}"]) from None
     if not isinstance(data, dict):
         raise RegistryError("invalid_request", ["the body must be a JSON object"])
+    if problems := list(json_shape_problems(data)):  # a diff's config nested 500 deep, say
+        raise RegistryError("invalid_request", [f"the body: {problem}" for problem in problems])
     return data
 
 
