@@ -25,7 +25,8 @@ from kafka.errors import KafkaError
 from kafka.producer.future import FutureRecordMetadata
 
 from pipeline.topics import PipelineSettings, dead_letter
-from registry.api.deps import WriterDep
+from registry.api.deps import WriterDep, read_body
+from registry.api.errors import install_error_shape
 from registry.config import RegistrySettings
 from schemas.document import RecordError, decode_document
 
@@ -88,6 +89,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         app.state.producer.close()
 
     app = FastAPI(title="tokmaint ingest", version="1", lifespan=lifespan)
+    install_error_shape(app)
     # The registry's writer check reads its settings: the same token, the same rule.
     app.state.settings = RegistrySettings(token=token, insecure_dev=insecure_dev)
 
@@ -100,12 +102,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         """Check each document; produce the good ones, dead-letter the rest; counts and reasons."""
         if topic != settings.docs_topic:
             raise HTTPException(404, detail=f"no stream {topic!r} here (this one takes {settings.docs_topic!r})")
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
-            raise HTTPException(413, detail=f"the body is {int(declared):,} bytes; the limit is {max_body_bytes:,}")
-        body = await request.body()
-        if len(body) > max_body_bytes:
-            raise HTTPException(413, detail=f"the body is {len(body):,} bytes; the limit is {max_body_bytes:,}")
+        body = await read_body(request, max_body_bytes)
         records = _records(body, request.headers.get("content-type", "application/x-ndjson"))
         return await run_in_threadpool(_produce, request.app.state.producer, records)
 

@@ -18,7 +18,7 @@ TOKEN = "i" * 32
 
 
 @pytest.fixture(scope="module")
-def server(broker):
+def served(broker):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "ingest-server", "--port", str(port),
                                 "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic", "docs.http.dlq"],
@@ -33,9 +33,18 @@ def server(broker):
         except httpx.HTTPError:
             assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-2000:]
             time.sleep(0.1)
-    yield url
+    yield url, process
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
+
+
+def _resident_mb(pid: int) -> float:
+    return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS")) / 1024
 
 
 def _doc(k: int, **changes) -> dict:
@@ -95,11 +104,34 @@ def test_each_record_is_produced_once_or_dead_lettered_even_when_one_cannot_be(s
 
 
 def test_writes_need_the_token_and_the_configured_topic(server):
+    """Refused in the registry's one error shape."""
     body = json.dumps(_doc(0)).encode()
-    assert _post(server, body, token=None).status_code == 401
-    assert _post(server, body, token="wrong").status_code == 401
-    assert _post(server, body, topic="elsewhere").status_code == 404
-    assert _post(server, b'{"a": 1}', "application/json").status_code == 422
+    for response, status, code in [(_post(server, body, token=None), 401, "unauthorized"),
+                                   (_post(server, body, token="wrong"), 401, "unauthorized"),
+                                   (_post(server, body, topic="elsewhere"), 404, "not_found"),
+                                   (_post(server, b'{"a": 1}', "application/json"), 422, "invalid_request")]:
+        assert response.status_code == status
+        answer = response.json()
+        assert set(answer) == {"error_code", "message", "reasons"} and answer["error_code"] == code, answer
+
+
+def test_a_chunked_upload_over_the_limit_is_refused_before_it_is_buffered(served):
+    """No Content-Length: the server must count as it reads, not hold 256 MiB first."""
+    url, process = served
+    before = _resident_mb(process.pid)
+    chunk = (json.dumps(_doc(0)) + "\n").encode() * (1 << 14)
+
+    def body():
+        for _ in range((256 << 20) // len(chunk)):
+            yield chunk
+
+    headers = {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TOKEN}"}
+    try:
+        response = httpx.post(f"{url}/v1/streams/docs.http/documents", content=body(), headers=headers, timeout=60)
+        assert response.status_code == 413 and response.json()["error_code"] == "too_large"
+    except httpx.HTTPError:  # the server answered and closed while the client still sent: no 413 read
+        pass
+    assert _resident_mb(process.pid) - before < 128  # the 64 MiB limit, not the 256 MiB sent
 
 
 def test_a_bounded_load_test_reports_documents_per_second(server, broker, capsys):

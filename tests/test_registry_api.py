@@ -153,6 +153,11 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
     unauthorised = _post(server, "/v1/tokenizers/refusals/versions", json.dumps({"tokenizer": tokenizer}).encode(),
                          token="wrong")
     assert unauthorised.status_code == 401 and unauthorised.headers["www-authenticate"] == "Bearer"
+    assert unauthorised.json()["error_code"] == "unauthorized"  # one error shape, FastAPI's own refusals too
+    negative = httpx.get(f"{server}/v1/tokenizers/refusals/versions?offset=-1")
+    assert negative.status_code == 422 and negative.json()["error_code"] == "invalid_request"
+    assert any("offset" in r for r in negative.json()["reasons"])
+    assert httpx.get(f"{server}/v1/no-such-path").json()["error_code"] == "not_found"
     assert _post(server, "/v1/tokenizers/refusals/rollback", b'{"to": 1}', token=None).status_code == 401
     assert client.versions("refusals")["count"] == 1
     assert [lineage["name"] for lineage in client.lineages()].count("refusals") == 1

@@ -31,6 +31,21 @@ def require_writer(request: Request) -> str:
     return "token"
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as it passes ``limit`` bytes: by its declared
+    length, or while a chunked upload streams in (never buffered whole first)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, detail=f"the upload is {int(declared):,} bytes; the limit is {limit:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, detail=f"the upload is more than {limit:,} bytes; the limit is {limit:,}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 SettingsDep = Annotated[RegistrySettings, Depends(get_settings)]
 WriterDep = Annotated[str, Depends(require_writer)]

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from registry.api.errors import error_body, install_error_shape
 from registry.api.routes import pages
 from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
 from registry.artifacts import LocalArtifactStore
@@ -132,11 +133,12 @@ def create_app(settings: RegistrySettings) -> FastAPI:
     app.include_router(router)
     app.include_router(pages.router)
 
+    install_error_shape(app)
+
     @app.exception_handler(RegistryError)
     async def refused(request: Request, exc: RegistryError) -> JSONResponse:
         app.state.metrics.refusals.labels(exc.code).inc()
-        return JSONResponse(status_code=exc.status,
-                            content={"error_code": exc.code, "message": str(exc), "reasons": exc.reasons})
+        return JSONResponse(status_code=exc.status, content=error_body(exc.code, exc.reasons))
 
     # RequestMetrics, added last, is the outermost: cached downloads are counted too.
     app.add_middleware(CachedDownloads, cache=app.state.cache)

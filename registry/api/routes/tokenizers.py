@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from registry.api.deps import RegistryDep, SettingsDep, WriterDep
+from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
 from registry.refs import version_number
 from registry.store import Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import json_shape_problems, parse_json
@@ -104,12 +104,7 @@ def not_modified(sha: str, if_none_match: str) -> bool:
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
     """The request's JSON object, refused (413, 422) before anything is stored."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RegistryError("too_large", [f"the upload is {int(declared):,} bytes; the limit is {limit:,}"])
-    body = await request.body()
-    if len(body) > limit:
-        raise RegistryError("too_large", [f"the upload is {len(body):,} bytes; the limit is {limit:,}"])
+    body = await read_body(request, limit)
     try:
         # Parsed once, remembering duplicate keys, so the tokenizer inside is not re-encoded.
         data = parse_json(body)
