@@ -170,6 +170,16 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
     gone = sorted(t for t, i in specials.items() if kept.get(t) != i)
     if gone:
         reasons.append(f"{len(gone)} special tokens are missing or moved, e.g. {gone[:3]}")
+    # Ids alone tell a trainer what changed: text tokenized another way under the same ids
+    # would reach it with an empty diff.
+    changed = sorted(k for k in (parent.pipeline.keys() | child.pipeline.keys()) - {"added_tokens", "version"}
+                     if parent.pipeline.get(k) != child.pipeline.get(k))
+    changed += [f"model.{k}" for k in sorted(parent.model_options.keys() | child.model_options.keys())
+                if parent.model_options.get(k) != child.model_options.get(k)]
+    if changed:
+        reasons.append(f"the pipeline changed ({', '.join(changed)}): every version of a lineage tokenizes text "
+                       "the way its parent does, so that a diff of ids says all that changed; publish a tokenizer "
+                       "with another pipeline as a new lineage")
     return reasons
 
 

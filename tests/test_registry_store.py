@@ -193,7 +193,17 @@ REFUSALS = [
     ("surviving tokens moved", lambda r: (_moved_ids(r.tokenizer), None), 409, "surviving tokens changed their id"),
     ("unreachable added token", lambda r: (_unreachable_add(r.tokenizer), None), 422, "added tokens are unreachable"),
     ("not a diff", lambda r: (r.tokenizer.to_json().encode(), b'{"entries": 3}'), 422, "not a revision diff"),
+    ("only the pre-tokenizer changed", lambda r: (_other_pre_tokenizer(r.tokenizer), None), 409,
+     "the pipeline changed (pre_tokenizer)"),
 ]
+
+
+def _other_pre_tokenizer(tokenizer: BPETokenizer) -> bytes:
+    """The same vocabulary and merges, words split another way: an empty diff of ids."""
+    data = json.loads(tokenizer.to_json())
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                                                     data["pre_tokenizer"]]}
+    return json.dumps(data).encode()
 
 
 @pytest.mark.parametrize("case, make, status, reason", REFUSALS, ids=[c[0] for c in REFUSALS])
