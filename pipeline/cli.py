@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker
 from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
 
 
@@ -31,15 +32,15 @@ def _pipeline_settings(args: argparse.Namespace):
 def cmd_ingest(args: argparse.Namespace) -> int:
     from pipeline.ingest import ingest
 
-    report = ingest(args.corpus, _pipeline_settings(args), skip_bad=args.skip_bad, progress=show_progress(args),
+    settings = _pipeline_settings(args)
+    wait_for_broker(settings.bootstrap, wait=args.wait)
+    report = ingest(args.corpus, settings, skip_bad=args.skip_bad, progress=show_progress(args),
                     compression=None if args.compression == "none" else args.compression)
     print_result(report, as_json=args.json)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import redis
-
     from pipeline.job import PipelineJob
     from registry.client import RegistryClient
     from tokenizer_service.evolve import StreamSettings
@@ -51,8 +52,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         metrics = PipelineMetrics.create(args.lineage)
         metrics.serve(args.metrics_port)
+    settings = _pipeline_settings(args)
+    redis_client = connect_redis(args.redis, wait=args.wait)
+    wait_for_broker(settings.bootstrap, wait=args.wait)
     with RegistryClient(args.registry) as registry:
-        job = PipelineJob(settings=_pipeline_settings(args), stream=stream, redis_client=redis.Redis.from_url(args.redis),
+        job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client,
                           registry=registry, lineage=args.lineage, metrics=metrics)
         try:
             report = job.run(max_steps=args.max_steps, until_idle=args.until_idle)
@@ -63,8 +67,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_revise(args: argparse.Namespace) -> int:
-    import redis
-
     from pipeline.job import LineageStatistics
     from registry.client import RegistryClient
     from tokenizer_service.errors import TokmaintError
@@ -72,7 +74,7 @@ def cmd_revise(args: argparse.Namespace) -> int:
 
     with RegistryClient(args.registry) as registry:
         stats = LineageStatistics(stream=chosen_settings(args.parser, args, StreamSettings),
-                                  redis_client=redis.Redis.from_url(args.redis), registry=registry,
+                                  redis_client=connect_redis(args.redis, wait=args.wait), registry=registry,
                                   lineage=args.lineage, existing=True)
         meta = stats.store.meta()
         if not meta["step"]:
@@ -87,15 +89,13 @@ def cmd_revise(args: argparse.Namespace) -> int:
 def cmd_residues_job(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import redis
-
     from pipeline.redis_store import RedisStatsStore
     from pipeline.residues_job import run_residues_job
     from registry.client import RegistryClient
     from tokenizer_service.residue_audit import ResidueOptions
 
     options = ResidueOptions(r=args.r, s=args.s, scope=args.scope, kind=None if args.kind == "auto" else args.kind)
-    store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
+    store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         result = run_residues_job(store, registry, options=options, out=Path(args.out) if args.out else None,
                                   publish=args.publish)
@@ -104,13 +104,11 @@ def cmd_residues_job(args: argparse.Namespace) -> int:
 
 
 def cmd_stats_show(args: argparse.Namespace) -> int:
-    import redis
-
     from pipeline.redis_store import RedisStatsStore
     from pipeline.stats_report import stats_report
     from registry.client import RegistryClient
 
-    store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
+    store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         version = store.meta()["version"] or registry.version(args.lineage)["number"]
         tokenizer = registry.tokenizer(args.lineage, version)
@@ -119,13 +117,11 @@ def cmd_stats_show(args: argparse.Namespace) -> int:
 
 
 def cmd_stats_snapshot(args: argparse.Namespace) -> int:
-    import redis
-
     from pipeline.redis_store import RedisStatsStore
     from pipeline.stats_report import stats_snapshot
     from registry.client import RegistryClient
 
-    store = RedisStatsStore.open(redis.Redis.from_url(args.redis), lineage=args.lineage)
+    store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         tokenizer = registry.tokenizer(args.lineage, store.meta()["version"] or "latest")
     folder = stats_snapshot(store, tokenizer, args.out)
@@ -162,6 +158,15 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
                         help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
     parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
     parser.add_argument("--lineage", required=True, help="the registry lineage")
+    _add_wait_option(parser)
+
+
+def _add_wait_option(parser: argparse.ArgumentParser) -> None:
+    if any(action.dest == "wait" for action in parser._actions):
+        return
+    parser.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+                        help="how long to wait for Redis and the Kafka broker before stopping with the part's name "
+                             f"and address (default: {DEFAULT_WAIT_SECONDS:g})")
 
 
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
@@ -172,6 +177,7 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-record-bytes", type=int, help="larger records are dead-lettered (default: "
                                                              "TOKMAINT_PIPELINE_MAX_RECORD_BYTES or 1 MiB)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    _add_wait_option(parser)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
