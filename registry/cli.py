@@ -28,7 +28,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = RegistrySettings(insecure_dev=args.insecure_dev, **chosen)
     except ValidationError as exc:
-        raise TokmaintError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        # Name the setting: "Input should be a valid number" alone does not say which one.
+        raise TokmaintError("; ".join(
+            (f"TOKMAINT_REGISTRY_{str(e['loc'][0]).upper()}={e['input']!r}: " if e["loc"] else "")
+            + e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
     if settings.token is None:
         print("tokmaint: warning: --insecure-dev: writes need no token; never expose this server", flush=True)
     app = create_app(settings)

@@ -7,7 +7,7 @@ not at the first request.
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_TOKENS = {"", "changeme", "change-me", "secret", "token", "password"}
@@ -20,9 +20,9 @@ class RegistrySettings(BaseSettings):
     artifacts: str = "tokmaint-registry/artifacts"
     token: str | None = None
     insecure_dev: bool = False
-    max_upload_mb: float = 64.0
-    max_page: int = 1000
-    max_watch_seconds: float = 60.0
+    max_upload_mb: float = Field(64.0, gt=0)
+    max_page: int = Field(1000, ge=1)
+    max_watch_seconds: float = Field(60.0, ge=0)
     # Run the tokenizers library's checks of an upload in a process beside the server's own
     # checks (False: in the server, one after the other).
     check_process: bool = True

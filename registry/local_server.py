@@ -29,17 +29,22 @@ def free_port() -> int:
 
 def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Start a server with its database and artifacts in ``root`` and the extra environment
-    ``env`` (the token, limits); returns it and its URL once it answers."""
+    ``env`` (the token, limits); returns it and its URL once it answers. Its output goes to
+    ``root/server.log`` (a pipe nobody reads would block a chatty server once it filled)."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
-         f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
-        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "server.log"
+    with open(log, "ab") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
+             f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
+            env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise TokmaintError(f"the registry server exited: {process.stdout.read().decode()[-500:]}")
+            tail = log.read_bytes()[-500:].decode("utf-8", "replace")
+            raise TokmaintError(f"the registry server exited (its log: {log}): {tail}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return process, url

@@ -188,6 +188,16 @@ def test_version_numbers_past_what_sql_holds_answer_4xx(server, revisions, path)
             assert response.status_code in (404, 422), (path, n, response.text)
 
 
+def test_a_local_server_logs_to_a_file_and_a_failed_start_shows_it(tmp_path):
+    """``start_server`` sends the server's output to ``server.log`` (never a pipe nobody reads)."""
+    from tokenizer_service.errors import TokmaintError
+
+    with pytest.raises(TokmaintError) as failed:
+        start_server(tmp_path / "bad", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "lots"})
+    assert "server.log" in str(failed.value) and "MAX_UPLOAD_MB" in str(failed.value).upper()
+    assert (tmp_path / "bad" / "server.log").stat().st_size > 0
+
+
 def test_a_writable_server_needs_a_token():
     env = {k: v for k, v in os.environ.items() if k != "TOKMAINT_REGISTRY_TOKEN"}
     result = subprocess.run([sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(free_port())],
