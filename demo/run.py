@@ -191,7 +191,8 @@ def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bo
                 raise TokmaintError(f"the trainer failed: {(root / 'trainer.log').read_text()[-2000:]}")
             first_run = json.loads(trainer_report.read_text(encoding="utf-8"))
             # A short run from the checkpoint takes the last version, if the first ended before it.
-            subprocess.run([*trainer_cmd, "--steps", str(LAST_STEPS)], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([*trainer_cmd, "--steps", str(settings.trainer_steps + LAST_STEPS)], check=True,
+                           stdout=subprocess.DEVNULL)
             last_run = json.loads(trainer_report.read_text(encoding="utf-8"))
             summary = write_report(out, registry=registry, lineage=LINEAGE, parts=parts,
                                    arrivals=arrivals, pipeline=job_result, trainer=[first_run, last_run],

@@ -131,7 +131,12 @@ def test_the_trainer_run_command(registry_server, lineage_versions, drifting_cor
     whole = json.loads((tmp_path / "report.json").read_text())
     assert len(whole["losses"]) == 4 and whole["losses"][-1] == first["last_loss"] and whole["versions"] == [1] * 4
     assert (first["steps"], first["version"], first["taken"]) == (4, 1, []) and first["last_loss"] > 0
-    assert main(argv) == 0  # resumes from the checkpoint
+    assert main(argv) == 0  # the same command again: --steps is the total, reached already
+    again = json.loads(capsys.readouterr().out)
+    assert (again["steps"], again["last_loss"]) == (4, None)
+    more = list(argv)
+    more[more.index("--steps") + 1] = "8"
+    assert main(more) == 0  # resumes from the checkpoint up to 8 in all
     assert json.loads(capsys.readouterr().out)["steps"] == 8
 
 

@@ -33,7 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             data.close()
             raise
         try:
-            report = trainer.run(steps=args.steps)
+            # --steps is the total: a rerun of the same command after it finished trains no more.
+            report = trainer.run(steps=max(args.steps - trainer.step, 0))
         finally:
             trainer.close()
     if args.report:
@@ -78,7 +79,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="learn of new versions by the registry's watch (default) or the revision events topic")
     run.add_argument("--revisions-topic", help="the revision events' topic (default: "
                                                "TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)")
-    run.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
+    run.add_argument("--steps", type=int, default=1000,
+                     help="optimizer steps in all: a run resumed from --checkpoint-dir trains until the model has "
+                          "taken this many, so running the same command again does nothing more (default: 1000)")
     run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
     run.add_argument("--report", help="write the whole report here as JSON (every step's loss and version, the "
