@@ -291,7 +291,8 @@ class PipelineJob:
         self.counting.load(self.tedtok.tokenizer)
         self._in_flight: _Counting | None = None  # the step being counted
         self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
-        self._bytes_per_token: float | None = None  # of the last step written
+        # Of the last step written, kept with the statistics: a restart records it beside its first version.
+        self._bytes_per_token: float | None = self.store.meta()["bytes_per_token"]
         self._reviser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-revision")
         self._committing: Future | None = None  # the commit of the last revision, while it goes on
         self._revised = 0  # the last step a revision was made after (or found not due)
@@ -299,10 +300,16 @@ class PipelineJob:
         meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
             try:
-                self.lineage_stats.revise(meta["step"])  # the crash came between the step and its revision
+                # The crash came between the step and its revision.
+                self.lineage_stats.revise(meta["step"], metrics=self._measured())
             except BaseException:
                 self.close()
                 raise
+
+    def _measured(self) -> dict[str, float]:
+        """What a version records beside itself: the stream's bytes/token with the version in use,
+        at the last step written (nothing before a step was)."""
+        return {} if self._bytes_per_token is None else {"bytes_per_token": self._bytes_per_token}
 
     def close(self) -> None:
         self.lineage_stats.close()
@@ -348,7 +355,7 @@ class PipelineJob:
             self._bytes_per_token = counted[-1].bytes_per_token
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
-                offsets=self._offsets, token_texts=self._token_texts()))
+                offsets=self._offsets, token_texts=self._token_texts(), bytes_per_token=self._bytes_per_token))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)
@@ -360,14 +367,15 @@ class PipelineJob:
         return self._counts(self._send(texts, self.tedtok.tokenizer))
 
     def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
-                     token_texts: np.ndarray) -> bool:
+                     token_texts: np.ndarray, bytes_per_token: float | None) -> bool:
         """On the writer thread: the steps as one update (combined there too: numpy's sorts let
         the reading go on), the write of ``_write``."""
         counts = combine_steps(counted, alpha=self.config.alpha)
         written = self.store.apply_step(
             step=step, span=len(counted), token_ids=counts.token_ids, token_counts=counts.token_counts,
             pair_keys=counts.pair_keys, pair_counts=counts.pair_counts, version=version, offsets=offsets,
-            neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts, token_texts=token_texts)
+            neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts, token_texts=token_texts,
+            bytes_per_token=bytes_per_token)
         if written and self.store.log_entries() >= LOG_ENTRIES:  # no revision for a while: readers fold less
             self.store.compact()
         return written
@@ -478,10 +486,7 @@ class PipelineJob:
         self._collect()
         self._write()
         planning = time.perf_counter()
-        # The stream's bytes/token with the version in use, at the last step written: what the
-        # registry shows beside the version the revision makes.
-        measured = {} if self._bytes_per_token is None else {"bytes_per_token": self._bytes_per_token}
-        plan = self.lineage_stats.plan(self._step, metrics=measured,
+        plan = self.lineage_stats.plan(self._step, metrics=self._measured(),
                                        made=self._load if then is not None else None)
         # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)

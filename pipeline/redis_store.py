@@ -79,6 +79,7 @@ if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[5]) end
 redis.call('HSET', meta, 'step', ARGV[1])
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
 if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
+if ARGV[7] ~= '' then redis.call('HSET', meta, 'bytes_per_token', ARGV[7]) end
 return 1
 """
 
@@ -306,19 +307,22 @@ class RedisStatsStore(StatsStore):
         raw = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys[0]).items()}
         return {"step": int(raw.get("step", 0)), "version": int(raw["version"]) if raw.get("version") else None,
                 "offsets": {int(p): o for p, o in json.loads(raw.get("offsets") or "{}").items()},
-                "revised": int(raw.get("revised", 0))}
+                "revised": int(raw.get("revised", 0)),
+                "bytes_per_token": float(raw["bytes_per_token"]) if raw.get("bytes_per_token") else None}
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
                    neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None,
-                   token_texts: np.ndarray | None = None, span: int = 1) -> bool:
+                   token_texts: np.ndarray | None = None, span: int = 1,
+                   bytes_per_token: float | None = None) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
         already. A version other than the statistics' is refused (another process moved them).
         With ``span``, the counts are those of the ``span`` steps ending at ``step``, combined by
         ``stats_store.combine_steps``, written as one. ``neighbour_keys`` and ``neighbour_counts``
         (combined alike; packed id pairs) with ``token_texts`` (id → the token's text) go in as one
-        :class:`NeighbourSegment`."""
+        :class:`NeighbourSegment`. ``bytes_per_token`` (of the last step) is kept with them: what a
+        restarted job records beside the next version it publishes."""
         segment = b""
         if neighbour_keys is not None and len(neighbour_keys):
             # combine_steps weighs each step as the first; the segment's EMA is as of the last.
@@ -328,7 +332,7 @@ class RedisStatsStore(StatsStore):
         entry = log_entry(span=span, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
                           pair_counts=pair_counts)
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets), entry,
-                segment, span]
+                segment, span, "" if bytes_per_token is None else repr(float(bytes_per_token))]
         return bool(self._step(keys=[self.keys[0], self.keys[2], self.keys[4]], args=args))
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:

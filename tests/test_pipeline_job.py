@@ -241,6 +241,9 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_u
     with RegistryClient(registry_url) as registry:
         assert ([v["sha256"] for v in registry.versions(killed)["data"]]
                 == [v["sha256"] for v in registry.versions(whole)["data"]])
+        # What is published with them too: a restarted job once lost a version's bytes/token.
+        assert ([v["metrics"] for v in registry.versions(killed)["data"]]
+                == [v["metrics"] for v in registry.versions(whole)["data"]])
     assert store.meta()["step"] == 19
 
 

@@ -108,10 +108,10 @@ def test_a_step_is_applied_once_with_its_version_and_offsets(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
     counts = dict(token_ids=np.array([1]), token_counts=np.array([4.0]), pair_keys=np.array([pack_pair(1, 2)]),
                   pair_counts=np.array([2.0]))
-    assert store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)
+    assert store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, bytes_per_token=3.25, **counts)
     assert not store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)  # a replay: nothing
     assert store.token(np.array([1])).tolist() == [2.0] and store.step == 1
-    assert store.meta() == {"step": 1, "version": 3, "offsets": {0: 17, 3: 2}, "revised": 0}
+    assert store.meta() == {"step": 1, "version": 3, "offsets": {0: 17, 3: 2}, "revised": 0, "bytes_per_token": 3.25}
     with pytest.raises(redis.ResponseError, match="step 3 would skip step 2"):
         store.apply_step(step=3, **counts)
     assert store.step == 1
