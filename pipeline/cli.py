@@ -21,7 +21,8 @@ def _pipeline_settings(args: argparse.Namespace):
                                 ("dlq_topic", args.dlq_topic), ("max_record_bytes", args.max_record_bytes),
                                 ("commit_steps", getattr(args, "commit_steps", None)),
                                 ("step_seconds", getattr(args, "step_seconds", None)),
-                                ("max_step_docs", getattr(args, "max_step_docs", None)))
+                                ("max_step_docs", getattr(args, "max_step_docs", None)),
+                                ("dedupe_steps", getattr(args, "dedupe_steps", None)))
               if v is not None}
     try:
         return PipelineSettings(**chosen)
@@ -224,6 +225,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--max-step-docs", type=int,
                      help="with --step-seconds, the most documents a step holds (a fuller window goes on in the next "
                           "step); default: TOKMAINT_PIPELINE_MAX_STEP_DOCS or 100000")
+    run.add_argument("--dedupe-steps", type=int,
+                     help="a document whose id came within this many steps before is a producer's resend, counted "
+                          "once (0: count every record); default: TOKMAINT_PIPELINE_DEDUPE_STEPS or 100")
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
 

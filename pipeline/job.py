@@ -237,6 +237,7 @@ class _Counting:
     sha256: str
     counts: Future
     own: StepCounts | None
+    ids: list[str]
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,7 @@ class _Counted:
     counts: StepCounts
     sha256: str
     texts: list[str]
+    ids: list[str]
 
 
 class PipelineJob:
@@ -293,6 +295,11 @@ class PipelineJob:
         self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
         # Of the last step written, kept with the statistics: a restart records it beside its first version.
         self._bytes_per_token: float | None = self.store.meta()["bytes_per_token"]
+        # The ids of the last ``dedupe_steps`` steps read, each with the step it came in (those
+        # written are kept with the statistics): a producer's resend is counted once.
+        self._seen: dict[str, int] = self.store.recent_ids() if settings.dedupe_steps else {}
+        self._steps_read = self.store.meta()["step"]
+        self._duplicates = 0
         self._reviser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-revision")
         self._committing: Future | None = None  # the commit of the last revision, while it goes on
         self._revised = 0  # the last step a revision was made after (or found not due)
@@ -305,6 +312,26 @@ class PipelineJob:
             except BaseException:
                 self.close()
                 raise
+
+    def _skip_resends(self, step: Step) -> int:
+        """Take out of the step the documents whose id came in the last ``dedupe_steps`` steps read
+        (or earlier in this one): a producer that sent again after a timeout. How many."""
+        window = self.settings.dedupe_steps
+        if not window or not step.documents:
+            return 0
+        number, oldest = self._steps_read + 1, self._steps_read + 1 - window  # the step it will be
+        kept = []
+        for doc in step.documents:
+            if self._seen.get(doc.id, oldest) <= oldest:  # not seen within the window
+                self._seen[doc.id] = number
+                kept.append(doc)
+        if kept:
+            self._steps_read = number  # numbered as the job counts steps: a step of resends alone is none
+        if len(self._seen) > 2 * window * len(step.documents):  # forget the oldest now and then
+            self._seen = {i: s for i, s in self._seen.items() if s > oldest}
+        resent, step.documents = len(step.documents) - len(kept), kept
+        self._duplicates += resent
+        return resent
 
     def _measured(self) -> dict[str, float]:
         """What a version records beside itself: the stream's bytes/token with the version in use,
@@ -353,9 +380,13 @@ class PipelineJob:
             current = self.tedtok.tokenizer
             counted = [c.counts if c.sha256 == current.sha256 else self._recount(c.texts) for c in self._counted]
             self._bytes_per_token = counted[-1].bytes_per_token
+            first = self._step - len(self._counted) + 1
+            ids = [(first + k, i) for k, c in enumerate(self._counted) for i in c.ids] \
+                if self.settings.dedupe_steps else []
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
-                offsets=self._offsets, token_texts=self._token_texts(), bytes_per_token=self._bytes_per_token))
+                offsets=self._offsets, token_texts=self._token_texts(), bytes_per_token=self._bytes_per_token,
+                ids=ids))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)
@@ -367,7 +398,8 @@ class PipelineJob:
         return self._counts(self._send(texts, self.tedtok.tokenizer))
 
     def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
-                     token_texts: np.ndarray, bytes_per_token: float | None) -> bool:
+                     token_texts: np.ndarray, bytes_per_token: float | None, ids: list[tuple[int, str]]
+                     ) -> bool:
         """On the writer thread: the steps as one update (combined there too: numpy's sorts let
         the reading go on), the write of ``_write``."""
         counts = combine_steps(counted, alpha=self.config.alpha)
@@ -375,7 +407,7 @@ class PipelineJob:
             step=step, span=len(counted), token_ids=counts.token_ids, token_counts=counts.token_counts,
             pair_keys=counts.pair_keys, pair_counts=counts.pair_counts, version=version, offsets=offsets,
             neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts, token_texts=token_texts,
-            bytes_per_token=bytes_per_token)
+            bytes_per_token=bytes_per_token, ids=ids, keep_ids_steps=self.settings.dedupe_steps or None)
         if written and self.store.log_entries() >= LOG_ENTRIES:  # no revision for a while: readers fold less
             self.store.compact()
         return written
@@ -408,7 +440,7 @@ class PipelineJob:
         texts, cut = prepared or self._cut(step)
         counts = self._send(None if prepared else texts[:cut], tokenizer)
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
-        return _Counting(texts, step.end, tokenizer.sha256, counts, own)
+        return _Counting(texts, step.end, tokenizer.sha256, counts, own, [d.id for d in step.documents])
 
     def _counting_died(self, exc: CountingProcessDied) -> TokmaintError:
         return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
@@ -461,7 +493,7 @@ class PipelineJob:
         counts = self._counts(counting.counts)
         if counting.own is not None:
             counts = add_counts([counts, counting.own])
-        self._counted.append(_Counted(counts, counting.sha256, counting.texts))
+        self._counted.append(_Counted(counts, counting.sha256, counting.texts, counting.ids))
         self._step, self._offsets = self._step + 1, counting.end
         # Also half a write's steps before a revision, and the step before it: the revision then
         # waits for the end of a write well under way and for a one-step write, not for a whole
@@ -539,7 +571,7 @@ class PipelineJob:
             raise
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "revisions": self._revisions, "revision_seconds": self._revision_seconds,
+                "dead_lettered": dead, "duplicates": self._duplicates, "revisions": self._revisions, "revision_seconds": self._revision_seconds,
                 "version": self.tedtok.version,
                 "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
 
@@ -568,11 +600,12 @@ class PipelineJob:
                 self._catch_up()
                 self.lineage_stats.follow()
             step = self.reader.read(read_from)
+            resent = self._skip_resends(step)
             self._dead_letter(step)
             dead += len(step.dead)
             if not step.documents:
                 self._catch_up()
-                if step.dead:  # dead letters only: past them, with no step
+                if step.dead or resent:  # dead letters and resends only: past them, with no step
                     self.store.advance(step=self._step, offsets=step.end)
                     self._offsets = read_from = step.end
                 elif until_idle:

@@ -47,7 +47,7 @@ import hashlib
 import json
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,8 @@ redis.call('HSET', meta, 'step', ARGV[1])
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
 if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 if ARGV[7] ~= '' then redis.call('HSET', meta, 'bytes_per_token', ARGV[7]) end
+for i = 9, #ARGV, 2 do redis.call('ZADD', KEYS[4], ARGV[i], ARGV[i + 1]) end
+if ARGV[8] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (step - tonumber(ARGV[8]) + 1)) end
 return 1
 """
 
@@ -267,7 +269,8 @@ class RedisStatsStore(StatsStore):
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.client, self.lineage, self.alpha = client, lineage, alpha
         prefix = f"tokmaint:{{{lineage}}}"
-        self.keys = [f"{prefix}:{name}" for name in ("meta", "snapshot", "log", "pending", "neighbours", "residues")]
+        self.keys = [f"{prefix}:{name}" for name in ("meta", "snapshot", "log", "pending", "neighbours", "residues",
+                                                              "ids")]
         kept, scale = client.hmget(self.keys[0], ["alpha", "scale"])
         if scale is not None:  # the layout before the snapshot and the log kept the scale in meta
             raise TokmaintError(f"lineage {lineage!r} has statistics in Redis in an earlier layout, which this "
@@ -314,7 +317,9 @@ class RedisStatsStore(StatsStore):
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
                    neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None,
                    token_texts: np.ndarray | None = None, span: int = 1,
-                   bytes_per_token: float | None = None) -> bool:
+                   bytes_per_token: float | None = None, ids: Sequence[tuple[int, str]] = (),
+                   keep_ids_steps: int | None = None
+                   ) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
         already. A version other than the statistics' is refused (another process moved them).
@@ -322,7 +327,9 @@ class RedisStatsStore(StatsStore):
         ``stats_store.combine_steps``, written as one. ``neighbour_keys`` and ``neighbour_counts``
         (combined alike; packed id pairs) with ``token_texts`` (id → the token's text) go in as one
         :class:`NeighbourSegment`. ``bytes_per_token`` (of the last step) is kept with them: what a
-        restarted job records beside the next version it publishes."""
+        restarted job records beside the next version it publishes. ``ids``: (step, id) of the
+        steps' documents (:meth:`recent_ids` has them), kept for ``keep_ids_steps`` steps ending at
+        ``step``."""
         segment = b""
         if neighbour_keys is not None and len(neighbour_keys):
             # combine_steps weighs each step as the first; the segment's EMA is as of the last.
@@ -332,8 +339,13 @@ class RedisStatsStore(StatsStore):
         entry = log_entry(span=span, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
                           pair_counts=pair_counts)
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets), entry,
-                segment, span, "" if bytes_per_token is None else repr(float(bytes_per_token))]
-        return bool(self._step(keys=[self.keys[0], self.keys[2], self.keys[4]], args=args))
+                segment, span, "" if bytes_per_token is None else repr(float(bytes_per_token)),
+                "" if keep_ids_steps is None else keep_ids_steps, *(x for pair in ids for x in pair)]
+        return bool(self._step(keys=[self.keys[0], self.keys[2], self.keys[4], self.keys[6]], args=args))
+
+    def recent_ids(self) -> dict[str, int]:
+        """The documents' ids of the last steps written (``apply_step``'s ``ids``), each with its step."""
+        return {i.decode(): int(step) for i, step in self.client.zrange(self.keys[6], 0, -1, withscores=True)}
 
     def advance(self, *, step: int, offsets: dict[int, int]) -> bool:
         """Move the stored offsets past records no step counts (dead letters), if the store is

@@ -41,6 +41,9 @@ class PipelineSettings(BaseSettings):
     # ``max_step_docs`` goes on in the next step (a step's texts are held in memory).
     step_seconds: float | None = Field(None, gt=0)
     max_step_docs: int = Field(100_000, ge=1)
+    # A document whose id came within this many steps before is a producer's resend: counted
+    # once (0: every record counts). The ids of the window are kept with the statistics.
+    dedupe_steps: int = Field(100, ge=0)
 
 
 def dead_letter(value: bytes, reason: str, *, limit: int, source: str, line: int | None = None
