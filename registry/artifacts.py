@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tokenizer_service.output_dir import fsync_directory, write_file
@@ -59,6 +60,14 @@ class ArtifactStore(abc.ABC):
     def exists(self, name: str) -> bool:
         """Whether a blob of that name is stored."""
 
+    @abc.abstractmethod
+    def names(self, *, older_than: float) -> Iterator[str]:
+        """The blobs last put more than ``older_than`` seconds ago (what garbage collection may remove)."""
+
+    @abc.abstractmethod
+    def delete(self, name: str) -> None:
+        """Remove a blob (none of that name: nothing to do)."""
+
 
 class LocalArtifactStore(ArtifactStore):
     """Blobs in ``root/ab/cdef…``; each written to a staging file of its own (``.<name>.<pid>.<random>.tmp``),
@@ -89,6 +98,8 @@ class LocalArtifactStore(ArtifactStore):
         name = artifact_name(data)
         final = self.path(name)
         if final.exists():
+            # Put again: young again, so garbage collection leaves it to the version about to name it.
+            os.utime(final)
             return name
         final.parent.mkdir(exist_ok=True)
         # One staging file per call: threads of one process writing the same blob at once
@@ -107,3 +118,16 @@ class LocalArtifactStore(ArtifactStore):
 
     def exists(self, name: str) -> bool:
         return self.path(name).is_file()
+
+    def names(self, *, older_than: float) -> Iterator[str]:
+        cutoff = time.time() - older_than
+        for path in self.root.glob("??/*"):
+            name = path.parent.name + path.name
+            try:
+                if _NAME.fullmatch(name) and path.stat().st_mtime < cutoff:
+                    yield name
+            except FileNotFoundError:  # deleted meanwhile
+                continue
+
+    def delete(self, name: str) -> None:
+        self.path(name).unlink(missing_ok=True)

@@ -52,6 +52,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    from registry.artifacts import LocalArtifactStore
+    from registry.db import make_engine
+    from registry.store import Registry
+
+    engine = make_engine(args.db)
+    registry = Registry(engine, LocalArtifactStore(args.artifacts))
+    try:
+        result = registry.collect_garbage(older_than=args.older_than_minutes * 60, dry_run=args.dry_run)
+    finally:
+        registry.close()
+        engine.dispose()
+    print_result(result, as_json=args.json)
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """``registry serve``, ``registry migrate`` and the client commands."""
     registry = sub.add_parser("registry", help="the versioned tokenizer registry: server and client")
@@ -75,6 +91,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                          help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
     migrate.add_argument("--json", action="store_true", help="print JSON")
     migrate.set_defaults(func=cmd_migrate, parser=migrate)
+    gc_command = commands.add_parser("gc", help="remove the artifacts no version names (left by refused or killed "
+                                                "publishes)")
+    gc_command.add_argument("--db", default=os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/"
+                                                                                   "registry.db"),
+                            help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
+    gc_command.add_argument("--artifacts", default=os.environ.get("TOKMAINT_REGISTRY_ARTIFACTS",
+                                                                  "tokmaint-registry/artifacts"),
+                            help="artifact directory (default: TOKMAINT_REGISTRY_ARTIFACTS or tokmaint-registry/artifacts)")
+    gc_command.add_argument("--older-than-minutes", type=float, default=60.0,
+                            help="only artifacts put longer ago than this: a publish under way writes its artifacts "
+                                 "before the row that names them (default: 60)")
+    gc_command.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    gc_command.add_argument("--json", action="store_true", help="print JSON")
+    gc_command.set_defaults(func=cmd_gc, parser=gc_command)
     add_client_commands(commands)
     add_relay(commands)
     add_bench(sub)

@@ -436,6 +436,20 @@ class Registry:
 
         self._write(mark)
 
+    def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False) -> dict[str, Any]:
+        """Remove the artifacts no version and no kept diff names (left by a refused or killed
+        publish): those put more than ``older_than`` seconds ago, as a publish writes its
+        artifacts before the row that names them. What was (``dry_run``: would be) removed."""
+        with Session(self.engine) as session:
+            named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
+            named |= set(session.scalars(select(Diff.sha256)))
+        # Listed after the names were read: an artifact put since is young, and kept.
+        unnamed = [name for name in self.artifacts.names(older_than=older_than) if name not in named]
+        if not dry_run:
+            for name in unnamed:
+                self.artifacts.delete(name)
+        return {"named": len(named), "removed": len(unnamed), "dry_run": dry_run, "artifacts": sorted(unnamed)}
+
     def count_versions(self) -> int:
         with Session(self.engine) as session:
             return session.scalar(select(func.count(Version.id))) or 0

@@ -4,6 +4,8 @@ rollback, composed diffs, the outbox, and several processes publishing to one li
 
 import json
 import multiprocessing
+import os
+import time
 import uuid
 
 import psycopg2
@@ -271,3 +273,27 @@ def test_processes_publishing_at_once_get_gapless_unique_numbers(registry, datab
     versions, latest = registry.versions("demo", limit=1000)
     assert [v.number for v in versions] == list(range(1, latest + 1)) and latest == len(ks) + 1
     assert [v.parent for v in versions[1:]] == list(range(1, latest))
+
+
+def test_garbage_collection_removes_old_unnamed_artifacts_only(registry, lineage, database_url, tmp_path, capsys):
+    """A refused or killed publish leaves artifacts no version names; collection removes those put
+    long enough ago, never one a version (or a kept composed diff) names, nor a young one."""
+    from tokmaint.cli import main
+
+    infos = publish_lineage(registry, lineage)[:3]
+    registry.composed_diff("demo", 1, 3)  # kept in the diffs table: named too
+    old_orphan, young_orphan = registry.artifacts.put(b'{"left": "by a refused publish"}'), \
+        registry.artifacts.put(b'{"left": "just now"}')
+    long_ago = time.time() - 7200
+    for path in (tmp_path / "artifacts").glob("??/*"):  # all of them old but the young orphan
+        os.utime(path, (long_ago, long_ago))
+    os.utime(registry.artifacts.path(young_orphan))
+    dry = registry.collect_garbage(older_than=3600, dry_run=True)
+    assert dry["artifacts"] == [old_orphan] and registry.artifacts.exists(old_orphan)
+    argv = ["registry", "gc", "--db", database_url, "--artifacts", str(tmp_path / "artifacts"), "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["artifacts"] == [old_orphan]
+    assert not registry.artifacts.exists(old_orphan) and registry.artifacts.exists(young_orphan)
+    for info in infos:
+        assert registry.tokenizer("demo", info.number).sha256 == info.sha256
+    assert registry.composed_diff("demo", 1, 3).version == 3
