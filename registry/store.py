@@ -186,18 +186,27 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
 class Registry:
     """The registry over a database ``engine`` (migrated: ``db.migrate``) and an artifact store."""
 
-    def __init__(self, engine: Engine, artifacts: ArtifactStore, *, check_process: bool = False) -> None:
+    def __init__(self, engine: Engine, artifacts: ArtifactStore, *, check_process: bool = False,
+                 cache_tokens: int = 1_000_000) -> None:
         self.engine = engine
         self.artifacts = artifacts
         self._checker = EncodingChecker() if check_process else None
         # Parsed versions and their unreachable tokens, by sha256 (immutable): the next publish
-        # validates against the latest without parsing it or encoding its whole vocabulary.
+        # validates against the latest without parsing it or encoding its whole vocabulary. Held
+        # up to ``cache_tokens`` vocabulary tokens in all (memory follows them), two versions at
+        # least: the latest of every lineage in use, not two versions in all.
+        self.cache_tokens = cache_tokens
         self._prepared: OrderedDict[str, tuple[BPETokenizer, list[str]]] = OrderedDict()
         self._prepared_lock = threading.Lock()
 
+    @property
+    def cached_versions(self) -> int:
+        """How many parsed versions are held."""
+        return len(self._prepared)
+
     def _prepare(self, sha: str, tokenizer: BPETokenizer | None = None,
                  unreachable: list[str] | None = None) -> tuple[BPETokenizer, list[str]]:
-        """A version's parsed tokenizer and unreachable tokens (kept for the last few versions)."""
+        """A version's parsed tokenizer and unreachable tokens (kept for the versions used last)."""
         with self._prepared_lock:  # requests run on a thread pool
             cached = self._prepared.get(sha)
             if cached is not None:
@@ -207,8 +216,9 @@ class Registry:
         cached = (tokenizer, unreachable if unreachable is not None else unreachable_tokens(tokenizer))
         with self._prepared_lock:
             self._prepared[sha] = cached
-            while len(self._prepared) > 2:
-                self._prepared.popitem(last=False)
+            held = sum(len(t) for t, _ in self._prepared.values())
+            while len(self._prepared) > 2 and held > self.cache_tokens:
+                held -= len(self._prepared.popitem(last=False)[1][0])
         return cached
 
     def close(self) -> None:

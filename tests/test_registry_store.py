@@ -297,3 +297,23 @@ def test_garbage_collection_removes_old_unnamed_artifacts_only(registry, lineage
     for info in infos:
         assert registry.tokenizer("demo", info.number).sha256 == info.sha256
     assert registry.composed_diff("demo", 1, 3).version == 3
+
+
+def test_the_latest_version_of_every_lineage_in_use_stays_parsed(database_url, tmp_path, lineage):
+    """Publishes to five lineages in turn: each publish checks against its lineage's latest, held
+    parsed (a cache of two versions in all parsed them again and again). The lineages share
+    contents, so three versions are in use: all held."""
+    migrate(database_url)
+    registry = Registry(make_engine(database_url), LocalArtifactStore(tmp_path / "artifacts"))
+    initial, revisions = lineage
+    names = [f"many-{k}" for k in range(5)]
+    for name in names:
+        registry.create_lineage(name, initial.to_json().encode())
+    for revision in revisions[:2]:
+        for name in names:
+            registry.publish(name, revision.tokenizer.to_json().encode())
+    assert registry.cached_versions == 3
+    small = Registry(make_engine(database_url), LocalArtifactStore(tmp_path / "artifacts"), cache_tokens=0)
+    for name in names:
+        small.tokenizer(name)
+    assert small.cached_versions == 2  # the floor, under a budget of no tokens

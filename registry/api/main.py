@@ -120,7 +120,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         migrate(settings.db)
         engine = make_engine(settings.db)
         app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts),
-                                      check_process=settings.check_process)
+                                      check_process=settings.check_process, cache_tokens=settings.cache_tokens)
         yield
         app.state.registry.close()
         engine.dispose()
