@@ -55,7 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port)
     settings = _pipeline_settings(args)
     redis_client = connect_redis(args.redis, wait=args.wait)
-    wait_for_broker(settings.bootstrap, wait=args.wait)
+    # To the topic's end: a topic nobody sent to is a mistake, not an idle stream.
+    wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic if args.until_idle else None)
     with RegistryClient(args.registry) as registry:
         job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client,
                           registry=registry, lineage=args.lineage, metrics=metrics)

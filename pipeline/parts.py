@@ -69,16 +69,20 @@ def connect_redis(url: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> redis.Redi
     return client
 
 
-def wait_for_broker(bootstrap: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> None:
-    """Return once the Kafka broker at ``bootstrap`` answers a metadata request."""
+def wait_for_broker(bootstrap: str, *, wait: float = DEFAULT_WAIT_SECONDS, topic: str | None = None) -> None:
+    """Return once the Kafka broker at ``bootstrap`` answers a metadata request (and, given a
+    ``topic``, holds it: a job that is to read a topic to its end has nothing to read without it)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": logging.getLogger("tokmaint.kafka")})
 
     def metadata() -> None:
         try:
-            admin.list_topics(timeout=min(5.0, max(wait, 0.5)))
+            topics = admin.list_topics(timeout=min(5.0, max(wait, 0.5))).topics
         except Exception as exc:  # KafkaException: no broker answered
             raise ConnectionError(str(exc)) from None
+        if topic is not None and topic not in topics:
+            raise LookupError(f"no topic {topic!r} there yet: nothing was sent to it (check --topic)")
 
-    wait_for(f"the Kafka broker at {bootstrap}", metadata, wait=wait, errors=(ConnectionError,))
+    part = f"the Kafka broker at {bootstrap}" + (f" with topic {topic!r}" if topic else "")
+    wait_for(part, metadata, wait=wait, errors=(ConnectionError, LookupError))

@@ -58,3 +58,13 @@ def test_a_part_that_comes_up_while_the_command_waits_is_used():
         server.wait(timeout=30)
     assert "waiting up to" in stderr and f"Redis at redis://127.0.0.1:{port}/0" in stderr
     assert "did not answer" not in stderr  # it got past Redis (and stopped later, at the registry)
+
+
+def test_a_job_to_the_end_of_a_topic_nobody_sent_to_is_one_line_exit_2(broker, redis_url):
+    """It exited 0 having read nothing; a long-running job (no --until-idle) waits for the topic."""
+    result, _ = _run("pipeline", "run", "--lineage", "x", "--redis", redis_url, "--bootstrap", broker,
+                     "--topic", "never.sent.to", "--registry", "http://127.0.0.1:1", "--wait", "2", "--until-idle")
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"the Kafka broker at {broker} with topic 'never.sent.to' did not answer in 2 s" in last
+    assert "no topic 'never.sent.to' there yet" in last
