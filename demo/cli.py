@@ -21,6 +21,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from demo.soak import SoakSettings, run_soak
+
+    from pathlib import Path
+
+    chosen = {k: v for k, v in (("minutes", args.minutes), ("seed", args.seed), ("fault_every", args.fault_every),
+                                ("logs", args.logs and Path(args.logs))) if v is not None}
+    report = run_soak(SoakSettings(**chosen), progress=show_progress(args))
+    print_result(report, as_json=args.json)
+    documents, versions = report["documents"], report["versions"]
+    held = (documents["lost"] == 0 and documents["duplicated"] == 0 and documents["dead_lettered"] >= documents["refused"]
+            and versions["gaps"] == 0 and versions["duplicates"] == 0 and report["trainer"]["versions_taken"]
+            and report["http"]["unexplained_server_errors"] == 0 and not report["processes_left"]
+            and not report["exited_on_their_own"])
+    return 0 if held else 1
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="the whole loop on one machine: broker, Redis, registry, pipeline and a "
                                        "trainer on the shipped stream; a report folder")
@@ -33,3 +50,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--trainer-steps", type=int, help="the trainer's steps while the stream goes on (default: 1000)")
     demo.add_argument("--json", action="store_true", help="print JSON")
     demo.set_defaults(func=cmd_demo, parser=demo)
+
+    from tokmaint.cli import subcommands
+
+    summary = ("soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks "
+               "that nothing was lost or counted twice")
+    soak = subcommands(sub.choices["bench"]).add_parser("soak", help=summary, description=summary)
+    soak.add_argument("--minutes", type=float, help="how long the load and the faults go on (default: 5)")
+    soak.add_argument("--seed", type=int, help="the seed of the load and the fault schedule (default: 0)")
+    soak.add_argument("--fault-every", type=float, help="seconds between two faults, on average (default: 10)")
+    soak.add_argument("--logs", help="copy each part's log into this folder at the end")
+    soak.add_argument("--json", action="store_true", help="print JSON")
+    soak.set_defaults(func=cmd_bench_soak, parser=soak)

@@ -42,6 +42,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import logging
+
+    import redis
+
     from pipeline.job import PipelineJob
     from registry.client import RegistryClient
     from tokenizer_service.evolve import StreamSettings
@@ -58,12 +62,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     # To the topic's end: a topic nobody sent to is a mistake, not an idle stream.
     wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic if args.until_idle else None)
     with RegistryClient(args.registry) as registry:
-        job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client,
-                          registry=registry, lineage=args.lineage, metrics=metrics)
-        try:
-            report = job.run(max_steps=args.max_steps, until_idle=args.until_idle)
-        finally:
-            job.close()
+        while True:
+            job = None
+            try:
+                job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client, registry=registry,
+                                  lineage=args.lineage, metrics=metrics)
+                report = job.run(max_steps=args.max_steps, until_idle=args.until_idle)
+                break
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                # Redis went away (killed, restarted, failed over): what it kept is the state a
+                # restart resumes from, so the job starts again from it once Redis answers. A
+                # long-running job waits as long as it takes; --until-idle for --wait seconds.
+                logging.getLogger("tokmaint.pipeline").warning(
+                    "Redis at %s went away (%s): starting again from its statistics once it answers", args.redis, exc)
+                if metrics is not None:
+                    metrics.redis_down.labels(args.lineage).set(1)
+                    metrics.restarts.labels(args.lineage).inc()
+                redis_client = connect_redis(args.redis, wait=args.wait if args.until_idle else float("inf"))
+                if metrics is not None:
+                    metrics.redis_down.labels(args.lineage).set(0)
+            finally:
+                try:
+                    if job is not None:
+                        job.close()
+                except (redis.ConnectionError, redis.TimeoutError):  # what was not written is counted again
+                    pass
     print_result(report, as_json=args.json)
     return 0
 

@@ -386,7 +386,7 @@ class PipelineJob:
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
                 offsets=self._offsets, token_texts=self._token_texts(), bytes_per_token=self._bytes_per_token,
-                ids=ids))
+                ids=ids, documents=sum(len(c.texts) for c in self._counted)))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)
@@ -398,8 +398,8 @@ class PipelineJob:
         return self._counts(self._send(texts, self.tedtok.tokenizer))
 
     def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
-                     token_texts: np.ndarray, bytes_per_token: float | None, ids: list[tuple[int, str]]
-                     ) -> bool:
+                     token_texts: np.ndarray, bytes_per_token: float | None, ids: list[tuple[int, str]],
+                     documents: int) -> bool:
         """On the writer thread: the steps as one update (combined there too: numpy's sorts let
         the reading go on), the write of ``_write``."""
         counts = combine_steps(counted, alpha=self.config.alpha)
@@ -407,7 +407,8 @@ class PipelineJob:
             step=step, span=len(counted), token_ids=counts.token_ids, token_counts=counts.token_counts,
             pair_keys=counts.pair_keys, pair_counts=counts.pair_counts, version=version, offsets=offsets,
             neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts, token_texts=token_texts,
-            bytes_per_token=bytes_per_token, ids=ids, keep_ids_steps=self.settings.dedupe_steps or None)
+            bytes_per_token=bytes_per_token, ids=ids, keep_ids_steps=self.settings.dedupe_steps or None,
+            documents=documents)
         if written and self.store.log_entries() >= LOG_ENTRIES:  # no revision for a while: readers fold less
             self.store.compact()
         return written

@@ -80,7 +80,8 @@ redis.call('HSET', meta, 'step', ARGV[1])
 if ARGV[2] ~= '' then redis.call('HSET', meta, 'version', ARGV[2]) end
 if ARGV[3] ~= '' then redis.call('HSET', meta, 'offsets', ARGV[3]) end
 if ARGV[7] ~= '' then redis.call('HSET', meta, 'bytes_per_token', ARGV[7]) end
-for i = 9, #ARGV, 2 do redis.call('ZADD', KEYS[4], ARGV[i], ARGV[i + 1]) end
+redis.call('HINCRBY', meta, 'documents', ARGV[9])
+for i = 10, #ARGV, 2 do redis.call('ZADD', KEYS[4], ARGV[i], ARGV[i + 1]) end
 if ARGV[8] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (step - tonumber(ARGV[8]) + 1)) end
 return 1
 """
@@ -311,14 +312,15 @@ class RedisStatsStore(StatsStore):
         return {"step": int(raw.get("step", 0)), "version": int(raw["version"]) if raw.get("version") else None,
                 "offsets": {int(p): o for p, o in json.loads(raw.get("offsets") or "{}").items()},
                 "revised": int(raw.get("revised", 0)),
-                "bytes_per_token": float(raw["bytes_per_token"]) if raw.get("bytes_per_token") else None}
+                "bytes_per_token": float(raw["bytes_per_token"]) if raw.get("bytes_per_token") else None,
+                "documents": int(raw.get("documents", 0))}
 
     def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
                    pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
                    neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None,
                    token_texts: np.ndarray | None = None, span: int = 1,
                    bytes_per_token: float | None = None, ids: Sequence[tuple[int, str]] = (),
-                   keep_ids_steps: int | None = None
+                   keep_ids_steps: int | None = None, documents: int = 0
                    ) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
@@ -329,7 +331,7 @@ class RedisStatsStore(StatsStore):
         :class:`NeighbourSegment`. ``bytes_per_token`` (of the last step) is kept with them: what a
         restarted job records beside the next version it publishes. ``ids``: (step, id) of the
         steps' documents (:meth:`recent_ids` has them), kept for ``keep_ids_steps`` steps ending at
-        ``step``."""
+        ``step``; ``documents``: how many the steps counted, added to the lineage's total (``meta``)."""
         segment = b""
         if neighbour_keys is not None and len(neighbour_keys):
             # combine_steps weighs each step as the first; the segment's EMA is as of the last.
@@ -340,7 +342,7 @@ class RedisStatsStore(StatsStore):
                           pair_counts=pair_counts)
         args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets), entry,
                 segment, span, "" if bytes_per_token is None else repr(float(bytes_per_token)),
-                "" if keep_ids_steps is None else keep_ids_steps, *(x for pair in ids for x in pair)]
+                "" if keep_ids_steps is None else keep_ids_steps, documents, *(x for pair in ids for x in pair)]
         return bool(self._step(keys=[self.keys[0], self.keys[2], self.keys[4], self.keys[6]], args=args))
 
     def recent_ids(self) -> dict[str, int]:

@@ -269,6 +269,7 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_u
         assert ([v["metrics"] for v in registry.versions(killed)["data"]]
                 == [v["metrics"] for v in registry.versions(whole)["data"]])
     assert store.meta()["step"] == _state(redis_url, whole)[0].meta()["step"]
+    assert store.meta()["documents"] == 600  # every unique document counted once, through three kills
     assert store.meta()["step"] == 19 or topic == "resent"  # resends take room in steps: more steps
 
 

@@ -111,7 +111,8 @@ def test_a_step_is_applied_once_with_its_version_and_offsets(client):
     assert store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, bytes_per_token=3.25, **counts)
     assert not store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)  # a replay: nothing
     assert store.token(np.array([1])).tolist() == [2.0] and store.step == 1
-    assert store.meta() == {"step": 1, "version": 3, "offsets": {0: 17, 3: 2}, "revised": 0, "bytes_per_token": 3.25}
+    assert store.meta() == {"step": 1, "version": 3, "offsets": {0: 17, 3: 2}, "revised": 0, "bytes_per_token": 3.25,
+                            "documents": 0}
     with pytest.raises(redis.ResponseError, match="step 3 would skip step 2"):
         store.apply_step(step=3, **counts)
     assert store.step == 1

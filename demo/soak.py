@@ -1,0 +1,379 @@
+"""``tokmaint bench soak``: the whole system under load while a fault schedule kills its parts.
+
+It starts what the demo starts (a tansu broker, a ``redis-server`` keeping an append-only file,
+a registry on SQLite) and the services around them as processes of their own: the ingest server,
+the pipeline job, the registry's relay and a trainer on the docs topic. For ``minutes``:
+
+* producers post the shipped stream to the ingest server in batches, a few records malformed,
+  and send a batch again now and then and after every failed request (as a producer does after
+  a timeout);
+* clients publish, roll back and move aliases on a lineage of their own through the API, at once;
+* a seeded schedule SIGKILLs the pipeline, the registry, the relay, the trainer, the ingest
+  server or ``redis-server`` (restarted from its AOF) every ``fault_every`` seconds or so, and
+  starts each again. The broker keeps its topics in memory only: it is never restarted.
+
+Then it lets the pipeline read to the topic's end and checks: every accepted document is on the
+topic and counted exactly once (the lineage's count of documents, kept with its statistics in
+each step's atomic write, equals the unique documents on the topic; a step counted twice after a
+kill or a resend counted again would show), refused records are dead-lettered, versions are
+gapless and none published twice, the trainer took the latest version, no 5xx came from a server
+that was up, and no process is left. That statistics equal an uninterrupted run's is the
+pipeline's crash test (a topic written before the job reads it: steps of a live topic end where
+the topic did at that moment, so a replay cuts them elsewhere). Everything is seeded, and the
+schedule printed, so that a failing run can be replayed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from demo.run import SAMPLE
+from pipeline.local_servers import start_broker
+from pipeline.redis_store import RedisStatsStore
+from registry.client import RegistryClient, RegistryRefused
+from registry.local_server import free_port
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import read_corpus
+from tokenizer_service.errors import TokmaintError
+from tokenizer_service.evolve import StreamSettings
+
+log = logging.getLogger("tokmaint.soak")
+LINEAGE, API_LINEAGE = "soak", "soak-api"
+STREAM = StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0)
+STREAM_OPTIONS = ["--step-docs", "64", "--horizon-docs", "1600", "--interval-docs", "320", "--warmup-docs", "640",
+                  "--id-price", "2"]
+KILLABLE = ("pipeline", "registry", "relay", "trainer", "ingest", "redis")
+
+
+@dataclass(frozen=True)
+class SoakSettings:
+    minutes: float = 5.0
+    seed: int = 0
+    fault_every: float = 10.0  # seconds between two faults (the schedule jitters each by ±30%)
+    batch: int = 40  # documents a request
+    resend: float = 0.05  # share of batches a producer sends again though it was answered
+    malformed: float = 0.02  # share of records that are no document
+    corpus: Path = SAMPLE
+    initial_docs: int = 1000
+    vocab_size: int = 1024
+    logs: Path | None = None  # each part's log is copied here at the end
+
+
+class Part:
+    """One process of the system, started, killed and started again with the same arguments."""
+
+    def __init__(self, name: str, argv: list[str], *, env: dict[str, str], log_path: Path,
+                 health: str | None = None) -> None:
+        self.name, self.argv, self.env, self.log_path, self.health = name, argv, env, log_path, health
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        with open(self.log_path, "ab") as output:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=output, stderr=subprocess.STDOUT)
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while self.health is not None:
+            if self.process.poll() is not None:
+                raise TokmaintError(f"{self.name} exited at start: {self.log_path.read_text()[-1000:]}")
+            try:
+                if httpx.get(self.health, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TokmaintError(f"{self.name} did not answer {self.health} in {timeout:g} s")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after 30 s; the exit status (None: it was not running)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        return self.process.returncode
+
+
+@dataclass
+class Traffic:
+    """What the clients saw: each request's status (or error) with its time, and the documents."""
+
+    requests: list[tuple[float, str, int]] = field(default_factory=list)  # (time, server, status; 0: no answer)
+    accepted: set[str] = field(default_factory=set)
+    refused: int = 0
+    resent_batches: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def saw(self, server: str, status: int) -> None:
+        with self.lock:
+            self.requests.append((time.monotonic(), server, status))
+
+
+def _produce(url: str, token: str, docs: list, settings: SoakSettings, traffic: Traffic, stop: threading.Event,
+             rng: random.Random) -> None:
+    """Post the documents in batches until ``stop`` (round and round, with new ids each round); a
+    failed request is sent again, a few answered ones too."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
+    batches = ((round_, start) for round_ in itertools.count() for start in range(0, len(docs), settings.batch))
+    with httpx.Client(timeout=30) as client:
+        for round_, start in batches:
+            if stop.is_set():
+                return
+            records = []
+            for k, doc in enumerate(docs[start: start + settings.batch], start):
+                if rng.random() < settings.malformed:
+                    records.append(json.dumps({"id": f"bad-{round_}-{k}", "text": None, "ts": doc.ts.isoformat()}))
+                records.append(json.dumps({"id": f"soak-{round_}-{k}", "text": doc.text, "ts": doc.ts.isoformat()}))
+            body = "\n".join(records).encode()
+            sends = 2 if rng.random() < settings.resend else 1
+            while sends and not stop.is_set():
+                try:
+                    response = client.post(f"{url}/v1/streams/docs/documents", content=body, headers=headers)
+                    traffic.saw("ingest", response.status_code)
+                except httpx.HTTPError:
+                    traffic.saw("ingest", 0)
+                    time.sleep(0.5)
+                    continue
+                if response.status_code != 200:
+                    time.sleep(0.5)
+                    continue
+                answer = response.json()
+                refused = {r["record"] for r in answer["refusals"]}
+                with traffic.lock:
+                    traffic.accepted.update(json.loads(r)["id"] for i, r in enumerate(records) if i not in refused)
+                    traffic.refused += len(refused)
+                    traffic.resent_batches += sends > 1
+                sends -= 1
+            time.sleep(0.05)
+
+
+def _use_the_api(url: str, token: str, initial: BPETokenizer, traffic: Traffic, stop: threading.Event,
+                 rng: random.Random) -> None:
+    """Publishes, rollbacks and alias moves on a lineage of the clients' own, a request at a time."""
+    with RegistryClient(url, token=token, timeout=30) as client:
+        while not stop.is_set():
+            try:
+                latest = client.version(API_LINEAGE)["number"]
+                action = rng.choice(("rollback", "alias", "publish"))
+                if action == "rollback" and latest > 1:
+                    client.rollback(API_LINEAGE, rng.randint(1, latest))
+                elif action == "alias":
+                    client.set_alias(API_LINEAGE, "prod", rng.randint(1, latest))
+                else:
+                    client.publish(API_LINEAGE, initial.to_json(), kind="import")  # the latest again: no new version
+                traffic.saw("registry", 200)
+            except RegistryRefused as exc:
+                traffic.saw("registry", exc.status)
+            except (httpx.HTTPError, OSError):
+                traffic.saw("registry", 0)
+            time.sleep(rng.uniform(0.05, 0.3))
+
+
+def fault_schedule(settings: SoakSettings) -> list[tuple[float, str, float]]:
+    """(seconds from the start, the part to kill, seconds it stays down): seeded, printed, replayable.
+
+    >>> fault_schedule(SoakSettings(minutes=0.5, seed=1, fault_every=10.0))[0][1] in KILLABLE
+    True
+    """
+    rng = random.Random(settings.seed)
+    at, faults = 0.0, []
+    while True:
+        at += settings.fault_every * rng.uniform(0.7, 1.3)
+        if at >= settings.minutes * 60 - 5:
+            return faults
+        faults.append((round(at, 2), rng.choice(KILLABLE), round(rng.uniform(0.2, 2.0), 2)))
+
+
+def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False) -> dict[str, Any]:
+    """Run the soak; the report (``documents``, ``versions``, ``trainer``, ``http``, ``faults``)."""
+    schedule = fault_schedule(settings)
+    for at, part, down in schedule:
+        log.info("soak: at %6.1f s kill %-8s (down %.1f s)", at, part, down)
+    docs = read_corpus(settings.corpus).documents
+    token = secrets.token_hex(16)
+    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": token, "TOKMAINT_LOG_FORMAT": "plain"}
+    python = [sys.executable, "-m", "tokmaint.cli"]
+    with tempfile.TemporaryDirectory(prefix="tokmaint-soak-") as root_name:
+        root = Path(root_name)
+        broker, bootstrap = start_broker()
+        parts: dict[str, Part] = {}
+        try:
+            redis_port, registry_port, ingest_port = free_port(), free_port(), free_port()
+            redis_url, registry_url = f"redis://127.0.0.1:{redis_port}/0", f"http://127.0.0.1:{registry_port}"
+            ingest_url = f"http://127.0.0.1:{ingest_port}"
+            db, artifacts = f"sqlite:///{root / 'registry.db'}", str(root / "artifacts")
+            (root / "redis").mkdir()
+            parts["redis"] = Part("redis", [shutil.which("redis-server") or "redis-server", "--port", str(redis_port),
+                                            "--bind", "127.0.0.1", "--dir", str(root / "redis"), "--save", "",
+                                            "--appendonly", "yes", "--appendfsync", "always"],
+                                  env=env, log_path=root / "redis.log")
+            parts["registry"] = Part("registry", [*python, "registry", "serve", "--port", str(registry_port), "--db",
+                                                  db, "--artifacts", artifacts], env=env,
+                                     log_path=root / "registry.log", health=f"{registry_url}/healthz")
+            parts["ingest"] = Part("ingest", [*python, "ingest-server", "--port", str(ingest_port), "--bootstrap",
+                                              bootstrap, "--topic", "docs", "--dlq-topic", "docs.dlq"], env=env,
+                                   log_path=root / "ingest.log", health=f"{ingest_url}/healthz")
+            pipeline_argv = [*python, "pipeline", "run", "--bootstrap", bootstrap, "--topic", "docs", "--dlq-topic",
+                             "docs.dlq", "--redis", redis_url, "--registry", registry_url, "--wait", "120",
+                             *STREAM_OPTIONS]
+            parts["pipeline"] = Part("pipeline", [*pipeline_argv, "--lineage", LINEAGE], env=env,
+                                     log_path=root / "pipeline.log")
+            parts["relay"] = Part("relay", [*python, "registry", "relay", "--db", db, "--artifacts", artifacts,
+                                            "--bootstrap", bootstrap, "--interval", "0.2"], env=env,
+                                  log_path=root / "relay.log")
+            parts["trainer"] = Part("trainer", [*python, "trainer", "run", "--registry", registry_url, "--lineage",
+                                                LINEAGE, "--topic", "docs", "--bootstrap", bootstrap, "--follow",
+                                                "events", "--steps", "100000", "--checkpoint-dir",
+                                                str(root / "trainer"), "--batch-size", "4", "--checkpoint-every", "10"], env=env,
+                                    log_path=root / "trainer.log")
+            for name in ("redis", "registry", "ingest"):
+                parts[name].start()
+            initial = BPETokenizer.train([d.text for d in docs[: settings.initial_docs]],
+                                         vocab_size=settings.vocab_size)
+            with RegistryClient(registry_url, token=token) as client:
+                for name in (LINEAGE, API_LINEAGE):
+                    client.create(name, initial.to_json())
+            traffic, stop, rng = Traffic(), threading.Event(), random.Random(settings.seed)
+            stream = docs[settings.initial_docs:]
+            producer = threading.Thread(target=_produce, args=(ingest_url, token, stream, settings, traffic, stop,
+                                                               random.Random(rng.random())), daemon=True)
+            producer.start()
+            time.sleep(1.0)  # the topic exists once the first batch is in
+            for name in ("pipeline", "relay", "trainer"):
+                parts[name].start()
+            api = [threading.Thread(target=_use_the_api, args=(registry_url, token, initial, traffic, stop,
+                                                               random.Random(rng.random())), daemon=True)
+                   for _ in range(3)]
+            for thread in api:
+                thread.start()
+            started, down = time.monotonic(), []
+            for at, name, pause in schedule:
+                time.sleep(max(0.0, started + at - time.monotonic()))
+                killed = time.monotonic()
+                parts[name].kill()
+                time.sleep(pause)
+                parts[name].start()
+                down.append((name, killed, time.monotonic()))
+                if progress:
+                    log.info("soak: %5.1f s: killed and restarted %s", killed - started, name)
+            time.sleep(max(0.0, started + settings.minutes * 60 - time.monotonic()))
+            stop.set()
+            producer.join(timeout=60)
+            for thread in api:
+                thread.join(timeout=60)
+            unexpected = {name: part.process.returncode for name, part in parts.items()
+                          if part.process is not None and part.process.poll() is not None}
+            parts["pipeline"].stop()
+            finish = subprocess.run([*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"], env=env,
+                                    capture_output=True, text=True, timeout=1800)
+            if finish.returncode:
+                raise TokmaintError(f"the pipeline's last run failed: {finish.stderr[-1500:]}")
+            _wait_for_the_trainer(root / "trainer" / "checkpoint.pt", registry_url)
+            report = _check(settings, traffic, redis_url, registry_url, bootstrap, root / "trainer" / "checkpoint.pt",
+                            down, schedule, unexpected)
+            report["trainer"]["resumes"] = parts["trainer"].starts - 1
+        finally:
+            for part in parts.values():
+                part.stop()
+            broker.terminate()
+            broker.wait(timeout=30)
+            if settings.logs is not None:
+                settings.logs.mkdir(parents=True, exist_ok=True)
+                for path in root.glob("*.log"):
+                    shutil.copy(path, settings.logs / path.name)
+        report["processes_left"] = [name for name, part in parts.items()
+                                    if part.process is not None and part.process.poll() is None]
+        return report
+
+
+def _wait_for_the_trainer(checkpoint: Path, registry_url: str, *, timeout: float = 120.0) -> None:
+    """Until the trainer's checkpoint holds the latest version (the relay sends its event, the
+    trainer takes it between two steps and checkpoints), or ``timeout``: the check says which."""
+    import torch
+
+    with RegistryClient(registry_url) as registry:
+        latest = registry.version(LINEAGE)["number"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if torch.load(checkpoint, weights_only=True)["tokenizer"]["version"] == latest:
+                return
+        except (OSError, RuntimeError, KeyError):  # not written yet, or being replaced
+            pass
+        time.sleep(1.0)
+
+
+def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_url: str,
+           bootstrap: str, checkpoint: Path, down: list[tuple[str, float, float]],
+           schedule: list[tuple[float, str, float]], unexpected: dict[str, int]) -> dict[str, Any]:
+    """The end-of-run checks as a report."""
+    import torch
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                             consumer_timeout_ms=3000)
+    on_topic: dict[str, list] = {}
+    for topic in ("docs", "docs.dlq"):
+        partitions = consumer.partitions_for_topic(topic) or set()
+        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+        consumer.seek_to_beginning()
+        on_topic[topic] = [record for record in consumer]
+    consumer.close()
+    ids = [json.loads(r.value)["id"] for r in on_topic["docs"]]
+    lost = traffic.accepted - set(ids)
+    counted = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=LINEAGE).meta()["documents"]
+    unique = len(set(ids))
+    with RegistryClient(registry_url) as registry:
+        versions = registry.versions(LINEAGE, limit=1000)["data"]
+    numbers = [v["number"] for v in versions]
+    shas = [v["sha256"] for v in versions]
+    stamp = torch.load(checkpoint, weights_only=True)["tokenizer"] if checkpoint.is_file() else {}
+    while_down = {"ingest": [(a, b) for n, a, b in down if n == "ingest"],
+                  "registry": [(a, b) for n, a, b in down if n == "registry"]}
+    errors = [(at, server, status) for at, server, status in traffic.requests if status >= 500]
+    unexplained = [e for e in errors if not any(a <= e[0] <= b + 1.0 for a, b in while_down[e[1]])]
+    return {
+        "minutes": settings.minutes, "seed": settings.seed,
+        "documents": {"accepted": len(traffic.accepted), "on_topic": unique, "resent": len(ids) - unique,
+                      "counted": counted, "dead_lettered": len(on_topic["docs.dlq"]), "refused": traffic.refused,
+                      "lost": len(lost) + max(0, unique - counted), "duplicated": max(0, counted - unique)},
+        "versions": {"published": len(versions), "gaps": len(set(range(1, max(numbers) + 1)) - set(numbers)),
+                     "duplicates": sum(a == b for a, b in zip(shas, shas[1:]))},
+        "trainer": {"version": stamp.get("version"), "latest": max(numbers),
+                    "versions_taken": stamp.get("version") == max(numbers)},
+        "http": {"requests": len(traffic.requests), "server_errors": len(errors),
+                 "unexplained_server_errors": len(unexplained),
+                 "no_answer": sum(status == 0 for _, _, status in traffic.requests)},
+        "faults": {"injected": len(schedule), "by_part": {p: sum(n == p for _, n, _ in schedule) for p in KILLABLE},
+                   "schedule": schedule, "broker": "not restarted: tansu keeps topics in memory only"},
+        "exited_on_their_own": unexpected,
+    }
+

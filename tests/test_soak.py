@@ -1,0 +1,24 @@
+"""``tokmaint bench soak``, short: a minute of load with a fault every six seconds or so (the
+seeded schedule kills the trainer, the ingest server, the pipeline and redis-server among
+others), then every check the full soak makes."""
+
+import json
+import subprocess
+import sys
+
+
+def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
+    result = subprocess.run([sys.executable, "-m", "tokmaint.cli", "bench", "soak", "--minutes", "1", "--seed", "3",
+                             "--fault-every", "6", "--json"], capture_output=True, text=True, timeout=900)
+    report = json.loads(result.stdout)
+    assert result.returncode == 0, (report, result.stderr[-3000:])
+    documents = report["documents"]
+    assert documents["accepted"] > 1000 and documents["resent"] > 0 and documents["refused"] > 0
+    assert (documents["lost"], documents["duplicated"]) == (0, 0)
+    assert documents["counted"] == documents["on_topic"] >= documents["accepted"]
+    assert documents["dead_lettered"] >= documents["refused"]
+    assert report["versions"]["published"] > 2 and report["versions"]["gaps"] == report["versions"]["duplicates"] == 0
+    assert report["trainer"]["versions_taken"] and report["trainer"]["resumes"] >= 1
+    assert report["http"]["unexplained_server_errors"] == 0 and report["http"]["requests"] > 100
+    assert report["faults"]["injected"] >= 6 and report["processes_left"] == [] and report["exited_on_their_own"] == {}
+    assert "kill" in result.stderr  # the schedule is printed, to replay a failing run
