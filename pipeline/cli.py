@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 
-from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker
+from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
 from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
 
 
@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import redis
 
     from pipeline.job import PipelineJob
-    from registry.client import RegistryClient
+    from registry.client import RegistryClient, RegistryRefused
     from tokenizer_service.evolve import StreamSettings
 
     stream = chosen_settings(args.parser, args, StreamSettings)
@@ -61,6 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     redis_client = connect_redis(args.redis, wait=args.wait)
     # To the topic's end: a topic nobody sent to is a mistake, not an idle stream.
     wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic if args.until_idle else None)
+    log = logging.getLogger("tokmaint.pipeline")
+    patience = args.wait if args.until_idle else float("inf")  # how long a part that went away is waited for
     with RegistryClient(args.registry) as registry:
         while True:
             job = None
@@ -73,14 +75,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                 # Redis went away (killed, restarted, failed over): what it kept is the state a
                 # restart resumes from, so the job starts again from it once Redis answers. A
                 # long-running job waits as long as it takes; --until-idle for --wait seconds.
-                logging.getLogger("tokmaint.pipeline").warning(
-                    "Redis at %s went away (%s): starting again from its statistics once it answers", args.redis, exc)
+                log.warning("Redis at %s went away (%s): starting again from its statistics once it answers",
+                            args.redis, exc)
                 if metrics is not None:
                     metrics.redis_down.labels(args.lineage).set(1)
                     metrics.restarts.labels(args.lineage).inc()
-                redis_client = connect_redis(args.redis, wait=args.wait if args.until_idle else float("inf"))
+                redis_client = connect_redis(args.redis, wait=patience)
                 if metrics is not None:
                     metrics.redis_down.labels(args.lineage).set(0)
+            except RegistryRefused as exc:
+                if exc.status and exc.status < 500:  # a refusal, not a registry that is down
+                    raise
+                # A revision the registry did not take stays pending in Redis: published by the
+                # job that starts again once the registry answers.
+                log.warning("the registry at %s did not answer (%s): starting again once it does",
+                            registry.http.base_url, exc)
+                if metrics is not None:
+                    metrics.restarts.labels(args.lineage).inc()
+                wait_for_registry(str(registry.http.base_url), wait=patience)
             finally:
                 try:
                     if job is not None:

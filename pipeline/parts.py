@@ -87,3 +87,16 @@ def wait_for_broker(bootstrap: str, *, wait: float = DEFAULT_WAIT_SECONDS, topic
 
     part = f"the Kafka broker at {bootstrap}" + (f" with topic {topic!r}" if topic else "")
     wait_for(part, metadata, wait=wait, errors=(ConnectionError, LookupError))
+
+
+def wait_for_registry(url: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> None:
+    """Return once the registry at ``url`` answers its health check."""
+    import httpx
+
+    def healthy() -> None:
+        try:
+            httpx.get(f"{url.rstrip('/')}/healthz", timeout=5).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ConnectionError(str(exc) or type(exc).__name__) from None
+
+    wait_for(f"the registry at {url}", healthy, wait=wait, errors=(ConnectionError,))

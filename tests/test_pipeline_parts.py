@@ -68,3 +68,60 @@ def test_a_job_to_the_end_of_a_topic_nobody_sent_to_is_one_line_exit_2(broker, r
     last = result.stderr.strip().splitlines()[-1]
     assert f"the Kafka broker at {broker} with topic 'never.sent.to' did not answer in 2 s" in last
     assert "no topic 'never.sent.to' there yet" in last
+
+
+def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers(broker, redis_url, drifting_corpus,
+                                                                                 tmp_path):
+    """The registry down while the job starts and revises (killed, restarted): the job waits for
+    it, then goes on from its statistics and publishes; it does not exit."""
+    import os
+    import uuid
+
+    import httpx
+
+    from registry.client import RegistryClient
+    from tokenizer_service.bpe import BPETokenizer
+    from tokenizer_service.corpus import read_corpus
+    from tokmaint.cli import main
+
+    topic, lineage, token, port = f"docs.parts.{uuid.uuid4().hex[:6]}", "parts", "p" * 32, free_port()
+    assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
+    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": token}
+    serve = [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
+             f"sqlite:///{tmp_path / 'registry.db'}", "--artifacts", str(tmp_path / "artifacts")]
+
+    def registry() -> subprocess.Popen:
+        process = subprocess.Popen(serve, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return process
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+
+    server = registry()
+    initial = BPETokenizer.train(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
+    RegistryClient(f"http://127.0.0.1:{port}", token=token).create(lineage, initial.to_json())
+    server.terminate()
+    server.wait(timeout=30)
+    job = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker, "--topic",
+                            topic, "--redis", redis_url, "--registry", f"http://127.0.0.1:{port}", "--lineage",
+                            lineage, "--step-docs", "32", "--horizon-docs", "320", "--interval-docs", "64",
+                            "--warmup-docs", "64", "--id-price", "0", "--base-token-cost", "0"], env=env,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        assert job.poll() is None  # waiting, not gone
+        server = registry()
+        deadline = time.monotonic() + 120
+        while RegistryClient(f"http://127.0.0.1:{port}").version(lineage)["number"] < 3:
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        job.terminate()
+        stderr = job.communicate(timeout=60)[1]
+        server.terminate()
+        server.wait(timeout=30)
+    assert f"the registry at http://127.0.0.1:{port}" in stderr and "Traceback" not in stderr, stderr[-2000:]
