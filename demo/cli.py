@@ -58,7 +58,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     soak = subcommands(sub.choices["bench"]).add_parser("soak", help=summary, description=summary)
     soak.add_argument("--minutes", type=float, help="how long the load and the faults go on (default: 5)")
     soak.add_argument("--seed", type=int, help="the seed of the load and the fault schedule (default: 0)")
-    soak.add_argument("--fault-every", type=float, help="seconds between two faults, on average (default: 10)")
+    soak.add_argument("--fault-every", type=float, help="the longest gap between two faults, in seconds (default: 10)")
     soak.add_argument("--logs", help="copy each part's log into this folder at the end")
     soak.add_argument("--json", action="store_true", help="print JSON")
     soak.set_defaults(func=cmd_bench_soak, parser=soak)
