@@ -14,7 +14,7 @@ True
 Traceback (most recent call last):
 ...
 schemas.document.RecordError: 'text' must be a string, got null
->>> decode_document(b'{"id": "\\ud800", "text": "x", "ts": "2021"}')
+>>> decode_document(json.dumps({"id": chr(0xD800), "text": "x", "ts": "2021"}).encode())
 Traceback (most recent call last):
 ...
 schemas.document.RecordError: 'id' holds a lone surrogate (not valid Unicode)
