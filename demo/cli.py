@@ -31,7 +31,8 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
     report = run_soak(SoakSettings(**chosen), progress=show_progress(args))
     print_result(report, as_json=args.json)
     documents, versions = report["documents"], report["versions"]
-    held = (documents["lost"] == 0 and documents["duplicated"] == 0 and documents["dead_lettered"] >= documents["refused"]
+    held = (documents["lost"] == 0 and documents["duplicated"] == 0
+            and documents["dead_lettered"] >= documents["refused"]
             and versions["gaps"] == 0 and versions["duplicates"] == 0 and report["trainer"]["versions_taken"]
             and report["http"]["unexplained_server_errors"] == 0 and not report["processes_left"]
             and not report["exited_on_their_own"])

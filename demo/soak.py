@@ -252,8 +252,8 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
             parts["trainer"] = Part("trainer", [*python, "trainer", "run", "--registry", registry_url, "--lineage",
                                                 LINEAGE, "--topic", "docs", "--bootstrap", bootstrap, "--follow",
                                                 "events", "--steps", "100000", "--checkpoint-dir",
-                                                str(root / "trainer"), "--batch-size", "4", "--checkpoint-every", "10"], env=env,
-                                    log_path=root / "trainer.log")
+                                                str(root / "trainer"), "--batch-size", "4", "--checkpoint-every",
+                                                "10"], env=env, log_path=root / "trainer.log")
             for name in ("redis", "registry", "ingest"):
                 parts[name].start()
             initial = BPETokenizer.train([d.text for d in docs[: settings.initial_docs]],

@@ -293,18 +293,18 @@ class PipelineJob:
         self.counting.load(self.tedtok.tokenizer)
         self._in_flight: _Counting | None = None  # the step being counted
         self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
+        meta = self.store.meta()
         # Of the last step written, kept with the statistics: a restart records it beside its first version.
-        self._bytes_per_token: float | None = self.store.meta()["bytes_per_token"]
+        self._bytes_per_token: float | None = meta["bytes_per_token"]
         # The ids of the last ``dedupe_steps`` steps read, each with the step it came in (those
         # written are kept with the statistics): a producer's resend is counted once.
         self._seen: dict[str, int] = self.store.recent_ids() if settings.dedupe_steps else {}
-        self._steps_read = self.store.meta()["step"]
+        self._steps_read = meta["step"]
         self._duplicates = 0
         self._reviser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-revision")
         self._committing: Future | None = None  # the commit of the last revision, while it goes on
         self._revised = 0  # the last step a revision was made after (or found not due)
         self._revisions, self._revision_seconds = 0, 0.0  # published by this run, and their time
-        meta = self.store.meta()
         if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
             try:
                 # The crash came between the step and its revision.
@@ -572,7 +572,8 @@ class PipelineJob:
             raise
         seconds = time.perf_counter() - started
         return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "duplicates": self._duplicates, "revisions": self._revisions, "revision_seconds": self._revision_seconds,
+                "dead_lettered": dead, "duplicates": self._duplicates, "revisions": self._revisions,
+                "revision_seconds": self._revision_seconds,
                 "version": self.tedtok.version,
                 "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
 

@@ -68,6 +68,18 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_store_options(parser: argparse.ArgumentParser, *, artifacts: bool = True) -> None:
+    """``--db`` (and ``--artifacts``) of a command that opens the registry's store itself."""
+    db = os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/registry.db")
+    parser.add_argument("--db", default=db,
+                        help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
+    if artifacts:
+        parser.add_argument("--artifacts", default=os.environ.get("TOKMAINT_REGISTRY_ARTIFACTS",
+                                                                  "tokmaint-registry/artifacts"),
+                            help="artifact directory (default: TOKMAINT_REGISTRY_ARTIFACTS or "
+                                 "tokmaint-registry/artifacts)")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """``registry serve``, ``registry migrate`` and the client commands."""
     registry = sub.add_parser("registry", help="the versioned tokenizer registry: server and client")
@@ -86,19 +98,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     serve.set_defaults(func=cmd_serve, parser=serve, json=False)
 
     migrate = commands.add_parser("migrate", help="bring a registry database to the newest schema")
-    migrate.add_argument("--db", default=os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/"
-                                                                                 "registry.db"),
-                         help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
+    _add_store_options(migrate, artifacts=False)
     migrate.add_argument("--json", action="store_true", help="print JSON")
     migrate.set_defaults(func=cmd_migrate, parser=migrate)
     gc_command = commands.add_parser("gc", help="remove the artifacts no version names (left by refused or killed "
                                                 "publishes)")
-    gc_command.add_argument("--db", default=os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/"
-                                                                                   "registry.db"),
-                            help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
-    gc_command.add_argument("--artifacts", default=os.environ.get("TOKMAINT_REGISTRY_ARTIFACTS",
-                                                                  "tokmaint-registry/artifacts"),
-                            help="artifact directory (default: TOKMAINT_REGISTRY_ARTIFACTS or tokmaint-registry/artifacts)")
+    _add_store_options(gc_command)
     gc_command.add_argument("--older-than-minutes", type=float, default=60.0,
                             help="only artifacts put longer ago than this: a publish under way writes its artifacts "
                                  "before the row that names them (default: 60)")
@@ -315,10 +320,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 def add_relay(commands: argparse._SubParsersAction) -> None:
     relay = commands.add_parser("relay", help="send the registry's revision events to Kafka (at least once)")
-    relay.add_argument("--db", default=os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/"
-                                                                               "registry.db"))
-    relay.add_argument("--artifacts", default=os.environ.get("TOKMAINT_REGISTRY_ARTIFACTS",
-                                                             "tokmaint-registry/artifacts"))
+    _add_store_options(relay)
     relay.add_argument("--bootstrap", default=os.environ.get("TOKMAINT_KAFKA", "127.0.0.1:9092"),
                        help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
     relay.add_argument("--topic", default="tokenizer.revisions")

@@ -94,14 +94,25 @@ class VersionInfo:
                    created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc))
 
 
+def finite_number(value: Any) -> bool:
+    """Whether a JSON value is a finite number (a boolean is none).
+
+    >>> finite_number(3.2), finite_number(float("inf")), finite_number(True), finite_number("3")
+    (True, False, False, False)
+    """
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def metrics_problems(metrics: Any) -> list[str]:
     """Why a version's ``metrics`` cannot be stored: they must be an object of finite numbers
     (versions are immutable, so a bad value would break every page that plots them, for good).
 
     >>> metrics_problems({"bytes_per_token": 3.2, "rollback_to": 4})
     []
-    >>> metrics_problems({"bytes_per_token": "3.2", "x": float("nan"), "y": True})
-    ['metrics.bytes_per_token: must be a number, got a string', 'metrics.x: must be finite, got nan', 'metrics.y: must be a number, got a boolean']
+    >>> print(*metrics_problems({"bytes_per_token": "3.2", "x": float("nan"), "y": True}), sep="\\n")
+    metrics.bytes_per_token: must be a number, got a string
+    metrics.x: must be finite, got nan
+    metrics.y: must be a number, got a boolean
     """
     if not isinstance(metrics, dict):
         return [f"metrics: must be an object of numbers, got {json_kind(metrics)}"]
@@ -109,9 +120,11 @@ def metrics_problems(metrics: Any) -> list[str]:
     for key, value in metrics.items():
         if not isinstance(key, str) or not 0 < len(key) <= 100:
             reasons.append(f"metrics: a name must be 1 to 100 characters, got {str(key)[:40]!r}")
+        elif finite_number(value):
+            continue
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             reasons.append(f"metrics.{key}: must be a number, got {json_kind(value)}")
-        elif not math.isfinite(value):
+        else:
             reasons.append(f"metrics.{key}: must be finite, got {value}")
     return reasons
 

@@ -166,7 +166,8 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
 @pytest.mark.parametrize("path", [
     "/v1/tokenizers/{name}/versions/{n}", "/v1/tokenizers/{name}/versions/{n}/tokenizer.json",
     "/v1/tokenizers/{name}/versions/{n}/diff", "/v1/tokenizers/{name}/versions?offset={n}",
-    "/v1/tokenizers/{name}/versions?limit={n}", "/v1/tokenizers/{name}/diff?from={n}", "/v1/tokenizers/{name}/diff?from=1&to={n}",
+    "/v1/tokenizers/{name}/versions?limit={n}", "/v1/tokenizers/{name}/diff?from={n}",
+    "/v1/tokenizers/{name}/diff?from=1&to={n}",
     "/lineages/{name}/versions/{n}", "rollback", "alias"])
 def test_version_numbers_past_what_sql_holds_answer_4xx(server, revisions, path):
     """2^63 and beyond name no version: SQLite raised OverflowError, a 500, on every such path."""
@@ -193,7 +194,8 @@ def test_a_local_server_logs_to_a_file_and_a_failed_start_shows_it(tmp_path):
     from tokenizer_service.errors import TokmaintError
 
     with pytest.raises(TokmaintError) as failed:
-        start_server(tmp_path / "bad", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "lots"})
+        start_server(tmp_path / "bad", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
+                                            "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "lots"})
     assert "server.log" in str(failed.value) and "MAX_UPLOAD_MB" in str(failed.value).upper()
     assert (tmp_path / "bad" / "server.log").stat().st_size > 0
 

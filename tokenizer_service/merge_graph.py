@@ -153,10 +153,11 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     Such a token can never be emitted (ByteSampler's check). Added tokens, special or not, are
     matched before BPE and are always reachable, and so are byte-fallback tokens (``<0xNN>``:
     emitted for the bytes of a character outside the vocabulary, never made of symbols). Works
-    on a tokenizer loaded in ``tokenizers`` as well (a registry's checking process has only that). Every token is encoded, in batches of ``chunk``
-    tokens by the bare Rust model (no normalizer or pre-tokenizer: a token's own symbols, as
-    :meth:`BPETokenizer.tokenize_word`), outside the GIL and on every core; only a batch that
-    does not come back as its own ids is looked at token by token.
+    on a tokenizer loaded in ``tokenizers`` as well (a registry's checking process has only
+    that). Every token is encoded, in batches of ``chunk`` tokens by the bare Rust model (no
+    normalizer or pre-tokenizer: a token's own symbols, as :meth:`BPETokenizer.tokenize_word`),
+    outside the GIL and on every core; only a batch that does not come back as its own ids is
+    looked at token by token.
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})

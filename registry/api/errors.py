@@ -2,8 +2,8 @@
 ``{"error_code": ..., "message": ..., "reasons": [...]}`` (the registry's own refusals, a missing
 token, a body over the limit, a parameter FastAPI could not read, an unknown path).
 
->>> error_body("too_large", ["the upload is 2 bytes; the limit is 1"])
-{'error_code': 'too_large', 'message': 'too_large: the upload is 2 bytes; the limit is 1', 'reasons': ['the upload is 2 bytes; the limit is 1']}
+>>> error_body("too_large", ["2 bytes", "the limit is 1"])["message"]
+'too_large: 2 bytes; the limit is 1'
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ pipeline's last step before the revision); a version without it shows none.
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from registry.api.deps import RegistryDep
-from registry.store import VersionInfo
+from registry.store import VersionInfo, finite_number
 from schemas.revision import RevisionDiff
 
 router = APIRouter(include_in_schema=False)
@@ -56,8 +55,7 @@ def bytes_per_token(version: VersionInfo) -> float | None:
     (3.5, None)
     """
     value = version.metrics.get("bytes_per_token")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+    return float(value) if finite_number(value) else None
 
 
 @router.get("/", response_class=HTMLResponse)
