@@ -43,20 +43,23 @@ def test_ingest_without_a_broker_is_one_line_exit_2(tmp_path):
 
 
 def test_a_part_that_comes_up_while_the_command_waits_is_used():
-    """--wait is a wait, not a single try: Redis started a second after the command still serves it."""
+    """--wait is a wait, not a single try: Redis started once the command says it waits still serves it."""
     port = free_port()
     command = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "stats", "show", "--lineage", "none",
                                 "--redis", f"redis://127.0.0.1:{port}/0", "--registry", "http://127.0.0.1:1",
                                 "--wait", "60"], stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    said = []  # up to the line saying it waits (a loaded machine takes seconds to get there)
+    while not said or "waiting up to" not in said[-1]:
+        said.append(command.stderr.readline())
+        assert said[-1], "".join(said)  # the command ended without waiting
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
     try:
-        _, stderr = command.communicate(timeout=90)
+        stderr = "".join(said) + command.communicate(timeout=90)[1]
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert "waiting up to" in stderr and f"Redis at redis://127.0.0.1:{port}/0" in stderr
+    assert f"Redis at redis://127.0.0.1:{port}/0" in said[-1]
     assert "did not answer" not in stderr  # it got past Redis (and stopped later, at the registry)
 
 
