@@ -229,3 +229,20 @@ def test_ids_removed_earlier_stay_masked_when_a_later_revision_grows_the_model(v
     assert torch.isfinite(logits[..., rows]).all()
     model.to("cpu")  # the mask moves with the model
     assert torch.isneginf(model(input_ids=torch.tensor([[a, b]])).logits[..., 280]).all()
+
+
+def test_a_row_a_composed_diff_grows_but_fills_not_is_masked(versions):
+    """Version 2 adds two tokens past the id space, version 3 removes the first: the composed
+    diff from 1 to 3 names only the second, yet the model grows by both rows and the free one
+    must never be generated."""
+    initial, _ = versions
+    rows = initial.id_space
+    model, optimizer = _trained("gpt2", rows)
+    a, b = initial.vocab["a"], initial.vocab["b"]
+    composed = RevisionDiff(lineage="trainer", version=3, parent_version=1, tokenizer_sha256="0" * 64,
+                            vocab_size=len(initial) + 1, id_space=rows + 2, config={"composed": True}, entries=[
+                                DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ab", parents=[a, b])])
+    applied = apply_revision(model, optimizer, composed)
+    logits = model(input_ids=torch.tensor([[a, b]], device=DEVICE)).logits
+    assert applied.rows == rows + 2 and applied.removed == [rows]
+    assert torch.isneginf(logits[..., rows]).all() and torch.isfinite(logits[..., rows + 1]).all()

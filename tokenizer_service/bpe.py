@@ -640,6 +640,17 @@ class BPETokenizer:
         added = [t["id"] for t in self.pipeline.get("added_tokens", [])]
         return max([*self.vocab.values(), *added], default=-1) + 1
 
+    @cached_property
+    def free_ids(self) -> tuple[int, ...]:
+        """The ids below ``id_space`` that no token holds (the holes deletions leave): a model
+        must never emit them.
+
+        >>> BPETokenizer(vocab={"a": 0, "b": 1, "ab": 3}, merges=[("a", "b")], pipeline={}).free_ids
+        (2,)
+        """
+        held = {*self.vocab.values(), *(t["id"] for t in self.pipeline.get("added_tokens", []))}
+        return tuple(i for i in range(self.id_space) if i not in held)
+
     def __len__(self) -> int:
         return len(self.vocab)
 

@@ -11,7 +11,8 @@ For each entry of the revision diff (``schemas.revision.RevisionDiff``):
   (zip2zip's hyper-encoder, fitted on the model's own merged tokens to predict a token's row
   from its two pieces' rows, applied to the new merges as ``parents_mean`` is);
 * ``removed``: the id's rows are zeroed and its logit masked to −inf (never generated, never a
-  target: the tokenizer no longer emits it);
+  target: the tokenizer no longer emits it); so are the rows a growing vocabulary adds that no
+  entry fills (a composed diff over a token added and removed again names neither);
 * the optimizer's per-row state (Adam's moments) of every changed row is zeroed.
 
 A vocabulary that grows resizes the model (its config follows) and moves the optimizer's
@@ -210,10 +211,13 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
     rows = max([model.get_input_embeddings().weight.shape[0], diff.id_space or 0,
                 *(e.id + 1 for e in entries)])
     removed_before = removed_ids(model)  # (a resize may replace the output layer, and its mask with it)
-    if rows > model.get_input_embeddings().weight.shape[0]:
+    rows_before = model.get_input_embeddings().weight.shape[0]
+    if rows > rows_before:
         grow(model, optimizer, rows)
     changed = sorted(e.id for e in entries if e.kind != "removed")
-    removed = sorted(e.id for e in entries if e.kind == "removed")
+    filled = set(changed)
+    removed = sorted({e.id for e in entries if e.kind == "removed"} |
+                     {i for i in range(rows_before, rows) if i not in filled})
     with torch.no_grad():
         for matrix in embedding_matrices(model):
             made = _new_rows(matrix, entries, strategy, previous)  # all from the rows before any is written

@@ -29,7 +29,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
-from trainer.apply_revision import apply_revision
+from trainer.apply_revision import apply_revision, set_removed
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
 from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
@@ -72,6 +72,7 @@ class Trainer:
         self.model = GPT2LMHeadModel(tiny_gpt2_config(self.tokenizer.id_space, **(model_config or {}))).to(self.device)
         self.model.loss_type = CAUSAL_LM_LOSS
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        set_removed(self.model, self.tokenizer.free_ids)  # a resumed model's come from its checkpoint
         if stamp is not None:
             position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
             self.position, self.step = position["position"], position["step"]
