@@ -12,11 +12,15 @@ revision when due, and before each step the registry's latest version adopted if
 published it. A runner that replays windows after a failure (Flink restores its checkpoint) finds
 them written already: a window that ends no later than the last one written is skipped.
 
+A producer that sends a document again (after a timeout, say) is counted once: documents are
+keyed by id and Beam's ``DeduplicatePerKey`` drops an id seen within ``dedupe_steps`` windows of
+event time, as the job's ``--dedupe-steps`` does.
+
 Neighbour pairs (LiteToken's) need the documents' word order, which word counts drop: this
 variant keeps Ted-Tok's statistics only, and ``tokmaint residues-job`` needs the job's.
 
     with beam.Pipeline(options=options) as p:
-        streaming_statistics(p | ReadFromKafka(...) | beam.Map(to_ts_and_text), sink, step_seconds=60)
+        streaming_statistics(p | ReadFromKafka(...) | beam.Map(to_id_ts_and_text), sink, step_seconds=60)
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.coders import PickleCoder
+from apache_beam.transforms.deduplicate import DeduplicatePerKey
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, TimerSpec, on_timer
-from apache_beam.transforms.window import GlobalWindows
+from apache_beam.transforms.window import GlobalWindows, TimestampedValue
+from apache_beam.utils.timestamp import Duration
 
 from pipeline.beam_counting import streaming_word_counts
 from tokenizer_service.bpe import BPETokenizer
@@ -108,10 +114,18 @@ class _WriteSteps(beam.DoFn):
 
 
 def streaming_statistics(documents: beam.PCollection, sink: StatisticsSink, *, step_seconds: float,
-                         tokenizer: BPETokenizer) -> beam.PCollection:
-    """A stream of ``(ts seconds, text)`` documents into the lineage's statistics, a step a
+                         tokenizer: BPETokenizer, dedupe_steps: int = 100) -> beam.PCollection:
+    """A stream of ``(id, ts seconds, text)`` documents into the lineage's statistics, a step a
     window of ``step_seconds``; ``tokenizer`` pre-tokenises (any version of the lineage: the
-    pre-tokenizer is the same in all)."""
+    pre-tokenizer is the same in all). An id seen within ``dedupe_steps`` windows is a resend,
+    dropped (0: keep every document)."""
+    if dedupe_steps:
+        documents = (documents
+                     | "ById" >> beam.Map(lambda doc: TimestampedValue((doc[0], doc[1:]), doc[1]))
+                     | "SkipResends" >> DeduplicatePerKey(event_time_duration=Duration(dedupe_steps * step_seconds))
+                     | "TsAndText" >> beam.Values())
+    else:
+        documents = documents | "TsAndText" >> beam.Map(lambda doc: doc[1:])
     return (streaming_word_counts(documents, tokenizer, step_seconds=step_seconds)
             | "WithEnd" >> beam.Map(lambda counted: (counted[0], counted[0] + step_seconds, counted[1]))
             | "AllWindows" >> beam.WindowInto(GlobalWindows())

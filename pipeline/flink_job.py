@@ -63,16 +63,16 @@ def main(argv: list[str] | None = None) -> None:
                             interval_docs=16 * args.step_docs, warmup_docs=16 * args.step_docs)
     sink = StatisticsSink(redis_url=args.redis, registry_url=args.registry, lineage=args.lineage, stream=stream)
 
-    def ts_and_text(record):
+    def id_ts_and_text(record):
         try:
             doc = decode_document(record[1])
         except RecordError:
             return
-        yield doc.ts.timestamp(), doc.text
+        yield doc.id, doc.ts.timestamp(), doc.text
 
     with beam.Pipeline(options=flink_options(args)) as p:
         docs = (p | ReadFromKafka(consumer_config={"bootstrap.servers": args.bootstrap}, topics=[args.topic])
-                  | beam.FlatMap(ts_and_text))
+                  | beam.FlatMap(id_ts_and_text))
         streaming_statistics(docs, sink, step_seconds=args.step_seconds, tokenizer=tokenizer)
 
 

@@ -63,8 +63,9 @@ def test_streaming_windows_give_the_batch_counts(drifting_corpus, byte_tokenizer
 def test_streaming_statistics_equal_the_offline_reference_and_a_replay_changes_nothing(
         drifting_corpus, redis_url, tmp_path, monkeypatch, capsys):
     """The streaming variant into Redis (a window a step, written in event-time order, revisions
-    published) gives the statistics and versions of the offline Ted-Tok on the same windows;
-    running it again over the same stream (a runner's replay) writes nothing."""
+    published, resent documents counted once) gives the statistics and versions of the offline
+    Ted-Tok on the same windows; running it again over the same stream (a runner's replay)
+    writes nothing."""
     import uuid
 
     import redis
@@ -91,8 +92,11 @@ def test_streaming_statistics_equal_the_offline_reference_and_a_replay_changes_n
         sink = StatisticsSink(redis_url=redis_url, registry_url=registry_url, lineage=lineage, stream=settings)
         def stream():
             stream = test_stream.TestStream()
-            for doc in list(reversed(docs[:130])) + docs[130:]:  # out of order across windows: written in order
-                stream = stream.add_elements([TimestampedValue((doc.ts.timestamp(), doc.text), doc.ts.timestamp())])
+            # Out of order across windows (written in order), and a producer's resends in and across windows.
+            numbered = list(enumerate(docs))
+            for k, doc in list(reversed(numbered[:130])) + numbered[130:300] + numbered[250:320] + numbered[300:]:
+                ts = doc.ts.timestamp()
+                stream = stream.add_elements([TimestampedValue((f"doc-{k}", ts, doc.text), ts)])
             return stream.advance_watermark_to_infinity()
 
         options = PipelineOptions()
