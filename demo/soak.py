@@ -48,6 +48,7 @@ import redis
 from demo.run import SAMPLE
 from pipeline.local_servers import start_broker
 from pipeline.redis_store import RedisStatsStore
+from pipeline.topics import read_topic
 from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port
 from tokenizer_service.bpe import BPETokenizer
@@ -233,7 +234,10 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
             (root / "redis").mkdir()
             parts["redis"] = Part("redis", [shutil.which("redis-server") or "redis-server", "--port", str(redis_port),
                                             "--bind", "127.0.0.1", "--dir", str(root / "redis"), "--save", "",
-                                            "--appendonly", "yes", "--appendfsync", "always"],
+                                            "--appendonly", "yes", "--appendfsync", "always",
+                                            # Redis rewrites its AOF once it doubles (each revision appends a
+                                            # snapshot); past 1 MB here, not 64, so that rewrites meet kills.
+                                            "--auto-aof-rewrite-min-size", "1mb"],
                                   env=env, log_path=root / "redis.log")
             parts["registry"] = Part("registry", [*python, "registry", "serve", "--port", str(registry_port), "--db",
                                                   db, "--artifacts", artifacts], env=env,
@@ -300,6 +304,7 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
             report = _check(settings, traffic, redis_url, registry_url, bootstrap, root / "trainer" / "checkpoint.pt",
                             down, schedule, unexpected)
             report["trainer"]["resumes"] = parts["trainer"].starts - 1
+            report["redis"] = _redis_files(redis_url, root / "redis")
         finally:
             for part in parts.values():
                 part.stop()
@@ -312,6 +317,14 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
         report["processes_left"] = [name for name, part in parts.items()
                                     if part.process is not None and part.process.poll() is None]
         return report
+
+
+def _redis_files(redis_url: str, folder: Path) -> dict[str, float]:
+    """The AOF's size on disk against the data it keeps: Redis's own rewrites bound it (each
+    revision's snapshot is appended whole, and a rewrite keeps the last)."""
+    info = redis.Redis.from_url(redis_url).info()
+    return {"aof_mb": round(sum(p.stat().st_size for p in folder.rglob("*.aof")) / 1e6, 2),
+            "dataset_mb": round(info["used_memory_dataset"] / 1e6, 2), "aof_rewrites": info["aof_rewrites"]}
 
 
 def _wait_for_the_trainer(checkpoint: Path, registry_url: str, *, timeout: float = 120.0) -> None:
@@ -336,17 +349,8 @@ def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_ur
            schedule: list[tuple[float, str, float]], unexpected: dict[str, int]) -> dict[str, Any]:
     """The end-of-run checks as a report."""
     import torch
-    from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                             consumer_timeout_ms=3000)
-    on_topic: dict[str, list] = {}
-    for topic in ("docs", "docs.dlq"):
-        partitions = consumer.partitions_for_topic(topic) or set()
-        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
-        consumer.seek_to_beginning()
-        on_topic[topic] = [record for record in consumer]
-    consumer.close()
+    on_topic = {topic: read_topic(bootstrap, topic) for topic in ("docs", "docs.dlq")}
     ids = [json.loads(r.value)["id"] for r in on_topic["docs"]]
     lost = traffic.accepted - set(ids)
     counted = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=LINEAGE).meta()["documents"]

@@ -8,6 +8,7 @@ import json
 import os
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
+from tokenizer_service.options import whole
 from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
 
 
@@ -175,6 +176,14 @@ def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_ingest(args: argparse.Namespace) -> int:
+    from pipeline.ingest_bench import IngestBenchSettings, run_ingest_bench
+
+    settings = chosen_settings(args.parser, args, IngestBenchSettings)
+    print_result(run_ingest_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
 def cmd_ingest_server(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -185,7 +194,8 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
     if token is None and not args.insecure_dev:
         raise TokmaintError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
                             "unauthenticated writes (development only)")
-    app = create_ingest_app(_pipeline_settings(args), token=token, insecure_dev=args.insecure_dev)
+    app = create_ingest_app(_pipeline_settings(args), token=token, insecure_dev=args.insecure_dev,
+                            max_in_flight=args.max_in_flight)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -219,6 +229,7 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from pipeline.bench import PipelineBenchSettings
+    from pipeline.ingest_bench import IngestBenchSettings
     from tokenizer_service.evolve import StreamSettings
 
     ingest = sub.add_parser("ingest", help="send a corpus's documents to the docs topic (Kafka)")
@@ -237,6 +248,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     server.add_argument("--port", type=int, default=8100, help="port (default: 8100)")
     server.add_argument("--insecure-dev", action="store_true",
                         help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)")
+    server.add_argument("--max-in-flight", type=whole(1), default=64,
+                        help="requests served at once; one more is answered 503 with Retry-After (default: 64)")
     server.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     server.set_defaults(func=cmd_ingest_server, parser=server)
 
@@ -311,3 +324,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_settings(bench, PipelineBenchSettings)
     bench.add_argument("--json", action="store_true", help="print JSON")
     bench.set_defaults(func=cmd_bench_pipeline, parser=bench)
+
+    summary = ("the request rate the ingest server serves within p99 500 ms, what it answers past it (503), "
+               "and that every accepted document reached the topic once")
+    load = subcommands(sub.choices["bench"]).add_parser("ingest", help=summary, description=summary)
+    load.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) the documents' texts come from")
+    add_settings(load, IngestBenchSettings)
+    load.add_argument("--json", action="store_true", help="print JSON")
+    load.set_defaults(func=cmd_bench_ingest, parser=load)

@@ -27,6 +27,7 @@ from kafka.producer.future import FutureRecordMetadata
 from pipeline.topics import PipelineSettings, dead_letter
 from registry.api.deps import WriterDep, read_body
 from registry.api.errors import install_error_shape
+from registry.api.in_flight import InFlightLimit
 from registry.config import RegistrySettings
 from schemas.document import RecordError, decode_document
 
@@ -77,8 +78,10 @@ def _failure(outcome: FutureRecordMetadata | KafkaError) -> KafkaError | None:
 
 
 def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure_dev: bool = False,
-                      max_body_bytes: int = 64 << 20) -> FastAPI:
-    """The ingest app for ``settings`` (its docs topic only) behind the bearer ``token``."""
+                      max_body_bytes: int = 64 << 20, max_in_flight: int = 64) -> FastAPI:
+    """The ingest app for ``settings`` (its docs topic only) behind the bearer ``token``; past
+    ``max_in_flight`` requests at once, one more is answered 503 with Retry-After (nothing of it
+    produced)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -90,6 +93,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
 
     app = FastAPI(title="tokmaint ingest", version="1", lifespan=lifespan)
     install_error_shape(app)
+    app.add_middleware(InFlightLimit, limit=max_in_flight)
     # The registry's writer check reads its settings: the same token, the same rule.
     app.state.settings = RegistrySettings(token=token, insecure_dev=insecure_dev)
 

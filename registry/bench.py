@@ -1,4 +1,5 @@
-"""``tokmaint bench registry``: publish latency and download throughput of a real registry server.
+"""``tokmaint bench registry``: publish latency, download throughput and the load a real registry
+server takes.
 
 It trains a tokenizer of ``vocab_size`` on the corpus's oldest ``max_mb``, makes ``publishes``
 Ted-Tok revisions of K = ``batch_size`` from it, starts its own server (SQLite in a temporary
@@ -7,16 +8,25 @@ directory, ``tokmaint registry serve`` on a free loopback port), publishes them 
 server's checks and storage; the revisions' JSON is made beforehand), then
 downloads one version's tokenizer.json from ``clients`` concurrent keep-alive connections for
 ``seconds`` (``get_rps``) and revalidates it with ``If-None-Match`` (``get_304_rps``).
+
+Then ``load``: the trainers' mix, open loop, at rates doubling from ``start_rps``
+(``registry.load_test.load_ramp``): of every 25 requests, 14 ask for the latest version, 7
+revalidate a tokenizer.json, 3 list versions and 1 is a write (a rollback of a small lineage,
+which publishes a version). It reports the highest rate served whole with p99 ≤ 500 ms, the
+rate where the p99 passes it, what the server answered past that (503 with Retry-After once
+``max_in_flight`` requests are in flight), any request left unanswered, and the writes: every
+rollback answered 201 must be in the registry, numbered as answered (``writes.lost``: 0).
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import itertools
+import json
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +35,10 @@ import numpy as np
 from tqdm import tqdm
 
 from registry.client import RegistryClient
+from registry.load_test import REFUSED, LoadRequest, Ramp, closed_loop_rps, load_ramp
 from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
-from tokenizer_service.errors import TokmaintError
 from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
@@ -40,52 +50,51 @@ class RegistryBenchSettings:
     batch_size: int = setting(100, whole(1), "adds+deletes of each published revision (K)")
     publishes: int = setting(20, whole(2), "revisions published (for p50/p99)")
     clients: int = setting(16, whole(1), "concurrent download clients")
-    seconds: float = setting(5.0, Number(float, low=0, low_open=True), "seconds of each download test")
+    seconds: float = setting(5.0, Number(float, low=0, low_open=True), "seconds of each download test and load step")
+    start_rps: float = setting(50.0, Number(float, low=0, low_open=True), "the load ramp's first rate (requests/s)")
+    max_rps: float = setting(6400.0, Number(float, low=0, low_open=True), "the load ramp's highest rate")
+    max_in_flight: int = setting(64, whole(1), "the server's TOKMAINT_REGISTRY_MAX_IN_FLIGHT")
 
     def __post_init__(self) -> None:
         check_settings(self)
 
 
-async def _hammer(url: str, clients: int, seconds: float, headers: dict[str, str], expected: int) -> float:
-    """Requests per second from ``clients`` concurrent keep-alive connections for ``seconds``.
+def trainers_mix(name: str, writes: str, *, sha256: str, token: str) -> Callable[[int], LoadRequest]:
+    """Request ``i`` of the load: of every 25, 14 latest-version lookups, 7 revalidations of
+    version 2's tokenizer.json, 3 version listings and a rollback of ``writes`` to its version 1.
 
-    A minimal HTTP/1.1 client on asyncio streams: a general client (httpx) spends more CPU per
-    request than the server on these two cores, and would measure itself.
+    >>> make = trainers_mix("git", "w", sha256="ab", token="t")
+    >>> [make(i).method + " " + make(i).path for i in (0, 14, 21, 24)]  # doctest: +NORMALIZE_WHITESPACE
+    ['GET /v1/tokenizers/git/versions/latest', 'GET /v1/tokenizers/git/versions/2/tokenizer.json',
+     'GET /v1/tokenizers/git/versions?limit=20', 'POST /v1/tokenizers/w/rollback']
     """
-    target = httpx.URL(url)
-    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    request = f"GET {target.raw_path.decode()} HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n{extra}\r\n".encode()
-    deadline = time.monotonic() + seconds
+    base = f"/v1/tokenizers/{name}"
+    reads = [LoadRequest("GET", f"{base}/versions/latest")] * 14 + [
+        LoadRequest("GET", f"{base}/versions/2/tokenizer.json", (("If-None-Match", f'"{sha256}"'),))] * 7 + [
+        LoadRequest("GET", f"{base}/versions?limit=20")] * 3
+    write = LoadRequest("POST", f"/v1/tokenizers/{writes}/rollback", (
+        ("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")), b'{"to": 1}')
+    return lambda i: write if i % 25 == 24 else reads[i % 25]
 
-    async def worker() -> int:
-        reader, writer = await asyncio.open_connection(target.host, target.port)
-        done = 0
-        try:
-            while time.monotonic() < deadline:
-                writer.write(request)
-                status = int((await reader.readline()).split()[1])
-                length = 0
-                while (line := await reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                if status != expected:
-                    raise TokmaintError(f"GET {url} answered {status}, expected {expected}")
-                done += 1
-        finally:
-            writer.close()
-        return done
 
-    started = time.monotonic()
-    counts = await asyncio.gather(*(worker() for _ in range(clients)))
-    return sum(counts) / (time.monotonic() - started)
+def writes_kept(ramp: Ramp, client: RegistryClient, writes: str) -> dict[str, int]:
+    """Every rollback the server answered 201 is a version of ``writes`` with the number it
+    answered, version 1's content; how many were accepted, refused, and lost."""
+    answered = [a for a in ramp.answers if a.index % 25 == 24]
+    accepted = [json.loads(a.body)["number"] for a in answered if a.status == 201]
+    first = client.version(writes, 1)["sha256"]
+    kept = {v["number"]: v["sha256"] for v in client.versions(writes, limit=1000)["data"]}
+    while len(kept) < client.version(writes)["number"]:  # the listing is paged
+        kept |= {v["number"]: v["sha256"] for v in client.versions(writes, limit=1000, offset=len(kept))["data"]}
+    return {"accepted": len(accepted), "refused": sum(a.status in REFUSED for a in answered),
+            "lost": sum(kept.get(number) != first for number in accepted)}
 
 
 def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = RegistryBenchSettings(), *,
                        progress: bool = True) -> dict:
     docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     tokenizer = BPETokenizer.train([d.text for d in docs], vocab_size=settings.vocab_size, progress=progress)
+    small = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300)  # the load's writes: rollbacks of it
     # Trained on this very text, no pair beats a sink by the paper's margin; a near-zero margin
     # makes every revision a full K adds and deletes (as in bench throughput).
     tedtok = TedTok(tokenizer, config=TedTokConfig(batch_size=settings.batch_size, beta=1e-9, interval=1))
@@ -99,7 +108,8 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = Reg
                 bar.update()
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-registry-") as root:
-        process, url = start_server(Path(root), env={"TOKMAINT_REGISTRY_TOKEN": token})
+        process, url = start_server(Path(root), env={"TOKMAINT_REGISTRY_TOKEN": token,
+                                                     "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": str(settings.max_in_flight)})
         try:
             client = RegistryClient(url, token=token)
             client.create("bench", tokenizer.to_json())
@@ -117,9 +127,15 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = Reg
             info = client.version("bench", 2)
             target = f"{url}{info['tokenizer_url']}"
             size_mb = len(httpx.get(target).content) / 1e6
-            get_rps = asyncio.run(_hammer(target, settings.clients, settings.seconds, {}, 200))
-            get_304_rps = asyncio.run(_hammer(target, settings.clients, settings.seconds,
-                                              {"If-None-Match": f'"{info["sha256"]}"'}, 304))
+            get_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds)
+            get_304_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds,
+                                          headers={"If-None-Match": f'"{info["sha256"]}"'}, expected=304)
+            client.create("bench-writes", small.to_json())
+            ramp = load_ramp(url, trainers_mix("bench", "bench-writes", sha256=info["sha256"], token=token),
+                             start_rps=settings.start_rps, max_rps=settings.max_rps, seconds=settings.seconds,
+                             progress=progress)
+            load = {**ramp.report(), "writes": writes_kept(ramp, client, "bench-writes"),
+                    "max_in_flight": settings.max_in_flight}
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -132,4 +148,5 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = Reg
         "changed_ids_per_publish": float(np.mean([len(r.diff.entries) for r in revisions])),
         "publishes": len(revisions),
         "clients": settings.clients,
+        "load": load,
     }

@@ -23,6 +23,8 @@ class RegistrySettings(BaseSettings):
     max_upload_mb: float = Field(64.0, gt=0)
     max_page: int = Field(1000, ge=1)
     max_watch_seconds: float = Field(60.0, ge=0)
+    # Requests served at once; one more is answered 503 with Retry-After (registry.api.in_flight).
+    max_in_flight: int = Field(64, ge=1)
     # Parsed versions held for the next publish's checks, in vocabulary tokens (two versions at least).
     cache_tokens: int = Field(1_000_000, ge=0)
     # Run the tokenizers library's checks of an upload in a process beside the server's own

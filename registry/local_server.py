@@ -1,5 +1,6 @@
 """A registry server of its own on a free loopback port, for the benchmark and the tests:
-``tokmaint registry serve`` over SQLite in a folder, started and waited for (``/healthz``).
+``tokmaint registry serve`` over SQLite in a folder, started and waited for (``/healthz``);
+``start_service`` does the same for any of tokmaint's servers (``ingest-server``).
 
     process, url = start_server(Path("/tmp/reg"), env={"TOKMAINT_REGISTRY_TOKEN": token})
     ...
@@ -30,25 +31,32 @@ def free_port() -> int:
 def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Start a server with its database and artifacts in ``root`` and the extra environment
     ``env`` (the token, limits); returns it and its URL once it answers. Its output goes to
-    ``root/server.log`` (a pipe nobody reads would block a chatty server once it filled)."""
-    port = free_port()
+    ``root/server.log``."""
     root.mkdir(parents=True, exist_ok=True)
-    log = root / "server.log"
+    return start_service(["registry", "serve", "--db", f"sqlite:///{root / 'registry.db'}", "--artifacts",
+                          str(root / "artifacts")], env=env, log=root / "server.log", timeout=timeout,
+                         what="the registry server")
+
+
+def start_service(command: list[str], *, env: dict[str, str], log: Path, timeout: float = 60.0,
+                  what: str = "the server") -> tuple[subprocess.Popen, str]:
+    """Start ``tokmaint COMMAND --port P`` (a server with ``/healthz``) on a free port with the
+    extra environment ``env``; returns it and its URL once it answers. Its output goes to ``log``
+    (a pipe nobody reads would block a chatty server once it filled)."""
+    port = free_port()
     with open(log, "ab") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
-             f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
-            env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", *command, "--port", str(port)],
+                                   env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = log.read_bytes()[-500:].decode("utf-8", "replace")
-            raise TokmaintError(f"the registry server exited (its log: {log}): {tail}")
+            raise TokmaintError(f"{what} exited (its log: {log}): {tail}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return process, url
         except httpx.HTTPError:
             time.sleep(0.1)
     process.kill()
-    raise TokmaintError(f"the registry server did not answer /healthz within {timeout:g} s")
+    raise TokmaintError(f"{what} did not answer /healthz within {timeout:g} s")

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.api.errors import error_body, install_error_shape
+from registry.api.in_flight import InFlightLimit
 from registry.api.routes import pages
 from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
 from registry.artifacts import LocalArtifactStore
@@ -140,8 +141,9 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         app.state.metrics.refusals.labels(exc.code).inc()
         return JSONResponse(status_code=exc.status, content=error_body(exc.code, exc.reasons))
 
-    # RequestMetrics, added last, is the outermost: cached downloads are counted too.
+    # RequestMetrics, added last, is the outermost: cached downloads and refusals of overload are counted too.
     app.add_middleware(CachedDownloads, cache=app.state.cache)
+    app.add_middleware(InFlightLimit, limit=settings.max_in_flight)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
 
     @app.get("/healthz", tags=["operations"])
