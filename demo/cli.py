@@ -35,7 +35,8 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
             and documents["dead_lettered"] >= documents["refused"]
             and versions["gaps"] == 0 and versions["duplicates"] == 0 and report["trainer"]["versions_taken"]
             and report["http"]["unexplained_server_errors"] == 0 and not report["processes_left"]
-            and not report["exited_on_their_own"])
+            and not report["exited_on_their_own"]
+            and all(report["statistics"][k] for k in ("versions_equal", "tokens_equal", "pairs_equal")))
     return 0 if held else 1
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import redis
 
 from demo.run import SAMPLE
@@ -61,6 +62,7 @@ LINEAGE, API_LINEAGE = "soak", "soak-api"
 STREAM = StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0)
 STREAM_OPTIONS = ["--step-docs", "64", "--horizon-docs", "1600", "--interval-docs", "320", "--warmup-docs", "640",
                   "--id-price", "2"]
+REPLAYABLE_STEPS = 1_000_000
 KILLABLE = ("pipeline", "registry", "relay", "trainer", "ingest", "redis")
 
 
@@ -247,7 +249,8 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
                                    log_path=root / "ingest.log", health=f"{ingest_url}/healthz")
             pipeline_argv = [*python, "pipeline", "run", "--bootstrap", bootstrap, "--topic", "docs", "--dlq-topic",
                              "docs.dlq", "--redis", redis_url, "--registry", registry_url, "--wait", "120",
-                             *STREAM_OPTIONS]
+                             # Every id kept with the step it was counted in: the replay's steps.
+                             "--dedupe-steps", str(REPLAYABLE_STEPS), *STREAM_OPTIONS]
             parts["pipeline"] = Part("pipeline", [*pipeline_argv, "--lineage", LINEAGE], env=env,
                                      log_path=root / "pipeline.log")
             parts["relay"] = Part("relay", [*python, "registry", "relay", "--db", db, "--artifacts", artifacts,
@@ -305,6 +308,8 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
                             down, schedule, unexpected)
             report["trainer"]["resumes"] = parts["trainer"].starts - 1
             report["redis"] = _redis_files(redis_url, root / "redis")
+            report["statistics"] = _replayed(initial, redis_url, versions=report.pop("version_shas"),
+                                             documents=report.pop("texts"))
         finally:
             for part in parts.values():
                 part.stop()
@@ -317,6 +322,32 @@ def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False)
         report["processes_left"] = [name for name, part in parts.items()
                                     if part.process is not None and part.process.poll() is None]
         return report
+
+
+def _replayed(initial: BPETokenizer, redis_url: str, *, versions: list[str], documents: dict[str, str]
+              ) -> dict[str, Any]:
+    """Ted-Tok run offline, uninterrupted, over the steps the pipeline counted (each document
+    in the step Redis keeps its id with): whether its statistics and versions are the lineage's."""
+    from tokenizer_service.stats_store import MemoryStatsStore
+    from tokenizer_service.tedtok import TedTok
+
+    store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=LINEAGE)
+    steps: dict[int, list[str]] = {}
+    for doc_id, step in store.recent_ids().items():
+        steps.setdefault(step, []).append(documents[doc_id])
+    config = STREAM.tedtok_config()
+    replay = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=LINEAGE)
+    for step in range(1, store.meta()["step"] + 1):
+        replay.observe_texts(steps.get(step, []))
+    ids = np.arange(max(replay.tokenizer.id_space, initial.id_space))
+    keys, values = replay.store.top_pairs(replay.store.tracked_pairs)
+    live_keys, live_values = store.top_pairs(replay.store.tracked_pairs)
+    same_pairs = set(keys.tolist()) == set(live_keys.tolist()) and np.allclose(
+        np.sort(values), np.sort(live_values), rtol=1e-9, atol=1e-12)
+    return {"steps": len(steps), "revisions": len(replay.revisions),
+            "versions_equal": [r.tokenizer.sha256 for r in replay.revisions] == versions[1:],
+            "tokens_equal": bool(np.allclose(store.token(ids), replay.store.token(ids), rtol=1e-9, atol=1e-12)),
+            "pairs_equal": bool(same_pairs)}
 
 
 def _redis_files(redis_url: str, folder: Path) -> dict[str, float]:
@@ -379,5 +410,6 @@ def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_ur
         "faults": {"injected": len(schedule), "by_part": {p: sum(n == p for _, n, _ in schedule) for p in KILLABLE},
                    "schedule": schedule, "broker": "not restarted: tansu keeps topics in memory only"},
         "exited_on_their_own": unexpected,
+        "version_shas": shas, "texts": {json.loads(r.value)["id"]: json.loads(r.value)["text"] for r in on_topic["docs"]},
     }
 

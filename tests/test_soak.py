@@ -1,6 +1,6 @@
 """``tokmaint bench soak``, short: a minute of load with a fault every six seconds or so (the
 seeded schedule kills the trainer, the ingest server, the pipeline and redis-server among
-others), then every check the full soak makes."""
+others), then every check the full soak makes, the statistics against an uninterrupted replay included."""
 
 import json
 import subprocess
@@ -21,4 +21,8 @@ def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
     assert report["trainer"]["versions_taken"] and report["trainer"]["resumes"] >= 1
     assert report["http"]["unexplained_server_errors"] == 0 and report["http"]["requests"] > 100
     assert report["faults"]["injected"] >= 6 and report["processes_left"] == [] and report["exited_on_their_own"] == {}
+    statistics = report["statistics"]  # an uninterrupted offline replay of the steps the pipeline counted
+    assert statistics["steps"] > 10 and statistics["revisions"] == report["versions"]["published"] - 1
+    assert statistics["versions_equal"] and statistics["tokens_equal"] and statistics["pairs_equal"]
+    assert report["redis"]["aof_rewrites"] > 0 and report["redis"]["aof_mb"] > 0
     assert "kill" in result.stderr  # the schedule is printed, to replay a failing run
