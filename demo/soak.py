@@ -382,7 +382,8 @@ def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_ur
     import torch
 
     on_topic = {topic: read_topic(bootstrap, topic) for topic in ("docs", "docs.dlq")}
-    ids = [json.loads(r.value)["id"] for r in on_topic["docs"]]
+    docs = [json.loads(r.value) for r in on_topic["docs"]]
+    ids = [doc["id"] for doc in docs]
     lost = traffic.accepted - set(ids)
     counted = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=LINEAGE).meta()["documents"]
     unique = len(set(ids))
@@ -410,6 +411,6 @@ def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_ur
         "faults": {"injected": len(schedule), "by_part": {p: sum(n == p for _, n, _ in schedule) for p in KILLABLE},
                    "schedule": schedule, "broker": "not restarted: tansu keeps topics in memory only"},
         "exited_on_their_own": unexpected,
-        "version_shas": shas, "texts": {json.loads(r.value)["id"]: json.loads(r.value)["text"] for r in on_topic["docs"]},
+        "version_shas": shas, "texts": {doc["id"]: doc["text"] for doc in docs},
     }
 
