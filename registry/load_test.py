@@ -209,7 +209,8 @@ def load_ramp(url: str, make: Callable[[int], LoadRequest], *, start_rps: float,
             step = summary(answers, rate=rate, seconds=seconds)
             ramp.steps.append(step)
             ramp.answers.extend(answers)
-            beyond += ramp.past(step) or beyond > 0
+            if beyond or ramp.past(step):  # the steps from the first past the target on
+                beyond += 1
             bar.set_postfix(rps=rate, p99_ms=step["p99_ms"], refused=step["refused_share"])
             bar.update()
             rate *= 2
