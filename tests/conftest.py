@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import signal
 import time
 
 import pytest
@@ -197,3 +198,10 @@ def redis_url():
     from pipeline.local_servers import start_redis
 
     yield from _local_server(start_redis)
+
+
+def ctrl_c_works() -> None:
+    """``preexec_fn`` of a command a test interrupts with SIGINT: a suite started in the
+    background of a shell (``make test &``) ignores SIGINT, its children inherit that, and Python
+    then never raises KeyboardInterrupt. The child takes SIGINT's default back before it starts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

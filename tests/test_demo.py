@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from demo.run import DemoSettings, run_demo
+from tests.conftest import ctrl_c_works
 from tokenizer_service.evolve import StreamSettings
 
 
@@ -70,7 +71,8 @@ def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path,
 def test_ctrl_c_stops_every_process_the_demo_started(drifting_corpus, tmp_path):
     demo = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "demo", "--out", str(tmp_path / "r"), "--corpus",
                              str(drifting_corpus), "--initial-docs", "150", "--chunks", "8", "--pause", "2", "--trainer-steps", "20",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_works)
     started: set[int] = set()
     deadline = time.monotonic() + 60
     while len(started) < 4 and time.monotonic() < deadline:  # broker, redis, registry, trainer

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ctrl_c_works
 from tokmaint.cli import main
 from tokenizer_service.errors import OutputError
 from tokenizer_service.output_dir import MARKER, OutputDir, StepLog
@@ -52,7 +53,7 @@ def test_a_signal_stops_cleanly_and_the_same_command_continues(drifting_corpus, 
     out = tmp_path / "out"
     argv = evolve(drifting_corpus, out, step_docs=2)
     process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", *argv], stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=ctrl_c_works)
     deadline = time.monotonic() + 60
     while not (out / "v0004").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
