@@ -354,7 +354,10 @@ def _redis_files(redis_url: str, folder: Path) -> dict[str, float]:
     """The AOF's size on disk against the data it keeps: Redis's own rewrites bound it (each
     revision's snapshot is appended whole, and a rewrite keeps the last)."""
     info = redis.Redis.from_url(redis_url).info()
-    return {"aof_mb": round(sum(p.stat().st_size for p in folder.rglob("*.aof")) / 1e6, 2),
+    # All that Redis keeps there (no RDB snapshots: --save ""): Redis 7's AOF is a folder of a base
+    # (RDB-encoded after a rewrite), increments and a manifest.
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return {"aof_mb": round(sum(p.stat().st_size for p in files) / 1e6, 2),
             "dataset_mb": round(info["used_memory_dataset"] / 1e6, 2), "aof_rewrites": info["aof_rewrites"]}
 
 
