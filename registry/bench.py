@@ -83,9 +83,9 @@ def writes_kept(ramp: Ramp, client: RegistryClient, writes: str) -> dict[str, in
     answered = [a for a in ramp.answers if a.index % 25 == 24]
     accepted = [json.loads(a.body)["number"] for a in answered if a.status == 201]
     first = client.version(writes, 1)["sha256"]
-    kept = {v["number"]: v["sha256"] for v in client.versions(writes, limit=1000)["data"]}
-    while len(kept) < client.version(writes)["number"]:  # the listing is paged
-        kept |= {v["number"]: v["sha256"] for v in client.versions(writes, limit=1000, offset=len(kept))["data"]}
+    kept: dict[int, str] = {}
+    while page := client.versions(writes, limit=1000, offset=len(kept))["data"]:  # the listing is paged
+        kept |= {v["number"]: v["sha256"] for v in page}
     return {"accepted": len(accepted), "refused": sum(a.status in REFUSED for a in answered),
             "lost": sum(kept.get(number) != first for number in accepted)}
 
