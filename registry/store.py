@@ -45,7 +45,8 @@ from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, Ve
 from registry.refs import MAX_VERSION, version_number
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.errors import InvalidTokenizer, json_kind
+from schemas.json_values import json_kind
+from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
 from tokenizer_service.options import lineage_name
 from tokenizer_service.revision_diff import diff_entries

@@ -26,8 +26,7 @@ import json
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from tokenizer_service.corpus import json_object, parse_timestamp
-from tokenizer_service.errors import json_kind
+from schemas.json_values import json_kind, json_object, parse_timestamp
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB a record, Kafka's own default limit
 

@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tokenizer_service.corpus import batches, parse_timestamp, read_corpus
+from schemas.json_values import parse_timestamp
+from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.errors import CorpusError
 
 

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tokenizer_service.errors import InvalidTokenizer, json_kind
+from schemas.json_values import json_kind
+from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.heap import release_free_memory
 from tokenizer_service.round_trip import pipeline_steps
 

@@ -13,24 +13,6 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
-
-
-def json_kind(value: Any) -> str:
-    """How a JSON value is named in an error message.
-
-    >>> [json_kind(v) for v in (None, True, 3, 2.5, [1], {"a": 1}, "s")]
-    ['null', 'a boolean', 'a number', 'a number', 'a list', 'an object', 'a string']
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, dict):
-        return "an object"
-    return {list: "a list", str: "a string"}.get(type(value), type(value).__name__)
 
 
 class TokmaintError(Exception):

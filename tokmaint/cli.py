@@ -1,6 +1,8 @@
-"""``tokmaint``: the one command line. Each package contributes its own subcommands
-(``add_commands`` in ``tokenizer_service.cli`` and ``registry.cli``), imported when the parser
-is built, so the algorithms never import SQL, HTTP, Kafka or Beam.
+"""``tokmaint``: the one command line, on top of every package it fronts.
+
+Each command's module (``tokmaint.commands.*``) is imported, and its options built, only when that
+command runs: ``tokmaint evolve`` needs numpy and tokenizers, not the registry's, the pipeline's or
+the trainer's packages, and ``tokmaint --help`` imports none of them.
 
 Errors a user can fix (a bad corpus, tokenizer, option, output directory or registry answer)
 are one line on stderr and exit code 2 (``tokmaint --debug ...`` adds the traceback). Ctrl-C
@@ -12,19 +14,62 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import json
 import signal
 import sys
 import traceback
-from dataclasses import fields, replace
 from typing import Any, NoReturn
 
 from tokenizer_service.errors import TokmaintError
-from tokenizer_service.options import Number
 from tokmaint.logs import configure
 
-# Modules with an ``add_commands(subparsers)``: the packages this command line fronts.
-COMMANDS = ("tokenizer_service.cli", "registry.cli", "pipeline.cli", "trainer.cli", "demo.cli")
+# Every command: its name, the function (``module:function``) that adds its options to its parser,
+# and its one-line help. The order is --help's.
+COMMANDS = (
+    ("evolve", "tokmaint.commands.tokenizer:add_evolve",
+     "replay a timestamped corpus through Ted-Tok, writing every version"),
+    ("residues", "tokmaint.commands.tokenizer:add_residues",
+     "LiteToken: find a tokenizer's residues on a corpus and remove them"),
+    ("bench", "tokmaint.cli:add_bench", "reproducible benchmarks"),
+    ("registry", "tokmaint.commands.registry:add_registry", "the versioned tokenizer registry: server and client"),
+    ("ingest", "tokmaint.commands.pipeline:add_ingest", "send a corpus's documents to the docs topic (Kafka)"),
+    ("ingest-server", "tokmaint.commands.pipeline:add_ingest_server",
+     "take documents over HTTP (POST /v1/streams/{topic}/documents) onto the docs topic"),
+    ("pipeline", "tokmaint.commands.pipeline:add_pipeline",
+     "the streaming job: Kafka -> statistics in Redis -> revisions"),
+    ("revise", "tokmaint.commands.pipeline:add_revise",
+     "one Ted-Tok revision from a lineage's statistics in Redis, validated and published (what a CronJob runs)"),
+    ("residues-job", "tokmaint.commands.pipeline:add_residues_job",
+     "LiteToken scores of a lineage's current version from the stream's statistics; --publish: a "
+     "residue-removal version"),
+    ("stats", "tokmaint.commands.pipeline:add_stats", "a lineage's statistics in Redis"),
+    ("trainer", "tokmaint.commands.trainer:add_trainer", "train a model that follows a lineage's versions"),
+    ("demo", "tokmaint.commands.demo:add_demo",
+     "the whole loop on one machine: broker, Redis, registry, pipeline and a trainer on the shipped stream; "
+     "a report folder"),
+)
+BENCHES = (
+    ("residues", "tokmaint.commands.tokenizer:add_bench_residues",
+     "LiteToken Table 4 across tokenizer families: residue shares beside the paper's"),
+    ("arithmetic", "tokmaint.commands.tokenizer:add_bench_arithmetic", "Ted-Tok Table 2, synthetic arithmetic"),
+    ("drift", "tokmaint.commands.tokenizer:add_bench_drift", "Old / New / Ted-Tok on a timestamped corpus"),
+    ("throughput", "tokmaint.commands.tokenizer:add_bench_throughput",
+     "stats update vs raw encoding; revision latency"),
+    ("registry", "tokmaint.commands.registry:add_bench_registry",
+     "registry: publish latency (p50/p99) and tokenizer.json downloads/revalidations per second"),
+    ("pipeline", "tokmaint.commands.pipeline:add_bench_pipeline",
+     "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time"),
+    ("ingest", "tokmaint.commands.pipeline:add_bench_ingest",
+     "the request rate the ingest server serves within p99 500 ms, what it answers past it (503), and that "
+     "every accepted document reached the topic once"),
+    ("apply", "tokmaint.commands.trainer:add_bench_apply",
+     "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state"),
+    ("arithmetic-train", "tokmaint.commands.trainer:add_bench_arithmetic_train",
+     "arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and evolving "
+     "tokenizers, and each init strategy's loss jump after a revision"),
+    ("soak", "tokmaint.commands.demo:add_bench_soak",
+     "soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks that "
+     "nothing was lost or counted twice"),
+)
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -34,41 +79,6 @@ class Terminated(BaseException):
     """SIGTERM, raised where the program is, so ``finally`` blocks run as for Ctrl-C."""
 
 
-def _flatten(data: dict[str, Any] | list[dict[str, Any]], prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dicts, and lists of dicts (numbered from 1), to dotted rows.
-
-    >>> _flatten({"a": {"b": 1}, "runs": [{"c": 2}, {"c": 3}], "names": ["x"]})
-    [('a.b', 1), ('runs.1.c', 2), ('runs.2.c', 3), ('names', ['x'])]
-    """
-    rows = []
-    for key, value in data.items() if isinstance(data, dict) else enumerate(data, 1):
-        name = f"{prefix}{key}"
-        nested = isinstance(value, dict) or (isinstance(value, list) and value
-                                             and all(isinstance(item, dict) for item in value))
-        rows.extend(_flatten(value, name + ".") if nested else [(name, value)])
-    return rows
-
-
-def print_result(result: dict[str, Any], *, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    rows = _flatten(result)
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-        print(f"{key:<{width}}  {shown}")
-
-
-def warn(message: str) -> None:
-    logging.getLogger("tokmaint").warning(message)
-
-
-def show_progress(args: argparse.Namespace) -> bool:
-    """Progress bars go to an interactive stderr, never under ``--json``."""
-    return not args.json and sys.stderr.isatty()
-
-
 class Parser(argparse.ArgumentParser):
     """argparse with usage errors on one line (the option, what it must be, and where help is)."""
 
@@ -76,56 +86,50 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def print_rows(rows: list[dict[str, Any]]) -> None:
-    """A table: one line per row, a column per key (floats to 4 places, None as '-')."""
-    cells = [[("-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)) for v in row.values()]
-             for row in rows]
-    header = list(rows[0])
-    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(header)]
-    for line in [header, *cells]:
-        print("  ".join(c.rjust(w) if k else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths))))
+class LazyCommands(argparse._SubParsersAction):
+    """Subcommands whose module is imported, and whose options are added, when one is chosen
+    (argparse calls the action with the command's name before it parses the command's options)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._builders: dict[str, str] = {}
+
+    def add_lazy(self, name: str, builder: str, help_text: str) -> argparse.ArgumentParser:
+        """A command named ``name`` whose options ``builder`` (``module:function``) adds."""
+        self._builders[name] = builder
+        return self.add_parser(name, help=help_text, description=help_text)
+
+    def build(self, name: str) -> argparse.ArgumentParser:
+        """The command's parser with its options (imports its module the first time)."""
+        if (builder := self._builders.pop(name, None)) is not None:
+            module, function = builder.split(":")
+            getattr(importlib.import_module(module), function)(self.choices[name])
+        return self.choices[name]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: list[str],
+                 option_string: str | None = None) -> None:
+        self.build(values[0])
+        super().__call__(parser, namespace, values, option_string)
 
 
-
-def add_settings(parser: argparse.ArgumentParser, settings_type: type, *, skip: tuple[str, ...] = ()) -> None:
-    """One ``--option`` per field of a settings dataclass (but those in ``skip``: a command that
-    has no use for them), with its range, help and default."""
-    for f in fields(settings_type):
-        if f.name in skip:
-            continue
-        option = f"--{f.name.replace('_', '-')}"
-        help_text = f.metadata.get("help", "")
-        if isinstance(f.default, bool):
-            parser.add_argument(option, action="store_true", default=None, help=help_text)
-            continue
-        parse = f.metadata.get("parse") or type(f.default)
-        if isinstance(parse, Number):
-            help_text += f"; {parse.describe()}"
-        parser.add_argument(option, type=parse, default=None, metavar=f.name.upper(),
-                            help=f"{help_text} (default: {f.default:g})" if isinstance(f.default, float)
-                            else f"{help_text} (default: {f.default})")
+def _add_lazy_commands(parser: argparse.ArgumentParser, commands: tuple[tuple[str, str, str], ...], *,
+                       dest: str) -> LazyCommands:
+    sub = parser.add_subparsers(dest=dest, required=True, action=LazyCommands, parser_class=Parser)
+    for name, builder, help_text in commands:
+        sub.add_lazy(name, builder, help_text)
+    return sub
 
 
-def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type):
-    """The settings the options chose; a rule between options fails here, as a usage error."""
-    chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name, None) is not None}
-    try:
-        return replace(settings_type(), **chosen)
-    except ValueError as exc:
-        parser.error(str(exc).replace("_", "-"))
-
-
-def subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
-    """A command's group of subcommands, for a package adding one to another's (``bench registry``)."""
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+def add_bench(parser: argparse.ArgumentParser) -> None:
+    """``tokmaint bench NAME``: each benchmark's module is imported when it runs."""
+    _add_lazy_commands(parser, BENCHES, dest="bench")
 
 
 def build_parser() -> Parser:
+    """The whole command line; a command's options are added when it is parsed (``LazyCommands``)."""
     parser = Parser(prog="tokmaint", description="Lifelong BPE tokenizer maintenance.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in COMMANDS:
-        importlib.import_module(module).add_commands(sub)
+    _add_lazy_commands(parser, COMMANDS, dest="command")
     return parser
 
 
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         configure("plain")
         log.warning("%s", exc)
     try:
-        # Parsing imports the command modules (numpy, tokenizers): Ctrl-C there stops cleanly too.
+        # Parsing imports the chosen command's module (numpy, tokenizers...): Ctrl-C there stops cleanly too.
         args = build_parser().parse_args(argv)
         debug = args.debug
         return args.func(args)
@@ -151,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         log.error("%s", exc)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        # A command of the services or the trainer, installed with the core dependencies only.
+        if debug:
+            traceback.print_exc()
+        log.error("this command needs the Python package %r, which is not installed: pip install "
+                  "'tokmaint[services,trainer]' installs every command's", exc.name)
         return EXIT_USAGE
     except KeyboardInterrupt:
         log.info("interrupted; everything written so far is complete")

@@ -22,7 +22,8 @@ from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
 from registry.refs import version_number
 from registry.store import Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import json_shape_problems, parse_json
-from tokenizer_service.errors import InvalidTokenizer, json_kind
+from schemas.json_values import json_kind
+from tokenizer_service.errors import InvalidTokenizer
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
 

@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
+from tokmaint.options import add_settings, chosen_settings
+from tokmaint.output import print_result, show_progress
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -63,10 +64,9 @@ def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    from trainer.settings import ApplyBenchSettings, ArithmeticTrainSettings, TrainerSettings
+def add_trainer(trainer: argparse.ArgumentParser) -> None:
+    from trainer.settings import TrainerSettings
 
-    trainer = sub.add_parser("trainer", help="train a model that follows a lineage's versions")
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="train on a corpus with the lineage's current version, applying each newer "
                                           "version between two optimizer steps")
@@ -90,16 +90,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true", help="print JSON")
     run.set_defaults(func=cmd_run, parser=run)
 
-    summary = "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state"
-    benches = subcommands(sub.choices["bench"])
-    bench = benches.add_parser("apply", help=summary, description=summary)
+
+def add_bench_apply(bench: argparse.ArgumentParser) -> None:
+    from trainer.settings import ApplyBenchSettings
+
     add_settings(bench, ApplyBenchSettings)
     bench.add_argument("--json", action="store_true", help="print JSON")
     bench.set_defaults(func=cmd_bench_apply, parser=bench)
 
-    summary = ("arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and "
-               "evolving tokenizers, and each init strategy's loss jump after a revision")
-    bench = benches.add_parser("arithmetic-train", help=summary, description=summary)
+
+def add_bench_arithmetic_train(bench: argparse.ArgumentParser) -> None:
+    from trainer.settings import ArithmeticTrainSettings
+
     add_settings(bench, ArithmeticTrainSettings)
     bench.add_argument("--json", action="store_true", help="print JSON")
     bench.set_defaults(func=cmd_bench_arithmetic_train, parser=bench)

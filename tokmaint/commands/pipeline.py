@@ -1,5 +1,5 @@
-"""``tokmaint ingest``, ``ingest-server``, ``pipeline run``, ``revise``, ``residues-job`` and
-``stats show``: the pipeline's commands."""
+"""The pipeline's commands: ``tokmaint ingest``, ``ingest-server``, ``pipeline run``, ``revise``,
+``residues-job``, ``stats show``, ``stats snapshot``, and ``bench pipeline`` and ``bench ingest``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import os
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
 from tokenizer_service.options import whole
-from tokmaint.cli import add_settings, chosen_settings, print_result, show_progress, subcommands
+from tokmaint.options import add_settings, chosen_settings
+from tokmaint.output import print_result, show_progress
 
 
 def _pipeline_settings(args: argparse.Namespace):
@@ -227,12 +228,7 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
     _add_wait_option(parser)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    from pipeline.bench import PipelineBenchSettings
-    from pipeline.ingest_bench import IngestBenchSettings
-    from tokenizer_service.evolve import StreamSettings
-
-    ingest = sub.add_parser("ingest", help="send a corpus's documents to the docs topic (Kafka)")
+def add_ingest(ingest: argparse.ArgumentParser) -> None:
     ingest.add_argument("corpus", help="a JSONL(.gz) or .txt(.gz) corpus")
     _add_stream_options(ingest)
     ingest.add_argument("--compression", choices=["zstd", "gzip", "none"], default="zstd",
@@ -241,8 +237,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         help="dead-letter the corpus's bad records (with the reason and line) instead of stopping")
     ingest.set_defaults(func=cmd_ingest, parser=ingest)
 
-    server = sub.add_parser("ingest-server", help="take documents over HTTP (POST /v1/streams/{topic}/documents) "
-                                                 "onto the docs topic")
+
+def add_ingest_server(server: argparse.ArgumentParser) -> None:
     _add_stream_options(server)
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     server.add_argument("--port", type=int, default=8100, help="port (default: 8100)")
@@ -253,7 +249,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     server.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     server.set_defaults(func=cmd_ingest_server, parser=server)
 
-    pipeline = sub.add_parser("pipeline", help="the streaming job: Kafka -> statistics in Redis -> revisions")
+
+def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
+    from tokenizer_service.evolve import StreamSettings
+
     commands = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="count the docs topic into a lineage's statistics step by step; revise "
                                           "and publish when due")
@@ -280,8 +279,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
 
-    revise = sub.add_parser("revise", help="one Ted-Tok revision from a lineage's statistics in Redis, validated "
-                                           "and published (what a CronJob runs)")
+
+def add_revise(revise: argparse.ArgumentParser) -> None:
+    from tokenizer_service.evolve import StreamSettings
+
     _add_redis_options(revise)
     revise.add_argument("--json", action="store_true", help="print JSON")
     # The decay is the statistics' own; the schedule is the job's.
@@ -289,8 +290,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                "warmup_docs"))
     revise.set_defaults(func=cmd_revise, parser=revise)
 
-    residues = sub.add_parser("residues-job", help="LiteToken scores of a lineage's current version from the "
-                                                   "stream's statistics; --publish: a residue-removal version")
+
+def add_residues_job(residues: argparse.ArgumentParser) -> None:
     _add_redis_options(residues)
     residues.add_argument("--r", type=float, help="FI ratio threshold (default: the paper's for the kind)")
     residues.add_argument("--s", type=float, help="entropy threshold (default: the paper's for the kind)")
@@ -303,7 +304,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     residues.add_argument("--json", action="store_true", help="print JSON")
     residues.set_defaults(func=cmd_residues_job, parser=residues)
 
-    stats = sub.add_parser("stats", help="a lineage's statistics in Redis")
+
+def add_stats(stats: argparse.ArgumentParser) -> None:
     stats_commands = stats.add_subparsers(dest="stats_command", required=True, metavar="COMMAND")
     show = stats_commands.add_parser("show", help="step, version, offsets, table sizes; top tokens and pairs by "
                                                   "τ, weakest sinks")
@@ -318,16 +320,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     snapshot.add_argument("--json", action="store_true", help="print JSON")
     snapshot.set_defaults(func=cmd_stats_snapshot, parser=snapshot)
 
-    summary = "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time"
-    bench = subcommands(sub.choices["bench"]).add_parser("pipeline", help=summary, description=summary)
+
+def add_bench_pipeline(bench: argparse.ArgumentParser) -> None:
+    from pipeline.bench import PipelineBenchSettings
+
     bench.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to stream")
     add_settings(bench, PipelineBenchSettings)
     bench.add_argument("--json", action="store_true", help="print JSON")
     bench.set_defaults(func=cmd_bench_pipeline, parser=bench)
 
-    summary = ("the request rate the ingest server serves within p99 500 ms, what it answers past it (503), "
-               "and that every accepted document reached the topic once")
-    load = subcommands(sub.choices["bench"]).add_parser("ingest", help=summary, description=summary)
+
+def add_bench_ingest(load: argparse.ArgumentParser) -> None:
+    from pipeline.ingest_bench import IngestBenchSettings
+
     load.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) the documents' texts come from")
     add_settings(load, IngestBenchSettings)
     load.add_argument("--json", action="store_true", help="print JSON")

@@ -1,4 +1,5 @@
-"""The algorithms' commands: ``evolve``, ``residues`` and ``bench`` (``tokmaint.cli`` fronts them).
+"""The algorithms' commands: ``evolve``, ``residues`` and the benchmarks ``bench residues``,
+``arithmetic``, ``drift`` and ``throughput``.
 
 Every command prints a table, or JSON with ``--json``; the errors a user can fix are raised as
 ``TokmaintError`` and printed by the front as one line.
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.options import Number, whole
-from tokmaint.cli import add_settings, chosen_settings, print_result, print_rows, show_progress, warn
+from tokmaint.options import add_settings, chosen_settings
+from tokmaint.output import print_result, print_rows, show_progress, warn
 
 def _report_skipped(corpus) -> None:
     if corpus.skipped:
@@ -196,15 +198,9 @@ def _add_corpus_options(parser: argparse.ArgumentParser, *, skip_bad: bool) -> N
                                  "stopping at the first")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    """``evolve``, ``residues`` and ``bench``."""
-    from tokenizer_service.bench.arithmetic import ArithmeticSettings
-    from tokenizer_service.bench.drift import SWEEP_PRICES, DriftSettings
-    from tokenizer_service.bench.throughput import ThroughputSettings
+def add_evolve(evolve: argparse.ArgumentParser) -> None:
     from tokenizer_service.evolve import EvolveSettings
-    from tokenizer_service.residue_audit import ResidueOptions
 
-    evolve = sub.add_parser("evolve", help="replay a timestamped corpus through Ted-Tok, writing every version")
     _add_corpus_options(evolve, skip_bad=True)
     evolve.add_argument("--out", help="new or empty directory for v0001/, v0002/ ... and steps.jsonl; the same "
                                       "command again continues a run there")
@@ -217,7 +213,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evolve.add_argument("--json", action="store_true", help="print JSON")
     evolve.set_defaults(func=cmd_evolve, parser=evolve)
 
-    residues = sub.add_parser("residues", help="LiteToken: find a tokenizer's residues on a corpus and remove them")
+
+def add_residues(residues: argparse.ArgumentParser) -> None:
+    from tokenizer_service.residue_audit import ResidueOptions
+
     residues.add_argument("--tokenizer", required=True, help="a BPE tokenizer.json (or a folder holding one)")
     _add_corpus_options(residues, skip_bad=True)
     option = {f.name: f for f in fields(ResidueOptions)}
@@ -244,37 +243,47 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     residues.add_argument("--json", action="store_true", help="print JSON")
     residues.set_defaults(func=cmd_residues, parser=residues)
 
-    bench = sub.add_parser("bench", help="reproducible benchmarks")
-    benches = bench.add_subparsers(dest="bench", required=True, parser_class=type(bench))
-    summary = "LiteToken Table 4 across tokenizer families: residue shares beside the paper's"
-    p = benches.add_parser("residues", help=summary, description=summary + " (each tokenizer audited as "
-                           "`tokmaint residues` does, at the paper's thresholds for its kind, in a process of its own)")
+
+def add_bench_residues(p: argparse.ArgumentParser) -> None:
+    p.description += (" (each tokenizer audited as `tokmaint residues` does, at the paper's thresholds for its "
+                      "kind, in a process of its own)")
     p.add_argument("--tokenizer", required=True, action="append",
                    help="a BPE tokenizer.json (or a folder holding one); give it once per tokenizer")
     _add_corpus_options(p, skip_bad=False)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_bench, parser=p)
-    for name, settings_type, needs_corpus, summary in (
-        ("arithmetic", ArithmeticSettings, False, "Ted-Tok Table 2, synthetic arithmetic"),
-        ("drift", DriftSettings, True, "Old / New / Ted-Tok on a timestamped corpus"),
-        ("throughput", ThroughputSettings, True, "stats update vs raw encoding; revision latency"),
-    ):
-        p = benches.add_parser(name, help=summary, description=summary)
-        if name == "drift":
-            p.add_argument("--corpus", required=True, action="append",
-                           help="JSONL(.gz) with 'text' and 'ts'; give it several times for one row per corpus and "
-                                "the worst case")
-            p.add_argument("--sweep", type=_prices, nargs="?", const=list(SWEEP_PRICES), metavar="PRICES",
-                           help="run each corpus with both id prices times each factor (comma-separated; alone: "
-                                f"{','.join(f'{x:g}' for x in SWEEP_PRICES)}; 0 is the paper's rule) to show "
-                                "the trade-off")
-            p.add_argument("--plot", metavar="DIR", help="write drift.png (gap_closed against ids_stable) into this "
-                                                         "new or empty directory")
-            p.add_argument("--force", action="store_true", help="replace an earlier plot's drift.png in --plot")
-        elif needs_corpus:
-            _add_corpus_options(p, skip_bad=False)
-        add_settings(p, settings_type)
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p.set_defaults(func=cmd_bench, parser=p)
 
 
+def add_bench_arithmetic(p: argparse.ArgumentParser) -> None:
+    from tokenizer_service.bench.arithmetic import ArithmeticSettings
+
+    _add_bench_settings(p, ArithmeticSettings)
+
+
+def add_bench_drift(p: argparse.ArgumentParser) -> None:
+    from tokenizer_service.bench.drift import SWEEP_PRICES, DriftSettings
+
+    p.add_argument("--corpus", required=True, action="append",
+                   help="JSONL(.gz) with 'text' and 'ts'; give it several times for one row per corpus and "
+                        "the worst case")
+    p.add_argument("--sweep", type=_prices, nargs="?", const=list(SWEEP_PRICES), metavar="PRICES",
+                   help="run each corpus with both id prices times each factor (comma-separated; alone: "
+                        f"{','.join(f'{x:g}' for x in SWEEP_PRICES)}; 0 is the paper's rule) to show "
+                        "the trade-off")
+    p.add_argument("--plot", metavar="DIR", help="write drift.png (gap_closed against ids_stable) into this "
+                                                 "new or empty directory")
+    p.add_argument("--force", action="store_true", help="replace an earlier plot's drift.png in --plot")
+    _add_bench_settings(p, DriftSettings)
+
+
+def add_bench_throughput(p: argparse.ArgumentParser) -> None:
+    from tokenizer_service.bench.throughput import ThroughputSettings
+
+    _add_corpus_options(p, skip_bad=False)
+    _add_bench_settings(p, ThroughputSettings)
+
+
+def _add_bench_settings(p: argparse.ArgumentParser, settings_type: type) -> None:
+    add_settings(p, settings_type)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_bench, parser=p)

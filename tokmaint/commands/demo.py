@@ -1,10 +1,11 @@
-"""``tokmaint demo``: the whole loop on embedded defaults (``make demo``)."""
+"""``tokmaint demo``: the whole loop on embedded defaults (``make demo``); ``bench soak``: the
+whole system under load and faults."""
 
 from __future__ import annotations
 
 import argparse
 
-from tokmaint.cli import print_result, show_progress
+from tokmaint.output import print_result, show_progress
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -40,9 +41,7 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
     return 0 if held else 1
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    demo = sub.add_parser("demo", help="the whole loop on one machine: broker, Redis, registry, pipeline and a "
-                                       "trainer on the shipped stream; a report folder")
+def add_demo(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--out", default="demo-report", help="the report folder (default: demo-report)")
     demo.add_argument("--corpus", help="the stream (default: data/git-commits-sample.jsonl.gz, shipped)")
     demo.add_argument("--initial-docs", type=int, help="oldest documents the initial tokenizer trains on "
@@ -53,11 +52,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--json", action="store_true", help="print JSON")
     demo.set_defaults(func=cmd_demo, parser=demo)
 
-    from tokmaint.cli import subcommands
 
-    summary = ("soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks "
-               "that nothing was lost or counted twice")
-    soak = subcommands(sub.choices["bench"]).add_parser("soak", help=summary, description=summary)
+def add_bench_soak(soak: argparse.ArgumentParser) -> None:
     soak.add_argument("--minutes", type=float, help="how long the load and the faults go on (default: 5)")
     soak.add_argument("--seed", type=int, help="the seed of the load and the fault schedule (default: 0)")
     soak.add_argument("--fault-every", type=float, help="the longest gap between two faults, in seconds (default: 10)")

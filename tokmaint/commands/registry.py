@@ -13,7 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from tokmaint.cli import print_result, print_rows, show_progress
+from tokmaint.options import add_settings, chosen_settings
+from tokmaint.output import print_result, print_rows, show_progress
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -80,9 +81,8 @@ def _add_store_options(parser: argparse.ArgumentParser, *, artifacts: bool = Tru
                                  "tokmaint-registry/artifacts)")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    """``registry serve``, ``registry migrate`` and the client commands."""
-    registry = sub.add_parser("registry", help="the versioned tokenizer registry: server and client")
+def add_registry(registry: argparse.ArgumentParser) -> None:
+    """``registry serve``, ``registry migrate``, ``registry gc``, the client commands and ``registry relay``."""
     commands = registry.add_subparsers(dest="registry_command", required=True, parser_class=type(registry))
 
     serve = commands.add_parser("serve", help="run the registry's HTTP API (uvicorn)")
@@ -112,7 +112,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     gc_command.set_defaults(func=cmd_gc, parser=gc_command)
     add_client_commands(commands)
     add_relay(commands)
-    add_bench(sub)
 
 
 def _client(args: argparse.Namespace):
@@ -278,20 +277,15 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
 
 def cmd_bench_registry(args: argparse.Namespace) -> int:
     from registry.bench import RegistryBenchSettings, run_registry_bench
-    from tokmaint.cli import chosen_settings
 
     settings = chosen_settings(args.parser, args, RegistryBenchSettings)
     print_result(run_registry_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
     return 0
 
 
-def add_bench(sub: argparse._SubParsersAction) -> None:
-    """``bench registry``, in the benchmarks' group."""
+def add_bench_registry(p: argparse.ArgumentParser) -> None:
     from registry.bench import RegistryBenchSettings
-    from tokmaint.cli import add_settings, subcommands
 
-    summary = "registry: publish latency (p50/p99) and tokenizer.json downloads/revalidations per second"
-    p = subcommands(sub.choices["bench"]).add_parser("registry", help=summary, description=summary)
     p.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to train the published tokenizer on")
     add_settings(p, RegistryBenchSettings)
     p.add_argument("--json", action="store_true", help="print JSON")
