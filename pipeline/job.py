@@ -35,16 +35,17 @@ import numpy as np
 import redis
 from kafka import KafkaProducer
 
-from pipeline.counting_process import CountingProcess, CountingProcessDied
+from pipeline.counting_process import CountingProcess
 from pipeline.metrics import PipelineMetrics
 from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import ReadAhead, Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.counting import StepCounts, add_counts
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.counting import StepCounts, add_counts
+from tokenizer_service.ordered_worker import WorkerDied
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.stats_store import StatsEdit, combine_steps
 from tokenizer_service.tedtok import Revision, TedTok
@@ -443,7 +444,7 @@ class PipelineJob:
         own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
         return _Counting(texts, step.end, tokenizer.sha256, counts, own, [d.id for d in step.documents])
 
-    def _counting_died(self, exc: CountingProcessDied) -> TokmaintError:
+    def _counting_died(self, exc: WorkerDied) -> TokmaintError:
         return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
                              f"({exc}); start again to continue from the statistics")
 
@@ -452,14 +453,14 @@ class PipelineJob:
         counts)."""
         try:
             return self.counting.submit(texts, tokenizer)
-        except CountingProcessDied as exc:
+        except WorkerDied as exc:
             raise self._counting_died(exc) from None
 
     def _load(self, tokenizer: BPETokenizer) -> None:
         """Have the counting process load a version while the plan that made it goes on."""
         try:
             self.counting.load(tokenizer, wait=False)
-        except CountingProcessDied as exc:
+        except WorkerDied as exc:
             raise self._counting_died(exc) from None
 
     def _prepare(self, step: Step) -> tuple[list[str], int]:
@@ -469,7 +470,7 @@ class PipelineJob:
         texts, cut = self._cut(step)
         try:
             self.counting.prepare(texts[:cut])
-        except CountingProcessDied as exc:
+        except WorkerDied as exc:
             raise self._counting_died(exc) from None
         return texts, cut
 
@@ -479,7 +480,7 @@ class PipelineJob:
         waiting = time.perf_counter()
         try:
             counts = future.result()
-        except CountingProcessDied as exc:
+        except WorkerDied as exc:
             raise self._counting_died(exc) from None
         waited = time.perf_counter() - waiting > OWN_SHARE_WAIT
         self._own_share = min(OWN_SHARE_MAX, self._own_share + OWN_SHARE_STEP) if waited else \

@@ -1,15 +1,9 @@
-"""The counting process: the job's counts made in a worker process over two pipes."""
-
-import fcntl
-import os
-import pickle
-import signal
+"""The counting process: the job's counts made in a worker process, the same as the job's own."""
 
 import numpy as np
 import pytest
 
-from pipeline import counting_process
-from pipeline.counting_process import CountingProcess, CountingProcessDied
+from pipeline.counting_process import CountingProcess
 from tests.conftest import sentences
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounter, StepCounts
@@ -29,19 +23,6 @@ def test_counts_equal_the_jobs_own_in_order_across_versions(byte_tokenizer, corp
         counted = [f.result(timeout=60) for f in futures]
     for (texts, tokenizer), counts in zip(steps, counted):
         assert _same(counts, StepCounter(tokenizer).count_texts(texts, neighbours=True))
-
-
-def test_steps_larger_than_the_pipes_go_through(byte_tokenizer, monkeypatch):
-    # Pipes of a page: every task and its counts outgrow them, so the job's send waits for the
-    # worker's reads while counts come back, and neither side may wait on the other for good.
-    monkeypatch.setattr(counting_process, "PIPE_BYTES", 4096)
-    texts = sentences(2000, seed=1)
-    expected = StepCounter(byte_tokenizer).count_texts(texts, neighbours=True)
-    assert min(len(pickle.dumps(texts)), len(pickle.dumps(expected))) > 2 * 4096
-    with CountingProcess() as counting:
-        assert fcntl.fcntl(counting._requests.fileno(), fcntl.F_GETPIPE_SZ) == 4096
-        futures = [counting.submit(texts, byte_tokenizer) for _ in range(5)]
-        assert all(_same(f.result(timeout=60), expected) for f in futures)
 
 
 def test_a_step_prepared_before_its_version_counts_as_one_sent_with_it():
@@ -69,18 +50,6 @@ def test_a_step_prepared_before_its_version_counts_as_one_sent_with_it():
                      StepCounter(initial).count_texts(texts, neighbours=True))
 
 
-def test_a_killed_worker_fails_what_is_pending_and_refuses_more(byte_tokenizer):
-    counting = CountingProcess()
-    try:
-        os.kill(counting._process.pid, signal.SIGKILL)
-        with pytest.raises(CountingProcessDied, match="exited"):
-            counting.submit(["a b"], byte_tokenizer).result(timeout=30)
-        with pytest.raises(CountingProcessDied, match=r"code -9"):
-            counting.submit(["a b"], byte_tokenizer)
-    finally:
-        counting.close()
-
-
 def test_an_error_in_the_worker_is_raised_by_its_future_and_the_worker_goes_on(byte_tokenizer):
     with CountingProcess() as counting:
         counting.submit(["a"], byte_tokenizer).result(timeout=60)
@@ -88,28 +57,5 @@ def test_an_error_in_the_worker_is_raised_by_its_future_and_the_worker_goes_on(b
         counting._sent = other.sha256  # as if the worker had been sent a version it never was
         with pytest.raises(RuntimeError, match="has no tokenizer"):
             counting.submit(["a b"], other).result(timeout=60)
-        assert _same(counting.submit(["a b"], byte_tokenizer).result(timeout=60),
-                     StepCounter(byte_tokenizer).count_texts(["a b"], neighbours=True))
-
-
-class _TwoArgumentError(Exception):
-    def __init__(self, a, b):  # pickles as _TwoArgumentError(a): it does not unpickle
-        super().__init__(a)
-
-
-def _unpicklable_error() -> None:
-    raise _TwoArgumentError("a", "b")
-
-
-def _unpicklable_answer():
-    return lambda: None
-
-
-def test_answers_that_do_not_travel_fail_their_own_future_only(byte_tokenizer):
-    with CountingProcess() as counting:
-        with pytest.raises(RuntimeError, match="answer: .*pickle"):
-            counting._call(_unpicklable_answer).result(timeout=60)
-        with pytest.raises(RuntimeError, match="answer: TypeError"):
-            counting._call(_unpicklable_error).result(timeout=60)
         assert _same(counting.submit(["a b"], byte_tokenizer).result(timeout=60),
                      StepCounter(byte_tokenizer).count_texts(["a b"], neighbours=True))

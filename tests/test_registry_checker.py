@@ -28,7 +28,7 @@ def test_a_dead_checking_process_refuses_the_check_it_was_on_and_is_replaced(byt
     checker = EncodingChecker()
     try:
         data = byte_tokenizer.to_json().encode()
-        first = checker._process
+        first = checker._worker._process
         pending = [checker.submit(data) for _ in range(20)]  # ~100 ms of work queued
         os.kill(first.pid, signal.SIGKILL)
         reports = [f.result(timeout=60) for f in pending]
@@ -36,9 +36,9 @@ def test_a_dead_checking_process_refuses_the_check_it_was_on_and_is_replaced(byt
         assert sum(r.unusable == [DIED] for r in reports) == 1
         assert sum(r.ok for r in reports) == len(reports) - 1
         deadline = time.monotonic() + 60
-        while checker._process is first and time.monotonic() < deadline:
+        while checker._worker._process is first and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert checker._process is not first
+        assert checker._worker._process is not first
         assert checker.submit(data).result(timeout=60).ok
     finally:
         checker.close()
