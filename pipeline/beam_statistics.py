@@ -70,7 +70,7 @@ class _WriteSteps(beam.DoFn):
     def setup(self) -> None:
         import redis
 
-        from pipeline.job import LineageStatistics
+        from pipeline.lineage_statistics import LineageStatistics
         from registry.client import RegistryClient
 
         self.registry = RegistryClient(self.sink.registry_url)

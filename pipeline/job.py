@@ -7,7 +7,7 @@ within-word pairs, Ted-Tok's; adjacent tokens within and across words, LiteToken
 to Redis with its step number, version and end offsets in one atomic write, a few steps at a
 time (``RedisStatsStore.apply_step``, ``PipelineJob``). Records that are no Document go to the dead-letter topic, keyed
 by where they stood. When a revision is due, Ted-Tok plans it from the Redis statistics; its
-statistics edit and the revised version are one atomic write (``apply_revision``), then the
+statistics edit and the revised version are one atomic write (``write_revision``), then the
 version is published and settled, and the next step counts with it.
 
 Why a crash and restart leave the state as if no crash happened: the state moves only by those
@@ -23,12 +23,10 @@ it changed, and the step counts with it.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,195 +34,26 @@ import redis
 from kafka import KafkaProducer
 
 from pipeline.counting_process import CountingProcess
+from pipeline.lineage_statistics import MAX_PAIRS, LineageStatistics
 from pipeline.metrics import PipelineMetrics
-from pipeline.redis_store import RedisStatsStore
 from pipeline.stream import ReadAhead, Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
-from registry.client import LatestVersion, RegistryClient, RegistryRefused
+from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounts, add_counts
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.ordered_worker import WorkerDied
-from tokenizer_service.revision_diff import diff_entries
-from tokenizer_service.stats_store import StatsEdit, combine_steps
-from tokenizer_service.tedtok import Revision, TedTok
-from tokenizer_service.validation import validate
+from tokenizer_service.stats_store import combine_steps
 
 log = logging.getLogger("tokmaint.pipeline")
 
 
-MAX_PAIRS = 1_000_000  # the pair tables' bound: each revision (and neighbour compaction) drops the weakest beyond it
 NEIGHBOUR_SEGMENTS = 16  # neighbour segments in Redis before the job merges them into one
 LOG_ENTRIES = 16  # writes in the statistics' log before the job folds them into a snapshot (a revision does too)
 # The share of a step's documents the job counts itself, beside the counting process: moved by
 # OWN_SHARE_STEP after each step, up when the job waited longer than OWN_SHARE_WAIT seconds.
 OWN_SHARE_MAX, OWN_SHARE_STEP, OWN_SHARE_WAIT = 0.5, 0.02, 0.002
-
-
-class LineageStatistics:
-    """A lineage's statistics in Redis and its current version: Ted-Tok over the store, with
-    revisions kept, published and settled in that order (what the job and ``tokmaint revise``
-    share)."""
-
-    def __init__(self, *, stream: StreamSettings, redis_client: redis.Redis, registry: RegistryClient,
-                 lineage: str, existing: bool = False, max_pairs: int = MAX_PAIRS) -> None:
-        """``existing``: the statistics must be there already, and keep the decay they were made
-        with (a revision outside the job); otherwise the stream's decay, checked against theirs.
-        ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it."""
-        self.registry, self.lineage, self.max_pairs = registry, lineage, max_pairs
-        self._latest: LatestVersion | None = None  # started by the first outdated()
-        # The unreachable tokens of the last version validated, by its sha256: the parent of the
-        # next revision, whose validation then does not encode the parent's vocabulary again.
-        self._unreachable: tuple[str, list[str]] | None = None
-        self.config = stream.tedtok_config()
-        if existing:
-            self.store = RedisStatsStore.open(redis_client, lineage=lineage)
-            self.config = replace(self.config, alpha=self.store.alpha)
-        else:
-            self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
-        self.settle()
-        version = self.store.claim_version(self.registry.version(lineage)["number"])
-        self.tedtok = TedTok(registry.tokenizer(lineage, version), config=self.config, store=self.store,
-                             lineage=lineage, base_vocab=registry.tokenizer(lineage, 1).vocab, apply_edits=False)
-        self.tedtok.version = version
-
-    def settle(self) -> bool:
-        """Publish the revision the statistics already have, if it is not published yet; True
-        when it is now the version they count with. When the registry will not take it on top of
-        the version it was made from (someone published meanwhile; or it went in before a crash
-        and someone published on top), the statistics move to the registry's latest instead:
-        the ids the two differ in lose their statistics and the pending revision is dropped."""
-        pending = self.store.pending()
-        if pending is None:
-            return False
-        kept = json.loads(pending)
-        parent = self.store.meta()["version"]
-        try:
-            info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok",
-                                         parent=parent, metrics=kept.get("metrics"))
-        except RegistryRefused as exc:
-            if exc.code not in ("stale_parent", "incompatible"):
-                raise
-            latest = self.registry.version(self.lineage)["number"]
-            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]),
-                                                  self.registry.tokenizer(self.lineage, latest))]
-            self.store.adopt(current=parent, version=latest, changed_ids=changed)
-            return False
-        self.store.settle(info["number"])
-        return True
-
-    def outdated(self) -> bool:
-        """True when the registry has a version newer than the one counted with (:meth:`follow`
-        adopts it), as its watch last said (no request: a thread follows the watch)."""
-        if self._latest is None:
-            self._latest = LatestVersion(str(self.registry.http.base_url), self.lineage)
-        return self._latest.number > self.tedtok.version
-
-    def close(self) -> None:
-        if self._latest is not None:
-            self._latest.close()
-
-    def follow(self) -> bool:
-        """Adopt the registry's latest version if someone else published it (a rollback, a
-        LiteToken removal): the ids it changed lose their statistics; True when it moved."""
-        if self.store.pending() is not None:
-            self.settle()
-        current = self.store.meta()["version"]
-        moved = current != self.tedtok.version
-        if moved:  # settled or moved just now: count with what the statistics have
-            self.tedtok.adopt(self.registry.tokenizer(self.lineage, current), current)
-        latest = self.registry.version(self.lineage)["number"]
-        if latest == current:
-            return moved
-        changed = [e["id"] for e in self.registry.composed_diff(self.lineage, current, latest)["entries"]]
-        if self.store.adopt(current=current, version=latest, changed_ids=changed):
-            self.tedtok.adopt(self.registry.tokenizer(self.lineage, latest), latest)
-        else:  # the store moved meanwhile: continue from where it is
-            version = self.store.meta()["version"]
-            self.tedtok.adopt(self.registry.tokenizer(self.lineage, version), version)
-        return True
-
-    def revise(self, step: int, *, metrics: dict[str, Any] | None = None) -> bool:
-        """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
-        registry's rules), then its edit and the version in one write, then published; False
-        when no pair beats the margin (or the store has this step's revision already)."""
-        return self.conclude(self.commit(self.plan(step, metrics=metrics)))
-
-    def plan(self, step: int, *, metrics: dict[str, Any] | None = None,
-             made: Callable[[BPETokenizer], object] | None = None) -> PlannedRevision:
-        """Ted-Tok's revision after step ``step``, in memory: ``self.tedtok`` holds the revised
-        version from now on (the next step most likely counts with it), until :meth:`conclude`.
-        ``metrics``: published with the version; ``made``: ``TedTok.revise``'s."""
-        parent, version = self.tedtok.tokenizer, self.tedtok.version
-        return PlannedRevision(step, parent, version, self.tedtok.revise(made=made), metrics or {})
-
-    def commit(self, plan: PlannedRevision) -> CommittedRevision:
-        """Validate the planned revision, write its edit and the version in one write, publish
-        it. Changes nothing of ``self.tedtok``: it may run beside the job's counting, on a
-        thread of its own; :meth:`conclude` then moves ``self.tedtok`` to where it ended."""
-        started = time.perf_counter()
-        revision = plan.revision
-        reasons = [] if revision is None else self._validate(revision.tokenizer, plan.parent)
-        if revision is None or reasons:
-            if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
-                log.warning("lineage %s: the revision after step %s fails validation, skipped: %s", self.lineage,
-                            plan.step, "; ".join(reasons), extra={"lineage": self.lineage, "step": plan.step})
-            self.store.apply_revision(StatsEdit(), step=plan.step, pending=b"", max_pairs=self.max_pairs)
-            return CommittedRevision(plan, "invalid" if reasons else "none", plan.version,
-                                     time.perf_counter() - started)
-        kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json(),
-                           "metrics": plan.metrics})
-        if not self.store.apply_revision(revision.edit, step=plan.step, pending=kept.encode("utf-8"),
-                                         max_pairs=self.max_pairs):
-            raise TokmaintError(f"lineage {self.lineage!r} was revised after step {plan.step} by another process "
-                                "meanwhile; start again to continue from its version")
-        outcome = "ours" if self.settle() else "theirs"  # theirs: someone else's version came first
-        return CommittedRevision(plan, outcome, self.store.meta()["version"], time.perf_counter() - started)
-
-    def _validate(self, tokenizer: BPETokenizer, parent: BPETokenizer) -> list[str]:
-        """``validate``'s reasons against ``parent``, with the parent's unreachable tokens from
-        the validation before when it was of the parent (the revision before this one)."""
-        known = self._unreachable
-        report = validate(tokenizer, parent=parent,
-                          parent_unreachable=known[1] if known and known[0] == parent.sha256 else None)
-        if report.ok:
-            self._unreachable = (tokenizer.sha256, report.unreachable)
-        return report.reasons
-
-    def conclude(self, committed: CommittedRevision) -> bool:
-        """Count on with the version the statistics ended at; True when it is the revision's."""
-        plan = committed.plan
-        if committed.outcome == "invalid":
-            self.tedtok.adopt(plan.parent, plan.version)
-        elif committed.outcome == "ours":
-            self.tedtok.version = committed.version
-        elif committed.outcome == "theirs":
-            self.tedtok.adopt(self.registry.tokenizer(self.lineage, committed.version), committed.version)
-        return committed.outcome == "ours"
-
-
-@dataclass(frozen=True)
-class PlannedRevision:
-    """A revision planned after ``step`` from ``parent`` (number ``version``); None: no pair
-    beats the margin."""
-
-    step: int
-    parent: BPETokenizer
-    version: int
-    revision: Revision | None
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CommittedRevision:
-    """Where a planned revision ended: ``outcome`` ours (published as ``version``), theirs
-    (another version came first: ``version``), none or invalid (``version`` stays)."""
-
-    plan: PlannedRevision
-    outcome: str
-    version: int
-    seconds: float
 
 
 @dataclass(frozen=True)
@@ -364,8 +193,8 @@ class PipelineJob:
         """The current version's token text of every id (added tokens included), by id."""
         if self._names is None or self._names[0] != self.tedtok.version:
             hf = self.tedtok.tokenizer.hf
-            self._names = (self.tedtok.version, np.array([hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)],
-                                                          dtype=object))
+            names = [hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)]
+            self._names = (self.tedtok.version, np.array(names, dtype=object))
         return self._names[1]
 
     def _write(self, *, wait: bool = True) -> None:

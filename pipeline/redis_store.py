@@ -33,7 +33,7 @@ statistics without the changed ids' (nothing stale stays on a recycled id). A re
 is one script as well, which keeps the revised version until it is published
 (:meth:`RedisStatsStore.settle`): a crash between the two publishes it on restart, never a
 version the statistics do not match. The pair table is bounded: a revision keeps the strongest
-pairs up to a maximum (``apply_revision(max_pairs=...)``), and a long log is compacted
+pairs up to a maximum (``write_revision(max_pairs=...)``), and a long log is compacted
 (:meth:`RedisStatsStore.compact`).
 
     store = RedisStatsStore(redis.Redis(port=6379), lineage="news", alpha=0.01)
@@ -463,7 +463,7 @@ class RedisStatsStore(StatsStore):
     def apply_edit(self, edit: StatsEdit) -> None:
         self._apply_edit(edit, step="", pending=b"", max_pairs=None)
 
-    def apply_revision(self, edit: StatsEdit, *, step: int, pending: bytes, max_pairs: int | None = None) -> bool:
+    def write_revision(self, edit: StatsEdit, *, step: int, pending: bytes, max_pairs: int | None = None) -> bool:
         """The revision made after step ``step``: its edit, ``pending`` (the version still to
         publish) kept and the pair table pruned to ``max_pairs``, in one atomic write; False
         (nothing written) when the store has it already."""
@@ -494,7 +494,7 @@ class RedisStatsStore(StatsStore):
         return int(self.client.hget(self.keys[0], "version"))
 
     def pending(self) -> bytes | None:
-        """The revision kept by :meth:`apply_revision` and not yet :meth:`settle`-d."""
+        """The revision kept by :meth:`write_revision` and not yet :meth:`settle`-d."""
         return self.client.get(self.keys[3])
 
     def settle(self, version: int) -> None:

@@ -380,7 +380,7 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(brok
             revision = job.tedtok.revise()  # ... kept, and then the process dies before publishing it
             assert revision is not None
             kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json()})
-            assert job.store.apply_revision(revision.edit, step=job.store.step + 100, pending=kept.encode())
+            assert job.store.write_revision(revision.edit, step=job.store.step + 100, pending=kept.encode())
         finally:
             job.close()
         rollback = registry.rollback(lineage, to=1)["number"]  # meanwhile, someone else publishes

@@ -137,7 +137,7 @@ def test_a_revision_bounds_the_pair_table_keeping_the_strongest(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
     store.apply_counts(token_ids=np.array([], np.int64), token_counts=np.array([]),
                        pair_keys=np.array([pack_pair(1, k) for k in range(10)]), pair_counts=np.arange(1.0, 11.0))
-    assert store.apply_revision(StatsEdit(), step=1, pending=b"", max_pairs=3) and store.tracked_pairs == 3
+    assert store.write_revision(StatsEdit(), step=1, pending=b"", max_pairs=3) and store.tracked_pairs == 3
     assert store.top_pairs(5)[0].tolist() == [pack_pair(1, 9), pack_pair(1, 8), pack_pair(1, 7)]
 
 
@@ -146,8 +146,8 @@ def test_a_revision_is_applied_once_and_kept_until_settled(client):
     store.apply_counts(token_ids=np.array([1, 2]), token_counts=np.array([4.0, 6.0]),
                        pair_keys=np.array([pack_pair(1, 2)]), pair_counts=np.array([8.0]))
     edit = StatsEdit(adds=[(3, 1, 2)])
-    assert store.apply_revision(edit, step=1, pending=b"version 2")
-    assert not store.apply_revision(edit, step=1, pending=b"version 2")  # a replay: nothing
+    assert store.write_revision(edit, step=1, pending=b"version 2")
+    assert not store.write_revision(edit, step=1, pending=b"version 2")  # a replay: nothing
     assert store.token(np.array([3])).tolist() == [4.0] and store.tracked_pairs == 0
     assert store.pending() == b"version 2" and store.meta()["revised"] == 1
     store.settle(2)

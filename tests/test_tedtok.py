@@ -7,7 +7,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import pack_pair, unpack_pair
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
-from tokenizer_service.tedtok import TedTok, TedTokConfig, apply_revision, plan_revision
+from tokenizer_service.tedtok import TedTok, TedTokConfig, build_revision, plan_revision
 from tokenizer_service.validation import validate
 from tests.conftest import sentences
 
@@ -138,7 +138,7 @@ def test_just_merged_pair_leaves_the_candidates(small):
     store = store_with(small, {("c", "x"): 50.0, ("y", "a"): 30.0}, {"xy": 1.0, "abc": 2.0})
     graph = MergeGraph(small)
     plan = plan_revision(small, graph, store, beta=1.2, batch_size=1)
-    revised, _, edit = apply_revision(small, graph, plan)
+    revised, _, edit = build_revision(small, graph, plan)
     store.apply_edit(edit)
     assert revised.tokenize_word("cx") == [revised.vocab["cx"]]
     again = plan_revision(revised, MergeGraph(revised), store, beta=1.2, batch_size=1)
@@ -256,7 +256,7 @@ def test_residues_are_kept_without_drop_residues(small):
 
 
 def test_an_add_unreachable_in_its_batch_is_dropped_with_one_delete():
-    """apply_revision keeps the vocabulary size and the diff consistent when a planned add cannot be
+    """build_revision keeps the vocabulary size and the diff consistent when a planned add cannot be
     reached once the batch is in place (plan_revision never proposes one, but a plan made from other
     statistics may): "abc" encodes as ab + c, so the merge (a, bc) would never fire."""
     from tokenizer_service.tedtok import RevisionPlan
@@ -265,7 +265,7 @@ def test_an_add_unreachable_in_its_batch_is_dropped_with_one_delete():
                        merges=[("a", "b"), ("b", "c"), ("x", "y"), ("c", "a")], pipeline={"decoder": {"type": "Fuse"}})
     plan = RevisionPlan(adds=[("a", "bc"), ("c", "x")], deletes=["xy", "ca"], add_scores=[9.0, 8.0],
                         delete_scores=[0.0, 0.0])
-    revised, entries, edit = apply_revision(tok, MergeGraph(tok), plan)
+    revised, entries, edit = build_revision(tok, MergeGraph(tok), plan)
     assert len(revised) == len(tok) and "abc" not in revised.vocab and "ca" in revised.vocab
     assert [(e.id, e.kind, e.old_token, e.new_token) for e in entries] == [(7, "reassigned", "xy", "cx")]
     assert edit.deletes == [(7, 3, 4)] and edit.adds == [(7, 2, 3)]

@@ -3,7 +3,7 @@
 Each time step the stream's batch is encoded with the current version and its token and
 within-word pair counts update the EMA statistics (``stats_store``). Every Δ steps after the
 warmup, :func:`plan_revision` picks up to K of the most frequent pairs to add as merges and as
-many of the least frequent sink tokens to delete, and :func:`apply_revision` builds the next
+many of the least frequent sink tokens to delete, and :func:`build_revision` builds the next
 version, its revision diff and the statistics edit (Proposition 1's redistribution).
 
 Decisions on the points the paper leaves open (``../shared/papers.md``):
@@ -224,7 +224,7 @@ def _weakest(scores: np.ndarray, names: list[str], n: int) -> list[int]:
     return sorted(candidates, key=lambda i: (float(scores[i]), names[i]))[:n]
 
 
-def apply_revision(
+def build_revision(
     tokenizer: BPETokenizer,
     graph: MergeGraph,
     plan: RevisionPlan,
@@ -361,7 +361,7 @@ class TedTok:
         residues = self.pending_residues if self.config.drop_residues else frozenset()
         if not plan.adds and not residues:
             return None
-        revised, entries, edit = apply_revision(
+        revised, entries, edit = build_revision(
             self.tokenizer, self.graph, plan, recycle_ids=self.config.recycle_ids
         )
         added_merges = [

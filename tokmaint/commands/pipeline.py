@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_revise(args: argparse.Namespace) -> int:
-    from pipeline.job import LineageStatistics
+    from pipeline.lineage_statistics import LineageStatistics
     from registry.client import RegistryClient
     from tokenizer_service.errors import TokmaintError
     from tokenizer_service.evolve import StreamSettings
