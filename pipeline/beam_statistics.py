@@ -68,13 +68,12 @@ class _WriteSteps(beam.DoFn):
         self.sink = sink
 
     def setup(self) -> None:
-        import redis
-
         from pipeline.lineage_statistics import LineageStatistics
+        from pipeline.parts import connect_redis
         from registry.client import RegistryClient
 
         self.registry = RegistryClient(self.sink.registry_url)
-        self.stats = LineageStatistics(stream=self.sink.stream, redis_client=redis.Redis.from_url(self.sink.redis_url),
+        self.stats = LineageStatistics(stream=self.sink.stream, redis_client=connect_redis(self.sink.redis_url),
                                        registry=self.registry, lineage=self.sink.lineage)
 
     def teardown(self) -> None:

@@ -58,8 +58,10 @@ def wait_for(part: str, attempt: Callable[[], T], *, wait: float, errors: tuple[
             pause = min(pause * 2, 5.0)
 
 
-def connect_redis(url: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> redis.Redis:
-    """A client of the Redis at ``url`` that has answered a PING."""
+def connect_redis(url: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> redis.Redis | redis.RedisCluster:
+    """A client of the Redis at ``url`` that has answered a PING; when that server is a node of a
+    Redis Cluster, a cluster client, which sends each lineage's keys (one hash tag, one slot) to
+    the node that holds them."""
     import redis  # here: a command's --help needs no Redis client
 
     try:
@@ -67,6 +69,9 @@ def connect_redis(url: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> redis.Redi
     except ValueError as exc:
         raise PartUnavailable(f"Redis: {url!r} is no Redis URL ({exc})") from None
     wait_for(f"Redis at {url}", client.ping, wait=wait, errors=(redis.ConnectionError, redis.TimeoutError))
+    if client.info("cluster").get("cluster_enabled"):
+        client.close()
+        client = redis.RedisCluster.from_url(url, socket_connect_timeout=5)
     return client
 
 

@@ -200,6 +200,23 @@ def redis_url():
     yield from _local_server(start_redis)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A three-node Redis Cluster of the session's own (redis-server binaries on free loopback
+    ports, the slots split evenly): the URL of one node."""
+    from pipeline.local_servers import start_redis_cluster
+
+    try:
+        servers, url = start_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    except TokmaintError as exc:
+        pytest.skip(str(exc))
+    yield url
+    for process in servers:
+        process.terminate()
+    for process in servers:
+        process.wait(timeout=30)
+
+
 def ctrl_c_works() -> None:
     """``preexec_fn`` of a command a test interrupts with SIGINT: a suite started in the
     background of a shell (``make test &``) ignores SIGINT, its children inherit that, and Python

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.job import PipelineJob
 from pipeline.metrics import PipelineMetrics
+from pipeline.parts import connect_redis
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
@@ -89,7 +90,7 @@ def _lineage(registry_url, initial) -> str:
 
 
 def _state(redis_url, lineage, id_space=ID_SPACE):
-    store = RedisStatsStore(redis.Redis.from_url(redis_url), lineage=lineage, alpha=STREAM.tedtok_config().alpha)
+    store = RedisStatsStore(connect_redis(redis_url), lineage=lineage, alpha=STREAM.tedtok_config().alpha)
     keys, values = store.top_pairs(store.tracked_pairs)
     return store, store.token(np.arange(id_space)), store.buffer(np.arange(id_space)), dict(zip(keys.tolist(),
                                                                                                values.tolist()))
@@ -231,6 +232,21 @@ def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess
                              "--topic", stream, "--dlq-topic", f"{stream}.dlq", "--redis", redis_url, "--registry",
                              registry_url, "--lineage", lineage, *OPTIONS, *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_the_job_on_a_redis_cluster_equals_the_offline_reference(broker, redis_cluster, registry_url, stream,
+                                                                  initial, drifting_corpus):
+    """The command, given one node of a three-node Redis Cluster, keeps the lineage's statistics
+    in the cluster (its keys on the node of their slot), the same as on one redis-server."""
+    lineage = _lineage(registry_url, initial)
+    job = _run(broker, redis_cluster, registry_url, stream, lineage, "--until-idle", "--json")
+    out, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err.decode()[-2000:]
+    assert json.loads(out)["documents"] == 600
+    versions = RegistryClient(registry_url).versions(lineage)["data"]
+    steps = list(batches(read_corpus(drifting_corpus).documents, 32))
+    store, _ = _equal_to_the_offline_reference(redis_cluster, lineage, initial, steps, versions)
+    assert isinstance(store.client, redis.RedisCluster) and store.meta()["step"] == 19
 
 
 @pytest.mark.parametrize("topic", ["stream", "resent"])

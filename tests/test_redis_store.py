@@ -1,6 +1,7 @@
 """The Redis statistics store beyond the shared contract: it equals the memory store through a
 random run of steps and revisions, applies each step exactly once with its version and offsets,
-keeps a lineage's keys in one Cluster slot, and prunes the pair table to a bound."""
+keeps a lineage's keys in one Cluster slot, and prunes the pair table to a bound; all of it on one
+redis-server and on a three-node Redis Cluster, where lineages shard over the nodes."""
 
 import uuid
 
@@ -8,15 +9,19 @@ import numpy as np
 import pytest
 import redis
 
+from pipeline.parts import connect_redis
 from pipeline.redis_store import RedisStatsStore
 from tokenizer_service.counting import pack_pair
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.stats_store import RENORMALISE_BELOW, MemoryStatsStore, StatsEdit
 
 
-@pytest.fixture
-def client(redis_url):
-    connection = redis.Redis.from_url(redis_url)
+@pytest.fixture(params=["redis-server", "redis-cluster"])
+def client(request):
+    """A client of one redis-server, or of a three-node Redis Cluster (``connect_redis`` tells
+    them apart): every test of the store runs on both."""
+    connection = connect_redis(request.getfixturevalue("redis_url" if request.param == "redis-server"
+                                                       else "redis_cluster"))
     yield connection
     connection.close()
 
@@ -210,3 +215,22 @@ def test_neighbour_segments_compact_to_the_same_ema_bounded_to_the_strongest(cli
     assert store.compact_neighbours(max_pairs=10) and len(store.neighbours()) == 10
     check(store.neighbours())
     assert min(store.neighbours().values()) >= sorted(ema.values())[-10]
+
+
+def test_lineages_shard_over_the_cluster_nodes(redis_cluster):
+    client = connect_redis(redis_cluster)
+    assert isinstance(client, redis.RedisCluster) and len(client.get_primaries()) == 3
+    nodes = {}  # a lineage for each node: its keys' slot is there
+    while len(nodes) < 3:
+        lineage = uuid.uuid4().hex[:8]
+        nodes.setdefault(client.get_node_from_key(f"tokmaint:{{{lineage}}}:meta").name, lineage)
+    rng = np.random.default_rng(3)
+    for lineage in nodes.values():
+        store = RedisStatsStore(client, lineage=lineage, alpha=0.2)
+        store.apply_step(step=1, version=1, offsets={"docs:0": 5}, **_counts(rng, 20))
+        store.write_revision(StatsEdit(), step=1, pending=b"version 2")
+    ours = {f"{{{lineage}}}" for lineage in nodes.values()}
+    for name, lineage in nodes.items():  # each node holds the keys of its lineage, of no other
+        keys = {k.decode() for k in client.get_node(node_name=name).redis_connection.keys("tokmaint:*")}
+        assert {k.split(":")[1] for k in keys} & ours == {f"{{{lineage}}}"}
+        assert RedisStatsStore.open(client, lineage=lineage).pending() == b"version 2"
