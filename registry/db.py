@@ -13,6 +13,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -48,5 +49,24 @@ def alembic_config(url: str) -> Config:
 
 
 def migrate(url: str) -> None:
-    """Bring the database at ``url`` to the newest schema (creating it from empty)."""
+    """Bring the database at ``url`` to the newest schema (creating it from empty; an SQLite
+    file's folder too)."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(url), "head")
+
+
+def check_schema(engine: Engine, url: str) -> None:
+    """Raise LookupError unless the database is at the newest schema (what ``migrate`` and the
+    server at its start make): a relay or a gc started before the server has nothing to read."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    try:
+        with engine.connect() as connection:
+            current = set(MigrationContext.configure(connection).get_current_heads())
+    except OperationalError as exc:  # no file (or folder) yet; a database server not up yet
+        raise LookupError(f"the registry's database does not open ({exc.orig})") from None
+    if current != set(ScriptDirectory.from_config(alembic_config(url)).get_heads()):
+        raise LookupError("the registry's database has no schema yet: start `tokmaint registry serve` "
+                          "(it migrates the database) or run `tokmaint registry migrate`")

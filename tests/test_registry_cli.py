@@ -3,6 +3,7 @@ on a corpus's oldest documents; ``--exist-ok`` makes a second run a no-op (what 
 runs at every start)."""
 
 import json
+import sqlite3
 import uuid
 
 import pytest
@@ -61,3 +62,21 @@ def test_create_from_a_tokenizer_of_another_family(registry, byte_tokenizer, sp_
     created = json.loads(capsys.readouterr().out)
     assert (created["number"], created["sha256"]) == (1, tokenizer.sha256)
     assert RegistryClient(registry).tokenizer(name, 1).vocab == tokenizer.vocab
+
+
+def test_migrate_makes_a_fresh_folder_and_a_relay_waits_for_the_schema(broker, tmp_path, capsys):
+    db = f"sqlite:///{tmp_path / 'fresh' / 'registry.db'}"
+    relay = ["registry", "relay", "--db", db, "--artifacts", str(tmp_path / "artifacts"), "--bootstrap", broker,
+             "--once", "--json"]
+    assert main([*relay, "--wait", "0.5"]) == 2  # started before the server made the database
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.endswith("does not open (unable to open database file))")
+    (tmp_path / "fresh").mkdir()
+    sqlite3.connect(tmp_path / "fresh" / "registry.db").close()  # a database, no schema in it
+    assert main([*relay, "--wait", "0"]) == 2
+    assert "has no schema yet: start `tokmaint registry serve`" in capsys.readouterr().err
+    (tmp_path / "fresh").rename(tmp_path / "empty")
+    assert main(["registry", "migrate", "--db", db, "--json"]) == 0
+    assert (tmp_path / "fresh" / "registry.db").is_file()
+    capsys.readouterr()
+    assert main([*relay, "--wait", "0"]) == 0 and json.loads(capsys.readouterr().out) == {"sent": 0}

@@ -10,7 +10,6 @@ import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 
 from fastapi import FastAPI, Request, Response
@@ -116,8 +115,6 @@ def create_app(settings: RegistrySettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        if settings.db.startswith("sqlite:///"):
-            Path(settings.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         migrate(settings.db)
         engine = make_engine(settings.db)
         app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts),

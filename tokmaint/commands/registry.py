@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokmaint.options import add_settings, chosen_settings
 from tokmaint.output import print_result, print_rows, show_progress
 
@@ -295,12 +296,17 @@ def add_bench_registry(p: argparse.ArgumentParser) -> None:
 def cmd_relay(args: argparse.Namespace) -> int:
     from kafka import KafkaProducer
 
+    from pipeline.parts import wait_for
     from registry.artifacts import LocalArtifactStore
-    from registry.db import make_engine
+    from registry.db import check_schema, make_engine
     from registry.relay import relay_forever, relay_once
     from registry.store import Registry
 
-    registry = Registry(make_engine(args.db), LocalArtifactStore(args.artifacts))
+    engine = make_engine(args.db)
+    # Started beside the server on a fresh database, it waits for the server to create the schema.
+    wait_for(f"the registry's database at {args.db}", lambda: check_schema(engine, args.db), wait=args.wait,
+             errors=(LookupError,))
+    registry = Registry(engine, LocalArtifactStore(args.artifacts))
     producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", enable_idempotence=True)
     try:
         if args.once:
@@ -320,5 +326,8 @@ def add_relay(commands: argparse._SubParsersAction) -> None:
     relay.add_argument("--topic", default="tokenizer.revisions")
     relay.add_argument("--once", action="store_true", help="send what is pending, then stop")
     relay.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the outbox")
+    relay.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+                       help="how long to wait for the registry server to create its database's schema "
+                            f"(default: {DEFAULT_WAIT_SECONDS:g})")
     relay.add_argument("--json", action="store_true", help="print JSON")
     relay.set_defaults(func=cmd_relay, parser=relay)
