@@ -29,7 +29,6 @@ import secrets
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +47,14 @@ from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.counting import StepCounter, pack_pair
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.options import Number, check_settings, setting, share, whole
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
 
 TOP_PAIRS = 4 * 100 + 64  # what a revision with Ted-Tok's default batch ranks
 
 
-@dataclass(frozen=True)
-class PipelineBenchSettings:
+class PipelineBenchSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_PIPELINE_")
+
     max_mb: float = setting(10.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream")
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
     init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
@@ -69,9 +69,6 @@ class PipelineBenchSettings:
                                               "reported)")
     repeats: int = setting(5, whole(1), "runs of the job over the whole stream, each a lineage of its own (the "
                                         "median run is reported)")
-
-    def __post_init__(self) -> None:
-        check_settings(self)
 
 
 def _step_seconds(client: redis.Redis, counts, tables: dict[str, int],

@@ -49,7 +49,8 @@ def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: Re
                           documents=store.step)
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
     report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
-                           min_count=options.min_count, log_base=options.log_base, kind=options.kind)
+                           min_count=options.min_count, log_base=options.log_base,
+                           kind=None if options.kind == "auto" else options.kind)
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     summary = {
         "lineage": store.lineage, "step": store.step, "vocab_size": len(vocab), "kind": report.kind,

@@ -27,7 +27,6 @@ import secrets
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -39,12 +38,13 @@ from registry.load_test import REFUSED, LoadRequest, Ramp, closed_loop_rps, load
 from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
-from tokenizer_service.options import Number, check_settings, setting, whole
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
 
-@dataclass(frozen=True)
-class RegistryBenchSettings:
+class RegistryBenchSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_REGISTRY_")
+
     max_mb: float = setting(20.0, Number(float, low=0, low_open=True), "megabytes of the corpus to train on")
     vocab_size: int = setting(50257, whole(257, MAX_ID_SPACE), "vocabulary of the published tokenizer")
     batch_size: int = setting(100, whole(1), "adds+deletes of each published revision (K)")
@@ -54,9 +54,6 @@ class RegistryBenchSettings:
     start_rps: float = setting(50.0, Number(float, low=0, low_open=True), "the load ramp's first rate (requests/s)")
     max_rps: float = setting(6400.0, Number(float, low=0, low_open=True), "the load ramp's highest rate")
     max_in_flight: int = setting(64, whole(1), "the server's TOKMAINT_REGISTRY_MAX_IN_FLIGHT")
-
-    def __post_init__(self) -> None:
-        check_settings(self)
 
 
 def trainers_mix(name: str, writes: str, *, sha256: str, token: str) -> Callable[[int], LoadRequest]:

@@ -48,7 +48,7 @@ from tokenizer_service.bpe import BPETokenizer
 from schemas.json_values import json_kind
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
-from tokenizer_service.options import lineage_name
+from tokenizer_service.settings import lineage_name
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.validation import ValidationReport, check_encoding, validate
 

@@ -15,17 +15,18 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
+
+from pydantic import model_validator
 
 from tqdm import tqdm
 
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import Corpus, batches
 from tokenizer_service.errors import CorpusError, OutputError
-from tokenizer_service.options import Number, check_settings, lineage_name, setting, share, whole
 from tokenizer_service.output_dir import OutputDir, StepLog
+from tokenizer_service.settings import LineageName, Number, Settings, SettingsConfigDict, setting, share, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 from tokenizer_service.validation import validate
 from schemas.revision import RevisionDiff
@@ -33,10 +34,9 @@ from schemas.revision import RevisionDiff
 VERSION_OUTPUTS = (r"steps\.jsonl", r"v\d{4,}/tokenizer\.json", r"v\d{4,}/diff\.json")
 
 
-@dataclass(frozen=True)
-class StreamSettings:
+class StreamSettings(Settings):
     """Ted-Tok on an open-ended document stream: the one place the defaults of ``evolve``,
-    ``bench drift`` and the pipeline come from.
+    ``bench drift`` and the pipeline come from (environment: ``TOKMAINT_STREAM_*``).
 
     Everything is counted in documents, so nothing needs the stream's length, and how documents
     are grouped into time steps (``step_docs``) changes only the granularity: the statistics
@@ -46,6 +46,8 @@ class StreamSettings:
     in a stream, while the statistics have seen less than a horizon (τ starts at 0), it is
     stricter: a swap then needs more evidence, deliberately.
     """
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_STREAM_")
 
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer it trains")
     step_docs: int = setting(64, whole(1), "documents per time step")
@@ -63,11 +65,12 @@ class StreamSettings:
                                      "share of the stream's tokens a swap must also save when it deletes a "
                                      "pre-trained token (0: none)")
 
-    def __post_init__(self) -> None:
-        check_settings(self)
+    @model_validator(mode="after")
+    def _horizon_holds_a_step(self) -> Self:
         if self.horizon_docs < self.step_docs:
             raise ValueError(f"horizon_docs must be at least step_docs ({self.step_docs}): the statistics remember "
                              f"at least one step, got {self.horizon_docs}")
+        return self
 
     @property
     def alpha(self) -> float:
@@ -84,12 +87,15 @@ class StreamSettings:
         )
 
 
-@dataclass(frozen=True)
 class EvolveSettings(StreamSettings):
+    """``tokmaint evolve``: the stream's settings, the initial tokenizer's and the lineage's name
+    (environment: ``TOKMAINT_EVOLVE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_EVOLVE_")
     init_share: float = setting(0.2, share(one=False),
                                 "share of the oldest documents the initial tokenizer is trained on")
     append_ids: bool = setting(False, None, "give new tokens fresh ids instead of recycling freed ones")
-    lineage: str = setting("default", lineage_name, "lineage name recorded in every diff")
+    lineage: LineageName = setting("default", None, "lineage name recorded in every diff")
 
 
 def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: RevisionDiff | None) -> None:
@@ -159,7 +165,7 @@ def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings 
             raise CorpusError(corpus.path, f"{len(docs)} documents: --init-share {settings.init_share} leaves none to "
                                            "stream after training the initial tokenizer; lower --init-share")
     run = {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
-           "skipped_records": len(corpus.skipped), **asdict(settings)}
+           "skipped_records": len(corpus.skipped), **settings.model_dump()}
     with contextlib.ExitStack() as stack:
         output = None
         sinks: list[VersionSink] = []

@@ -19,43 +19,52 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import field_validator
 from tqdm import tqdm
 
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.litetoken import ResidueReport, TokenScores, count_corpus, find_residues, score_tokens
 from tokenizer_service.merge_graph import MergeGraph
-from tokenizer_service.options import Number, check_settings, setting, whole
 from tokenizer_service.residue_removal import ResidueRemoval, SplitRemerge, residue_free_tokenizer
 from tokenizer_service.round_trip import RoundTrip
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 
 
 AUDIT_OUTPUTS = (r"tokenizer\.json", r"diff\.json", r"scores\.parquet")
 
 
-@dataclass(frozen=True)
-class ResidueOptions:
-    """Thresholds (None: the paper's for the kind, detected unless given), log base, scope, evidence."""
+class ResidueOptions(Settings):
+    """Thresholds (None: the paper's for the kind, detected unless given), log base, scope, evidence
+    (environment: ``TOKMAINT_RESIDUES_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_RESIDUES_")
 
     r: float | None = setting(None, Number(float, low=0, high=1),
                               "FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)")
     s: float | None = setting(None, Number(float, low=0), "entropy threshold (default: 4.0 classic BPE, "
                                                           "3.5 tiktoken-style)")
-    log_base: float = setting(math.e, Number(float, low=1, low_open=True), "entropy log base (default e: nats)")
-    scope: str = "ascii"
-    min_count: int | str = 0
-    kind: str | None = None
+    log_base: float = setting(math.e, Number(float, low=1, low_open=True), "entropy log base (e: nats)")
+    kind: Literal["auto", "classic", "tiktoken"] = setting(
+        "auto", None, "which of the paper's threshold pairs r, s apply (auto: tiktoken-style when the file has "
+                      "ignore_merges or several merges for one token; GPT-4o's has neither)")
+    scope: Literal["ascii", "all"] = setting("ascii", None, "tokens the share counts: all-ASCII tokens (the paper's) "
+                                                            "or all")
+    min_count: int | Literal["auto"] = setting(0, None, "evidence a test needs to flag a token: a whole number, or "
+                                                        "'auto' = ceil(log_base^s) (0: the paper's)")
     batch_size: int = setting(2000, whole(1), "documents encoded per batch")
 
-    def __post_init__(self) -> None:
-        check_settings(self)
-        if self.min_count != "auto" and not whole(0).allows(self.min_count):
-            raise ValueError(f"min_count must be a whole number ≥ 0 or 'auto', got {self.min_count!r}")
+    @field_validator("min_count")
+    @classmethod
+    def _evidence(cls, value: int | str) -> int | str:
+        if value != "auto" and not whole(0).allows(value):
+            raise ValueError(f"min_count must be a whole number ≥ 0 or 'auto', got {value!r}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,8 @@ def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOp
     counts = count_corpus(tokenizer, texts, batch_size=options.batch_size, progress=progress)
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
     report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
-                           min_count=options.min_count, log_base=options.log_base, kind=options.kind)
+                           min_count=options.min_count, log_base=options.log_base,
+                           kind=None if options.kind == "auto" else options.kind)
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     every = SplitRemerge(tokenizer, report.residues, graph=graph)
     removed = SplitRemerge(tokenizer, removal.removed, graph=graph)
@@ -136,7 +146,7 @@ def write_audit(audit: ResidueAudit, tokenizer: BPETokenizer, options: ResidueOp
     diff = RevisionDiff(
         lineage="litetoken", version=2, parent_version=1, tokenizer_sha256=exported.sha256,
         parent_sha256=tokenizer.sha256, vocab_size=len(exported), id_space=exported.id_space,
-        entries=audit.removal.entries, config={"litetoken": asdict(options) | {"r": audit.report.r,
+        entries=audit.removal.entries, config={"litetoken": options.model_dump() | {"r": audit.report.r,
                                                                               "s": audit.report.s}},
     )
     exported.save(out / "tokenizer.json")

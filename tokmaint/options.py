@@ -1,10 +1,10 @@
-"""Command-line options made from a settings dataclass's fields (:func:`tokenizer_service.options.setting`):
-one ``--option`` a field, with its range, help and default, and the settings the options chose.
+"""Command-line options made from a settings model (``tokenizer_service.settings``): one
+``--option`` a field, with its help, range and default, and the settings the options chose over
+the environment's.
 
->>> from dataclasses import dataclass
->>> from tokenizer_service.options import setting, whole
->>> @dataclass(frozen=True)
-... class Steps:
+>>> from tokenizer_service.settings import Settings, SettingsConfigDict, setting, whole
+>>> class Steps(Settings):
+...     model_config = SettingsConfigDict(env_prefix="TOKMAINT_EXAMPLE_")
 ...     steps: int = setting(10, whole(1), "optimizer steps")
 >>> parser = argparse.ArgumentParser()
 >>> add_settings(parser, Steps)
@@ -15,34 +15,58 @@ Steps(steps=3)
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields, replace
+import typing
+from typing import Any
 
-from tokenizer_service.options import Number
+from pydantic import ValidationError
+
+from tokenizer_service.settings import Settings, rule_of
 
 
-def add_settings(parser: argparse.ArgumentParser, settings_type: type, *, skip: tuple[str, ...] = ()) -> None:
-    """One ``--option`` per field of a settings dataclass (but those in ``skip``: a command that
-    has no use for them), with its range, help and default."""
-    for f in fields(settings_type):
-        if f.name in skip:
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def add_settings(parser: argparse.ArgumentParser, settings_type: type[Settings], *,
+                 skip: tuple[str, ...] = ()) -> None:
+    """One ``--option`` per field of ``settings_type`` (but those in ``skip``: a command that has no
+    use for them), with its help, range (checked as the option is parsed), choices and default;
+    the help names the environment variable that sets it too."""
+    prefix = settings_type.model_config.get("env_prefix", "")
+    for name, field in settings_type.model_fields.items():
+        if name in skip:
             continue
-        option = f"--{f.name.replace('_', '-')}"
-        help_text = f.metadata.get("help", "")
-        if isinstance(f.default, bool):
-            parser.add_argument(option, action="store_true", default=None, help=help_text)
+        option, help_text = f"--{name.replace('_', '-')}", field.description or ""
+        variable = f"{prefix}{name}".upper()
+        if field.annotation is bool:
+            parser.add_argument(option, action="store_true", default=None, help=f"{help_text} ({variable}=true)")
             continue
-        parse = f.metadata.get("parse") or type(f.default)
-        if isinstance(parse, Number):
-            help_text += f"; {parse.describe()}"
-        parser.add_argument(option, type=parse, default=None, metavar=f.name.upper(),
-                            help=f"{help_text} (default: {f.default:g})" if isinstance(f.default, float)
-                            else f"{help_text} (default: {f.default})")
+        rule = rule_of(field)
+        choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else None
+        if rule is not None:
+            help_text += f"; {rule.describe()}"
+        default = "" if field.default is None else f"default: {_shown(field.default)}; "
+        parser.add_argument(option, type=rule or str, choices=choices, default=None,
+                            metavar=None if choices else name.upper(), help=f"{help_text} ({default}{variable})")
 
 
-def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type):
-    """The settings the options chose; a rule between options fails here, as a usage error."""
-    chosen = {f.name: getattr(args, f.name) for f in fields(settings_type) if getattr(args, f.name, None) is not None}
+def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[Settings]):
+    """The settings the options chose, over the environment's; a bad value (from either) or a rule
+    between settings fails here, as a usage error."""
+    chosen = {name: getattr(args, name) for name in settings_type.model_fields if getattr(args, name, None) is not None}
     try:
-        return replace(settings_type(), **chosen)
-    except ValueError as exc:
-        parser.error(str(exc).replace("_", "-"))
+        return settings_type(**chosen)
+    except ValidationError as exc:
+        parser.error("; ".join(_reason(error, settings_type, chosen) for error in exc.errors()))
+
+
+def _reason(error: dict[str, Any], settings_type: type[Settings], chosen: dict[str, Any]) -> str:
+    """One error of a ValidationError in the command line's words: the option (or the
+    environment variable) that gave the value, or the rule between settings, and what is wrong."""
+    message = error["msg"].removeprefix("Value error, ")
+    if not error["loc"]:  # a rule between settings: its message names them
+        return message.replace("_", "-")
+    name = str(error["loc"][0])
+    if name in chosen:
+        return f"argument --{name.replace('_', '-')}: {message}"
+    return f"{settings_type.model_config.get('env_prefix', '')}{name}".upper() + f": {message}"

@@ -63,7 +63,7 @@ import multiprocessing
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from queue import Empty
 from typing import Any
 
@@ -386,6 +386,6 @@ def run_arithmetic_train(settings: ArithmeticTrainSettings = ArithmeticTrainSett
         "steps_per_run": by["old"][0]["steps"],
         "seeds": settings.seeds,
         "seconds": time.perf_counter() - started,
-        "settings": asdict(settings),
+        "settings": settings.model_dump(),
         "paper": PAPER,
     }

@@ -58,7 +58,9 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     """Load the checkpoint at ``path`` into ``model`` and ``optimizer`` (resized to its rows) and
     return its training position; :class:`CheckpointMismatch` when it was trained with another
     tokenizer version than ``tokenizer``."""
-    data = torch.load(Path(path), map_location=next(model.parameters()).device, weights_only=True)
+    # On the CPU: torch.set_rng_state takes a CPU ByteTensor (a GPU's resume crashed), and
+    # load_state_dict copies each tensor to its parameter's device (Adam's step stays on the CPU).
+    data = torch.load(Path(path), map_location="cpu", weights_only=True)
     theirs = TokenizerStamp(**data["tokenizer"])
     if theirs.sha256 != tokenizer.sha256:
         raise CheckpointMismatch(

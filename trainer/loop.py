@@ -61,7 +61,9 @@ class Trainer:
         self.progress = progress
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         resuming = self.checkpoint is not None and self.checkpoint.is_file()
-        stamp = TokenizerStamp(**torch.load(self.checkpoint, weights_only=True)["tokenizer"]) if resuming else None
+        # map_location: a checkpoint a GPU wrote resumes on a machine without one.
+        stamp = (TokenizerStamp(**torch.load(self.checkpoint, map_location="cpu", weights_only=True)["tokenizer"])
+                 if resuming else None)
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
         self.version = stamp.version if stamp else registry.version(lineage)["number"]
         self.tokenizer = registry.tokenizer(lineage, self.version)

@@ -1,5 +1,6 @@
 """The trainer's settings, free of torch and transformers: the command line reads them to build
-its options without importing either (every ``tokmaint`` command builds the whole parser).
+its options without importing either (environment: ``TOKMAINT_TRAINER_*``, and the benchmarks'
+``TOKMAINT_BENCH_APPLY_*`` and ``TOKMAINT_BENCH_ARITHMETIC_TRAIN_*``).
 
 >>> TrainerSettings().strategy, ApplyBenchSettings().changes
 ('parents_mean', 100)
@@ -7,55 +8,53 @@ its options without importing either (every ``tokmaint`` command builds the whol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal, Self, get_args
+
+from pydantic import model_validator
 
 from tokenizer_service.bench.arithmetic import ArithmeticSettings
-from tokenizer_service.options import Number, check_settings, setting, share, whole
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
 
-STRATEGIES: tuple[str, ...] = ("parents_mean", "subtoken_mean", "hyper")
+Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
 # transformers picks a model's loss by its class name, and GPT2LMHeadModel's names none: it warns
 # at the first step of every run, then uses this one (set on the model, no warning).
 CAUSAL_LM_LOSS = "ForCausalLM"
 
 
-def _strategy(value: str) -> str:
-    if value not in STRATEGIES:
-        raise ValueError(f"must be one of {', '.join(STRATEGIES)}, got {value!r}")
-    return value
+class TrainerSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_TRAINER_")
 
-
-@dataclass(frozen=True)
-class TrainerSettings:
     batch_size: int = setting(8, whole(1), "documents per batch")
     seq_len: int = setting(64, whole(2), "tokens per document, at most (the rest is cut)")
     lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
-    strategy: str = setting("parents_mean", _strategy, f"how new rows start: {', '.join(STRATEGIES)}")
+    strategy: Strategy = setting("parents_mean", None, f"how new rows start: {', '.join(STRATEGIES)}")
     checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
     retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
     seed: int = setting(0, whole(0), "the model's initial weights")
 
-    def __post_init__(self) -> None:
-        check_settings(self)
 
+class ApplyBenchSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_APPLY_")
 
-@dataclass(frozen=True)
-class ApplyBenchSettings:
     changes: int = setting(100, whole(1), "ids the revision changes (K)")
     repeats: int = setting(5, whole(1), "timed applications (the median is reported)")
     vocab_size: int = setting(50257, whole(3), "the model's vocabulary (GPT-2's)")
 
-    def __post_init__(self) -> None:
-        check_settings(self)
+    @model_validator(mode="after")
+    def _parents_left(self) -> Self:
         if self.changes > self.vocab_size - 2:
             raise ValueError(f"changes must leave two ids for parents: at most {self.vocab_size - 2}, "
                              f"got {self.changes}")
+        return self
 
 
-@dataclass(frozen=True)
 class ArithmeticTrainSettings(ArithmeticSettings):
     """``bench arithmetic``'s settings (the data, the tokenizers, Ted-Tok's), a shorter schedule,
     and the models'. The defaults fit 30 minutes on two CPU cores (``trainer.arithmetic_train``
     says how they differ from the paper's)."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_ARITHMETIC_TRAIN_")
 
     # Each revision swaps one token and a run makes 21-29: at Δ = 200 the vocabulary moved until
     # step ~6,000, and the model learned the task only once it stopped (``trainer.arithmetic_train``).
@@ -75,14 +74,15 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     n_embd: int = setting(32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K "
                                         "parameters: 12)")
     window: int = setting(20, whole(1), "steps before and after a revision compared for the loss jump")
-    strategy: str = setting("hyper", _strategy, "how the Ted-Tok run starts the rows a revision changes (the paper: "
+    strategy: Strategy = setting("hyper", None, "how the Ted-Tok run starts the rows a revision changes (the paper: "
                                                 "parents_mean; the loss jump is measured for each)")
     workers: int = setting(2, whole(1), "runs at a time, in processes of one torch thread (1: here, torch's threads)")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    @model_validator(mode="after")
+    def _model_fits(self) -> Self:
         if self.n_embd % 4:
             raise ValueError(f"n_embd must be a multiple of 4 (four heads), got {self.n_embd}")
         if self.window >= self.interval:
             raise ValueError(f"window must be shorter than the interval between revisions, got {self.window} "
                              f">= {self.interval}")
+        return self

@@ -17,14 +17,13 @@ the full set, Table 2's value. The bare ratio of "A+B=C" bytes to tokens is repo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
 
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer, jaccard_distance
 from tokenizer_service.counting import WordVocabulary
-from tokenizer_service.options import Number, check_settings, setting, share, whole
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
 PAPER = {"bytes_per_token": {"old": 1.216, "new": 1.366, "tedtok": 1.359},
@@ -53,8 +52,9 @@ def split_new(rng: np.random.Generator, held_out: int) -> tuple[list[str], list[
     return [x for i, x in enumerate(new_all) if i not in chosen], [new_all[i] for i in sorted(chosen)]
 
 
-@dataclass(frozen=True)
-class ArithmeticSettings:
+class ArithmeticSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_ARITHMETIC_")
+
     vocab_size: int = setting(50, whole(1, MAX_ID_SPACE), "vocabulary size of Old, New and Ted-Tok")
     batch: int = setting(4096, whole(1), "examples per time step (the paper's training batch)")
     epochs: int = setting(1000, whole(1), "epochs over Old, then as many over New")
@@ -66,9 +66,6 @@ class ArithmeticSettings:
     freeze_last: float = setting(0.2, share(zero=True, one=False), "share of final steps without revisions")
     batch_size: int = setting(1, whole(1), "adds+deletes per revision (K)")
     seed: int = setting(0, whole(0), "seed of the held-out split and the batch order")
-
-    def __post_init__(self) -> None:
-        check_settings(self)
 
 
 def run_arithmetic(settings: ArithmeticSettings = ArithmeticSettings(), *, progress: bool = True) -> dict:

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
+from pydantic import model_validator
 from tqdm import tqdm
 
 from tokenizer_service.bpe import BPETokenizer, jaccard_distance
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.options import setting, share, whole
+from tokenizer_service.settings import SettingsConfigDict, setting, share, whole
 from tokenizer_service.tedtok import TedTok
 
 
@@ -38,17 +40,19 @@ TARGETS = {"gap_closed": 0.90, "ids_stable": 0.85}
 SWEEP_PRICES = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 
-@dataclass(frozen=True)
 class DriftSettings(StreamSettings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_DRIFT_")
+
     old_share: float = setting(0.6, share(one=False), "share of the oldest documents Old is trained on")
     new_share: float = setting(0.2, share(one=False), "share of the newest documents New is trained on "
                                                       "(the newest --held-out of them are held out)")
     held_out: int = setting(2000, whole(1), "newest documents no tokenizer sees, scored for all three")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    @model_validator(mode="after")
+    def _shares_fit(self) -> Self:
         if self.old_share + self.new_share > 1:
             raise ValueError(f"old_share + new_share must be at most 1, got {self.old_share} + {self.new_share}")
+        return self
 
 
 def ids_stable(old: BPETokenizer, new: BPETokenizer) -> float:
@@ -150,7 +154,7 @@ def drift_table(corpora: Sequence[str | Path], settings: DriftSettings = DriftSe
     for corpus, name in zip(corpora, names):
         setup = prepare_drift(corpus, settings, progress=progress)
         for price in prices if prices is not None else [1.0]:
-            priced = replace(settings, id_price=settings.id_price * price,
+            priced = settings.replace(id_price=settings.id_price * price,
                              base_token_cost=settings.base_token_cost * price)
             result = replay_drift(setup, priced, progress=progress)
             rows.append({

@@ -101,7 +101,7 @@ def audit_one(path: str, corpus: str) -> dict[str, Any]:
     texts = read_corpus(corpus).texts
     row = paper_row(tokenizer)
     kind = row.kind if row else None
-    audit = audit_residues(tokenizer, texts, ResidueOptions(kind=kind))
+    audit = audit_residues(tokenizer, texts, ResidueOptions(kind=kind or "auto"))
     summary = audit.summary
     result: dict[str, Any] = {
         "tokenizer": path,

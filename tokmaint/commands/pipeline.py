@@ -8,7 +8,7 @@ import json
 import os
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
-from tokenizer_service.options import whole
+from tokenizer_service.settings import whole
 from tokmaint.options import add_settings, chosen_settings
 from tokmaint.output import print_result, show_progress
 
@@ -133,7 +133,7 @@ def cmd_residues_job(args: argparse.Namespace) -> int:
     from registry.client import RegistryClient
     from tokenizer_service.residue_audit import ResidueOptions
 
-    options = ResidueOptions(r=args.r, s=args.s, scope=args.scope, kind=None if args.kind == "auto" else args.kind)
+    options = chosen_settings(args.parser, args, ResidueOptions)
     store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         result = run_residues_job(store, registry, options=options, out=Path(args.out) if args.out else None,
@@ -293,12 +293,9 @@ def add_revise(revise: argparse.ArgumentParser) -> None:
 
 def add_residues_job(residues: argparse.ArgumentParser) -> None:
     _add_redis_options(residues)
-    residues.add_argument("--r", type=float, help="FI ratio threshold (default: the paper's for the kind)")
-    residues.add_argument("--s", type=float, help="entropy threshold (default: the paper's for the kind)")
-    residues.add_argument("--scope", choices=["ascii", "all"], default="ascii", help="which tokens count (default: "
-                                                                                     "ascii, the paper's)")
-    residues.add_argument("--kind", choices=["auto", "classic", "tiktoken"], default="auto",
-                          help="tokenizer kind for the default thresholds (default: auto)")
+    from tokenizer_service.residue_audit import ResidueOptions
+
+    add_settings(residues, ResidueOptions, skip=("log_base", "min_count", "batch_size"))
     residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
     residues.add_argument("--publish", action="store_true", help="publish the residue-free version (kind litetoken)")
     residues.add_argument("--json", action="store_true", help="print JSON")

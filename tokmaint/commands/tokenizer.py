@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-from dataclasses import fields
 from pathlib import Path
 
 from tokenizer_service.errors import CorpusError
-from tokenizer_service.options import Number, whole
+from tokenizer_service.settings import Number, whole
 from tokmaint.options import add_settings, chosen_settings
 from tokmaint.output import print_result, print_rows, show_progress, warn
 
@@ -53,7 +52,7 @@ def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
     out = None
     if args.plot:
         run = {"corpora": [_file_sha256(p) for p in resolved], "prices": prices,
-               "settings": {f.name: getattr(settings, f.name) for f in fields(settings)}}
+               "settings": settings.model_dump()}
         out = OutputDir.claim(args.plot, command="bench drift", run=run, outputs=[r"drift\.png"], force=args.force,
                               option="--plot")
     try:
@@ -146,8 +145,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
     from tokenizer_service.residue_audit import AUDIT_OUTPUTS, ResidueOptions, audit_residues, write_audit
     from tokenizer_service.validation import load_tokenizer
 
-    options = ResidueOptions(r=args.r, s=args.s, log_base=args.log_base, scope=args.scope, min_count=args.min_count,
-                             kind=None if args.kind == "auto" else args.kind)
+    options = chosen_settings(args.parser, args, ResidueOptions)
     tokenizer = load_tokenizer(
         args.tokenizer, allow_invalid=args.allow_invalid,
         on_invalid=lambda reasons: warn(f"{args.tokenizer} fails validation ({'; '.join(reasons)}); auditing it "
@@ -161,7 +159,7 @@ def cmd_residues(args: argparse.Namespace) -> int:
     if args.out:
         run = {"tokenizer_sha256": tokenizer.sha256, "corpus_sha256": corpus.sha256,
                "skipped_records": len(corpus.skipped),
-               "options": {k: v for k, v in vars(args).items() if k in {f.name for f in fields(ResidueOptions)}}}
+               "options": options.model_dump()}
         out = OutputDir.claim(args.out, command="residues", run=run, outputs=AUDIT_OUTPUTS, force=args.force)
     try:
         audit = audit_residues(tokenizer, texts, options, progress=show_progress(args))
@@ -219,21 +217,9 @@ def add_residues(residues: argparse.ArgumentParser) -> None:
 
     residues.add_argument("--tokenizer", required=True, help="a BPE tokenizer.json (or a folder holding one)")
     _add_corpus_options(residues, skip_bad=True)
-    option = {f.name: f for f in fields(ResidueOptions)}
-    for name in ("r", "s", "log_base"):
-        f = option[name]
-        default = "" if f.default is None else f" (default: {f.default:g})"
-        residues.add_argument(f"--{name.replace('_', '-')}", type=f.metadata["parse"], default=f.default,
-                              metavar=name.upper(), help=f"{f.metadata['help']}; {f.metadata['parse'].describe()}"
-                                                         f"{default}")
-    residues.add_argument("--kind", choices=["auto", "classic", "tiktoken"], default="auto",
-                          help="which of the paper's threshold pairs r, s apply (auto: tiktoken-style when the "
-                               "file has ignore_merges or several merges for one token; GPT-4o's has neither)")
-    residues.add_argument("--scope", choices=["ascii", "all"], default="ascii",
-                          help="tokens the share counts: all-ASCII tokens (the paper's) or all (default: ascii)")
-    residues.add_argument("--min-count", type=_min_count, default=0,
-                          help="evidence a test needs to flag a token: a whole number, or 'auto' = "
-                               "ceil(log_base^s) (default: 0, the paper's)")
+    add_settings(residues, ResidueOptions, skip=("min_count",))
+    residues.add_argument("--min-count", type=_min_count, help=ResidueOptions.model_fields["min_count"].description
+                          + " (default: 0; TOKMAINT_RESIDUES_MIN_COUNT)")
     residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet into "
                                         "this new or empty directory")
     residues.add_argument("--force", action="store_true",
