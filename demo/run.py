@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -63,8 +63,8 @@ class DemoSettings:
     pause: float = 1.5  # seconds between two parts
     trainer_steps: int = 1000
     redis: bool | None = None  # the statistics in a redis-server (None: when one is installed)
-    stream: StreamSettings = StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640,
-                                            id_price=2.0)
+    stream: StreamSettings = field(default_factory=lambda: StreamSettings(
+        step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0))
 
 
 def _say(message: str) -> None:
@@ -82,8 +82,9 @@ def _wait_for_reader(log: Path, trainer: subprocess.Popen, *, timeout: float = 1
         time.sleep(0.2)
 
 
-def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, progress: bool = True) -> dict[str, Any]:
+def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
     """Run the loop; write the report to ``out``; return the summary."""
+    settings = settings or DemoSettings()
     from demo.report import write_report
 
     started = time.perf_counter()

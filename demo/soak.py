@@ -59,7 +59,13 @@ from tokenizer_service.evolve import StreamSettings
 
 log = logging.getLogger("tokmaint.soak")
 LINEAGE, API_LINEAGE = "soak", "soak-api"
-STREAM = StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0)
+
+
+def stream_settings() -> StreamSettings:
+    """The soak's stream: its pipeline's options and the replay's (over the environment's TOKMAINT_STREAM_*)."""
+    return StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0)
+
+
 STREAM_OPTIONS = ["--step-docs", "64", "--horizon-docs", "1600", "--interval-docs", "320", "--warmup-docs", "640",
                   "--id-price", "2"]
 REPLAYABLE_STEPS = 1_000_000
@@ -215,8 +221,9 @@ def fault_schedule(settings: SoakSettings) -> list[tuple[float, str, float]]:
         faults.append((round(at, 2), rng.choice(KILLABLE), round(rng.uniform(0.2, 2.0), 2)))
 
 
-def run_soak(settings: SoakSettings = SoakSettings(), *, progress: bool = False) -> dict[str, Any]:
+def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) -> dict[str, Any]:
     """Run the soak; the report (``documents``, ``versions``, ``trainer``, ``http``, ``faults``)."""
+    settings = settings or SoakSettings()
     schedule = fault_schedule(settings)
     for at, part, down in schedule:
         log.info("soak: at %6.1f s kill %-8s (down %.1f s)", at, part, down)
@@ -335,7 +342,7 @@ def _replayed(initial: BPETokenizer, redis_url: str, *, versions: list[str], doc
     steps: dict[int, list[str]] = {}
     for doc_id, step in store.recent_ids().items():
         steps.setdefault(step, []).append(documents[doc_id])
-    config = STREAM.tedtok_config()
+    config = stream_settings().tedtok_config()
     replay = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=LINEAGE)
     for step in range(1, store.meta()["step"] + 1):
         replay.observe_texts(steps.get(step, []))

@@ -109,8 +109,9 @@ def _encode_seconds(tokenizer: BPETokenizer, texts: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings = PipelineBenchSettings(), *,
+def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings | None = None, *,
                        progress: bool = True) -> dict[str, Any]:
+    settings = settings or PipelineBenchSettings()
     docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     texts = [d.text for d in docs]
     initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],

@@ -59,8 +59,9 @@ def document_batches(texts: list[str], *, per_request: int, token: str) -> Calla
     return make
 
 
-def run_ingest_bench(corpus: str | Path, settings: IngestBenchSettings = IngestBenchSettings(), *,
+def run_ingest_bench(corpus: str | Path, settings: IngestBenchSettings | None = None, *,
                      progress: bool = True) -> dict[str, Any]:
+    settings = settings or IngestBenchSettings()
     texts = [d.text for d in read_corpus(corpus, progress=progress).documents[:settings.docs]]
     token = secrets.token_hex(16)
     broker, bootstrap = start_broker()

@@ -30,9 +30,10 @@ from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, write_
 from tokenizer_service.residue_removal import residue_free_tokenizer
 
 
-def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: ResidueOptions = ResidueOptions()
+def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: ResidueOptions | None = None
                     ) -> ResidueAudit:
     """The residues of ``tokenizer`` by the statistics in ``store`` (the version they count with)."""
+    options = options or ResidueOptions()
     started = time.perf_counter()
     graph = MergeGraph(tokenizer)
     vocab = tokenizer.vocab
@@ -65,10 +66,11 @@ def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: Re
     return ResidueAudit(summary=summary, report=report, scores=scores, removal=removal)
 
 
-def run_residues_job(store: RedisStatsStore, registry: RegistryClient, *, options: ResidueOptions = ResidueOptions(),
+def run_residues_job(store: RedisStatsStore, registry: RegistryClient, *, options: ResidueOptions | None = None,
                      out: Path | None = None, publish: bool = False) -> dict[str, Any]:
     """Score the lineage's current version, keep the residues in Redis, write ``out``, and with
     ``publish`` publish the residue-free version (when it removes anything)."""
+    options = options or ResidueOptions()
     version = store.meta()["version"] or registry.version(store.lineage)["number"]
     record = registry.version(store.lineage, version)
     tokenizer = registry.tokenizer(store.lineage, version)

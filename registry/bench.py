@@ -87,8 +87,9 @@ def writes_kept(ramp: Ramp, client: RegistryClient, writes: str) -> dict[str, in
             "lost": sum(kept.get(number) != first for number in accepted)}
 
 
-def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings = RegistryBenchSettings(), *,
+def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | None = None, *,
                        progress: bool = True) -> dict:
+    settings = settings or RegistryBenchSettings()
     docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     tokenizer = BPETokenizer.train([d.text for d in docs], vocab_size=settings.vocab_size, progress=progress)
     small = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300)  # the load's writes: rollbacks of it

@@ -260,3 +260,20 @@ def test_log_lines_are_json_when_asked(tmp_path):
     bad = subprocess.run(argv, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "TOKMAINT_LOG_FORMAT": "xml"})
     assert "TOKMAINT_LOG_FORMAT must be plain or json" in bad.stderr and "tokmaint: error: " in bad.stderr
+
+
+def test_settings_come_from_the_environment_under_the_options(scratch, capsys, monkeypatch):
+    monkeypatch.setenv("TOKMAINT_EVOLVE_STEP_DOCS", "0")
+    code, _, err = run(EVOLVE, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "TOKMAINT_EVOLVE_STEP_DOCS: Input should be greater than or equal to 1" in err
+    assert not (scratch / "out").exists()
+    steps = {}
+    for docs in (1, 2):
+        monkeypatch.setenv("TOKMAINT_EVOLVE_STEP_DOCS", "1000")  # the option wins over the variable
+        code, out, _ = run([*EVOLVE, "--step-docs", str(docs), "--force", "--json"], capsys)
+        monkeypatch.setenv("TOKMAINT_EVOLVE_STEP_DOCS", str(docs))
+        again, out_env, _ = run([*EVOLVE, "--force", "--json"], capsys)
+        assert (code, again) == (0, 0) and json.loads(out)["steps"] == json.loads(out_env)["steps"]
+        steps[docs] = json.loads(out)["steps"]
+    assert steps[1] > steps[2] > 1

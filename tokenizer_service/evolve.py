@@ -150,13 +150,14 @@ def _replay(tedtok: TedTok, stream: list[list[str]], sinks: list[VersionSink], l
     return first_bpt
 
 
-def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings = EvolveSettings(), *,
+def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings | None = None, *,
                initial: BPETokenizer | None = None, force: bool = False, progress: bool = False,
                publish: VersionSink | None = None) -> dict[str, Any]:
     """Evolve ``initial`` (default: trained on the oldest ``init_share``) over the rest of the
     corpus, writing every version into the output directory ``out`` (claimed by the rules of
     ``output_dir``, after the inputs are checked) and/or handing it to ``publish`` (a registry
     lineage); returns the summary the CLI prints."""
+    settings = settings or EvolveSettings()
     docs = corpus.documents
     n_init = 0
     if initial is None:

@@ -77,8 +77,9 @@ class ResidueAudit:
     removal: ResidueRemoval
 
 
-def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOptions = ResidueOptions(), *,
+def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOptions | None = None, *,
                    progress: bool = False) -> ResidueAudit:
+    options = options or ResidueOptions()
     started = time.perf_counter()
     graph = MergeGraph(tokenizer)
     counts = count_corpus(tokenizer, texts, batch_size=options.batch_size, progress=progress)

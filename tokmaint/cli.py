@@ -19,6 +19,8 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
+from pydantic_core import ValidationError
+
 from tokenizer_service.errors import TokmaintError
 from tokmaint.logs import configure
 
@@ -155,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         log.error("%s", exc)
+        return EXIT_USAGE
+    except ValidationError as exc:  # settings made from the environment (TOKMAINT_*), outside an option's check
+        if debug:
+            traceback.print_exc()
+        log.error("%s", "; ".join(f"{exc.title}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
         return EXIT_USAGE
     except ModuleNotFoundError as exc:
         # A command of the services or the trainer, installed with the core dependencies only.

@@ -349,10 +349,11 @@ def _run_in_worker(settings: ArithmeticTrainSettings, seed: int, name: str, queu
     return run_one(settings, seed, name, report=lambda steps, loss: queue.put((steps, loss, name)))
 
 
-def run_arithmetic_train(settings: ArithmeticTrainSettings = ArithmeticTrainSettings(), *,
+def run_arithmetic_train(settings: ArithmeticTrainSettings | None = None, *,
                          progress: bool = True) -> dict[str, Any]:
     """Every seed's three runs, ``workers`` at a time; the benchmark's JSON-ready result (means
     over seeds)."""
+    settings = settings or ArithmeticTrainSettings()
     started = time.perf_counter()
     tasks = [(seed, name) for seed in range(settings.seed, settings.seed + settings.seeds) for name in RUNS]
     per_epoch = -(-len(arithmetic_dataset(50)) // settings.batch) - (-(NEW_EXAMPLES - settings.validation) // settings.batch)

@@ -33,7 +33,8 @@ def _diff(settings: ApplyBenchSettings) -> RevisionDiff:
                         vocab_size=settings.vocab_size, entries=entries, config={})
 
 
-def run_apply_bench(settings: ApplyBenchSettings = ApplyBenchSettings()) -> dict[str, Any]:
+def run_apply_bench(settings: ApplyBenchSettings | None = None) -> dict[str, Any]:
+    settings = settings or ApplyBenchSettings()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=settings.vocab_size)).to(device)  # 124M parameters

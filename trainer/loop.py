@@ -51,11 +51,12 @@ class Trainer:
     """One model trained on ``data`` with a lineage's versions."""
 
     def __init__(self, *, registry: RegistryClient, lineage: str, data: TrainingTexts,
-                 settings: TrainerSettings = TrainerSettings(), model_config: dict[str, Any] | None = None,
+                 settings: TrainerSettings | None = None, model_config: dict[str, Any] | None = None,
                  checkpoint_dir: str | Path | None = None, events: tuple[str, str] | None = None,
                  progress: bool = False) -> None:
         """``events``: (bootstrap, topic) to learn of versions from the revision events there
         instead of the registry's watch."""
+        settings = settings or TrainerSettings()
         self.registry, self.lineage, self.data, self.settings = registry, lineage, data, settings
         self.checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.progress = progress

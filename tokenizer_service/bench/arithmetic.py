@@ -68,8 +68,9 @@ class ArithmeticSettings(Settings):
     seed: int = setting(0, whole(0), "seed of the held-out split and the batch order")
 
 
-def run_arithmetic(settings: ArithmeticSettings = ArithmeticSettings(), *, progress: bool = True) -> dict:
+def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool = True) -> dict:
     """Run the SA reproduction and return the benchmark's JSON-ready result."""
+    settings = settings or ArithmeticSettings()
     rng = np.random.default_rng(settings.seed)
     old_data = arithmetic_dataset(50)
     new_train, new_eval = split_new(rng, settings.validation)

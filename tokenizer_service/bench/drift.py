@@ -84,9 +84,10 @@ class DriftSetup:
     new_seconds: float
 
 
-def prepare_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, progress: bool = True
+def prepare_drift(corpus: str | Path, settings: DriftSettings | None = None, *, progress: bool = True
                   ) -> DriftSetup:
     """Read the corpus, cut it into Old, stream, New and held-out slices and train Old and New."""
+    settings = settings or DriftSettings()
     docs = read_corpus(corpus, progress=progress)
     n = len(docs)
     n_old, n_new = round(settings.old_share * n), round(settings.new_share * n)
@@ -138,17 +139,19 @@ def replay_drift(setup: DriftSetup, settings: DriftSettings, *, progress: bool =
     }
 
 
-def run_drift(corpus: str | Path, settings: DriftSettings = DriftSettings(), *, progress: bool = True) -> dict:
+def run_drift(corpus: str | Path, settings: DriftSettings | None = None, *, progress: bool = True) -> dict:
     """The drift benchmark on one corpus at one setting."""
+    settings = settings or DriftSettings()
     return replay_drift(prepare_drift(corpus, settings, progress=progress), settings, progress=progress)
 
 
-def drift_table(corpora: Sequence[str | Path], settings: DriftSettings = DriftSettings(), *,
+def drift_table(corpora: Sequence[str | Path], settings: DriftSettings | None = None, *,
                 prices: Sequence[float] | None = None, progress: bool = True) -> dict:
     """The drift benchmark on each corpus: one row per run, and the worst case over the corpora,
     the figure a default must hold on. ``prices`` are factors: each replays every corpus with
     both id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own);
     Old and New are trained once per corpus."""
+    settings = settings or DriftSettings()
     rows = []
     names = [corpus_name(c) for c in corpora]
     for corpus, name in zip(corpora, names):

@@ -33,8 +33,9 @@ class ThroughputSettings(Settings):
     batch_size: int = setting(100, whole(1), "adds+deletes of the timed revision (K)")
 
 
-def run_throughput(corpus: str | Path, settings: ThroughputSettings = ThroughputSettings(), *,
+def run_throughput(corpus: str | Path, settings: ThroughputSettings | None = None, *,
                    progress: bool = True) -> dict:
+    settings = settings or ThroughputSettings()
     docs = oldest(read_corpus(corpus), settings.max_mb)
     texts = [d.text for d in docs]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
