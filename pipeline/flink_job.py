@@ -17,10 +17,11 @@ environment). Records that are no Document are dropped here: the Python job dead
 from __future__ import annotations
 
 import argparse
-import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.topics import PipelineSettings
+from registry.config import RegistryClientSettings
 from tokenizer_service.evolve import StreamSettings
 
 
@@ -28,10 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline.flink_job", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lineage", required=True, help="the registry lineage (created first)")
     parser.add_argument("--flink-master", required=True, help="the Flink session cluster's REST address")
-    parser.add_argument("--bootstrap", default=os.environ.get("TOKMAINT_KAFKA", "kafka:9092"))
-    parser.add_argument("--topic", default=os.environ.get("TOKMAINT_PIPELINE_DOCS_TOPIC", "docs"))
-    parser.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://redis:6379/0"))
-    parser.add_argument("--registry", default=os.environ.get("TOKMAINT_REGISTRY_URL", "http://tokmaint-registry:8000"))
+    # Where the parts are: the same settings, and defaults, as every other command's.
+    where, registry = PipelineSettings(), RegistryClientSettings()
+    parser.add_argument("--bootstrap", default=where.bootstrap,
+                        help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    parser.add_argument("--topic", default=where.docs_topic, help="the documents' topic (default: "
+                                                                  "TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
+    parser.add_argument("--redis", default=where.redis, help="Redis (default: TOKMAINT_REDIS or "
+                                                             "redis://127.0.0.1:6379/0)")
+    parser.add_argument("--registry", default=registry.url, help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
     parser.add_argument("--step-seconds", type=float, default=3600.0, help="a step: this many seconds of event time")
     parser.add_argument("--step-docs", type=int, default=1024, help="a window's documents on average (it turns "
                                                                     "the horizon, interval and warmup into steps)")

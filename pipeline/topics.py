@@ -23,12 +23,15 @@ from schemas.document import DEFAULT_MAX_BYTES
 
 
 class PipelineSettings(BaseSettings):
-    """Where the stream lives; every name can be set from the environment."""
+    """Where the stream and its statistics live, and how the job steps through it; every one can be
+    set from the environment."""
 
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_PIPELINE_", extra="ignore", populate_by_name=True)
 
     # The one Kafka address every command reads (the registry's relay too).
     bootstrap: str = Field("127.0.0.1:9092", validation_alias="TOKMAINT_KAFKA")
+    # Where the statistics live: a redis-server, or any node of a Redis Cluster.
+    redis: str = Field("redis://127.0.0.1:6379/0", validation_alias="TOKMAINT_REDIS")
     docs_topic: str = "docs"
     dlq_topic: str = "docs.dlq"
     revisions_topic: str = REVISIONS_TOPIC

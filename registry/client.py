@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from registry.config import RegistryClientSettings
 from registry.refs import version_number
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
@@ -65,10 +66,11 @@ class RegistryClient:
 
     def __init__(self, url: str | None = None, *, token: str | None = None, cache_dir: str | Path | None = None,
                  timeout: float = 60.0) -> None:
-        url = url or os.environ.get("TOKMAINT_REGISTRY_URL")
+        configured = RegistryClientSettings()
+        url = url or configured.url
         if not url:
             raise TokmaintError("no registry URL: pass --registry or set TOKMAINT_REGISTRY_URL")
-        token = token if token is not None else os.environ.get("TOKMAINT_REGISTRY_TOKEN")
+        token = token if token is not None else configured.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
         self.cache_dir = Path(cache_dir) if cache_dir else None

@@ -1,4 +1,7 @@
-"""The registry server's settings, from the environment (``TOKMAINT_REGISTRY_*``) or arguments.
+"""The registry's settings, from the environment (``TOKMAINT_REGISTRY_*``) or arguments: where
+its database and artifacts are (``RegistryStoreSettings``: the server, ``registry migrate``,
+``gc`` and ``relay``), the server's (``RegistrySettings``) and a client's (``RegistryClientSettings``:
+the URL and the write token).
 
 A writable server needs a bearer token (``TOKMAINT_REGISTRY_TOKEN``); without one it refuses to
 start unless ``insecure_dev`` says writes may go unauthenticated. A bad setting fails at start,
@@ -7,17 +10,42 @@ not at the first request.
 
 from __future__ import annotations
 
+from typing import Self
+
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_TOKENS = {"", "changeme", "change-me", "secret", "token", "password"}
 
 
-class RegistrySettings(BaseSettings):
+class RegistryStoreSettings(BaseSettings):
+    """Where the registry keeps its versions: a SQLAlchemy URL and an artifact folder."""
+
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_", extra="ignore")
 
-    db: str = "sqlite:///tokmaint-registry/registry.db"
-    artifacts: str = "tokmaint-registry/artifacts"
+    db: str = Field("sqlite:///tokmaint-registry/registry.db",
+                    description="SQLAlchemy URL: SQLite (embedded) or postgresql+psycopg2://user@host/db")
+    artifacts: str = Field("tokmaint-registry/artifacts", description="artifact directory")
+
+    @model_validator(mode="after")
+    def _postgres_url(self) -> Self:
+        if self.db.startswith("postgres://"):
+            self.db = "postgresql+psycopg2://" + self.db.removeprefix("postgres://")
+        return self
+
+
+class RegistryClientSettings(BaseSettings):
+    """A client's registry: its URL, and the bearer token that authorises writes."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_", extra="ignore")
+
+    url: str | None = None
+    token: str | None = None
+
+
+class RegistrySettings(RegistryStoreSettings):
+    """The server's: where it keeps versions, its write token and its limits."""
+
     token: str | None = None
     insecure_dev: bool = False
     max_upload_mb: float = Field(64.0, gt=0)
@@ -32,14 +60,12 @@ class RegistrySettings(BaseSettings):
     check_process: bool = True
 
     @model_validator(mode="after")
-    def _writes_need_a_token(self) -> "RegistrySettings":
+    def _writes_need_a_token(self) -> Self:
         if self.token is not None and self.token.strip().lower() in PLACEHOLDER_TOKENS:
             raise ValueError("TOKMAINT_REGISTRY_TOKEN is a placeholder; set a real secret")
         if self.token is None and not self.insecure_dev:
             raise ValueError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
                              "unauthenticated writes (development only)")
-        if self.db.startswith("postgres://"):
-            self.db = "postgresql+psycopg2://" + self.db.removeprefix("postgres://")
         return self
 
     @property

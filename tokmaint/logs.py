@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from datetime import datetime, timezone
 
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from tqdm import tqdm
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -51,10 +51,18 @@ class _TqdmHandler(logging.Handler):
             self.handleError(record)
 
 
+class LogSettings(BaseSettings):
+    """How log lines look (``TOKMAINT_LOG_FORMAT``)."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_LOG_", extra="ignore")
+
+    format: str = "plain"
+
+
 def configure(log_format: str | None = None) -> None:
     """Send the ``tokmaint`` loggers' INFO and above to stderr, plain or as JSON (default:
     ``TOKMAINT_LOG_FORMAT``, else plain)."""
-    chosen = (log_format or os.environ.get("TOKMAINT_LOG_FORMAT") or "plain").lower()
+    chosen = (log_format or LogSettings().format).lower()
     if chosen not in ("plain", "json"):
         raise ValueError(f"TOKMAINT_LOG_FORMAT must be plain or json, got {chosen!r}")
     logger = logging.getLogger("tokmaint")

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import argparse
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
-from tokenizer_service.settings import Settings, rule_of
+from tokenizer_service.settings import rule_of
 
 
 def _shown(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def add_settings(parser: argparse.ArgumentParser, settings_type: type[Settings], *,
+def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettings], *,
                  skip: tuple[str, ...] = ()) -> None:
     """One ``--option`` per field of ``settings_type`` (but those in ``skip``: a command that has no
     use for them), with its help, range (checked as the option is parsed), choices and default;
@@ -50,23 +52,27 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[Settings],
                             metavar=None if choices else name.upper(), help=f"{help_text} ({default}{variable})")
 
 
-def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[Settings]):
+def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[BaseSettings]):
     """The settings the options chose, over the environment's; a bad value (from either) or a rule
     between settings fails here, as a usage error."""
     chosen = {name: getattr(args, name) for name in settings_type.model_fields if getattr(args, name, None) is not None}
     try:
         return settings_type(**chosen)
     except ValidationError as exc:
-        parser.error("; ".join(_reason(error, settings_type, chosen) for error in exc.errors()))
+        parser.error(settings_errors(exc, settings_type, chosen))
 
 
-def _reason(error: dict[str, Any], settings_type: type[Settings], chosen: dict[str, Any]) -> str:
-    """One error of a ValidationError in the command line's words: the option (or the
-    environment variable) that gave the value, or the rule between settings, and what is wrong."""
-    message = error["msg"].removeprefix("Value error, ")
-    if not error["loc"]:  # a rule between settings: its message names them
-        return message.replace("_", "-")
-    name = str(error["loc"][0])
-    if name in chosen:
-        return f"argument --{name.replace('_', '-')}: {message}"
-    return f"{settings_type.model_config.get('env_prefix', '')}{name}".upper() + f": {message}"
+def settings_errors(exc: ValidationError, settings_type: type[BaseSettings], chosen: Iterable[str] = ()) -> str:
+    """A ValidationError of ``settings_type`` in the command line's words, one line: for each
+    error the option (a field in ``chosen``) or the environment variable that gave the value, or
+    the rule between settings, and what is wrong."""
+    fields, reasons = settings_type.model_fields, []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:  # a rule between settings: its message names them, as options
+            reasons.append(" ".join(w.replace("_", "-") if w in fields else w for w in message.split(" ")))
+        elif (name := str(error["loc"][0])) in chosen:
+            reasons.append(f"argument --{name.replace('_', '-')}: {message}")
+        else:
+            reasons.append(f"{settings_type.model_config.get('env_prefix', '')}{name}".upper() + f": {message}")
+    return "; ".join(reasons)

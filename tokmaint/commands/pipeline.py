@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
 from tokenizer_service.settings import whole
-from tokmaint.options import add_settings, chosen_settings
+from tokmaint.options import add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, show_progress
+
+
+# The options that set PipelineSettings' fields (--topic sets docs_topic).
+_PIPELINE_OPTIONS = {"bootstrap": "bootstrap", "topic": "docs_topic", "dlq_topic": "dlq_topic", "redis": "redis",
+                     "max_record_bytes": "max_record_bytes", "commit_steps": "commit_steps",
+                     "step_seconds": "step_seconds", "max_step_docs": "max_step_docs", "dedupe_steps": "dedupe_steps"}
 
 
 def _pipeline_settings(args: argparse.Namespace):
@@ -19,17 +24,17 @@ def _pipeline_settings(args: argparse.Namespace):
 
     from pipeline.topics import PipelineSettings
 
-    chosen = {k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
-                                ("dlq_topic", args.dlq_topic), ("max_record_bytes", args.max_record_bytes),
-                                ("commit_steps", getattr(args, "commit_steps", None)),
-                                ("step_seconds", getattr(args, "step_seconds", None)),
-                                ("max_step_docs", getattr(args, "max_step_docs", None)),
-                                ("dedupe_steps", getattr(args, "dedupe_steps", None)))
-              if v is not None}
+    chosen = {field: value for option, field in _PIPELINE_OPTIONS.items()
+              if (value := getattr(args, option, None)) is not None}
     try:
         return PipelineSettings(**chosen)
     except ValidationError as exc:
-        args.parser.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+        args.parser.error(settings_errors(exc, PipelineSettings, chosen))
+
+
+def _redis(args: argparse.Namespace) -> str:
+    """The Redis URL: ``--redis`` over ``TOKMAINT_REDIS``."""
+    return _pipeline_settings(args).redis
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -60,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics = PipelineMetrics.create(args.lineage)
         metrics.serve(args.metrics_port)
     settings = _pipeline_settings(args)
-    redis_client = connect_redis(args.redis, wait=args.wait)
+    redis_client = connect_redis(_redis(args), wait=args.wait)
     # To the topic's end: a topic nobody sent to is a mistake, not an idle stream.
     wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic if args.until_idle else None)
     log = logging.getLogger("tokmaint.pipeline")
@@ -78,11 +83,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 # restart resumes from, so the job starts again from it once Redis answers. A
                 # long-running job waits as long as it takes; --until-idle for --wait seconds.
                 log.warning("Redis at %s went away (%s): starting again from its statistics once it answers",
-                            args.redis, exc)
+                            _redis(args), exc)
                 if metrics is not None:
                     metrics.redis_down.labels(args.lineage).set(1)
                     metrics.restarts.labels(args.lineage).inc()
-                redis_client = connect_redis(args.redis, wait=patience)
+                redis_client = connect_redis(_redis(args), wait=patience)
                 if metrics is not None:
                     metrics.redis_down.labels(args.lineage).set(0)
             except RegistryRefused as exc:
@@ -113,7 +118,7 @@ def cmd_revise(args: argparse.Namespace) -> int:
 
     with RegistryClient(args.registry) as registry:
         stats = LineageStatistics(stream=chosen_settings(args.parser, args, StreamSettings),
-                                  redis_client=connect_redis(args.redis, wait=args.wait), registry=registry,
+                                  redis_client=connect_redis(_redis(args), wait=args.wait), registry=registry,
                                   lineage=args.lineage, existing=True)
         meta = stats.store.meta()
         if not meta["step"]:
@@ -134,7 +139,7 @@ def cmd_residues_job(args: argparse.Namespace) -> int:
     from tokenizer_service.residue_audit import ResidueOptions
 
     options = chosen_settings(args.parser, args, ResidueOptions)
-    store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
+    store = RedisStatsStore.open(connect_redis(_redis(args), wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         result = run_residues_job(store, registry, options=options, out=Path(args.out) if args.out else None,
                                   publish=args.publish)
@@ -147,7 +152,7 @@ def cmd_stats_show(args: argparse.Namespace) -> int:
     from pipeline.stats_report import stats_report
     from registry.client import RegistryClient
 
-    store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
+    store = RedisStatsStore.open(connect_redis(_redis(args), wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         version = store.meta()["version"] or registry.version(args.lineage)["number"]
         tokenizer = registry.tokenizer(args.lineage, version)
@@ -160,7 +165,7 @@ def cmd_stats_snapshot(args: argparse.Namespace) -> int:
     from pipeline.stats_report import stats_snapshot
     from registry.client import RegistryClient
 
-    store = RedisStatsStore.open(connect_redis(args.redis, wait=args.wait), lineage=args.lineage)
+    store = RedisStatsStore.open(connect_redis(_redis(args), wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
         tokenizer = registry.tokenizer(args.lineage, store.meta()["version"] or "latest")
     folder = stats_snapshot(store, tokenizer, args.out)
@@ -188,22 +193,25 @@ def cmd_bench_ingest(args: argparse.Namespace) -> int:
 def cmd_ingest_server(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from pydantic import ValidationError
+
     from pipeline.http_ingest import create_ingest_app
+    from registry.config import RegistrySettings
     from tokenizer_service.errors import TokmaintError
 
-    token = os.environ.get("TOKMAINT_REGISTRY_TOKEN")
-    if token is None and not args.insecure_dev:
-        raise TokmaintError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
-                            "unauthenticated writes (development only)")
-    app = create_ingest_app(_pipeline_settings(args), token=token, insecure_dev=args.insecure_dev,
+    try:  # the registry's write token, by the registry's rules
+        registry = RegistrySettings(insecure_dev=args.insecure_dev)
+    except ValidationError as exc:
+        raise TokmaintError(settings_errors(exc, RegistrySettings)) from None
+    app = create_ingest_app(_pipeline_settings(args), token=registry.token, insecure_dev=args.insecure_dev,
                             max_in_flight=args.max_in_flight)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis", default=os.environ.get("TOKMAINT_REDIS", "redis://127.0.0.1:6379/0"),
-                        help="Redis URL (default: TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
+    parser.add_argument("--redis", help="Redis URL, of a server or of any node of a Redis Cluster (default: "
+                                        "TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
     parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
     parser.add_argument("--lineage", required=True, help="the registry lineage")
     _add_wait_option(parser)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 from pathlib import Path
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS
-from tokmaint.options import add_settings, chosen_settings
+from tokmaint.options import add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
 
 
@@ -30,10 +29,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = RegistrySettings(insecure_dev=args.insecure_dev, **chosen)
     except ValidationError as exc:
-        # Name the setting: "Input should be a valid number" alone does not say which one.
-        raise TokmaintError("; ".join(
-            (f"TOKMAINT_REGISTRY_{str(e['loc'][0]).upper()}={e['input']!r}: " if e["loc"] else "")
-            + e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        raise TokmaintError(settings_errors(exc, RegistrySettings, chosen)) from None
     if settings.token is None:
         print("tokmaint: warning: --insecure-dev: writes need no token; never expose this server", flush=True)
     app = create_app(settings)
@@ -46,11 +42,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store(args: argparse.Namespace):
+    """Where the registry keeps its versions: the options over ``TOKMAINT_REGISTRY_DB`` and ``_ARTIFACTS``."""
+    from registry.config import RegistryStoreSettings
+
+    return chosen_settings(args.parser, args, RegistryStoreSettings)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from registry.db import migrate
 
-    migrate(args.db)
-    print_result({"migrated": args.db}, as_json=args.json)
+    store = _store(args)
+    migrate(store.db)
+    print_result({"migrated": store.db}, as_json=args.json)
     return 0
 
 
@@ -59,8 +63,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from registry.db import make_engine
     from registry.store import Registry
 
-    engine = make_engine(args.db)
-    registry = Registry(engine, LocalArtifactStore(args.artifacts))
+    store = _store(args)
+    engine = make_engine(store.db)
+    registry = Registry(engine, LocalArtifactStore(store.artifacts))
     try:
         result = registry.collect_garbage(older_than=args.older_than_minutes * 60, dry_run=args.dry_run)
     finally:
@@ -71,15 +76,10 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def _add_store_options(parser: argparse.ArgumentParser, *, artifacts: bool = True) -> None:
-    """``--db`` (and ``--artifacts``) of a command that opens the registry's store itself."""
-    db = os.environ.get("TOKMAINT_REGISTRY_DB", "sqlite:///tokmaint-registry/registry.db")
-    parser.add_argument("--db", default=db,
-                        help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or the embedded SQLite file)")
-    if artifacts:
-        parser.add_argument("--artifacts", default=os.environ.get("TOKMAINT_REGISTRY_ARTIFACTS",
-                                                                  "tokmaint-registry/artifacts"),
-                            help="artifact directory (default: TOKMAINT_REGISTRY_ARTIFACTS or "
-                                 "tokmaint-registry/artifacts)")
+    """``--db`` (and ``--artifacts``) of a command that opens the registry's store."""
+    from registry.config import RegistryStoreSettings
+
+    add_settings(parser, RegistryStoreSettings, skip=() if artifacts else ("artifacts",))
 
 
 def add_registry(registry: argparse.ArgumentParser) -> None:
@@ -87,10 +87,7 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
     commands = registry.add_subparsers(dest="registry_command", required=True, parser_class=type(registry))
 
     serve = commands.add_parser("serve", help="run the registry's HTTP API (uvicorn)")
-    serve.add_argument("--db", help="SQLAlchemy URL (default: TOKMAINT_REGISTRY_DB or "
-                                    "sqlite:///tokmaint-registry/registry.db)")
-    serve.add_argument("--artifacts", help="artifact directory (default: TOKMAINT_REGISTRY_ARTIFACTS or "
-                                           "tokmaint-registry/artifacts)")
+    _add_store_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     serve.add_argument("--insecure-dev", action="store_true",
@@ -297,22 +294,26 @@ def cmd_relay(args: argparse.Namespace) -> int:
     from kafka import KafkaProducer
 
     from pipeline.parts import wait_for
+    from pipeline.topics import PipelineSettings
     from registry.artifacts import LocalArtifactStore
     from registry.db import check_schema, make_engine
     from registry.relay import relay_forever, relay_once
     from registry.store import Registry
 
-    engine = make_engine(args.db)
+    store = _store(args)
+    kafka = PipelineSettings(**{k: v for k, v in (("bootstrap", args.bootstrap), ("revisions_topic", args.topic))
+                                if v is not None})
+    engine = make_engine(store.db)
     # Started beside the server on a fresh database, it waits for the server to create the schema.
-    wait_for(f"the registry's database at {args.db}", lambda: check_schema(engine, args.db), wait=args.wait,
+    wait_for(f"the registry's database at {store.db}", lambda: check_schema(engine, store.db), wait=args.wait,
              errors=(LookupError,))
-    registry = Registry(engine, LocalArtifactStore(args.artifacts))
-    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", enable_idempotence=True)
+    registry = Registry(engine, LocalArtifactStore(store.artifacts))
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", enable_idempotence=True)
     try:
         if args.once:
-            print_result({"sent": relay_once(registry, producer, topic=args.topic)}, as_json=args.json)
+            print_result({"sent": relay_once(registry, producer, topic=kafka.revisions_topic)}, as_json=args.json)
         else:
-            relay_forever(registry, producer, topic=args.topic, interval=args.interval)
+            relay_forever(registry, producer, topic=kafka.revisions_topic, interval=args.interval)
     finally:
         producer.close()
     return 0
@@ -321,9 +322,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
 def add_relay(commands: argparse._SubParsersAction) -> None:
     relay = commands.add_parser("relay", help="send the registry's revision events to Kafka (at least once)")
     _add_store_options(relay)
-    relay.add_argument("--bootstrap", default=os.environ.get("TOKMAINT_KAFKA", "127.0.0.1:9092"),
-                       help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    relay.add_argument("--topic", default="tokenizer.revisions")
+    relay.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    relay.add_argument("--topic", help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or "
+                                       "tokenizer.revisions)")
     relay.add_argument("--once", action="store_true", help="send what is pending, then stop")
     relay.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the outbox")
     relay.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
