@@ -26,12 +26,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import redis
+from pydantic import Field
 from kafka.admin import KafkaAdminClient, NewTopic
 from tqdm import tqdm
 
@@ -46,6 +46,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 from trainer.settings import TrainerSettings
 
 log = logging.getLogger("tokmaint.demo")
@@ -54,16 +55,17 @@ LINEAGE = "git-demo"
 LAST_STEPS = 2  # the trainer's last run, from its checkpoint: it takes the final version
 
 
-@dataclass(frozen=True)
-class DemoSettings:
-    corpus: Path = SAMPLE
-    initial_docs: int = 1500  # the oldest documents, the initial tokenizer's training set
-    vocab_size: int = 2048
-    chunks: int = 24  # the stream arrives in this many parts
-    pause: float = 1.5  # seconds between two parts
-    trainer_steps: int = 1000
+class DemoSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_DEMO_")
+
+    corpus: Path = setting(SAMPLE, None, "the stream (shipped: a sample of git commit messages)")
+    initial_docs: int = setting(1500, whole(1), "oldest documents the initial tokenizer trains on")
+    vocab_size: int = setting(2048, whole(257), "the initial tokenizer's vocabulary")
+    chunks: int = setting(24, whole(1), "parts the stream arrives in")
+    pause: float = setting(1.5, Number(float, low=0), "seconds between two parts")
+    trainer_steps: int = setting(1000, whole(1), "the trainer's steps while the stream goes on")
     redis: bool | None = None  # the statistics in a redis-server (None: when one is installed)
-    stream: StreamSettings = field(default_factory=lambda: StreamSettings(
+    stream: StreamSettings = Field(default_factory=lambda: StreamSettings(
         step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0))
 
 

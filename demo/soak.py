@@ -56,6 +56,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
 
 log = logging.getLogger("tokmaint.soak")
 LINEAGE, API_LINEAGE = "soak", "soak-api"
@@ -72,18 +73,20 @@ REPLAYABLE_STEPS = 1_000_000
 KILLABLE = ("pipeline", "registry", "relay", "trainer", "ingest", "redis")
 
 
-@dataclass(frozen=True)
-class SoakSettings:
-    minutes: float = 5.0
-    seed: int = 0
-    fault_every: float = 10.0  # the longest gap between two faults (each gap is 50-100% of it)
-    batch: int = 40  # documents a request
-    resend: float = 0.05  # share of batches a producer sends again though it was answered
-    malformed: float = 0.02  # share of records that are no document
-    corpus: Path = SAMPLE
-    initial_docs: int = 1000
-    vocab_size: int = 1024
-    logs: Path | None = None  # each part's log is copied here at the end
+class SoakSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_SOAK_")
+
+    minutes: float = setting(5.0, Number(float, low=0, low_open=True), "how long the load and the faults go on")
+    seed: int = setting(0, whole(0), "the seed of the load and the fault schedule")
+    fault_every: float = setting(10.0, Number(float, low=0, low_open=True),
+                                 "the longest gap between two faults, in seconds (each gap is 50-100% of it)")
+    batch: int = setting(40, whole(1), "documents a request")
+    resend: float = setting(0.05, share(zero=True), "share of batches a producer sends again though it was answered")
+    malformed: float = setting(0.02, share(zero=True), "share of records that are no document")
+    corpus: Path = setting(SAMPLE, None, "the documents' texts (default: the shipped sample)")
+    initial_docs: int = setting(1000, whole(1), "oldest documents the initial tokenizer trains on")
+    vocab_size: int = setting(1024, whole(257), "the initial tokenizer's vocabulary")
+    logs: Path | None = setting(None, None, "copy each part's log into this folder at the end")
 
 
 class Part:

@@ -22,23 +22,19 @@ from typing import Any
 
 from pipeline.local_servers import start_broker
 from pipeline.topics import read_topic
-from registry.load_test import LoadRequest, load_ramp
+from registry.load_test import LoadRampSettings, LoadRequest, load_ramp
 from registry.local_server import start_service
 from tokenizer_service.corpus import read_corpus
-from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
+from tokenizer_service.settings import SettingsConfigDict, setting, whole
 
 TOPIC = "docs"
 
 
-class IngestBenchSettings(Settings):
+class IngestBenchSettings(LoadRampSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_INGEST_")
 
     docs: int = setting(1000, whole(1), "documents of the corpus the requests take their texts from")
     docs_per_request: int = setting(10, whole(1), "documents in each request's NDJSON body")
-    seconds: float = setting(5.0, Number(float, low=0, low_open=True), "seconds of each load step")
-    start_rps: float = setting(25.0, Number(float, low=0, low_open=True), "the ramp's first rate (requests/s)")
-    max_rps: float = setting(3200.0, Number(float, low=0, low_open=True), "the ramp's highest rate")
-    max_in_flight: int = setting(64, whole(1), "the server's --max-in-flight")
 
 
 def document_batches(texts: list[str], *, per_request: int, token: str) -> Callable[[int], LoadRequest]:

@@ -32,9 +32,23 @@ import numpy as np
 from tqdm import tqdm
 
 from tokenizer_service.errors import TokmaintError
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 
 HUNG, FAILED = -1, 0  # an answer's status when none came in time, or the connection broke
 REFUSED = (429, 503)
+
+
+class LoadRampSettings(Settings):
+    """A load ramp's: each step's length, its first and highest rate, and the server's limit of
+    requests at once (a benchmark's settings add their own)."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_LOAD_")
+
+    seconds: float = setting(5.0, Number(float, low=0, low_open=True),
+                             "seconds of each load step (and of each other timed test)")
+    start_rps: float = setting(25.0, Number(float, low=0, low_open=True), "the ramp's first rate (requests/s)")
+    max_rps: float = setting(3200.0, Number(float, low=0, low_open=True), "the ramp's highest rate")
+    max_in_flight: int = setting(64, whole(1), "the server's requests at once (one more is answered 503)")
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -43,13 +43,13 @@ from registry.artifacts import ArtifactStore
 from registry.checker import EncodingChecker
 from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, Version, utcnow
 from registry.refs import MAX_VERSION, version_number
+from schemas.json_values import json_kind
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from schemas.json_values import json_kind
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
-from tokenizer_service.settings import lineage_name
 from tokenizer_service.revision_diff import diff_entries
+from tokenizer_service.settings import lineage_name
 from tokenizer_service.validation import ValidationReport, check_encoding, validate
 
 T = TypeVar("T")
@@ -68,9 +68,11 @@ class RegistryError(Exception):
         self.code, self.reasons, self.status = code, list(reasons), self.STATUS[code]
 
 
-@dataclass(frozen=True)
-class VersionInfo:
-    """What the registry knows of one version (the artifacts are fetched by their sha256)."""
+class VersionInfo(BaseModel):
+    """What the registry knows of one version (the artifacts are fetched by their sha256); the
+    API's answer adds their URLs."""
+
+    model_config = ConfigDict(frozen=True)
 
     lineage: str
     number: int

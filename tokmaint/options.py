@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,7 +38,7 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettin
     for name, field in settings_type.model_fields.items():
         if name in skip:
             continue
-        option, help_text = f"--{name.replace('_', '-')}", field.description or ""
+        option, help_text = f"--{name.replace('_', '-')}", (field.description or "").replace("%", "%%")
         variable = f"{prefix}{name}".upper()
         if field.annotation is bool:
             parser.add_argument(option, action="store_true", default=None, help=f"{help_text} ({variable}=true)")
@@ -50,6 +50,17 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettin
         default = "" if field.default is None else f"default: {_shown(field.default)}; "
         parser.add_argument(option, type=rule or str, choices=choices, default=None,
                             metavar=None if choices else name.upper(), help=f"{help_text} ({default}{variable})")
+
+
+def add_bench_options(parser: argparse.ArgumentParser, settings_type: type[BaseSettings],
+                      func: Callable[[argparse.Namespace], int], *, corpus: str | None = None) -> None:
+    """A benchmark's options: ``--corpus`` (with this help, for one that reads a corpus), one a
+    setting, ``--json``; ``func`` runs it."""
+    if corpus is not None:
+        parser.add_argument("--corpus", required=True, help=corpus)
+    add_settings(parser, settings_type)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=func, parser=parser)
 
 
 def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[BaseSettings]):

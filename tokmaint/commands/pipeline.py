@@ -8,7 +8,7 @@ import json
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
 from tokenizer_service.settings import whole
-from tokmaint.options import add_settings, chosen_settings, settings_errors
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, show_progress
 
 
@@ -329,16 +329,11 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
 def add_bench_pipeline(bench: argparse.ArgumentParser) -> None:
     from pipeline.bench import PipelineBenchSettings
 
-    bench.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to stream")
-    add_settings(bench, PipelineBenchSettings)
-    bench.add_argument("--json", action="store_true", help="print JSON")
-    bench.set_defaults(func=cmd_bench_pipeline, parser=bench)
+    add_bench_options(bench, PipelineBenchSettings, cmd_bench_pipeline, corpus="JSONL(.gz) or .txt(.gz) to stream")
 
 
 def add_bench_ingest(load: argparse.ArgumentParser) -> None:
     from pipeline.ingest_bench import IngestBenchSettings
 
-    load.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) the documents' texts come from")
-    add_settings(load, IngestBenchSettings)
-    load.add_argument("--json", action="store_true", help="print JSON")
-    load.set_defaults(func=cmd_bench_ingest, parser=load)
+    add_bench_options(load, IngestBenchSettings, cmd_bench_ingest,
+                      corpus="JSONL(.gz) or .txt(.gz) the documents' texts come from")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS
-from tokmaint.options import add_settings, chosen_settings, settings_errors
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
 
 
@@ -284,10 +284,8 @@ def cmd_bench_registry(args: argparse.Namespace) -> int:
 def add_bench_registry(p: argparse.ArgumentParser) -> None:
     from registry.bench import RegistryBenchSettings
 
-    p.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to train the published tokenizer on")
-    add_settings(p, RegistryBenchSettings)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_bench_registry, parser=p)
+    add_bench_options(p, RegistryBenchSettings, cmd_bench_registry,
+                      corpus="JSONL(.gz) or .txt(.gz) to train the published tokenizer on")
 
 
 def cmd_relay(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.settings import Number, whole
-from tokmaint.options import add_settings, chosen_settings
+from tokmaint.options import add_bench_options, add_settings, chosen_settings
 from tokmaint.output import print_result, print_rows, show_progress, warn
 
 def _report_skipped(corpus) -> None:
@@ -243,7 +243,7 @@ def add_bench_residues(p: argparse.ArgumentParser) -> None:
 def add_bench_arithmetic(p: argparse.ArgumentParser) -> None:
     from tokenizer_service.bench.arithmetic import ArithmeticSettings
 
-    _add_bench_settings(p, ArithmeticSettings)
+    add_bench_options(p, ArithmeticSettings, cmd_bench)
 
 
 def add_bench_drift(p: argparse.ArgumentParser) -> None:
@@ -259,17 +259,12 @@ def add_bench_drift(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="DIR", help="write drift.png (gap_closed against ids_stable) into this "
                                                  "new or empty directory")
     p.add_argument("--force", action="store_true", help="replace an earlier plot's drift.png in --plot")
-    _add_bench_settings(p, DriftSettings)
+    add_bench_options(p, DriftSettings, cmd_bench)
 
 
 def add_bench_throughput(p: argparse.ArgumentParser) -> None:
     from tokenizer_service.bench.throughput import ThroughputSettings
 
     _add_corpus_options(p, skip_bad=False)
-    _add_bench_settings(p, ThroughputSettings)
+    add_bench_options(p, ThroughputSettings, cmd_bench)
 
-
-def _add_bench_settings(p: argparse.ArgumentParser, settings_type: type) -> None:
-    add_settings(p, settings_type)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_bench, parser=p)

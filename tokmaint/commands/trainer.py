@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tokmaint.options import add_settings, chosen_settings
+from tokmaint.options import add_bench_options, add_settings, chosen_settings
 from tokmaint.output import print_result, show_progress
 
 
@@ -94,14 +94,10 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
 def add_bench_apply(bench: argparse.ArgumentParser) -> None:
     from trainer.settings import ApplyBenchSettings
 
-    add_settings(bench, ApplyBenchSettings)
-    bench.add_argument("--json", action="store_true", help="print JSON")
-    bench.set_defaults(func=cmd_bench_apply, parser=bench)
+    add_bench_options(bench, ApplyBenchSettings, cmd_bench_apply)
 
 
 def add_bench_arithmetic_train(bench: argparse.ArgumentParser) -> None:
     from trainer.settings import ArithmeticTrainSettings
 
-    add_settings(bench, ArithmeticTrainSettings)
-    bench.add_argument("--json", action="store_true", help="print JSON")
-    bench.set_defaults(func=cmd_bench_arithmetic_train, parser=bench)
+    add_bench_options(bench, ArithmeticTrainSettings, cmd_bench_arithmetic_train)

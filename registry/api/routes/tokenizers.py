@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -21,34 +20,21 @@ from pydantic import BaseModel
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
 from registry.refs import version_number
 from registry.store import Registry, RegistryError, VersionInfo
-from tokenizer_service.bpe import json_shape_problems, parse_json
 from schemas.json_values import json_kind
+from tokenizer_service.bpe import json_shape_problems, parse_json
 from tokenizer_service.errors import InvalidTokenizer
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
 
 
-class VersionPublic(BaseModel):
-    lineage: str
-    number: int
-    parent: int | None
-    kind: str
-    sha256: str
-    diff_sha256: str
-    vocab_size: int
-    id_space: int
-    merges: int
-    changed_ids: int
-    metrics: dict[str, Any]
-    created_at: datetime
-    created_by: str
+class VersionPublic(VersionInfo):
     tokenizer_url: str
     diff_url: str
 
     @classmethod
     def of(cls, info: VersionInfo) -> "VersionPublic":
         base = f"/v1/tokenizers/{info.lineage}/versions/{info.number}"
-        return cls(**vars(info), tokenizer_url=f"{base}/tokenizer.json", diff_url=f"{base}/diff")
+        return cls(**info.model_dump(), tokenizer_url=f"{base}/tokenizer.json", diff_url=f"{base}/diff")
 
 
 class VersionsPublic(BaseModel):
