@@ -13,7 +13,7 @@ O(table). When g gets small every S is rescaled once (τ unchanged) before anyth
 >>> s.token(np.array([1])).tolist(), s.pair(np.array([7])).tolist(), s.step
 ([1.0], [0.5], 2)
 
-Every backend (memory here, Redis in ``pipeline``) passes ``tests/test_stats_store.py``.
+Every backend (memory here, Redis in ``pipeline``) passes ``tests/tokenizer_service/test_stats_store.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from registry.client import RegistryClient, RegistryRefused
 from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.conftest import sentences
-from tests.test_registry_store import variant
+from tests.registry.test_store import variant
 from tokenizer_service.bpe import BPETokenizer
 
 

@@ -18,7 +18,7 @@ from schemathesis.checks import not_a_server_error
 from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
 from tests.conftest import tedtok_lineage
-from tests.test_registry_store import _moved_ids, _unreachable_add, _lying
+from tests.registry.test_store import _moved_ids, _unreachable_add, _lying
 from tokenizer_service.bpe import BPETokenizer
 
 TOKEN = secrets.token_hex(16)
