@@ -32,12 +32,12 @@ from typing import Any
 
 import redis
 from pydantic import Field
-from kafka.admin import KafkaAdminClient, NewTopic
 from tqdm import tqdm
 
 from demo.in_process import InProcessJob
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
+from pipeline.kafka import create_topic
 from pipeline.local_servers import start_broker, start_redis
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
@@ -134,9 +134,7 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
             trainer_cmd = [sys.executable, "-m", "tokmaint.cli", "trainer", "run", "--registry", registry_url,
                            "--lineage", LINEAGE, "--topic", "docs", "--bootstrap", bootstrap,
                            "--checkpoint-dir", str(root / "trainer"), "--report", str(trainer_report), "--json"]
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-            admin.create_topics([NewTopic(topics.docs_topic, num_partitions=4, replication_factor=1)])
-            admin.close()
+            create_topic(bootstrap, topics.docs_topic, partitions=4)
             _say("starting the trainer (a tiny GPT-2 on CPU) on the docs topic")
             trainer_log = (root / "trainer.log").open("w")
             trainer = subprocess.Popen([*trainer_cmd, "--steps", str(settings.trainer_steps)],

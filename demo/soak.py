@@ -47,9 +47,9 @@ import numpy as np
 import redis
 
 from demo.run import SAMPLE
+from pipeline.kafka import read_topic
 from pipeline.local_servers import start_broker
 from pipeline.redis_store import RedisStatsStore
-from pipeline.topics import read_topic
 from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port
 from tokenizer_service.bpe import BPETokenizer

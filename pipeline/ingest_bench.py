@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.local_servers import start_broker
-from pipeline.topics import read_topic
+from pipeline.kafka import read_topic
 from registry.load_test import LoadRampSettings, LoadRequest, load_ramp
 from registry.local_server import start_service
 from tokenizer_service.corpus import read_corpus

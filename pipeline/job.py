@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 import redis
-from kafka import KafkaProducer
 
 from pipeline.counting_process import CountingProcess
+from pipeline.kafka import Producer, Record
 from pipeline.lineage_statistics import MAX_PAIRS, LineageStatistics
 from pipeline.metrics import PipelineMetrics
 from pipeline.stream import ReadAhead, Step, StepReader
@@ -112,8 +112,7 @@ class PipelineJob:
         self.lineage_stats.outdated()  # the registry's watch starts now, not in a step's time
         # Steps are read ahead while the job waits for its counting process or for Redis.
         self.reader = ReadAhead(StepReader(settings, wait=wait), size=self.step_docs, seconds=settings.step_seconds)
-        self.dead_letters = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
-                                          max_request_size=max(2 * settings.max_record_bytes, 1 << 20))
+        self.dead_letters = Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes)
         self._counted: list[_Counted] = []  # steps counted and not yet written
         self._step, self._offsets = 0, {}  # the last step counted and the offsets it ends at
         self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts
@@ -180,14 +179,12 @@ class PipelineJob:
         """The step's bad records, keyed by where they stood (a replayed step sends the same keys)."""
         if not step.dead:
             return
-        sent = [self.dead_letters.send(self.settings.dlq_topic, value=dead.value,
-                                       key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
-                                       headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic,
-                                                                   partition=dead.partition, offset=dead.offset))
-                for dead in step.dead]
-        self.dead_letters.flush()
-        for future in sent:  # the broker has them all before the offsets move past them
-            future.get(timeout=60)
+        # The broker has them all before the offsets move past them.
+        self.dead_letters.send_all(self.settings.dlq_topic, [
+            Record(dead.value, key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
+                   headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic, partition=dead.partition,
+                                               offset=dead.offset))
+            for dead in step.dead])
 
     def _token_texts(self) -> np.ndarray:
         """The current version's token text of every id (added tokens included), by id."""

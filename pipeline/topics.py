@@ -73,18 +73,3 @@ def dead_letter_headers(reason: str, *, source: str, line: int | None = None, pa
         if value is not None:
             headers.append((f"tokmaint.{name}", str(value)))
     return [(name, value.encode("utf-8")) for name, value in headers]
-
-
-def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000) -> list:
-    """Every record of ``topic`` from its start, all partitions, until none comes for
-    ``quiet_ms`` (the checks of the soak and the ingest benchmark: what reached the topic)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                             consumer_timeout_ms=quiet_ms)
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())])
-        consumer.seek_to_beginning()
-        return list(consumer)
-    finally:
-        consumer.close()

@@ -11,8 +11,10 @@ so consumers de-duplicate by it.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from registry.store import Registry
@@ -21,22 +23,20 @@ TOPIC = "tokenizer.revisions"
 
 
 class EventProducer(Protocol):
-    """What the relay needs of a Kafka producer (kafka-python's ``KafkaProducer`` has it)."""
+    """What the relay needs of a Kafka producer (``pipeline.kafka.Producer`` has it): every
+    ``(value, key)`` record sent, or an exception."""
 
-    def send(self, topic: str, value: bytes, key: bytes) -> Any: ...
-
-    def flush(self, timeout: float | None = None) -> None: ...
+    def send_all(self, topic: str, records: Iterable[tuple[bytes, bytes]]) -> int: ...
 
 
 def relay_once(registry: Registry, producer: EventProducer, *, topic: str = TOPIC, batch: int = 100) -> int:
     """Send every pending event (oldest first), then mark them sent; returns how many."""
     sent = 0
     while events := registry.pending_events(limit=batch):
-        futures = [producer.send(topic, value=json.dumps(event).encode("utf-8"), key=event["lineage"].encode("utf-8"))
-                   for _, event in events]
-        producer.flush()
-        for future in futures:
-            future.get(timeout=30)  # raises if the broker refused one: nothing is marked
+        # Keyed by lineage: one partition keeps a lineage's events in order. Raises if the broker
+        # refused one: nothing is marked, and the next round sends them again.
+        producer.send_all(topic, [(json.dumps(event).encode("utf-8"), event["lineage"].encode("utf-8"))
+                                  for _, event in events])
         registry.mark_sent([outbox_id for outbox_id, _ in events])
         sent += len(events)
     return sent
@@ -62,7 +62,7 @@ class RevisionEvents:
 
     def __init__(self, bootstrap: str, lineage: str, *, topic: str = TOPIC, number: int = 0) -> None:
         """``number``: the version known already (the topic may hold none newer yet)."""
-        from kafka import KafkaConsumer  # only where events are followed
+        from confluent_kafka import Consumer  # only where events are followed
 
         self.lineage, self.topic = lineage, topic
         self.events: list[dict[str, Any]] = []  # this lineage's events, once each, in the order read
@@ -70,8 +70,10 @@ class RevisionEvents:
         self.unreadable = 0  # records that are no revision event
         self._seen: set[str] = set()
         self._number = number
-        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                       auto_offset_reset="earliest", fetch_max_wait_ms=200)
+        # No group (nothing is committed), every partition from its start.
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tokmaint-revision-events",
+                                   "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                   "fetch.wait.max.ms": 200, "logger": logging.getLogger("tokmaint.kafka")})
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._read, name="tokmaint-revision-events", daemon=True)
         self._thread.start()
@@ -81,18 +83,25 @@ class RevisionEvents:
         """The latest version number announced (or the one known at the start)."""
         return self._number
 
+    def _partitions(self) -> list[int]:
+        try:
+            found = self._consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+        except Exception:  # no broker answered yet (KafkaException)
+            return []
+        return [] if found is None or found.error is not None else sorted(found.partitions)
+
     def _read(self) -> None:
-        from kafka import TopicPartition
+        from confluent_kafka import TopicPartition
 
         # The topic may come to be only with the relay's first event: look for it until it does.
-        while not (partitions := self._consumer.partitions_for_topic(self.topic)):
+        while not (partitions := self._partitions()):
             if self._stopped.wait(1.0):
                 return
-        self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(partitions)])
+        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in partitions])
         while not self._stopped.is_set():
-            for records in self._consumer.poll(timeout_ms=200).values():
-                for record in records:
-                    self._take(record.value)
+            for message in self._consumer.consume(1000, timeout=0.2):
+                if message.error() is None:
+                    self._take(message.value())
 
     def _take(self, value: bytes) -> None:
         try:

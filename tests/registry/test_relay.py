@@ -5,8 +5,8 @@ and marking sends again with the same event ids."""
 import json
 
 import pytest
-from kafka import KafkaProducer
 
+from pipeline.kafka import Producer
 from registry.artifacts import LocalArtifactStore
 from registry.db import make_engine, migrate
 from registry.relay import relay_once
@@ -15,17 +15,15 @@ from tests.conftest import consume, sentences
 from tests.registry.test_store import variant
 from tokenizer_service.bpe import BPETokenizer
 
+
 class KilledAfterSending:
     """A producer whose relay dies after the broker has the events, before they are marked."""
 
-    def __init__(self, producer: KafkaProducer) -> None:
+    def __init__(self, producer: Producer) -> None:
         self.producer = producer
 
-    def send(self, topic, value, key):
-        return self.producer.send(topic, value=value, key=key)
-
-    def flush(self, timeout=None):
-        self.producer.flush(timeout)
+    def send_all(self, topic, records):
+        self.producer.send_all(topic, records)
         raise RuntimeError("relay killed between send and mark")
 
 
@@ -37,7 +35,7 @@ def test_every_event_arrives_at_least_once_with_a_stable_id(broker, tmp_path):
     registry.create_lineage("news", base.to_json().encode())
     for k in (1, 2, 3):
         registry.publish("news", variant(base, k), kind="import")
-    producer = KafkaProducer(bootstrap_servers=broker, acks="all")
+    producer = Producer(broker)
     topic = "tokenizer.revisions.test"
     with pytest.raises(RuntimeError, match="killed"):
         relay_once(registry, KilledAfterSending(producer), topic=topic)

@@ -289,8 +289,7 @@ def add_bench_registry(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
-    from kafka import KafkaProducer
-
+    from pipeline.kafka import Producer
     from pipeline.parts import wait_for
     from pipeline.topics import PipelineSettings
     from registry.artifacts import LocalArtifactStore
@@ -306,7 +305,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
     wait_for(f"the registry's database at {store.db}", lambda: check_schema(engine, store.db), wait=args.wait,
              errors=(LookupError,))
     registry = Registry(engine, LocalArtifactStore(store.artifacts))
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", enable_idempotence=True)
+    producer = Producer(kafka.bootstrap)
     try:
         if args.once:
             print_result({"sent": relay_once(registry, producer, topic=kafka.revisions_topic)}, as_json=args.json)
