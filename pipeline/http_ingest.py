@@ -20,10 +20,8 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
-from kafka.producer.future import FutureRecordMetadata
 
+from pipeline.kafka import Producer, Record
 from pipeline.topics import PipelineSettings, dead_letter
 from registry.api.deps import WriterDep, read_body
 from registry.api.errors import install_error_shape
@@ -58,25 +56,6 @@ def _record_bytes(item: Any) -> bytes:
         return json.dumps(item).encode("utf-8")
 
 
-def _sent(producer: KafkaProducer, topic: str, value: bytes, **options: Any) -> FutureRecordMetadata | KafkaError:
-    """``producer.send``, with a refusal it raises at once (a record too large) as its answer."""
-    try:
-        return producer.send(topic, value=value, **options)
-    except KafkaError as exc:
-        return exc
-
-
-def _failure(outcome: FutureRecordMetadata | KafkaError) -> KafkaError | None:
-    """What went wrong with a send once the producer is flushed, or None if the broker has it."""
-    if isinstance(outcome, KafkaError):
-        return outcome
-    try:
-        outcome.get(timeout=30)
-    except KafkaError as exc:
-        return exc
-    return None
-
-
 def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure_dev: bool = False,
                       max_body_bytes: int = 64 << 20, max_in_flight: int = 64) -> FastAPI:
     """The ingest app for ``settings`` (its docs topic only) behind the bearer ``token``; past
@@ -85,9 +64,8 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
-                                           compression_type="zstd", linger_ms=5,
-                                           max_request_size=max(settings.max_record_bytes * 2, 1 << 20))
+        app.state.producer = Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes,
+                                      compression="zstd")
         yield
         app.state.producer.close()
 
@@ -110,7 +88,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         records = _records(body, request.headers.get("content-type", "application/x-ndjson"))
         return await run_in_threadpool(_produce, request.app.state.producer, records)
 
-    def _produce(producer: KafkaProducer, records: list[bytes]) -> dict[str, Any]:
+    def _produce(producer: Producer, records: list[bytes]) -> dict[str, Any]:
         """Every record produced once or dead-lettered with its reason; the answer says which.
 
         A record the broker refuses (too large for it, say) is dead-lettered like one the rules
@@ -118,25 +96,25 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         that a client resends just those.
         """
         reasons: dict[int, str] = {}
-        sends = []
+        good: list[tuple[int, Record]] = []
         for k, value in enumerate(records):
             try:
                 doc = decode_document(value, max_bytes=settings.max_record_bytes)
             except RecordError as exc:
                 reasons[k] = str(exc)
                 continue
-            sends.append((k, _sent(producer, settings.docs_topic, value, key=doc.id.encode("utf-8"))))
-        producer.flush()
-        for k, outcome in sends:
-            if (error := _failure(outcome)) is not None:
-                reasons[k] = f"the broker refused it: {type(error).__name__}: {error}"
+            good.append((k, Record(value, key=doc.id.encode("utf-8"))))
+        outcomes = producer.deliver(settings.docs_topic, [record for _, record in good], timeout=30)
+        for (k, _), error in zip(good, outcomes):
+            if error is not None:
+                reasons[k] = f"the broker refused it: {error}"
         dead = []
         for k, reason in sorted(reasons.items()):
             value, headers = dead_letter(records[k], reason, limit=settings.max_record_bytes,
                                          source=f"http {settings.docs_topic}", line=k + 1)
-            dead.append((k, _sent(producer, settings.dlq_topic, value, headers=headers)))
-        producer.flush()
-        lost = [f"record {k}: {error}" for k, outcome in dead if (error := _failure(outcome)) is not None]
+            dead.append((k, Record(value, headers=headers)))
+        outcomes = producer.deliver(settings.dlq_topic, [record for _, record in dead], timeout=30)
+        lost = [f"record {k}: {error}" for (k, _), error in zip(dead, outcomes) if error is not None]
         if lost:
             raise HTTPException(503, detail=f"{len(lost)} records reached neither {settings.docs_topic!r} nor "
                                             f"{settings.dlq_topic!r} (send them again): " + "; ".join(lost[:5]))

@@ -20,21 +20,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaProducer
 from tqdm import tqdm
 
+from pipeline.kafka import Producer, Record
 from pipeline.topics import PipelineSettings, dead_letter
 from schemas.document import StreamDocument, encode_document
 from tokenizer_service.corpus import read_corpus
-from tokenizer_service.errors import TokmaintError
 
 
-def producer(settings: PipelineSettings, *, compression: str | None = "zstd") -> KafkaProducer:
+def producer(settings: PipelineSettings, *, compression: str | None = "zstd") -> Producer:
     """A batching, compressing producer that waits for every replica and never writes a retried
     batch twice."""
-    return KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", enable_idempotence=True,
-                         compression_type=compression, linger_ms=20, batch_size=512 * 1024,
-                         max_request_size=max(settings.max_record_bytes * 2, 1 << 20))
+    return Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes, compression=compression,
+                    **{"linger.ms": 20, "batch.size": 512 * 1024})
 
 
 def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = False, progress: bool = True,
@@ -44,33 +42,29 @@ def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = Fal
     corpus = read_corpus(path, skip_bad=skip_bad, progress=progress)
     started = datetime.now(timezone.utc)
     source = Path(path).name
-    failures: list[BaseException] = []
     too_large: list[tuple[str, bytes]] = []
-    sent = sent_bytes = 0
+    sent_bytes = 0
     clock = time.perf_counter()
-    kafka = producer(settings, compression=compression)
-    try:
+
+    def records():
+        nonlocal sent_bytes
         for k, doc in enumerate(tqdm(corpus.documents, desc=f"ingest {source}", unit="doc", disable=not progress)):
             doc_id = f"{corpus.sha256[:16]}-{k:09d}"
             record = encode_document(StreamDocument(id=doc_id, text=doc.text, ts=doc.ts or started, source=source))
             if len(record) > settings.max_record_bytes:
                 too_large.append((doc_id, record))
                 continue
-            kafka.send(settings.docs_topic, value=record, key=doc_id.encode()).add_errback(failures.append)
-            sent += 1
             sent_bytes += len(record)
+            yield Record(record, key=doc_id.encode())
+
+    with producer(settings, compression=compression) as kafka:
+        sent = kafka.send_all(settings.docs_topic, records())
         limit = settings.max_record_bytes
         dead = [dead_letter(bad.data, bad.reason, limit=limit, source=source, line=bad.line)
                 for bad in corpus.rejected]
         dead += [dead_letter(record, f"larger than the limit ({len(record):,} bytes > {limit:,})", limit=limit,
                              source=f"{source} {doc_id}") for doc_id, record in too_large]
-        for value, headers in dead:
-            kafka.send(settings.dlq_topic, value=value, headers=headers).add_errback(failures.append)
-        kafka.flush()
-    finally:
-        kafka.close()
-    if failures:
-        raise TokmaintError(f"the broker at {settings.bootstrap} did not take every record: {failures[0]}")
+        kafka.send_all(settings.dlq_topic, [Record(value, headers=headers) for value, headers in dead])
     seconds = time.perf_counter() - clock
     return {"corpus": str(path), "topic": settings.docs_topic, "documents": sent,
             "dlq_topic": settings.dlq_topic, "dead_lettered": len(dead),

@@ -13,8 +13,9 @@ retry of the client's never writes it twice.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -30,7 +31,7 @@ _LOG = logging.getLogger("tokmaint.kafka")
 class Record:
     """One record to send: its value, key (its partition's), headers and, when chosen, partition."""
 
-    value: bytes
+    value: bytes | None  # None: a tombstone
     key: bytes | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     partition: int | None = None
@@ -40,44 +41,63 @@ class Producer:
     """An idempotent producer (``acks=all``) whose :meth:`send_all` returns once the broker has
     every record, or raises naming the first it refused (then nothing may count as sent)."""
 
-    def __init__(self, bootstrap: str, *, max_record_bytes: int = 1 << 20, compression: str | None = None) -> None:
-        config = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                  "message.max.bytes": max(max_record_bytes, 1 << 20), "linger.ms": 5, "logger": _LOG}
+    def __init__(self, bootstrap: str, *, max_record_bytes: int = 1 << 20, compression: str | None = None,
+                 **config: object) -> None:
+        """``config``: librdkafka's keys over these (``{"linger.ms": 20}`` as ``**{...}``)."""
+        settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                    "message.max.bytes": max(max_record_bytes, 1 << 20), "linger.ms": 5, "logger": _LOG}
         if compression is not None:
-            config["compression.type"] = compression
-        self.bootstrap, self._producer = bootstrap, _Producer(config)
+            settings["compression.type"] = compression
+        self.bootstrap, self._producer = bootstrap, _Producer({**settings, **config})
 
-    def send_all(self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *,
-                 timeout: float = 60.0) -> int:
-        """Send ``records`` (or ``(value, key)`` pairs) to ``topic``; returns how many, once the
-        broker has them all."""
-        failed: list[str] = []
+    def deliver(self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *,
+                timeout: float = 60.0) -> list[str | None]:
+        """Send ``records`` (or ``(value, key)`` pairs) to ``topic``; for each, None once the broker
+        has it, or why it does not. Threads may deliver through one producer at once (the ingest
+        server's requests): each waits for the reports of its own records."""
+        outcomes: list[str | None] = []
+        pending = [0]
+        reported = threading.Condition()
 
-        def delivered(error: KafkaError | None, _message: object) -> None:
-            if error is not None:
-                failed.append(error.str())
+        def report(k: int) -> Callable[[KafkaError | None, object], None]:
+            def delivered(error: KafkaError | None, _message: object) -> None:
+                with reported:
+                    outcomes[k] = None if error is None else error.str()
+                    pending[0] -= 1
+                    reported.notify_all()
+            return delivered
 
-        sent = 0
-        for record in records:
+        for k, record in enumerate(records):
             record = record if isinstance(record, Record) else Record(*record)
             options = {} if record.partition is None else {"partition": record.partition}
+            outcomes.append(f"not delivered within {timeout:g} s")
+            with reported:
+                pending[0] += 1
             while True:
                 try:
                     self._producer.produce(topic, value=record.value, key=record.key, headers=record.headers,
-                                           on_delivery=delivered, **options)
+                                           on_delivery=report(k), **options)
                     break
                 except BufferError:  # the client's queue is full: let it send some first
                     self._producer.poll(0.1)
                 except KafkaException as exc:  # refused before it left (too large, say)
-                    failed.append(exc.args[0].str())
+                    with reported:
+                        outcomes[k], pending[0] = exc.args[0].str(), pending[0] - 1
                     break
-            sent += 1
-        if self._producer.flush(timeout) > 0:
-            failed.append(f"not delivered within {timeout:g} s")
-        if failed:
-            self._producer.purge()  # what did not go is the caller's to send again, not the client's
+        deadline = time.monotonic() + timeout
+        self._producer.flush(timeout)
+        with reported:  # another thread's flush may have served some reports: wait for all of ours
+            reported.wait_for(lambda: pending[0] <= 0, timeout=max(0.0, deadline - time.monotonic()))
+        return outcomes
+
+    def send_all(self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *,
+                 timeout: float = 60.0) -> int:
+        """Send ``records`` (or ``(value, key)`` pairs) to ``topic``; returns how many, once the
+        broker has them all, or raises naming the first it did not take."""
+        outcomes = self.deliver(topic, records, timeout=timeout)
+        if failed := [outcome for outcome in outcomes if outcome is not None]:
             raise TokmaintError(f"Kafka at {self.bootstrap} did not take every record for {topic!r}: {failed[0]}")
-        return sent
+        return len(outcomes)
 
     def close(self) -> None:
         self._producer.flush(10)
@@ -117,15 +137,19 @@ class TopicRecord:
     headers: list[tuple[str, bytes]]
 
 
-def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000) -> list[TopicRecord]:
+def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000, expected: int | None = None
+               ) -> list[TopicRecord]:
     """Every record of ``topic`` from its start, all partitions, until none comes for
-    ``quiet_ms`` (the checks of the soak and the ingest benchmark: what reached the topic)."""
+    ``quiet_ms`` (or ``expected`` came): the checks of the soak, the ingest benchmark and the
+    tests, of what reached the topic. A topic not there yet is waited for as long."""
     consumer = reader(bootstrap, **{"fetch.wait.max.ms": 100})
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions(consumer, topic)])
-        records: list[TopicRecord] = []
         quiet_until = time.monotonic() + quiet_ms / 1000
-        while time.monotonic() < quiet_until:
+        while not (found := partitions(consumer, topic)) and time.monotonic() < quiet_until:
+            time.sleep(0.2)
+        consumer.assign([TopicPartition(topic, p, 0) for p in found])
+        records: list[TopicRecord] = []
+        while time.monotonic() < quiet_until and (expected is None or len(records) < expected):
             for message in consumer.consume(4096, timeout=0.2):
                 if message.error() is None:
                     records.append(TopicRecord(message.partition(), message.offset(), message.value(),

@@ -8,7 +8,6 @@ import gzip
 import json
 import random
 import signal
-import time
 
 import pytest
 from tokenizers import Tokenizer
@@ -171,25 +170,19 @@ def broker():
 
 def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
     """Every record of ``topic`` from the start (all its partitions), until ``expected`` came or
-    ``timeout`` passed; no consumer group (a join costs seconds on tansu)."""
-    from kafka import KafkaConsumer, TopicPartition
+    none came for ``timeout`` seconds; no consumer group (a join costs seconds on tansu)."""
+    from pipeline.kafka import read_topic
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                             consumer_timeout_ms=1000)
-    deadline = time.monotonic() + timeout
-    while not (partitions := consumer.partitions_for_topic(topic)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    records: list = []
-    if not partitions:  # the topic never came to be
-        consumer.close()
-        return records
-    consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
-    consumer.seek_to_beginning()
-    while len(records) < expected and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            records.extend(batch)
-    consumer.close()
-    return records
+    return read_topic(bootstrap, topic, quiet_ms=int(timeout * 1000), expected=expected)
+
+
+def produce(bootstrap: str, topic: str, records: list) -> None:
+    """Send ``records`` (``pipeline.kafka.Record``s or ``(value, key)`` pairs) and wait until the
+    broker has them all."""
+    from pipeline.kafka import Producer
+
+    with Producer(bootstrap, max_record_bytes=4 << 20) as producer:
+        producer.send_all(topic, records)
 
 
 @pytest.fixture(scope="session")

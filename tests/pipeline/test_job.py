@@ -16,17 +16,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import redis
-from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.job import PipelineJob
+from pipeline.kafka import Record
 from pipeline.metrics import PipelineMetrics
 from pipeline.parts import connect_redis
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
-from tests.conftest import consume, sentencepiece_style
+from tests.conftest import consume, produce, sentencepiece_style
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -55,11 +55,7 @@ def stream(broker, drifting_corpus):
     """The drifting corpus on a topic of its own, with two bad records among it."""
     topic = f"docs.job.{uuid.uuid4().hex[:6]}"
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
-    producer = KafkaProducer(bootstrap_servers=broker)
-    for k, value in enumerate(BAD):
-        producer.send(topic, value=value, partition=k)
-    producer.flush()
-    producer.close()
+    produce(broker, topic, [Record(value, partition=k) for k, value in enumerate(BAD)])
     return topic
 
 
@@ -70,11 +66,7 @@ def resent(broker, drifting_corpus):
     topic = f"docs.resent.{uuid.uuid4().hex[:6]}"
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
     records = consume(broker, topic, expected=len(read_corpus(drifting_corpus).texts))
-    producer = KafkaProducer(bootstrap_servers=broker)
-    for record in records[::10]:
-        producer.send(topic, value=record.value, key=record.key)
-    producer.flush()
-    producer.close()
+    produce(broker, topic, [(record.value, record.key) for record in records[::10]])
     return topic
 
 

@@ -5,10 +5,10 @@ offsets; documents come in event-time order; read ahead on a thread, the same st
 import json
 import time
 
-from kafka import KafkaProducer
-
+from pipeline.kafka import Record
 from pipeline.stream import ReadAhead, StepReader
 from pipeline.topics import PipelineSettings
+from tests.conftest import produce
 from tokmaint.cli import main
 
 
@@ -27,13 +27,9 @@ def _steps(settings, start, size, *, limit=1000):
 def test_steps_cover_every_record_once_and_repeat_from_their_offsets(broker, drifting_corpus, capsys):
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.steps")
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", "docs.steps"]) == 0
-    producer = KafkaProducer(bootstrap_servers=broker)
     bad = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode(), b"\xff\xfe"]
-    for k, value in enumerate(bad):
-        producer.send("docs.steps", value=value, partition=k % 4)
-    producer.send("docs.steps", value=None, key=b"deleted", partition=3)  # a tombstone
-    producer.flush()
-    producer.close()
+    produce(broker, "docs.steps", [Record(value, partition=k % 4) for k, value in enumerate(bad)]
+            + [Record(None, key=b"deleted", partition=3)])  # a tombstone
 
     steps = _steps(settings, {}, 64)
     docs = [d for s in steps for d in s.documents]
@@ -76,10 +72,7 @@ def test_read_ahead_gives_the_steps_of_the_reader_and_records_that_came_after_an
         reads = reader.reads
         time.sleep(0.5)  # at the topic's end the thread reads on only when asked
         assert reader.reads == reads
-        producer = KafkaProducer(bootstrap_servers=broker)
-        producer.send("docs.ahead", value=json.dumps({"id": "late", "text": "late news", "ts": "2030"}).encode())
-        producer.flush()
-        producer.close()
+        produce(broker, "docs.ahead", [Record(json.dumps({"id": "late", "text": "late news", "ts": "2030"}).encode())])
         assert [d.id for d in ahead.read(start).documents] == ["late"]  # not an empty step read before
         again = ahead.read(expected[2].end)  # elsewhere: read from there
         assert again.documents == expected[3].documents
@@ -89,13 +82,10 @@ def test_records_larger_than_a_fetch_are_read_and_too_large_ones_dead_lettered(b
     """The reader fetches 64 KB a partition at a time; a larger record still comes whole, and
     one over ``max_record_bytes`` is a dead record with the reason."""
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.large", max_record_bytes=1 << 20)
-    producer = KafkaProducer(bootstrap_servers=broker, max_request_size=4 << 20)
     big = json.dumps({"id": "big", "text": "word " * 140_000, "ts": "2021"}).encode()
     too_big = json.dumps({"id": "huge", "text": "word " * 300_000, "ts": "2022"}).encode()
-    for value in (big, too_big, json.dumps({"id": "small", "text": "hi", "ts": "2023"}).encode()):
-        producer.send("docs.large", value=value, partition=0)
-    producer.flush()
-    producer.close()
+    produce(broker, "docs.large", [Record(value, partition=0) for value in
+                                    (big, too_big, json.dumps({"id": "small", "text": "hi", "ts": "2023"}).encode())])
     steps = _steps(settings, {}, 8)
     assert [d.id for s in steps for d in s.documents] == ["big", "small"]
     assert len(steps[0].documents[0].text) == 700_000
@@ -108,8 +98,5 @@ def test_a_topic_nobody_wrote_to_yet_gives_empty_steps_until_records_come(broker
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.not-yet")
     with StepReader(settings, wait=0.5) as reader:
         assert reader.partitions and reader.read({}, 8).documents == []
-        producer = KafkaProducer(bootstrap_servers=broker)
-        producer.send("docs.not-yet", value=json.dumps({"id": "first", "text": "hello", "ts": "2024"}).encode())
-        producer.flush()
-        producer.close()
+        produce(broker, "docs.not-yet", [Record(json.dumps({"id": "first", "text": "hello", "ts": "2024"}).encode())])
         assert [d.id for d in reader.read({}, 8).documents] == ["first"]

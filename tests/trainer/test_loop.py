@@ -181,21 +181,16 @@ def test_versions_learnt_from_the_revision_events_topic_once_each(registry_serve
 
 
 def test_training_on_the_docs_topic_resumes_at_its_offsets(registry_server, lineage_versions, broker, tmp_path):
-    from kafka import KafkaProducer
-
     from pipeline.topics import PipelineSettings
+    from tests.conftest import produce
 
     url, _ = registry_server
     texts, initial, _ = lineage_versions
     name = _lineage(url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
-    producer = KafkaProducer(bootstrap_servers=broker, acks="all")
-    producer.send(settings.docs_topic, b"not a document", key=b"bad")  # at the head of its partition
-    for k, text in enumerate(texts[:40]):
-        value = {"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z", "source": "test"}
-        producer.send(settings.docs_topic, json.dumps(value).encode(), key=f"d{k}".encode())
-    producer.flush()
-    producer.close()
+    produce(broker, settings.docs_topic, [(b"not a document", b"bad")] + [  # the bad one at the head of its partition
+        (json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z", "source": "test"}).encode(),
+         f"d{k}".encode()) for k, text in enumerate(texts[:40])])
     losses, positions = {}, {}
     with RegistryClient(url) as client:
         for run, steps in (("whole", [6]), ("resumed", [3, 3])):
