@@ -36,17 +36,20 @@ class PipelineSettings(BaseSettings):
     dlq_topic: str = "docs.dlq"
     revisions_topic: str = REVISIONS_TOPIC
     max_record_bytes: int = DEFAULT_MAX_BYTES
-    # The job writes its statistics to Redis this many steps at a time, at most (``PipelineJob``).
-    commit_steps: int = Field(16, ge=1)
-    # A step is the documents of one window of this many seconds of event time (None: of
-    # ``step_docs`` documents); ``step_docs`` then stands for a window's documents on average, to
-    # turn the horizon, interval and warmup (in documents) into steps. A window of more than
-    # ``max_step_docs`` goes on in the next step (a step's texts are held in memory).
-    step_seconds: float | None = Field(None, gt=0)
-    max_step_docs: int = Field(100_000, ge=1)
-    # A document whose id came within this many steps before is a producer's resend: counted
-    # once (0: every record counts). The ids of the window are kept with the statistics.
-    dedupe_steps: int = Field(100, ge=0)
+    # How the job steps through the stream (``PipelineJob``): ``pipeline run``'s options.
+    commit_steps: int = Field(16, ge=1, description=(
+        "steps counted between writes to Redis, at most (a revision, another version and an idle topic write at "
+        "once; a crash repeats the steps not written)"))
+    step_seconds: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+        "a step is one window of this many seconds of event time (aligned to the epoch) instead of --step-docs "
+        "documents, which then stands for a window's documents on average (it turns the horizon, interval and "
+        "warmup into steps)"))
+    max_step_docs: int = Field(100_000, ge=1, description=(
+        "with --step-seconds, the most documents a step holds (a fuller window goes on in the next step; a step's "
+        "texts are held in memory)"))
+    dedupe_steps: int = Field(100, ge=0, description=(
+        "a document whose id came within this many steps before is a producer's resend, counted once (0: count "
+        "every record); the ids of the window are kept with the statistics"))
 
 
 def dead_letter(value: bytes, reason: str, *, limit: int, source: str, line: int | None = None

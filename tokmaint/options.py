@@ -30,13 +30,13 @@ def _shown(value: Any) -> str:
 
 
 def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettings], *,
-                 skip: tuple[str, ...] = ()) -> None:
-    """One ``--option`` per field of ``settings_type`` (but those in ``skip``: a command that has no
-    use for them), with its help, range (checked as the option is parsed), choices and default;
-    the help names the environment variable that sets it too."""
+                 skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> None:
+    """One ``--option`` per field of ``settings_type`` (but those in ``skip``, or those not in
+    ``only``: a command that has no use for them), with its help, range (checked as the option is
+    parsed), choices and default; the help names the environment variable that sets it too."""
     prefix = settings_type.model_config.get("env_prefix", "")
     for name, field in settings_type.model_fields.items():
-        if name in skip:
+        if name in skip or (only is not None and name not in only):
             continue
         option, help_text = f"--{name.replace('_', '-')}", (field.description or "").replace("%", "%%")
         variable = f"{prefix}{name}".upper()

@@ -141,11 +141,11 @@ CASES = [
      "argument --max-mb: must be a number > 0"),
     ("pipeline run --commit-steps 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
                                        "http://127.0.0.1:1", "--lineage", "x", "--commit-steps", "0"],
-     "argument --commit-steps: Input should be greater than or equal to 1"),
+     "argument --commit-steps: must be a whole number ≥ 1, got '0'"),
     ("bench apply --changes 0", ["bench", "apply", "--changes", "0"], "argument --changes: must be a whole number ≥ 1"),
     ("pipeline run --step-seconds 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
                                        "http://127.0.0.1:1", "--lineage", "x", "--step-seconds", "0"],
-     "argument --step-seconds: Input should be greater than 0"),
+     "argument --step-seconds: must be a number > 0, got '0'"),
     # a corpus too small for the benchmark's slices says which option to change
     ("drift small corpus", DRIFT, "40 documents: --new-share 0.2 is 8 documents, not more than --held-out 2000; "
                                   "lower --held-out below 8"),

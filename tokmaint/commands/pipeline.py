@@ -259,6 +259,7 @@ def add_ingest_server(server: argparse.ArgumentParser) -> None:
 
 
 def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
+    from pipeline.topics import PipelineSettings
     from tokenizer_service.evolve import StreamSettings
 
     commands = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="COMMAND")
@@ -269,21 +270,7 @@ def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
     run.add_argument("--max-steps", type=int, help="stop after this many steps (default: run on)")
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
     run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics at :PORT/metrics (default: none)")
-    run.add_argument("--commit-steps", type=int,
-                     help="steps counted between writes to Redis, at most (a revision, another version and an idle "
-                          "topic write at once; a crash repeats the steps not written; default: "
-                          "TOKMAINT_PIPELINE_COMMIT_STEPS or 16)")
-    run.add_argument("--step-seconds", type=float,
-                     help="a step is one window of this many seconds of event time (aligned to the epoch) instead "
-                          "of --step-docs documents, which then stands for a window's documents on average (it turns "
-                          "the horizon, interval and warmup into steps); default: TOKMAINT_PIPELINE_STEP_SECONDS or "
-                          "none")
-    run.add_argument("--max-step-docs", type=int,
-                     help="with --step-seconds, the most documents a step holds (a fuller window goes on in the next "
-                          "step); default: TOKMAINT_PIPELINE_MAX_STEP_DOCS or 100000")
-    run.add_argument("--dedupe-steps", type=int,
-                     help="a document whose id came within this many steps before is a producer's resend, counted "
-                          "once (0: count every record); default: TOKMAINT_PIPELINE_DEDUPE_STEPS or 100")
+    add_settings(run, PipelineSettings, only=("commit_steps", "step_seconds", "max_step_docs", "dedupe_steps"))
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
 
@@ -300,9 +287,9 @@ def add_revise(revise: argparse.ArgumentParser) -> None:
 
 
 def add_residues_job(residues: argparse.ArgumentParser) -> None:
-    _add_redis_options(residues)
     from tokenizer_service.residue_audit import ResidueOptions
 
+    _add_redis_options(residues)
     add_settings(residues, ResidueOptions, skip=("log_base", "min_count", "batch_size"))
     residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
     residues.add_argument("--publish", action="store_true", help="publish the residue-free version (kind litetoken)")

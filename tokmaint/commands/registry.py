@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
@@ -154,12 +156,17 @@ def cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_publish(args: argparse.Namespace) -> int:
+def _answer(args: argparse.Namespace, ask: Callable[[Any], dict[str, Any]]) -> int:
+    """Print what ``ask(client)`` answers, a client of ``--registry`` open meanwhile."""
     with _client(args) as client:
-        info = client.publish(args.name, _read(args.tokenizer), diff_json=_read(args.diff) if args.diff else None,
-                              kind=args.kind, parent=args.parent)
-    print_result(info, as_json=args.json)
+        print_result(ask(client), as_json=args.json)
     return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    return _answer(args, lambda client: client.publish(
+        args.name, _read(args.tokenizer), diff_json=_read(args.diff) if args.diff else None, kind=args.kind,
+        parent=args.parent))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -182,9 +189,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        print_result(client.version(args.name, args.version), as_json=args.json)
-    return 0
+    return _answer(args, lambda client: client.version(args.name, args.version))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -196,19 +201,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_alias(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    def alias(client) -> dict[str, Any]:
         if args.delete:
             client.delete_alias(args.name, args.alias)
-            print_result({"deleted": args.alias}, as_json=args.json)
-        else:
-            print_result(client.set_alias(args.name, args.alias, args.version), as_json=args.json)
-    return 0
+            return {"deleted": args.alias}
+        return client.set_alias(args.name, args.alias, args.version)
+
+    return _answer(args, alias)
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        print_result(client.rollback(args.name, args.to), as_json=args.json)
-    return 0
+    return _answer(args, lambda client: client.rollback(args.name, args.to))
 
 
 def cmd_download(args: argparse.Namespace) -> int:
