@@ -1,11 +1,13 @@
 """The demo's pipeline where no ``redis-server`` is installed: Ted-Tok's statistics in this
 process (``MemoryStatsStore``) instead of Redis, the same steps read from the docs topic
-(``pipeline.stream.StepReader``) and every revision published to the registry as it is made
+(``pipeline.stream.StepReader``) and driven through Ted-Tok as ``evolve`` drives a corpus
+(``tokenizer_service.evolve.replay``), every revision published to the registry as it is made
 (``registry.publisher.LineagePublisher``). Nothing survives the process: it is for the demo, not
 for production (``tokmaint pipeline run`` is)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pipeline.stream import StepReader
@@ -13,7 +15,7 @@ from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
 from registry.publisher import LineagePublisher
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.evolve import StreamSettings, replay
 from tokenizer_service.tedtok import TedTok
 
 
@@ -31,22 +33,22 @@ class InProcessJob:
         self.offsets: dict[int, int] = {}
 
     def run(self, *, until_idle: bool = True) -> dict[str, Any]:
-        steps = documents = revisions = 0
-        while True:
-            step = self.reader.read(self.offsets, self.stream.step_docs)
-            self.offsets = step.end
-            if not step.documents:
-                if step.dead:
-                    continue
-                if until_idle:
-                    break
-                continue
-            revision = self.tedtok.observe_texts([d.text for d in step.documents])
-            steps, documents = steps + 1, documents + len(step.documents)
-            if revision is not None:
-                self.publish(self.tedtok.version, revision.tokenizer, revision.diff)
-                revisions += 1
-        return {"steps": steps, "documents": documents, "revisions": revisions}
+        counted = {"steps": 0, "documents": 0}
+        version = self.tedtok.version
+
+        def steps() -> Iterator[list[str]]:
+            while True:
+                step = self.reader.read(self.offsets, self.stream.step_docs)
+                self.offsets = step.end
+                if step.documents:
+                    counted["steps"] += 1
+                    counted["documents"] += len(step.documents)
+                    yield [d.text for d in step.documents]
+                elif until_idle and not step.dead:
+                    return
+
+        replay(self.tedtok, steps(), [self.publish])  # evolve's driver: each revision validated, then published
+        return {**counted, "revisions": self.tedtok.version - version}
 
     def close(self) -> None:
         self.reader.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -124,10 +124,22 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
 VersionSink = Callable[[int, BPETokenizer, RevisionDiff | None], None]
 
 
-def _replay(tedtok: TedTok, stream: list[list[str]], sinks: list[VersionSink], log: StepLog | None, *,
-            progress: bool) -> float | None:
-    """Observe the stream step by step; hand each version to every sink before the step that made
-    it is logged. Returns the first step's bytes per token."""
+def replay(tedtok: TedTok, stream: Iterable[list[str]], sinks: list[VersionSink], log: StepLog | None = None, *,
+           progress: bool = False) -> float | None:
+    """Ted-Tok over a stream of steps (each a list of texts) in memory, the one driver of ``evolve``
+    and of the demo's in-process pipeline: each step observed, each revision validated against its
+    parent and handed to every sink before the step that made it is logged. Returns the first
+    step's bytes per token.
+
+    >>> from tokenizer_service.tedtok import TedTokConfig
+    >>> old = BPETokenizer.train(["stream token merge drift commit"] * 50, vocab_size=280)
+    >>> tedtok = TedTok(old, config=TedTokConfig(alpha=0.5, interval=1, warmup_steps=0, id_price=0, base_token_cost=0))
+    >>> made = []
+    >>> steps = [["quantum llama vector prompt"] * 30] * 3
+    >>> first = replay(tedtok, steps, [lambda number, tokenizer, diff: made.append(number)])
+    >>> made, tedtok.version  # a revision after every step, each handed over
+    ([2, 3, 4], 4)
+    """
     parent, first_bpt = tedtok.tokenizer, None
     parent_unreachable = None  # the last report's: a version's parent is the version validated before it
     for texts in tqdm(stream, desc="evolve", unit="step", disable=not progress):
@@ -189,7 +201,7 @@ def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings 
         if output is not None:
             log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
             stack.callback(log.close)
-        first_bpt = _replay(tedtok, stream, sinks, log, progress=progress)
+        first_bpt = replay(tedtok, stream, sinks, log, progress=progress)
     return {
         "steps": len(stream),
         "versions": tedtok.version,
