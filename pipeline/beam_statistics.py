@@ -95,21 +95,15 @@ class _WriteSteps(beam.DoFn):
         return ()
 
     def _step(self, end_ms: int, words: Counter) -> None:
-        stats, store = self.stats, self.stats.store
-        meta = store.meta()
-        if meta["offsets"].get(WINDOW, -1) >= end_ms:  # a replay: written already
+        stats = self.stats
+        if stats.store.meta()["offsets"].get(WINDOW, -1) >= end_ms:  # a replay: written already
             return
         if stats.outdated():
             stats.follow()
         counter = stats.tedtok.counter
         counts = counter.count_words(counter.words.ids(list(words)), np.fromiter(words.values(), np.float64,
                                                                                     len(words)))
-        step = meta["step"] + 1
-        store.apply_step(step=step, token_ids=counts.token_ids, token_counts=counts.token_counts,
-                         pair_keys=counts.pair_keys, pair_counts=counts.pair_counts, version=stats.tedtok.version,
-                         offsets={WINDOW: end_ms})
-        if stats.config.revision_due(step):
-            stats.revise(step)
+        stats.observe(counts, offsets={WINDOW: end_ms})
 
 
 def streaming_statistics(documents: beam.PCollection, sink: StatisticsSink, *, step_seconds: float,

@@ -26,6 +26,7 @@ import redis
 from pipeline.redis_store import RedisStatsStore
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.counting import StepCounts
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.revision_diff import diff_entries
@@ -120,6 +121,18 @@ class LineageStatistics:
             version = self.store.meta()["version"]
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, version), version)
         return True
+
+    def observe(self, counts: StepCounts, *, offsets: dict[Any, int]) -> bool:
+        """The next step: its counts written with the version they were counted with and where
+        the stream ends (nothing when the store has that step: a replay), then the revision, when
+        one is due, made and published (:meth:`revise`); True when a revision was published. What a
+        writer of single steps calls (the Beam variant's); the job writes several steps at once and
+        plans its revisions beside its counting, with :meth:`plan`, :meth:`commit` and :meth:`conclude`."""
+        step = self.store.step + 1
+        written = self.store.apply_step(step=step, token_ids=counts.token_ids, token_counts=counts.token_counts,
+                                        pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
+                                        version=self.tedtok.version, offsets=offsets)
+        return written and self.config.revision_due(step) and self.revise(step)
 
     def revise(self, step: int, *, metrics: dict[str, Any] | None = None) -> bool:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the
