@@ -27,20 +27,20 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import redis
 
-from pipeline.counting_process import CountingProcess
+from pipeline.counting_pool import CountingPool, PendingCounts, PreparedTexts
 from pipeline.kafka import Producer, Record
 from pipeline.lineage_statistics import MAX_PAIRS, LineageStatistics
 from pipeline.metrics import PipelineMetrics
 from pipeline.stream import ReadAhead, Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
 from registry.client import RegistryClient
-from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import StepCounts, add_counts
+from tokenizer_service.counting import StepCounts
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.ordered_worker import WorkerDied
@@ -51,22 +51,15 @@ log = logging.getLogger("tokmaint.pipeline")
 
 NEIGHBOUR_SEGMENTS = 16  # neighbour segments in Redis before the job merges them into one
 LOG_ENTRIES = 16  # writes in the statistics' log before the job folds them into a snapshot (a revision does too)
-# The share of a step's documents the job counts itself, beside the counting process: moved by
-# OWN_SHARE_STEP after each step, up when the job waited longer than OWN_SHARE_WAIT seconds.
-OWN_SHARE_MAX, OWN_SHARE_STEP, OWN_SHARE_WAIT = 0.5, 0.02, 0.002
 
 
 @dataclass(frozen=True)
 class _Counting:
-    """A step being counted: its texts, where it ends, the version it is counted with (by
-    sha256), the counts to come from the counting process and those of the share of its
-    documents the job counted itself."""
+    """A step being counted (its texts and version in ``pending``), where it ends and its
+    documents' ids."""
 
-    texts: list[str]
+    pending: PendingCounts
     end: dict[int, int]
-    sha256: str
-    counts: Future
-    own: StepCounts | None
     ids: list[str]
 
 
@@ -91,8 +84,8 @@ class PipelineJob:
     written, which a restart reads and counts again from the stored offsets.
 
     Four things go on beside the job's loop: a thread reads and decodes the steps ahead
-    (``ReadAhead``), the counting process counts the step before (the job counts a share of it
-    too, as much as keeps both busy), a thread writes to Redis, and a thread commits a revision
+    (``ReadAhead``), the counting pool counts the step before (``CountingPool``: a process of
+    its own and the job, sharing the step), a thread writes to Redis, and a thread commits a revision
     (validates, writes and publishes it) while the steps after it are counted with the planned
     version. Those steps are written only once the commit has ended, and counted again should it
     end at another version. While a revision is planned, the counting process splits the step
@@ -118,10 +111,9 @@ class PipelineJob:
         self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-redis-write")
         self._writing: tuple[int, Future] | None = None  # the last step of the write under way, and it
-        self.counting = CountingProcess()
+        self.counting = CountingPool(own=self.tedtok.counter)
         self.counting.load(self.tedtok.tokenizer)
         self._in_flight: _Counting | None = None  # the step being counted
-        self._own_share = 0.0  # of a step's documents, counted by the job itself (_counts)
         meta = self.store.meta()
         # Of the last step written, kept with the statistics: a restart records it beside its first version.
         self._bytes_per_token: float | None = meta["bytes_per_token"]
@@ -221,8 +213,8 @@ class PipelineJob:
             self._written()
 
     def _recount(self, texts: list[str]) -> StepCounts:
-        """A step's counts made again, with the current version, in the counting process."""
-        return self._counts(self._send(texts, self.tedtok.tokenizer))
+        """A step's counts made again, with the current version."""
+        return self.counting.counts(self.counting.submit(texts, self.tedtok.tokenizer))
 
     def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
                      token_texts: np.ndarray, bytes_per_token: float | None, ids: list[tuple[int, str]],
@@ -255,73 +247,20 @@ class PipelineJob:
             raise TokmaintError(f"lineage {self.lineage!r}: step {step} is in the statistics already "
                                 "(another job on this lineage?); start again to continue from them")
 
-    def _cut(self, step: Step) -> tuple[list[str], int]:
-        """The step's texts, and where the job's own share of them starts."""
-        texts = [d.text for d in step.documents]
-        return texts, len(texts) - int(len(texts) * self._own_share)
-
-    def _submit(self, step: Step, *, prepared: tuple[list[str], int] | None = None) -> _Counting:
-        """Count ``step`` with the current version: the counting process its first documents,
-        the job itself the last ``own_share`` of them meanwhile. ``prepared``: ``_prepare``'s
-        texts and cut, the counting process's share already split into words there."""
-        tokenizer = self.tedtok.tokenizer
-        texts, cut = prepared or self._cut(step)
-        counts = self._send(None if prepared else texts[:cut], tokenizer)
-        own = self.tedtok.counter.count_texts(texts[cut:], neighbours=True) if cut < len(texts) else None
-        return _Counting(texts, step.end, tokenizer.sha256, counts, own, [d.id for d in step.documents])
-
-    def _counting_died(self, exc: WorkerDied) -> TokmaintError:
-        return TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
-                             f"({exc}); start again to continue from the statistics")
-
-    def _send(self, texts: list[str] | None, tokenizer: BPETokenizer) -> Future:
-        """Hand texts (None: those prepared) to the counting process (``_counts`` takes their
-        counts)."""
-        try:
-            return self.counting.submit(texts, tokenizer)
-        except WorkerDied as exc:
-            raise self._counting_died(exc) from None
-
-    def _load(self, tokenizer: BPETokenizer) -> None:
-        """Have the counting process load a version while the plan that made it goes on."""
-        try:
-            self.counting.load(tokenizer, wait=False)
-        except WorkerDied as exc:
-            raise self._counting_died(exc) from None
-
-    def _prepare(self, step: Step) -> tuple[list[str], int]:
-        """Have the counting process split the step's share of its documents into words while
-        the step's version is made; the step's texts and where that share ends (``_submit``'s
-        ``prepared``)."""
-        texts, cut = self._cut(step)
-        try:
-            self.counting.prepare(texts[:cut])
-        except WorkerDied as exc:
-            raise self._counting_died(exc) from None
-        return texts, cut
-
-    def _counts(self, future: Future) -> StepCounts:
-        """The counting process's counts; the job's own share grows while it waits for them and
-        shrinks while it does not (both processes busy: the same numbers at any share)."""
-        waiting = time.perf_counter()
-        try:
-            counts = future.result()
-        except WorkerDied as exc:
-            raise self._counting_died(exc) from None
-        waited = time.perf_counter() - waiting > OWN_SHARE_WAIT
-        self._own_share = min(OWN_SHARE_MAX, self._own_share + OWN_SHARE_STEP) if waited else \
-            max(0.0, self._own_share - OWN_SHARE_STEP)
-        return counts
+    def _submit(self, step: Step, *, prepared: PreparedTexts | None = None) -> _Counting:
+        """Count ``step`` with the current version (``prepared``: its texts as the counting
+        pool prepared them while that version was made)."""
+        texts = None if prepared else [d.text for d in step.documents]
+        return _Counting(self.counting.submit(texts, self.tedtok.tokenizer, prepared=prepared), step.end,
+                         [d.id for d in step.documents])
 
     def _collect(self) -> None:
         """Take the counts of the step under way (written with the next ``commit_steps`` write)."""
         if self._in_flight is None:
             return
         counting, self._in_flight = self._in_flight, None
-        counts = self._counts(counting.counts)
-        if counting.own is not None:
-            counts = add_counts([counts, counting.own])
-        self._counted.append(_Counted(counts, counting.sha256, counting.texts, counting.ids))
+        pending = counting.pending
+        self._counted.append(_Counted(self.counting.counts(pending), pending.sha256, pending.texts, counting.ids))
         self._step, self._offsets = self._step + 1, counting.end
         # Also half a write's steps before a revision, and the step before it: the revision then
         # waits for the end of a write well under way and for a one-step write, not for a whole
@@ -342,12 +281,12 @@ class PipelineJob:
         the planned version (and the steps after that, until a write needs the commit's end).
         The counting process splits ``then`` into words meanwhile, once it is done with the
         last step (else it would wait for the plan)."""
-        prepared = None if then is None else self._prepare(then)
+        prepared = None if then is None else self.counting.prepare([d.text for d in then.documents])
         self._collect()
         self._write()
         planning = time.perf_counter()
         plan = self.lineage_stats.plan(self._step, metrics=self._measured(),
-                                       made=self._load if then is not None else None)
+                                       made=partial(self.counting.load, wait=False) if then is not None else None)
         # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)
         self._revised = self._step
@@ -394,6 +333,10 @@ class PipelineJob:
         self._revised, self._revisions, self._revision_seconds = meta["revised"], 0, 0.0
         try:
             documents, dead, megabytes, done = self._steps(max_steps=max_steps, until_idle=until_idle)
+        except WorkerDied as exc:
+            self._settle_after_error()
+            raise TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
+                                f"({exc}); start again to continue from the statistics") from None
         except BaseException:
             self._settle_after_error()
             raise

@@ -349,15 +349,16 @@ def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_agai
                 raced.append((plan.revision.tokenizer.sha256, registry.rollback(lineage, to=1)["number"]))
             return commit(plan)
 
-        def prepare(texts, prepare=job.counting.prepare):  # the step after a revision: submitted as None
+        def prepare(texts, prepare=job.counting.process.prepare):  # the step after a revision: submitted as None
             prepared.append(tuple(texts))
             return prepare(texts)
 
-        def submit(texts, tokenizer, submit=job.counting.submit):
+        def submit(texts, tokenizer, submit=job.counting.process.submit):
             submitted.append((prepared.pop() if texts is None else tuple(texts), tokenizer.sha256))
             return submit(texts, tokenizer)
 
-        job.lineage_stats.commit, job.counting.prepare, job.counting.submit = commit_after_a_rollback, prepare, submit
+        job.lineage_stats.commit, job.counting.process.prepare, job.counting.process.submit = (
+            commit_after_a_rollback, prepare, submit)
         try:
             job.run(until_idle=True)
         finally:
