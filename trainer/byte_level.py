@@ -1,0 +1,369 @@
+"""Exact byte-level probabilities of a token-level language model (ByteSampler, Hayase et al.,
+``../shared/papers/byte-sampler.txt``): the probability that the model's text begins with given
+bytes, whatever tokens it would use to write them; the next-byte distribution; sampling bytes;
+ensembles of models whose vocabularies differ (two versions of a lineage).
+
+A token sequence T is *valid* for a tokenizer when ``encode(decode(T)) == T``: the tokenizer could
+have written it. The model's probability that its text begins with the bytes x (the paper's
+Eq. 3) sums, over every valid T that *covers* x (all tokens but the last decode to a strict
+prefix of x; the whole decodes to bytes that begin with x), the product of the model's
+next-token probabilities, from the context ``[bos]``:
+
+    P(x) = Σ_{T covers x, T valid} Π_i p(T_i | bos, T_<i)
+
+The covering sequences form the *Valid Covering Tree* (section 3): a trunk every sequence shares,
+then a few branches. Each leaf is found by where its last token starts (k) and which token it is
+(t): a valid T is the encoding of the text it decodes to, so the leaf is ``encode(x[:k] + t)``
+whenever that encoding ends in t exactly where t starts, and nothing else is a leaf. k runs over
+the last ``longest token`` bytes only (t must reach x's end), and t over the tokens that begin
+with ``x[k:]`` (a sorted index). The check is the tokenizer's own encoding, so every pre-tokenizer
+(appendix C.3), ``ignore_merges`` and merge lists out of normal form (C.4) are handled as the
+tokenizer handles them. Pairwise validity (Proposition 3.1) is :func:`valid_pair`.
+
+The tree is scored in one pass of the model (section 3.1, C.1): the trunk once, keeping its keys
+and values, then every branch in one batch on top of that cache. ``model_tokens`` counts the
+positions the model evaluated (one per inner node of the tree, the root's ``bos`` included):
+the canonical tokenization of x alone needs ``len(encode(x))``.
+
+    model = ByteLevelModel.load("exported-model/")       # a Hugging Face model folder
+    model.prefix("def eule").log_prob                    # ln P(the text begins with b"def eule")
+    model.next_byte("def eule")                          # {byte: probability}, summing to 1
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.errors import TokmaintError
+
+LN2 = math.log(2)
+
+
+class ByteVocabulary:
+    """A tokenizer's tokens as bytes, indexed by prefix, with its encoder for the validity check.
+
+    >>> vocab = ByteVocabulary(BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260))
+    >>> sorted(vocab.token_bytes[i] for i in vocab.starting_with(b"a"))
+    [b'a', b'ab']
+    >>> vocab.valid(vocab.tokenizer.encode("ab abc")), vocab.valid([vocab.tokenizer.vocab["a"], vocab.tokenizer.vocab["b"]])
+    (True, False)
+    """
+
+    def __init__(self, tokenizer: BPETokenizer) -> None:
+        if not tokenizer.byte_level and (tokenizer.pipeline.get("normalizer") or tokenizer.space_symbol):
+            raise TokmaintError("byte-level probabilities need a tokenizer whose tokens spell the text byte for "
+                                "byte (byte-level BPE, or character BPE without a normalizer); this one rewrites "
+                                "the text first")
+        self.tokenizer = tokenizer
+        self.token_bytes: dict[int, bytes] = {i: tokenizer.token_bytes(t) for i, t in tokenizer.id_to_token.items()}
+        ordered = sorted((b, i) for i, b in self.token_bytes.items() if b)
+        self._sorted_bytes = [b for b, _ in ordered]
+        self._sorted_ids = [i for _, i in ordered]
+        self.longest = max(map(len, self._sorted_bytes))
+
+    def starting_with(self, prefix: bytes) -> list[int]:
+        """The ids of the tokens whose bytes begin with ``prefix`` (all of them for b"")."""
+        lo = bisect.bisect_left(self._sorted_bytes, prefix)
+        hi = lo
+        while hi < len(self._sorted_bytes) and self._sorted_bytes[hi].startswith(prefix):
+            hi += 1
+        return self._sorted_ids[lo:hi]
+
+    def decode(self, ids: Sequence[int]) -> bytes:
+        return b"".join(self.token_bytes[i] for i in ids)
+
+    def encode(self, texts: list[bytes]) -> list[list[int] | None]:
+        """Each text's encoding (None where the bytes are no UTF-8 text: no valid sequence
+        decodes to them)."""
+        strings, where = [], []
+        for k, text in enumerate(texts):
+            try:
+                strings.append(text.decode("utf-8"))
+                where.append(k)
+            except UnicodeDecodeError:
+                pass
+        encoded: list[list[int] | None] = [None] * len(texts)
+        for k, ids in zip(where, self.tokenizer.encode_batch(strings)):
+            encoded[k] = ids
+        return encoded
+
+    def valid(self, ids: Sequence[int]) -> bool:
+        """True when the tokenizer could have written ``ids``: ``encode(decode(ids)) == ids``."""
+        return self.encode([self.decode(ids)])[0] == list(ids)
+
+
+def valid_pair(vocab: ByteVocabulary, left: int, right: int) -> bool:
+    """Proposition 3.1's check of one pair: [left, right] is valid when the tokenizer writes the
+    two tokens' bytes as exactly these two tokens. A sequence is valid when each of its pairs is
+    (for BPE within a pre-token; a pre-tokenizer's split can depend on more than two tokens, which
+    is why :func:`covering_tree` checks each leaf whole).
+
+    >>> vocab = ByteVocabulary(BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260))
+    >>> ids = vocab.tokenizer.vocab
+    >>> valid_pair(vocab, ids["ab"], ids["Ġab"]), valid_pair(vocab, ids["a"], ids["b"])
+    (True, False)
+    """
+    return vocab.valid([left, right])
+
+
+@dataclass(frozen=True)
+class CoveringTree:
+    """The Valid Covering Tree of ``prefix``: its leaves (token sequences, ``bos`` not included)
+    and, with ``extended``, the leaves of every one-byte extension of it instead (grouped by the
+    byte after ``prefix`` for the next-byte distribution)."""
+
+    prefix: bytes
+    leaves: tuple[tuple[int, ...], ...]
+    extended: bool = False
+
+    @cached_property
+    def parents(self) -> tuple[tuple[int, ...], ...]:
+        """The leaves' parents (their sequences but the last token), distinct and sorted."""
+        return tuple(sorted({leaf[:-1] for leaf in self.leaves}))
+
+    @cached_property
+    def trunk(self) -> tuple[int, ...]:
+        """The tokens every covering sequence shares, from the root (fully determined).
+
+        >>> CoveringTree(b"", ((1, 2, 3), (1, 2, 4, 5), (1, 2, 4, 6))).trunk
+        (1, 2)
+        """
+        if not self.parents:
+            return ()
+        return self.parents[0][:_common(self.parents[0], self.parents[-1])]  # the sorted ends' is everyone's
+
+    @cached_property
+    def branches(self) -> tuple[tuple[int, ...], ...]:
+        """The parents no other parent continues: the paths the model reads past the trunk.
+
+        >>> CoveringTree(b"", ((1, 2, 3), (1, 2, 4, 5), (1, 2, 4, 6), (1, 2, 4, 5, 7))).branches
+        ((1, 2, 4, 5),)
+        """
+        parents = self.parents
+        return tuple(p for p, after in zip(parents, parents[1:] + ((),)) if after[:len(p)] != p)
+
+    @cached_property
+    def inner_nodes(self) -> int:
+        """How many contexts the leaves need a next-token distribution of (the root ``[bos]``
+        included): the positions the model evaluates.
+
+        >>> CoveringTree(b"", ((1, 2, 3), (1, 2, 4, 5), (1, 2, 4, 6))).inner_nodes
+        4
+        """
+        if not self.leaves:
+            return 0
+        parents = self.parents
+        return 1 + sum(len(p) - _common(p, before) for p, before in zip(parents, ((),) + parents[:-1]))
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """The length of the common start of a and b."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def covering_tree(vocab: ByteVocabulary, prefix: bytes, *, extended: bool = False) -> CoveringTree:
+    """The Valid Covering Tree of ``prefix`` (``extended``: of ``prefix`` and one more byte, any).
+
+    A leaf is the encoding of ``prefix[:k] + t`` for a token t that begins with ``prefix[k:]``,
+    when that encoding ends in t, starting at k; ``extended`` also asks t to reach one byte past
+    ``prefix`` (k may then be ``len(prefix)``).
+
+    >>> tok = BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260)
+    >>> vocab = ByteVocabulary(tok)
+    >>> sorted(vocab.decode(leaf) for leaf in covering_tree(vocab, b"ab a").leaves)  # Ġa, Ġab, Ġabc
+    [b'ab a', b'ab ab', b'ab abc']
+    >>> after = [vocab.decode(leaf)[4:] for leaf in covering_tree(vocab, b"ab a", extended=True).leaves]
+    >>> len(after), sorted(after)[32:35]  # every ASCII byte after Ġa; Ġab and Ġabc; " ab", " abc"
+    (132, [b' ', b' ab', b' abc'])
+    """
+    n = len(prefix)
+    top = n + 1 if extended else n
+    candidates: list[tuple[int, int]] = []  # (k, t)
+    for k in range(max(0, top - vocab.longest), top):
+        rest = prefix[k:]
+        for t in vocab.starting_with(rest):
+            if not extended or len(vocab.token_bytes[t]) > n - k:
+                candidates.append((k, t))
+    texts = [prefix[:k] + vocab.token_bytes[t] for k, t in candidates]
+    leaves = []
+    for (k, t), text, ids in zip(candidates, texts, vocab.encode(texts)):
+        if ids and ids[-1] == t and len(text) - len(vocab.token_bytes[t]) == k and vocab.decode(ids) == text:
+            leaves.append(tuple(ids))
+    return CoveringTree(prefix, tuple(leaves), extended)
+
+
+@dataclass(frozen=True)
+class PrefixProbability:
+    """ln P(the model's bytes begin with ``prefix``) over its Valid Covering Tree, that of its
+    canonical tokenization alone, and the positions the model evaluated."""
+
+    prefix: bytes
+    log_prob: float
+    log_prob_canonical: float
+    model_tokens: int
+    leaves: int
+
+    @property
+    def bits_per_byte(self) -> float:
+        return -self.log_prob / LN2 / max(1, len(self.prefix))
+
+    @property
+    def bits_per_byte_canonical(self) -> float:
+        return -self.log_prob_canonical / LN2 / max(1, len(self.prefix))
+
+
+class ByteLevelModel:
+    """A causal LM and the tokenizer version it was trained with, as a model of bytes."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: BPETokenizer, *, bos_token_id: int) -> None:
+        self.model = model.eval()
+        self.vocab = ByteVocabulary(tokenizer)
+        self.bos_token_id = bos_token_id
+        config = model.config
+        self.max_positions: int = getattr(config, "n_positions", None) or config.max_position_embeddings
+
+    @classmethod
+    def load(cls, folder: str | Path, *, device: str | None = None) -> "ByteLevelModel":
+        """A Hugging Face model folder (``tokmaint trainer export``'s): the model, its
+        ``tokenizer.json`` and its config's ``bos_token_id``."""
+        from transformers import AutoModelForCausalLM
+
+        folder = Path(folder)
+        if not (folder / "tokenizer.json").is_file() or not (folder / "config.json").is_file():
+            raise TokmaintError(f"{folder} is no model folder: it needs config.json, the weights and tokenizer.json "
+                                "(tokmaint trainer export writes one)")
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        if model.config.bos_token_id is None:
+            raise TokmaintError(f"{folder}/config.json has no bos_token_id: the context the model's text starts from")
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        tokenizer = BPETokenizer.from_json((folder / "tokenizer.json").read_text(encoding="utf-8"),
+                                           source=folder / "tokenizer.json")
+        return cls(model.to(device), tokenizer, bos_token_id=model.config.bos_token_id)
+
+    # ----- the model over a tree ------------------------------------------------------------
+    @torch.no_grad()
+    def leaf_log_probs(self, tree: CoveringTree) -> np.ndarray:
+        """ln P of each leaf of ``tree`` (in its order): the model's plain softmax over its whole
+        vocabulary along the leaf, from ``[bos]``. The trunk is read once and its keys and values
+        kept; every branch is read in one batch on top of that cache (right-padded: a causal
+        model's padding only follows what is read)."""
+        if not tree.leaves:
+            return np.zeros(0)
+        deepest = max(map(len, tree.leaves))
+        if deepest > self.max_positions:
+            raise TokmaintError(f"the text needs {deepest} positions, more than the model's {self.max_positions}")
+        device = next(self.model.parameters()).device
+        trunk = tree.trunk
+        out = self.model(input_ids=torch.tensor([[self.bos_token_id, *trunk]], device=device), use_cache=True)
+        trunk_lp = torch.log_softmax(out.logits[0].double(), dim=-1).cpu().numpy()
+        found = {trunk[:i]: trunk_lp[i] for i in range(len(trunk) + 1)}  # context -> next-token ln p
+        branches = [b[len(trunk):] for b in tree.branches if len(b) > len(trunk)]
+        if branches:
+            ids = torch.zeros((len(branches), max(map(len, branches))), dtype=torch.long)
+            for row, branch in enumerate(branches):
+                ids[row, : len(branch)] = torch.tensor(branch)
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(len(branches))
+            logits = self.model(input_ids=ids.to(device), past_key_values=cache, use_cache=True).logits
+            branch_lp = torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
+            for row, branch in enumerate(branches):
+                for i in range(len(branch)):
+                    found.setdefault(trunk + branch[: i + 1], branch_lp[row, i])
+        path = {p: sum(float(found[p[:i]][p[i]]) for i in range(len(p))) for p in tree.parents}
+        return np.array([path[leaf[:-1]] + found[leaf[:-1]][leaf[-1]] for leaf in tree.leaves])
+
+    def prefix(self, text: str | bytes) -> PrefixProbability:
+        """ln P(the model's text begins with ``text``): the sum over its Valid Covering Tree;
+        beside it, the product for ``text``'s canonical tokenization alone (one of the leaves;
+        -inf for bytes that are no text, ending inside a character)."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        if not data:
+            return PrefixProbability(data, 0.0, 0.0, 0, 0)
+        tree = covering_tree(self.vocab, data)
+        scores = self.leaf_log_probs(tree)
+        canonical = self.vocab.encode([data])[0]
+        canonical_lp = float(scores[tree.leaves.index(tuple(canonical))]) if canonical else -math.inf
+        return PrefixProbability(data, _logsumexp(scores.tolist()), canonical_lp, tree.inner_nodes, len(tree.leaves))
+
+    def next_byte_log_masses(self, text: str | bytes) -> tuple[np.ndarray, int]:
+        """ln P(text · b) for the 256 byte values b (-inf where no valid sequence writes it), and
+        the positions the model evaluated."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        tree = covering_tree(self.vocab, data, extended=True)
+        scores = self.leaf_log_probs(tree)
+        by_byte: list[list[float]] = [[] for _ in range(256)]
+        for leaf, score in zip(tree.leaves, scores):
+            by_byte[self.vocab.decode(leaf)[len(data)]].append(float(score))
+        return np.array([_logsumexp(values) for values in by_byte]), tree.inner_nodes
+
+    def next_byte(self, text: str | bytes) -> np.ndarray:
+        """The next-byte distribution after ``text``: P(text·b) / Σ P(text·b′), by byte value."""
+        log_masses, _ = self.next_byte_log_masses(text)
+        if np.all(np.isneginf(log_masses)):
+            raise TokmaintError("no valid continuation of the text has any probability under the model")
+        masses = np.exp(log_masses - log_masses.max())
+        return masses / masses.sum()
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    """ln Σ exp(v), -inf for none.
+
+    >>> round(_logsumexp([math.log(0.25), math.log(0.5)]), 6) == round(math.log(0.75), 6)
+    True
+    """
+    if len(values) == 0:
+        return -math.inf
+    top = max(values)
+    if top == -math.inf:
+        return top
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def ensemble_log_prob(models: Sequence[ByteLevelModel], text: str | bytes) -> tuple[float, int]:
+    """ln P(text) under the byte-level ensemble of ``models`` (paper section 4.3): byte by byte,
+    the mean of the models' conditional probabilities P_m(x_≤i) / P_m(x_<i); one model gives its
+    own P(text) exactly (the ratios telescope). Also the positions evaluated."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if len(models) == 1:
+        result = models[0].prefix(data)
+        return result.log_prob, result.model_tokens
+    before = [0.0] * len(models)  # ln P_m of the bytes so far
+    total, evaluated = 0.0, 0
+    for i in range(1, len(data) + 1):
+        now = []
+        for m, model in enumerate(models):
+            result = model.prefix(data[:i])
+            now.append(result.log_prob)
+            evaluated += result.model_tokens
+        total += _logsumexp([now[m] - before[m] for m in range(len(models))]) - math.log(len(models))
+        before = now
+    return total, evaluated
+
+
+def ensemble_next_byte(models: Sequence[ByteLevelModel], text: str | bytes) -> np.ndarray:
+    """The mean of the models' next-byte distributions (each normalised)."""
+    return np.mean([model.next_byte(text) for model in models], axis=0)
+
+
+def generate(models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, seed: int = 0) -> bytes:
+    """Bytes sampled one at a time after ``prompt`` from the (ensemble's) next-byte distribution;
+    the prompt may end anywhere, inside a word or a character (no prompt boundary problem)."""
+    rng = np.random.default_rng(seed)
+    data = prompt.encode("utf-8")
+    out = bytearray()
+    for _ in range(max_bytes):
+        distribution = ensemble_next_byte(models, data + bytes(out))
+        out.append(int(rng.choice(256, p=distribution)))
+    return bytes(out)
