@@ -45,6 +45,11 @@ COMMANDS = (
      "residue-removal version"),
     ("stats", "tokmaint.commands.pipeline:add_stats", "a lineage's statistics in Redis"),
     ("trainer", "tokmaint.commands.trainer:add_trainer", "train a model that follows a lineage's versions"),
+    ("eval", "tokmaint.commands.byte_level:add_eval",
+     "byte-level evaluation of models across tokenizer versions (ByteSampler): exact prefix probabilities, bits "
+     "per byte, the next byte"),
+    ("generate", "tokmaint.commands.byte_level:add_generate",
+     "sample bytes after a prompt that may end anywhere, from one model or a byte-level ensemble"),
     ("demo", "tokmaint.commands.demo:add_demo",
      "the whole loop on one machine: broker, Redis, registry, pipeline and a trainer on the shipped stream; "
      "a report folder"),

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,6 +47,10 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 
 LN2 = math.log(2)
+
+
+class ContextFull(TokmaintError):
+    """A text longer than the model reads in one context."""
 
 
 class ByteVocabulary:
@@ -235,21 +240,26 @@ class ByteLevelModel:
         self.max_positions: int = getattr(config, "n_positions", None) or config.max_position_embeddings
 
     @classmethod
-    def load(cls, folder: str | Path, *, device: str | None = None) -> "ByteLevelModel":
-        """A Hugging Face model folder (``tokmaint trainer export``'s): the model, its
-        ``tokenizer.json`` and its config's ``bos_token_id``."""
+    def load(cls, path: str | Path, *, device: str | None = None) -> "ByteLevelModel":
+        """A Hugging Face model folder (``tokmaint trainer export``'s: the model, its
+        ``tokenizer.json`` and its config's ``bos_token_id``) or a trainer checkpoint."""
+        path = Path(path)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if path.is_file():
+            from trainer.export import checkpoint_model
+
+            model, tokenizer, _ = checkpoint_model(path)
+            return cls(model.to(device), tokenizer, bos_token_id=model.config.bos_token_id)
         from transformers import AutoModelForCausalLM
 
-        folder = Path(folder)
-        if not (folder / "tokenizer.json").is_file() or not (folder / "config.json").is_file():
-            raise TokmaintError(f"{folder} is no model folder: it needs config.json, the weights and tokenizer.json "
-                                "(tokmaint trainer export writes one)")
-        model = AutoModelForCausalLM.from_pretrained(folder)
+        if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
+            raise TokmaintError(f"{path} is neither a trainer checkpoint nor a model folder (config.json, the weights "
+                                "and tokenizer.json: tokmaint trainer export writes one)")
+        model = AutoModelForCausalLM.from_pretrained(path)
         if model.config.bos_token_id is None:
-            raise TokmaintError(f"{folder}/config.json has no bos_token_id: the context the model's text starts from")
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        tokenizer = BPETokenizer.from_json((folder / "tokenizer.json").read_text(encoding="utf-8"),
-                                           source=folder / "tokenizer.json")
+            raise TokmaintError(f"{path}/config.json has no bos_token_id: the context the model's text starts from")
+        tokenizer = BPETokenizer.from_json((path / "tokenizer.json").read_text(encoding="utf-8"),
+                                           source=path / "tokenizer.json")
         return cls(model.to(device), tokenizer, bos_token_id=model.config.bos_token_id)
 
     # ----- the model over a tree ------------------------------------------------------------
@@ -263,7 +273,7 @@ class ByteLevelModel:
             return np.zeros(0)
         deepest = max(map(len, tree.leaves))
         if deepest > self.max_positions:
-            raise TokmaintError(f"the text needs {deepest} positions, more than the model's {self.max_positions}")
+            raise ContextFull(f"the text needs {deepest} positions, more than the model's {self.max_positions}")
         device = next(self.model.parameters()).device
         trunk = tree.trunk
         out = self.model(input_ids=torch.tensor([[self.bos_token_id, *trunk]], device=device), use_cache=True)
@@ -357,13 +367,74 @@ def ensemble_next_byte(models: Sequence[ByteLevelModel], text: str | bytes) -> n
     return np.mean([model.next_byte(text) for model in models], axis=0)
 
 
-def generate(models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, seed: int = 0) -> bytes:
+def generate(models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, seed: int = 0,
+             progress: bool = False) -> bytes:
     """Bytes sampled one at a time after ``prompt`` from the (ensemble's) next-byte distribution;
     the prompt may end anywhere, inside a word or a character (no prompt boundary problem)."""
+    from tqdm import tqdm
+
     rng = np.random.default_rng(seed)
     data = prompt.encode("utf-8")
     out = bytearray()
-    for _ in range(max_bytes):
-        distribution = ensemble_next_byte(models, data + bytes(out))
+    for _ in tqdm(range(max_bytes), disable=not progress, unit="B"):
+        try:
+            distribution = ensemble_next_byte(models, data + bytes(out))
+        except ContextFull:  # what a model reads at once is full: the text ends here
+            break
         out.append(int(rng.choice(256, p=distribution)))
     return bytes(out)
+
+
+def fit_text(models: Sequence[ByteLevelModel], text: str) -> str:
+    """``text``, or as much of its start as every model can read in one context (its canonical
+    tokens and a few more for the tree's branches).
+
+    >>> class Model:  # a character a token, 8 positions
+    ...     max_positions = 8
+    ...     class vocab:
+    ...         class tokenizer:
+    ...             encode = staticmethod(list)
+    >>> fit_text([Model()], "0123456789")
+    '01234'
+    """
+    fits = lambda cut: all(len(m.vocab.tokenizer.encode(cut)) + FIT_MARGIN <= m.max_positions for m in models)
+    if fits(text):
+        return text
+    lo, hi = 0, len(text)  # the longest start that fits lies in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(text[:mid]) else (lo, mid)
+    return text[:lo]
+
+
+FIT_MARGIN = 3  # positions beyond the canonical tokens a text is given for its covering tree's deepest leaf
+
+
+def evaluate_texts(models: Sequence[ByteLevelModel], texts: Sequence[str], *,
+                   progress: bool = False) -> dict[str, Any]:
+    """Bits per byte of ``models`` (one, or their byte-level ensemble) over ``texts``, each from
+    the start of the model's text (``[bos]``); a text longer than a model's context is cut to
+    what fits (``truncated``). One model also gives its canonical tokenization's figure."""
+    from tqdm import tqdm
+
+    log_prob = canonical = 0.0
+    n_bytes = evaluated = truncated = documents = 0
+    for text in tqdm(texts, disable=not progress, unit="doc"):
+        cut = fit_text(models, text)
+        truncated += cut != text
+        if not cut:
+            continue
+        documents += 1
+        n_bytes += len(cut.encode("utf-8"))
+        if len(models) == 1:
+            result = models[0].prefix(cut)
+            log_prob, canonical = log_prob + result.log_prob, canonical + result.log_prob_canonical
+            evaluated += result.model_tokens
+        else:
+            lp, tokens = ensemble_log_prob(models, cut)
+            log_prob, evaluated = log_prob + lp, evaluated + tokens
+    bits = -log_prob / LN2 / max(1, n_bytes)
+    return {"documents": documents, "bytes": n_bytes, "truncated": truncated, "log_prob": log_prob,
+            "bits_per_byte": bits, "model_tokens": evaluated,
+            **({"log_prob_canonical": canonical, "bits_per_byte_canonical": -canonical / LN2 / max(1, n_bytes)}
+               if len(models) == 1 else {})}

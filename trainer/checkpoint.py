@@ -37,16 +37,19 @@ class CheckpointMismatch(TokmaintError):
 
 
 def save_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    tokenizer: TokenizerStamp, position: dict[str, Any]) -> None:
+                    tokenizer: TokenizerStamp, position: dict[str, Any], tokenizer_json: str | None = None) -> None:
     """Write the checkpoint to ``path`` whole or not at all (a temporary file, fsynced, then a
-    rename, fsynced: after a crash or a power cut the old checkpoint or the new one is there)."""
+    rename, fsynced: after a crash or a power cut the old checkpoint or the new one is there).
+    ``tokenizer_json``: the version itself, kept so that ``tokmaint trainer export`` needs
+    nothing else (with the model's config)."""
     path = Path(path)
     part = path.with_name(path.name + ".part")
     with open(part, "wb") as f:
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tokenizer": asdict(tokenizer),
                     "position": position, "rows": model.get_input_embeddings().weight.shape[0],
                     "removed": removed_ids(model), "rng": torch.get_rng_state(),  # dropout goes on as it would
-                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, f)
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                    "config": model.config.to_dict(), "tokenizer_json": tokenizer_json}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(part, path)

@@ -32,6 +32,7 @@ from schemas.revision import RevisionDiff
 from trainer.apply_revision import apply_revision, set_removed
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
+from trainer.export import bos_token_id
 from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
 
 log = logging.getLogger("tokmaint.trainer")
@@ -92,7 +93,7 @@ class Trainer:
     def _save(self) -> None:
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self._stamp(),
-                        position={"position": self.position, "step": self.step})
+                        position={"position": self.position, "step": self.step}, tokenizer_json=self.tokenizer.to_json())
 
     def _follow(self) -> bool:
         """Take the registry's latest version if it is newer (and not refused lately); True when taken."""
@@ -113,14 +114,18 @@ class Trainer:
         return True
 
     def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``texts`` tokenised with the current version: input ids and labels (-100: padding)."""
-        encoded = [ids[: self.settings.seq_len] for ids in self.tokenizer.encode_batch(texts)]
+        """``texts`` tokenised with the current version: input ids and labels (-100: padding).
+        A version with a special token to start texts from (``export.bos_token_id``) has each
+        text start from it, as the byte-level evaluation reads the model (its label: none)."""
+        bos = bos_token_id(self.tokenizer)
+        start = [] if bos is None else [bos]
+        encoded = [(start + ids)[: self.settings.seq_len] for ids in self.tokenizer.encode_batch(texts)]
         width = max(2, max(len(ids) for ids in encoded))
         inputs = torch.zeros((len(texts), width), dtype=torch.long)
         labels = torch.full((len(texts), width), -100, dtype=torch.long)
         for row, ids in enumerate(encoded):
             inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            labels[row, : len(ids)] = inputs[row, : len(ids)]
+            labels[row, len(start): len(ids)] = inputs[row, len(start): len(ids)]
         return inputs.to(self.device), labels.to(self.device)
 
     def run(self, *, steps: int) -> dict[str, Any]:

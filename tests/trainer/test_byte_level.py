@@ -128,3 +128,78 @@ def test_pairs_are_valid_as_the_tokenizer_writes_them(tokenizer):
         except UnicodeDecodeError:
             expected = False
         assert valid_pair(vocab, int(a), int(b)) == expected
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A trainer checkpoint of a tiny GPT-2 whose version has <|endoftext|> to start texts from."""
+    from trainer.checkpoint import TokenizerStamp, save_checkpoint
+    from trainer.loop import tiny_gpt2_config
+
+    tokenizer = BPETokenizer.train(TEXTS, vocab_size=300, special_tokens=["<|endoftext|>"])
+    torch.manual_seed(1)
+    gpt = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_embd=32))
+    path = tmp_path_factory.mktemp("ckpt") / "checkpoint.pt"
+    save_checkpoint(path, model=gpt, optimizer=torch.optim.AdamW(gpt.parameters()),
+                    tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256), position={"step": 0},
+                    tokenizer_json=tokenizer.to_json())
+    return path, gpt, tokenizer
+
+
+def test_the_exported_folder_loads_in_transformers_and_gives_the_checkpoints_logits(checkpoint, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer.export import export_model
+
+    path, gpt, tokenizer = checkpoint
+    written = export_model(path, tmp_path / "model")
+    assert written["bos_token_id"] == tokenizer.vocab["<|endoftext|>"] == 0 and written["version"] == 3
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert loaded.config.bos_token_id == 0
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+    hf_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    ids = hf_tokenizer("héllo 日本", add_special_tokens=False)["input_ids"]
+    assert ids == tokenizer.encode("héllo 日本") and hf_tokenizer.bos_token == "<|endoftext|>"
+    inputs = torch.tensor([[0, *ids]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=inputs).logits, gpt.eval()(input_ids=inputs).logits, atol=1e-6)
+    export_model(path, tmp_path / "model")  # again: replaced whole
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's")
+    from tokenizer_service.errors import TokmaintError
+    with pytest.raises(TokmaintError, match="no folder tokmaint exported"):
+        export_model(path, tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "a user's"
+
+
+def _cli_json(capsys, *argv: str) -> dict:
+    import json
+
+    from tokmaint.cli import main
+
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_commands_on_a_folder_and_a_checkpoint(checkpoint, tmp_path, capsys):
+    path, _, tokenizer = checkpoint
+    folder = str(tmp_path / "model")
+    _cli_json(capsys, "trainer", "export", "--checkpoint", str(path), "--out", folder, "--json")
+    from_folder = _cli_json(capsys, "eval", "bytes", "--model", folder, "--text", "the th", "--json")
+    from_checkpoint = _cli_json(capsys, "eval", "bytes", "--model", str(path), "--text", "the th", "--json")
+    assert from_folder["log_prob"] == pytest.approx(from_checkpoint["log_prob"], abs=1e-6)
+    assert from_folder["bits_per_byte"] == pytest.approx(-from_folder["log_prob"] / math.log(2) / 6)
+    assert from_folder["log_prob"] > from_folder["log_prob_canonical"]  # "th" ends inside words too
+    assert from_folder["model_tokens"] >= len(tokenizer.encode("the th"))
+    twice = _cli_json(capsys, "eval", "bytes", "--model", folder, "--model", folder, "--text", "the th", "--json")
+    assert twice["log_prob"] == pytest.approx(from_folder["log_prob"], abs=1e-6)
+    nxt = _cli_json(capsys, "eval", "next-byte", "--model", folder, "--text", "the th", "--json")
+    assert set(nxt["distribution"]) == {str(b) for b in range(256)}
+    assert sum(nxt["distribution"].values()) == pytest.approx(1.0)
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("the theme\n12 123\nhéllo\n")
+    over = _cli_json(capsys, "eval", "bytes", "--model", folder, "--corpus", str(corpus), "--json")
+    assert over["documents"] == 3 and over["bytes"] == len("the theme12 123héllo".encode())
+    from tokmaint.cli import main
+    assert main(["generate", "--model", folder, "--prompt", "the th", "--max-bytes", "5"]) == 0
+    assert capsys.readouterr().out.startswith("the th")

@@ -1,4 +1,4 @@
-"""The trainer's commands: ``tokmaint trainer run``, ``tokmaint bench apply`` and ``bench arithmetic-train``."""
+"""The trainer's commands: ``tokmaint trainer run`` and ``export``, ``tokmaint bench apply`` and ``bench arithmetic-train``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from trainer.export import export_model
+
+    tokenizer_json = Path(args.tokenizer).read_text(encoding="utf-8") if args.tokenizer else None
+    print_result(export_model(args.checkpoint, args.out, tokenizer_json=tokenizer_json, bos_id=args.bos_id),
+                 as_json=args.json)
+    return 0
+
+
 def cmd_bench_apply(args: argparse.Namespace) -> int:
     from trainer.bench import run_apply_bench
     from trainer.settings import ApplyBenchSettings
@@ -89,6 +98,15 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     add_settings(run, TrainerSettings)
     run.add_argument("--json", action="store_true", help="print JSON")
     run.set_defaults(func=cmd_run, parser=run)
+    export = commands.add_parser("export", help="write a checkpoint as a Hugging Face model folder (config, safetensors "
+                                                "weights, the version's tokenizer.json) that from_pretrained loads")
+    export.add_argument("--checkpoint", required=True, help="the trainer's checkpoint (checkpoint.pt)")
+    export.add_argument("--out", required=True, help="the folder to write (replaced whole when tokmaint exported it)")
+    export.add_argument("--tokenizer", help="the version's tokenizer.json, for a checkpoint that does not hold it")
+    export.add_argument("--bos-id", type=int, help="the id a text starts from (default: the version's special token "
+                                                   "for it, such as <|endoftext|>)")
+    export.add_argument("--json", action="store_true", help="print JSON")
+    export.set_defaults(func=cmd_export, parser=export)
 
 
 def add_bench_apply(bench: argparse.ArgumentParser) -> None:

@@ -1,0 +1,105 @@
+"""The byte-level commands (``trainer.byte_level``): ``tokmaint eval bytes``, ``tokmaint eval
+next-byte`` and ``tokmaint generate``, over model folders (``tokmaint trainer export``'s) or
+trainer checkpoints; several ``--model``: their byte-level ensemble."""
+
+from __future__ import annotations
+
+import argparse
+
+from tokmaint.output import print_result, show_progress
+
+
+def _models(args: argparse.Namespace) -> list:
+    from trainer.byte_level import ByteLevelModel
+
+    return [ByteLevelModel.load(path) for path in args.model]
+
+
+def cmd_eval_bytes(args: argparse.Namespace) -> int:
+    from tokenizer_service.corpus import read_corpus
+    from trainer.byte_level import ensemble_log_prob, evaluate_texts, fit_text
+
+    if (args.text is None) == (args.corpus is None):
+        args.parser.error("evaluate one of --text TEXT or --corpus PATH")
+    models = _models(args)
+    if args.corpus is not None:
+        texts = read_corpus(args.corpus).texts[: args.max_documents]
+        print_result(evaluate_texts(models, texts, progress=show_progress(args)), as_json=args.json)
+        return 0
+    if fit_text(models, args.text) != args.text:
+        args.parser.error("--text is longer than the model reads in one context: give a shorter one, or --corpus "
+                          "(documents are cut to fit there)")
+    n_bytes = len(args.text.encode("utf-8"))
+    if len(models) == 1:
+        result = models[0].prefix(args.text)
+        print_result({"log_prob": result.log_prob, "log_prob_canonical": result.log_prob_canonical,
+                      "bits_per_byte": result.bits_per_byte, "bits_per_byte_canonical": result.bits_per_byte_canonical,
+                      "bytes": n_bytes, "model_tokens": result.model_tokens, "leaves": result.leaves},
+                     as_json=args.json)
+        return 0
+    log_prob, evaluated = ensemble_log_prob(models, args.text)
+    each = [model.prefix(args.text) for model in models]
+    print_result({"log_prob": log_prob, "bits_per_byte": -log_prob / 0.6931471805599453 / max(1, n_bytes),
+                  "bytes": n_bytes, "model_tokens": evaluated,
+                  "models": [{"model": path, "log_prob": r.log_prob, "bits_per_byte": r.bits_per_byte,
+                              "log_prob_canonical": r.log_prob_canonical} for path, r in zip(args.model, each)]},
+                 as_json=args.json)
+    return 0
+
+
+def cmd_eval_next_byte(args: argparse.Namespace) -> int:
+    from trainer.byte_level import ensemble_next_byte
+
+    distribution = ensemble_next_byte(_models(args), args.text)
+    top = sorted(range(256), key=lambda b: -distribution[b])[: args.top]
+    print_result({"distribution": {str(b): float(p) for b, p in enumerate(distribution)},
+                  "top": [{"byte": b, "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "p": float(distribution[b])}
+                          for b in top]} if args.json else
+                 {"top": {(chr(b) if 32 < b < 127 else f"\\x{b:02x}"): float(distribution[b]) for b in top}},
+                 as_json=args.json)
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from trainer.byte_level import generate
+
+    out = generate(_models(args), args.prompt, max_bytes=args.max_bytes, seed=args.seed, progress=show_progress(args))
+    continuation = out.decode("utf-8", errors="replace")
+    if args.json:
+        print_result({"prompt": args.prompt, "continuation": continuation, "bytes": len(out)}, as_json=True)
+    else:
+        print(args.prompt + continuation)
+    return 0
+
+
+def _add_models(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", action="append", required=True, metavar="DIR",
+                        help="a model folder (tokmaint trainer export) or a trainer checkpoint; give it several times "
+                             "for the byte-level ensemble of the models (their next-byte distributions averaged)")
+
+
+def add_eval(parser: argparse.ArgumentParser) -> None:
+    commands = parser.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
+    evaluate = commands.add_parser("bytes", help="the exact probability that the model's text begins with TEXT's "
+                                                 "bytes (ByteSampler), and bits per byte")
+    _add_models(evaluate)
+    evaluate.add_argument("--text", help="the text")
+    evaluate.add_argument("--corpus", help="or every document of a JSONL(.gz) or .txt(.gz) corpus")
+    evaluate.add_argument("--max-documents", type=int, help="with --corpus: its first N documents (default: all)")
+    evaluate.add_argument("--json", action="store_true", help="print JSON")
+    evaluate.set_defaults(func=cmd_eval_bytes, parser=evaluate)
+    next_byte = commands.add_parser("next-byte", help="the distribution of the byte that follows TEXT")
+    _add_models(next_byte)
+    next_byte.add_argument("--text", required=True, help="the text so far (it may end inside a word)")
+    next_byte.add_argument("--top", type=int, default=10, help="the most likely bytes shown (default: 10)")
+    next_byte.add_argument("--json", action="store_true", help="print JSON (every byte's probability)")
+    next_byte.set_defaults(func=cmd_eval_next_byte, parser=next_byte)
+
+
+def add_generate(parser: argparse.ArgumentParser) -> None:
+    _add_models(parser)
+    parser.add_argument("--prompt", required=True, help="the text to continue (it may end inside a word)")
+    parser.add_argument("--max-bytes", type=int, default=64, help="bytes to sample (default: 64)")
+    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=cmd_generate, parser=parser)
