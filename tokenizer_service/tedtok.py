@@ -253,7 +253,8 @@ def build_revision(
             vocab[u + v] = new_ids[-1]
         merges = [m for m in tokenizer.merges if m[0] + m[1] not in gone] + adds
         revised = tokenizer.replace_model(vocab=vocab, merges=merges)
-        unreachable = [k for k, (u, v) in enumerate(adds) if revised.tokenize_word(u + v) != [new_ids[k]]]
+        encoded = revised.tokenize_words([u + v for u, v in adds])
+        unreachable = [k for k, ids in enumerate(encoded) if ids != [new_ids[k]]]
         if not unreachable:
             break
         adds = [a for k, a in enumerate(adds) if k not in unreachable]

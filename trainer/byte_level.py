@@ -47,6 +47,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 
 LN2 = math.log(2)
+WHITESPACE = frozenset(b" \t\n\r\x0b\x0c")
 
 
 class ContextFull(TokmaintError):
@@ -74,6 +75,12 @@ class ByteVocabulary:
         self._sorted_bytes = [b for b, _ in ordered]
         self._sorted_ids = [i for _, i in ordered]
         self.longest = max(map(len, self._sorted_bytes))
+        # GPT-2's pre-tokenizer never runs a pre-token across a space that follows a byte that is
+        # no whitespace (only a pre-token's first character may be a space): texts that share
+        # what comes before such a space share its encoding, and only the rest is encoded anew.
+        self._splits_at_spaces = tokenizer.plain_gpt2_pre_tokenizer and not any(
+            any(c.isspace() for c in t) for t in tokenizer.added_tokens)
+        self._heads: dict[bytes, list[int] | None] = {}
 
     def starting_with(self, prefix: bytes) -> list[int]:
         """The ids of the tokens whose bytes begin with ``prefix`` (all of them for b"")."""
@@ -100,6 +107,33 @@ class ByteVocabulary:
         for k, ids in zip(where, self.tokenizer.encode_batch(strings)):
             encoded[k] = ids
         return encoded
+
+    def split_point(self, data: bytes, *, at_most: int) -> int:
+        """A position c ≤ ``at_most`` of ``data`` such that every text that begins with
+        ``data[:c + 1]`` is encoded as ``data[:c]``'s encoding followed by the rest's; 0 when there
+        is none (or the pre-tokenizer is not GPT-2's).
+
+        >>> vocab = ByteVocabulary(BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260))
+        >>> vocab.split_point(b"ab ab  ab", at_most=8), vocab.split_point(b"ab ab  ab", at_most=4)
+        (5, 2)
+        >>> vocab.split_point(b"ab  ab", at_most=5), vocab.split_point(b" ab", at_most=2)  # not after a space
+        (2, 0)
+        """
+        if not self._splits_at_spaces:
+            return 0
+        c = data.rfind(b" ", 1, at_most + 1)
+        while c > 0 and data[c - 1] in WHITESPACE:
+            c = data.rfind(b" ", 1, c)
+        return max(c, 0)
+
+    def head(self, data: bytes) -> list[int] | None:
+        """``data``'s encoding (None for bytes that are no text), the last few kept: the trees of
+        one text's prefixes share theirs."""
+        if data not in self._heads:
+            if len(self._heads) > 64:
+                self._heads.clear()
+            self._heads[data] = self.encode([data])[0]
+        return self._heads[data]
 
     def valid(self, ids: Sequence[int]) -> bool:
         """True when the tokenizer could have written ``ids``: ``encode(decode(ids)) == ids``."""
@@ -201,11 +235,16 @@ def covering_tree(vocab: ByteVocabulary, prefix: bytes, *, extended: bool = Fals
         for t in vocab.starting_with(rest):
             if not extended or len(vocab.token_bytes[t]) > n - k:
                 candidates.append((k, t))
-    texts = [prefix[:k] + vocab.token_bytes[t] for k, t in candidates]
+    # What every candidate shares up to a split point is encoded once (ByteVocabulary.split_point).
+    c = vocab.split_point(prefix, at_most=max(0, top - vocab.longest))
+    head = vocab.head(prefix[:c]) if c else []
+    if head is None:  # no text: nothing valid decodes to it
+        return CoveringTree(prefix, (), extended)
+    tails = [prefix[c:k] + vocab.token_bytes[t] for k, t in candidates]
     leaves = []
-    for (k, t), text, ids in zip(candidates, texts, vocab.encode(texts)):
-        if ids and ids[-1] == t and len(text) - len(vocab.token_bytes[t]) == k and vocab.decode(ids) == text:
-            leaves.append(tuple(ids))
+    for (k, t), tail, ids in zip(candidates, tails, vocab.encode(tails)):
+        if ids and ids[-1] == t and len(tail) - len(vocab.token_bytes[t]) == k - c and vocab.decode(ids) == tail:
+            leaves.append(tuple(head + ids))
     return CoveringTree(prefix, tuple(leaves), extended)
 
 

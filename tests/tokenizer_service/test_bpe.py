@@ -111,7 +111,7 @@ def test_fast_word_counts_equal_the_pre_tokenizer(byte_tokenizer, corpus):
 
     texts = corpus[:50] + probe_texts(byte_tokenizer, n=200) + ["it's  we'll \n\n  x", "   ", "a\u00a0b 12345"]
     expected = Counter(w for t in texts for w in byte_tokenizer.pre_tokenize(t))
-    assert byte_tokenizer._plain_gpt2_pre_tokenizer
+    assert byte_tokenizer.plain_gpt2_pre_tokenizer
     assert byte_tokenizer.word_counts(texts) == expected
 
 
