@@ -33,6 +33,7 @@ the canonical tokenization of x alone needs ``len(encode(x))``.
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from tokenizer_service.errors import TokmaintError
 
 LN2 = math.log(2)
 WHITESPACE = frozenset(b" \t\n\r\x0b\x0c")
+BRANCH_ROWS = 32  # branches read in one batch on the trunk's cache
 
 
 class ContextFull(TokmaintError):
@@ -319,15 +321,16 @@ class ByteLevelModel:
         trunk_lp = torch.log_softmax(out.logits[0].double(), dim=-1).cpu().numpy()
         found = {trunk[:i]: trunk_lp[i] for i in range(len(trunk) + 1)}  # context -> next-token ln p
         branches = [b[len(trunk):] for b in tree.branches if len(b) > len(trunk)]
-        if branches:
-            ids = torch.zeros((len(branches), max(map(len, branches))), dtype=torch.long)
-            for row, branch in enumerate(branches):
+        for start in range(0, len(branches), BRANCH_ROWS):  # rows at a time: the logits hold a vocabulary each
+            chunk = branches[start:start + BRANCH_ROWS]
+            ids = torch.zeros((len(chunk), max(map(len, chunk))), dtype=torch.long)
+            for row, branch in enumerate(chunk):
                 ids[row, : len(branch)] = torch.tensor(branch)
-            cache = out.past_key_values
-            cache.batch_repeat_interleave(len(branches))
+            cache = copy.deepcopy(out.past_key_values)
+            cache.batch_repeat_interleave(len(chunk))
             logits = self.model(input_ids=ids.to(device), past_key_values=cache, use_cache=True).logits
             branch_lp = torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
-            for row, branch in enumerate(branches):
+            for row, branch in enumerate(chunk):
                 for i in range(len(branch)):
                     found.setdefault(trunk + branch[: i + 1], branch_lp[row, i])
         path = {p: sum(float(found[p[:i]][p[i]]) for i in range(len(p))) for p in tree.parents}
@@ -345,6 +348,16 @@ class ByteLevelModel:
         canonical = self.vocab.encode([data])[0]
         canonical_lp = float(scores[tree.leaves.index(tuple(canonical))]) if canonical else -math.inf
         return PrefixProbability(data, _logsumexp(scores.tolist()), canonical_lp, tree.inner_nodes, len(tree.leaves))
+
+    def prefix_log_probs(self, text: str | bytes) -> tuple[np.ndarray, int]:
+        """ln P(text[:i]) for every i from 1 to the text's length in bytes, all the prefixes'
+        trees scored in one pass (they share most of their nodes); and the positions evaluated.
+        What a byte-level ensemble's chain rule needs."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        trees = [covering_tree(self.vocab, data[:i]) for i in range(1, len(data) + 1)]
+        union = CoveringTree(data, tuple(sorted({leaf for tree in trees for leaf in tree.leaves})))
+        score = dict(zip(union.leaves, self.leaf_log_probs(union).tolist()))
+        return np.array([_logsumexp([score[leaf] for leaf in tree.leaves]) for tree in trees]), union.inner_nodes
 
     def next_byte_log_masses(self, text: str | bytes) -> tuple[np.ndarray, int]:
         """ln P(text · b) for the 256 byte values b (-inf where no valid sequence writes it), and
@@ -388,17 +401,15 @@ def ensemble_log_prob(models: Sequence[ByteLevelModel], text: str | bytes) -> tu
     if len(models) == 1:
         result = models[0].prefix(data)
         return result.log_prob, result.model_tokens
-    before = [0.0] * len(models)  # ln P_m of the bytes so far
-    total, evaluated = 0.0, 0
-    for i in range(1, len(data) + 1):
-        now = []
-        for m, model in enumerate(models):
-            result = model.prefix(data[:i])
-            now.append(result.log_prob)
-            evaluated += result.model_tokens
-        total += _logsumexp([now[m] - before[m] for m in range(len(models))]) - math.log(len(models))
-        before = now
-    return total, evaluated
+    if not data:
+        return 0.0, 0
+    prefixes, evaluated = [], 0
+    for model in models:
+        log_probs, tokens = model.prefix_log_probs(data)
+        prefixes.append(np.concatenate([[0.0], log_probs]))  # ln P_m(x_<i), from the empty text's 0
+        evaluated += tokens
+    conditional = np.stack([np.diff(p) for p in prefixes])  # ln P_m(x_i | x_<i), by model and byte
+    return float(np.sum(np.logaddexp.reduce(conditional, axis=0) - math.log(len(models)))), evaluated
 
 
 def ensemble_next_byte(models: Sequence[ByteLevelModel], text: str | bytes) -> np.ndarray:

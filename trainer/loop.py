@@ -29,6 +29,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
 from trainer.apply_revision import apply_revision, set_removed
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
@@ -114,18 +115,7 @@ class Trainer:
         return True
 
     def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``texts`` tokenised with the current version: input ids and labels (-100: padding).
-        A version with a special token to start texts from (``export.bos_token_id``) has each
-        text start from it, as the byte-level evaluation reads the model (its label: none)."""
-        bos = bos_token_id(self.tokenizer)
-        start = [] if bos is None else [bos]
-        encoded = [(start + ids)[: self.settings.seq_len] for ids in self.tokenizer.encode_batch(texts)]
-        width = max(2, max(len(ids) for ids in encoded))
-        inputs = torch.zeros((len(texts), width), dtype=torch.long)
-        labels = torch.full((len(texts), width), -100, dtype=torch.long)
-        for row, ids in enumerate(encoded):
-            inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            labels[row, len(start): len(ids)] = inputs[row, len(start): len(ids)]
+        inputs, labels = token_batch(self.tokenizer, texts, seq_len=self.settings.seq_len)
         return inputs.to(self.device), labels.to(self.device)
 
     def run(self, *, steps: int) -> dict[str, Any]:
@@ -156,6 +146,29 @@ class Trainer:
         return {"lineage": self.lineage, "steps": self.step, "version": self.version, "losses": losses,
                 "versions": versions, "taken": self.taken, "refused": sorted(self.refused),
                 "tokens_per_s": tokens / (time.perf_counter() - started), "device": self.device}
+
+
+def token_batch(tokenizer: BPETokenizer, texts: list[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``texts`` tokenised with a version, at most ``seq_len`` ids each: input ids and labels
+    (-100: padding). A version with a special token to start texts from
+    (``export.bos_token_id``) has each text start from it, unlabelled, as the byte-level
+    evaluation reads the model.
+
+    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258, special_tokens=["<|endoftext|>"])
+    >>> inputs, labels = token_batch(tok, ["ab", "a b"], seq_len=8)  # "ab" is id 257
+    >>> inputs.tolist(), labels.tolist()
+    ([[0, 257, 0, 0], [0, 65, 221, 66]], [[-100, 257, -100, -100], [-100, 65, 221, 66]])
+    """
+    bos = bos_token_id(tokenizer)
+    start = [] if bos is None else [bos]
+    encoded = [(start + ids)[:seq_len] for ids in tokenizer.encode_batch(texts)]
+    width = max(2, max(len(ids) for ids in encoded))
+    inputs = torch.zeros((len(texts), width), dtype=torch.long)
+    labels = torch.full((len(texts), width), -100, dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        labels[row, len(start): len(ids)] = inputs[row, len(start): len(ids)]
+    return inputs, labels
 
 
 def read_model_config(path: str | None) -> dict[str, Any]:

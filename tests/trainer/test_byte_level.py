@@ -203,3 +203,20 @@ def test_the_commands_on_a_folder_and_a_checkpoint(checkpoint, tmp_path, capsys)
     from tokmaint.cli import main
     assert main(["generate", "--model", folder, "--prompt", "the th", "--max-bytes", "5"]) == 0
     assert capsys.readouterr().out.startswith("the th")
+
+
+def test_every_prefix_in_one_pass_equals_each_prefix_alone(model):
+    data = "then 12 hé".encode()
+    together, _ = model.prefix_log_probs(data)
+    assert np.allclose(together, [model.prefix(data[:i]).log_prob for i in range(1, len(data) + 1)], atol=1e-6)
+
+
+def test_an_ensemble_of_two_models_is_the_mean_of_their_conditionals(model, tokenizer):
+    torch.manual_seed(5)
+    other = ByteLevelModel(GPT2LMHeadModel(model.model.config), tokenizer, bos_token_id=model.bos_token_id)
+    data = "the th".encode()
+    expected = 0.0
+    for i in range(1, len(data) + 1):
+        conditionals = [math.exp(m.prefix(data[:i]).log_prob - m.prefix(data[:i - 1]).log_prob) for m in (model, other)]
+        expected += math.log(sum(conditionals) / 2)
+    assert ensemble_log_prob([model, other], data)[0] == pytest.approx(expected, abs=1e-6)
