@@ -73,6 +73,12 @@ BENCHES = (
     ("arithmetic-train", "tokmaint.commands.trainer:add_bench_arithmetic_train",
      "arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and evolving "
      "tokenizers, and each init strategy's loss jump after a revision"),
+    ("lifelong", "tokmaint.commands.byte_level:add_bench_lifelong",
+     "lifelong: two tiny models through a drifting stream, one with the first version for good, one taking each "
+     "Ted-Tok version; bits per byte on the next part (and their byte-level ensemble), tokens processed"),
+    ("bytelevel", "tokmaint.commands.byte_level:add_bench_bytelevel",
+     "bytelevel: ByteSampler's Tables 3-5 at our scale: model tokens per prefix, next-character accuracy and bits "
+     "per character of byte-level conditioning against naive tokenization of the prefix"),
     ("soak", "tokmaint.commands.demo:add_bench_soak",
      "soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks that "
      "nothing was lost or counted twice"),

@@ -46,7 +46,7 @@ def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
     64
     """
     return GPT2Config(**{"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256, "vocab_size": vocab_size,
-                         **overrides})
+                         "bos_token_id": None, "eos_token_id": None, **overrides})  # not GPT-2's 50256
 
 
 class Trainer:

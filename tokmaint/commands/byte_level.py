@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokmaint.options import add_bench_options, chosen_settings
 from tokmaint.output import print_result, show_progress
 
 
@@ -103,3 +104,21 @@ def add_generate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_generate, parser=parser)
+
+
+def cmd_bench_lifelong(args: argparse.Namespace) -> int:
+    from trainer.lifelong import LifelongBenchSettings, run_lifelong_bench
+
+    settings = chosen_settings(args.parser, args, LifelongBenchSettings)
+    print_result(run_lifelong_bench(args.corpus, settings, plot=args.plot, progress=show_progress(args)),
+                 as_json=args.json)
+    return 0
+
+
+def add_bench_lifelong(parser: argparse.ArgumentParser) -> None:
+    from trainer.lifelong import LifelongBenchSettings
+
+    parser.add_argument("--corpus", help="a timestamped JSONL(.gz) stream (default: the shipped git sample, "
+                                         "data/git-commits-sample.jsonl.gz)")
+    parser.add_argument("--plot", metavar="DIR", help="draw lifelong.png (bits per byte by part) into this folder")
+    add_bench_options(parser, LifelongBenchSettings, cmd_bench_lifelong)

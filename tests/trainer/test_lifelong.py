@@ -1,0 +1,36 @@
+"""bench lifelong: static and evolving through a drifting stream, scored in bits per byte."""
+
+import pytest
+
+from trainer.lifelong import LifelongBenchSettings, run_lifelong_bench
+
+SMALL = dict(max_mb=0.25, parts=3, eval_docs=3, eval_bytes=48, train_batch=8, seq_len=48, vocab_size=300,
+             step_docs=16, interval_docs=32, warmup_docs=32, horizon_docs=320)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return run_lifelong_bench(None, LifelongBenchSettings(**SMALL), plot=tmp_path_factory.mktemp("plot"))
+
+
+def test_the_report_has_every_figure(report):
+    assert set(report["bits_per_byte"]) == {"static", "evolving", "ensemble"}
+    assert set(report["tokens"]) == {"static", "evolving"} and report["seconds"] > 0
+    assert [row["part"] for row in report["parts"]] == [1, 2]
+    assert report["plot"].endswith("lifelong.png")
+    for row in report["parts"]:
+        assert all(0 < bits < 16 for bits in row["bits_per_byte"].values())
+
+
+def test_the_evolving_model_takes_versions_and_processes_fewer_tokens(report):
+    assert report["versions"] > 1 and report["parts"][-1]["version"] > 1
+    assert report["tokens"]["evolving"] < report["tokens"]["static"]  # the stream's new words in fewer tokens
+
+
+def test_until_the_first_revision_the_two_models_are_one(report):
+    """The same weights, batches and version: the same figures, the ensemble too."""
+    first = report["parts"][0]
+    if first["version"] == 1:
+        bits = first["bits_per_byte"]
+        assert bits["static"] == bits["evolving"] == pytest.approx(bits["ensemble"], abs=1e-6)
+        assert first["tokens"]["static"] == first["tokens"]["evolving"]

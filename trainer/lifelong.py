@@ -1,0 +1,195 @@
+"""``tokmaint bench lifelong``: does a lifelong tokenizer help the model? Two identical tiny models
+go through a drifting stream in order, the same documents in the same optimizer steps: one keeps
+the stream's first version for good (static), the other takes each Ted-Tok version as the
+pipeline's logic publishes it (evolving, ``apply_revision`` between two steps). After each part of
+the stream, both are scored on the next part, the future neither has seen, in bits per byte
+(``trainer.byte_level``: exact whatever the version), and so is their byte-level ensemble.
+
+    report = run_lifelong_bench("data/git-commits-sample.jsonl.gz", LifelongBenchSettings())
+    report["bits_per_byte"]["evolving"], report["tokens"]["evolving"]
+
+The stream is cut by time into ``parts`` of as many documents; the initial version is trained on
+the first part, Ted-Tok replays the rest in steps of ``step_docs`` documents, and a version made
+after step s reaches the evolving model before the batch that holds the step's next document.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import GPT2LMHeadModel
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import Document, oldest, read_corpus
+from tokenizer_service.errors import CorpusError
+from tokenizer_service.evolve import StreamSettings, replay
+from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
+from tokenizer_service.tedtok import TedTok
+from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_removed
+from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
+from trainer.export import BOS_TOKENS, bos_token_id
+from trainer.loop import tiny_gpt2_config, token_batch
+from trainer.settings import CAUSAL_LM_LOSS
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
+
+
+class LifelongBenchSettings(StreamSettings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_LIFELONG_")
+
+    vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the first version (trained on the first "
+                                                         "part)")
+    max_mb: float = setting(3.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream (its "
+                                                                      "oldest)")
+    parts: int = setting(6, whole(2), "parts the stream is cut into by time; each is scored before it is trained on")
+    train_batch: int = setting(16, whole(1), "documents per optimizer step")
+    seq_len: int = setting(128, whole(2), "tokens per document, at most, in training")
+    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    strategy: Strategy = setting("parents_mean", None, f"how the evolving model's new rows start: "
+                                                       f"{', '.join(STRATEGIES)}")
+    eval_docs: int = setting(48, whole(1), "documents of the next part scored after each part")
+    eval_bytes: int = setting(192, whole(1), "bytes of each scored document, at most (its start)")
+    seed: int = setting(0, whole(0), "the models' initial weights (the same for both)")
+
+
+class _Run:
+    """One of the two models, its optimizer and the version it reads with."""
+
+    def __init__(self, tokenizer: BPETokenizer, settings: LifelongBenchSettings) -> None:
+        torch.manual_seed(settings.seed)
+        # No dropout: the two models then differ by their versions alone (same weights, same batches).
+        bos = bos_token_id(tokenizer)
+        self.model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                      attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos))
+        self.model.loss_type = CAUSAL_LM_LOSS
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        set_removed(self.model, tokenizer.free_ids)
+        self.tokenizer, self.version, self.tokens = tokenizer, 1, 0
+
+    def step(self, texts: list[str], seq_len: int) -> None:
+        self.model.train()
+        inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
+        self.model(input_ids=inputs, labels=labels).loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.tokens += int((labels != -100).sum())
+
+    def byte_model(self) -> ByteLevelModel:
+        return ByteLevelModel(self.model, self.tokenizer, bos_token_id=bos_token_id(self.tokenizer))
+
+
+def _scored(docs: list[Document], settings: LifelongBenchSettings) -> list[str]:
+    """The documents of a part that are scored: ``eval_docs`` of them evenly spaced, each its first
+    ``eval_bytes`` bytes (whole characters)."""
+    picked = [docs[round(k)] for k in np.linspace(0, len(docs) - 1, min(settings.eval_docs, len(docs)))]
+    return [d.text.encode("utf-8")[: settings.eval_bytes].decode("utf-8", errors="ignore") for d in picked]
+
+
+def _bits_per_byte(runs: dict[str, _Run], texts: list[str]) -> dict[str, float]:
+    """Bits per byte over ``texts`` of each model and of their byte-level ensemble (each text cut
+    to what both read in one context)."""
+    models = {name: run.byte_model() for name, run in runs.items()}
+    for model in models.values():
+        model.model.eval()
+    texts = [t for t in (fit_text(list(models.values()), text) for text in texts) if t]
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    log_probs = {name: sum(model.prefix(t).log_prob for t in texts) for name, model in models.items()}
+    log_probs["ensemble"] = sum(ensemble_log_prob(list(models.values()), t)[0] for t in texts)
+    return {name: -lp / LN2 / n_bytes for name, lp in log_probs.items()}
+
+
+def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBenchSettings | None = None, *,
+                       plot: str | Path | None = None, progress: bool = False) -> dict[str, Any]:
+    """Static against evolving through the stream (see the module); ``plot``: a folder to draw
+    lifelong.png into."""
+    from tqdm import tqdm
+
+    settings = settings or LifelongBenchSettings()
+    started = time.perf_counter()
+    path = Path(corpus) if corpus else SAMPLE
+    docs = oldest(read_corpus(path, progress=progress), settings.max_mb)
+    if len(docs) < settings.parts * settings.train_batch:
+        raise CorpusError(path, f"{len(docs)} documents in --max-mb {settings.max_mb}: too few for {settings.parts} "
+                                f"parts of {settings.train_batch}-document batches")
+    bounds = [round(k * len(docs) / settings.parts) for k in range(settings.parts + 1)]
+    parts = [docs[a:b] for a, b in zip(bounds, bounds[1:])]
+    initial = BPETokenizer.train([d.text for d in parts[0]], vocab_size=settings.vocab_size,
+                                 special_tokens=[BOS_TOKENS[0]], progress=progress)
+
+    # The versions, as the pipeline's logic publishes them over the rest of the stream, each with
+    # the index of the first document that comes after the step that made it.
+    versions: list[tuple[int, Any]] = []
+    tedtok = TedTok(initial, config=settings.tedtok_config())
+    stream = [[d.text for d in docs[s:s + settings.step_docs]] for s in range(bounds[1], len(docs), settings.step_docs)]
+    replay(tedtok, stream, [lambda number, tokenizer, diff: versions.append(
+        (bounds[1] + tedtok.store.step * settings.step_docs, (number, tokenizer, diff)))], progress=progress)
+    pending = list(versions)
+
+    runs = {"static": _Run(initial, settings), "evolving": _Run(initial, settings)}
+    rows = []
+    bar = tqdm(total=len(docs), disable=not progress, unit="doc", desc="lifelong")
+    for p, part in enumerate(parts):
+        tokens_before = {name: run.tokens for name, run in runs.items()}
+        trained = time.perf_counter()
+        for start in range(0, len(part), settings.train_batch):
+            position = bounds[p] + start
+            evolving = runs["evolving"]
+            while pending and pending[0][0] <= position:  # published before this batch's documents
+                _, (number, tokenizer, diff) = pending.pop(0)
+                apply_revision(evolving.model, evolving.optimizer, diff, strategy=settings.strategy,
+                               previous=evolving.tokenizer)
+                evolving.tokenizer, evolving.version = tokenizer, number
+            texts = [d.text for d in part[start:start + settings.train_batch]]
+            for run in runs.values():
+                run.step(texts, settings.seq_len)
+            bar.update(len(texts))
+        train_seconds = time.perf_counter() - trained
+        if p + 1 < len(parts):
+            scored = time.perf_counter()
+            bits = _bits_per_byte(runs, _scored(parts[p + 1], settings))
+            rows.append({"part": p + 1, "trained_through": p, "version": runs["evolving"].version,
+                         "bits_per_byte": bits,
+                         "tokens": {name: run.tokens - tokens_before[name] for name, run in runs.items()},
+                         "train_seconds": train_seconds, "eval_seconds": time.perf_counter() - scored})
+    bar.close()
+    mean = {name: float(np.mean([row["bits_per_byte"][name] for row in rows]))
+            for name in ("static", "evolving", "ensemble")}
+    report = {
+        "bits_per_byte": mean,
+        "tokens": {name: run.tokens for name, run in runs.items()},
+        "versions": 1 + len(versions), "parts": rows, "documents": len(docs),
+        "evolving_vs_static": mean["evolving"] / mean["static"] - 1,
+        "ensemble_vs_best": mean["ensemble"] / min(mean["static"], mean["evolving"]) - 1,
+        "seconds": time.perf_counter() - started,
+    }
+    if plot is not None:
+        report["plot"] = str(_plot(rows, Path(plot)))
+    return report
+
+
+def _plot(rows: list[dict[str, Any]], folder: Path) -> Path:
+    """lifelong.png in ``folder``: bits per byte on the next part, by part, for each model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    parts = [row["part"] for row in rows]
+    for name, style in (("static", "o-"), ("evolving", "s-"), ("ensemble", "^--")):
+        ax.plot(parts, [row["bits_per_byte"][name] for row in rows], style, label=name)
+    ax.set_xticks(parts)
+    ax.set_xlabel("part scored (the model has trained on the parts before it)")
+    ax.set_ylabel("bits per byte (lower is better)")
+    ax.set_title("A static against a lifelong tokenizer, on the future of the stream")
+    ax.legend()
+    fig.tight_layout()
+    path = folder / "lifelong.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
