@@ -62,7 +62,8 @@ class ByteVocabulary:
     >>> vocab = ByteVocabulary(BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260))
     >>> sorted(vocab.token_bytes[i] for i in vocab.starting_with(b"a"))
     [b'a', b'ab']
-    >>> vocab.valid(vocab.tokenizer.encode("ab abc")), vocab.valid([vocab.tokenizer.vocab["a"], vocab.tokenizer.vocab["b"]])
+    >>> ids = vocab.tokenizer.vocab
+    >>> vocab.valid(vocab.tokenizer.encode("ab abc")), vocab.valid([ids["a"], ids["b"]])
     (True, False)
     """
 
@@ -137,9 +138,72 @@ class ByteVocabulary:
             self._heads[data] = self.encode([data])[0]
         return self._heads[data]
 
+    def writings(self, texts: list[bytes]) -> list[list[tuple[int, ...]]]:
+        r"""How the tokenizer writes each of ``texts``: its encoding; for bytes that end inside a
+        character, the tokens up to that end in the encodings of the character's completions
+        (:func:`completions`) that have a token boundary there, each once (none: no text begins
+        so); for other bytes that are no text, none.
+
+        >>> vocab = ByteVocabulary(BPETokenizer.train(["ab é"] * 3, vocab_size=258))
+        >>> vocab.writings([b"ab", b"\xc3", b"\xff"])  # é is two byte tokens here: \xc3 is written alone
+        [[(256,)], [(127,)], []]
+        """
+        jobs: list[tuple[int, bytes, int | None]] = []  # (text, bytes to encode, where the text ends in them)
+        for k, text in enumerate(texts):
+            partial = _incomplete_end(text)
+            if partial == 0:
+                jobs.append((k, text, None))
+            elif partial > 0:
+                jobs.extend((k, text + w, len(text)) for w in completions(text[len(text) - partial:]))
+        found: list[dict[tuple[int, ...], None]] = [{} for _ in texts]  # ordered sets
+        for (k, _, end), ids in zip(jobs, self.encode([data for _, data, _ in jobs])):
+            if ids is None:
+                continue
+            if end is None:
+                found[k][tuple(ids)] = None
+                continue
+            ends = np.cumsum([len(self.token_bytes[i]) for i in ids]).tolist()
+            if end in ends:
+                found[k][tuple(ids[: ends.index(end) + 1])] = None
+        return [list(f) for f in found]
+
     def valid(self, ids: Sequence[int]) -> bool:
-        """True when the tokenizer could have written ``ids``: ``encode(decode(ids)) == ids``."""
-        return self.encode([self.decode(ids)])[0] == list(ids)
+        """True when the tokenizer could have written ``ids``: ``encode(decode(ids)) == ids``, or
+        for tokens that end inside a character, so for some completion of it (:meth:`writings`)."""
+        return tuple(ids) in self.writings([self.decode(ids)])[0]
+
+
+def _incomplete_end(data: bytes) -> int:
+    r"""How many bytes at the end of ``data`` begin a character they do not finish: 0 for UTF-8
+    text, -1 for bytes that are no text otherwise.
+
+    >>> _incomplete_end("é".encode()), _incomplete_end("aé".encode()[:2]), _incomplete_end(b"\xff")
+    (0, 1, -1)
+    """
+    try:
+        data.decode("utf-8")
+        return 0
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data" and exc.end == len(data):
+            return len(data) - exc.start
+        return -1
+
+
+def completions(partial: bytes) -> list[bytes]:
+    r"""The bytes that finish the character ``partial`` begins: every value of its next byte (at
+    most 64), the bytes after it the lowest that make a character.
+
+    >>> len(completions(b"\xc3")), completions(b"\xe6\x97")[:2], len(completions(b"\xf0"))
+    (64, [b'\x80', b'\x81'], 48)
+    """
+    lead = partial[0]
+    size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    # The second byte's range where the lead narrows it (no overlong forms, no surrogates, no
+    # code point past U+10FFFF); 0x80-0xBF otherwise.
+    low, high = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(
+        lead, (0x80, 0xBF)) if len(partial) == 1 else (0x80, 0xBF)
+    rest = bytes([0x80] * (size - len(partial) - 1))
+    return [bytes([b]) + rest for b in range(low, high + 1)]
 
 
 def valid_pair(vocab: ByteVocabulary, left: int, right: int) -> bool:
@@ -226,8 +290,8 @@ def covering_tree(vocab: ByteVocabulary, prefix: bytes, *, extended: bool = Fals
     >>> sorted(vocab.decode(leaf) for leaf in covering_tree(vocab, b"ab a").leaves)  # Ġa, Ġab, Ġabc
     [b'ab a', b'ab ab', b'ab abc']
     >>> after = [vocab.decode(leaf)[4:] for leaf in covering_tree(vocab, b"ab a", extended=True).leaves]
-    >>> len(after), sorted(after)[32:35]  # every ASCII byte after Ġa; Ġab and Ġabc; " ab", " abc"
-    (132, [b' ', b' ab', b' abc'])
+    >>> len(after), sorted(after)[32:35]  # after Ġa: every ASCII byte, the 51 lead bytes of longer characters; Ġab, Ġabc
+    (183, [b' ', b' ab', b' abc'])
     """
     n = len(prefix)
     top = n + 1 if extended else n
@@ -244,9 +308,10 @@ def covering_tree(vocab: ByteVocabulary, prefix: bytes, *, extended: bool = Fals
         return CoveringTree(prefix, (), extended)
     tails = [prefix[c:k] + vocab.token_bytes[t] for k, t in candidates]
     leaves = []
-    for (k, t), tail, ids in zip(candidates, tails, vocab.encode(tails)):
-        if ids and ids[-1] == t and len(tail) - len(vocab.token_bytes[t]) == k - c and vocab.decode(ids) == tail:
-            leaves.append(tuple(head + ids))
+    for (k, t), tail, writings in zip(candidates, tails, vocab.writings(tails)):
+        for ids in writings:
+            if ids[-1] == t and len(tail) - len(vocab.token_bytes[t]) == k - c and vocab.decode(ids) == tail:
+                leaves.append(tuple(head) + ids)
     return CoveringTree(prefix, tuple(leaves), extended)
 
 

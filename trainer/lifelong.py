@@ -56,17 +56,18 @@ class LifelongBenchSettings(StreamSettings):
     seed: int = setting(0, whole(0), "the models' initial weights (the same for both)")
 
 
-class _Run:
-    """One of the two models, its optimizer and the version it reads with."""
+class TinyModel:
+    """A tiny GPT-2 (no dropout) that the benchmarks train here, its optimizer, the version it reads
+    with and the tokens it has processed."""
 
-    def __init__(self, tokenizer: BPETokenizer, settings: LifelongBenchSettings) -> None:
-        torch.manual_seed(settings.seed)
+    def __init__(self, tokenizer: BPETokenizer, *, lr: float, seed: int) -> None:
+        torch.manual_seed(seed)
         # No dropout: the two models then differ by their versions alone (same weights, same batches).
         bos = bos_token_id(tokenizer)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, resid_pdrop=0.0, embd_pdrop=0.0,
                                                       attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos))
         self.model.loss_type = CAUSAL_LM_LOSS
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
         set_removed(self.model, tokenizer.free_ids)
         self.tokenizer, self.version, self.tokens = tokenizer, 1, 0
 
@@ -89,7 +90,7 @@ def _scored(docs: list[Document], settings: LifelongBenchSettings) -> list[str]:
     return [d.text.encode("utf-8")[: settings.eval_bytes].decode("utf-8", errors="ignore") for d in picked]
 
 
-def _bits_per_byte(runs: dict[str, _Run], texts: list[str]) -> dict[str, float]:
+def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str]) -> dict[str, float]:
     """Bits per byte over ``texts`` of each model and of their byte-level ensemble (each text cut
     to what both read in one context)."""
     models = {name: run.byte_model() for name, run in runs.items()}
@@ -129,7 +130,7 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
         (bounds[1] + tedtok.store.step * settings.step_docs, (number, tokenizer, diff)))], progress=progress)
     pending = list(versions)
 
-    runs = {"static": _Run(initial, settings), "evolving": _Run(initial, settings)}
+    runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed) for name in ("static", "evolving")}
     rows = []
     bar = tqdm(total=len(docs), disable=not progress, unit="doc", desc="lifelong")
     for p, part in enumerate(parts):

@@ -122,3 +122,19 @@ def add_bench_lifelong(parser: argparse.ArgumentParser) -> None:
                                          "data/git-commits-sample.jsonl.gz)")
     parser.add_argument("--plot", metavar="DIR", help="draw lifelong.png (bits per byte by part) into this folder")
     add_bench_options(parser, LifelongBenchSettings, cmd_bench_lifelong)
+
+
+def cmd_bench_bytelevel(args: argparse.Namespace) -> int:
+    from trainer.bytelevel_bench import BytelevelBenchSettings, run_bytelevel_bench
+
+    settings = chosen_settings(args.parser, args, BytelevelBenchSettings)
+    print_result(run_bytelevel_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
+def add_bench_bytelevel(parser: argparse.ArgumentParser) -> None:
+    from trainer.bytelevel_bench import BytelevelBenchSettings
+
+    parser.add_argument("--corpus", help="a JSONL(.gz) or .txt(.gz) corpus (default: the shipped git sample, "
+                                         "data/git-commits-sample.jsonl.gz)")
+    add_bench_options(parser, BytelevelBenchSettings, cmd_bench_bytelevel)

@@ -1,0 +1,153 @@
+"""``tokmaint bench bytelevel``: ByteSampler's Tables 3-5 at our scale, with a small model trained
+here on the oldest ``train_share`` of a corpus and scored on random substrings of the rest (most
+of which start and end inside a word).
+
+For each substring, its first ``prefix_chars`` characters are the prompt and the next character
+the target:
+
+* ``tokens_per_prefix``: the positions the model evaluates to score the prompt exactly
+  (``bytesampler``: the inner nodes of its Valid Covering Tree) against its plain tokenization's
+  length (``plain``) — the paper's Table 3 (24.24 against 23.51, +3.1%).
+* ``next_char_accuracy`` (Table 5): the most likely next character by byte-level conditioning
+  (greedy bytes until a character is whole) against naive tokenization of the prompt (the most
+  likely next token's first character, the prompt tokenised as it stands).
+* ``bits_per_char`` (Table 4): −log2 of the target's probability: byte-level (P(prompt·c) /
+  P(prompt)) and naive (the tokens that begin with c, after the prompt tokenised as it stands);
+  ``plain``: the model's own next-token loss at the token boundary nearest the prompt's end, over
+  the characters of those tokens.
+
+    report = run_bytelevel_bench("data/git-commits-sample.jsonl.gz", BytelevelBenchSettings())
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import oldest, read_corpus
+from tokenizer_service.errors import CorpusError
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
+from trainer.byte_level import LN2, ByteLevelModel
+from trainer.export import BOS_TOKENS
+from trainer.lifelong import SAMPLE, TinyModel
+
+
+class BytelevelBenchSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_BYTELEVEL_")
+
+    max_mb: float = setting(2.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
+    train_share: float = setting(0.8, share(one=False), "share of those documents (the oldest) the model trains on")
+    vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the tokenizer trained on them")
+    epochs: int = setting(2, whole(1), "passes of the model over its documents")
+    train_batch: int = setting(16, whole(1), "documents per optimizer step")
+    seq_len: int = setting(128, whole(2), "tokens per document, at most, in training")
+    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    samples: int = setting(200, whole(1), "random substrings of the held-out documents scored")
+    prefix_chars: int = setting(100, whole(1), "characters of each substring's prompt (the paper's 100)")
+    seed: int = setting(0, whole(0), "the model's weights and the substrings drawn")
+
+
+def _greedy_char(model: ByteLevelModel, prompt: bytes) -> str:
+    """The most likely next character after ``prompt``: the most likely byte, and after a UTF-8
+    lead byte the most likely ones that complete it."""
+    out = b""
+    for _ in range(4):
+        out += bytes([int(np.argmax(model.next_byte(prompt + out)))])
+        try:
+            return out.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return out.decode("utf-8", errors="replace")
+
+
+@torch.no_grad()
+def _token_log_probs(model: ByteLevelModel, ids: list[int]) -> np.ndarray:
+    """The model's next-token ln p after ``[bos] + ids``."""
+    logits = model.model(input_ids=torch.tensor([[model.bos_token_id, *ids]])).logits[0, -1].double()
+    return torch.log_softmax(logits, dim=-1).numpy()
+
+
+def _naive(model: ByteLevelModel, prompt: str, target: str) -> tuple[str, float]:
+    """Naive tokenization of the prompt: the next token's first character, greedily, and ln of the
+    probability of the tokens that begin with ``target``."""
+    vocab = model.vocab
+    log_probs = _token_log_probs(model, vocab.tokenizer.encode(prompt))
+    best = vocab.token_bytes.get(int(np.argmax(log_probs)), b"")
+    predicted = best.decode("utf-8", errors="ignore")[:1]
+    starting = [t for t in vocab.starting_with(target.encode("utf-8")) if t < len(log_probs)]
+    return predicted, float(np.logaddexp.reduce(log_probs[starting])) if starting else -math.inf
+
+
+def _plain(model: ByteLevelModel, text: str, prompt_bytes: int) -> tuple[float, int]:
+    """The token-level figure: ln p of the canonical token that follows the last token boundary at
+    or before the prompt's end, and the characters of that token."""
+    ids = model.vocab.tokenizer.encode(text)
+    ends = np.cumsum([len(model.vocab.token_bytes[i]) for i in ids])
+    j = int(np.searchsorted(ends, prompt_bytes, side="right"))  # tokens that end within the prompt
+    log_p = float(_token_log_probs(model, ids[:j])[ids[j]])
+    return log_p, len(model.vocab.token_bytes[ids[j]].decode("utf-8", errors="ignore")) or 1
+
+
+def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBenchSettings | None = None, *,
+                        progress: bool = False) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    settings = settings or BytelevelBenchSettings()
+    started = time.perf_counter()
+    path = Path(corpus) if corpus else SAMPLE
+    docs = oldest(read_corpus(path, progress=progress), settings.max_mb)
+    cut = round(settings.train_share * len(docs))
+    train, held_out = [d.text for d in docs[:cut]], [d.text for d in docs[cut:]]
+    long_enough = [t for t in held_out if len(t) > settings.prefix_chars + 1]
+    if not train or not long_enough:
+        raise CorpusError(path, f"no held-out document of more than {settings.prefix_chars + 1} characters in "
+                                f"--max-mb {settings.max_mb} with --train-share {settings.train_share}")
+    tokenizer = BPETokenizer.train(train, vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]])
+    tiny = TinyModel(tokenizer, lr=settings.lr, seed=settings.seed)
+    batches = [train[k:k + settings.train_batch] for k in range(0, len(train), settings.train_batch)]
+    trained = time.perf_counter()
+    for texts in tqdm(batches * settings.epochs, disable=not progress, unit="step", desc="training"):
+        tiny.step(texts, settings.seq_len)
+    train_seconds = time.perf_counter() - trained
+    model = tiny.byte_model()
+    model.model.eval()
+
+    rng = random.Random(settings.seed)
+    tokens = {"bytesampler": 0, "plain": 0}
+    correct = {"bytesampler": 0, "naive": 0}
+    log_probs = {"bytesampler": 0.0, "naive": 0.0, "plain": 0.0}
+    plain_chars = 0
+    for _ in tqdm(range(settings.samples), disable=not progress, unit="prefix", desc="scoring"):
+        text = rng.choice(long_enough)
+        start = rng.randrange(len(text) - settings.prefix_chars)
+        window = text[start:start + settings.prefix_chars + 1]
+        prompt, target = window[:-1], window[-1]
+        before = model.prefix(prompt)
+        tokens["bytesampler"] += before.model_tokens
+        tokens["plain"] += len(tokenizer.encode(prompt))
+        log_probs["bytesampler"] += model.prefix(window).log_prob - before.log_prob
+        correct["bytesampler"] += _greedy_char(model, prompt.encode("utf-8")) == target
+        predicted, log_p = _naive(model, prompt, target)
+        correct["naive"] += predicted == target
+        log_probs["naive"] += log_p
+        log_p, chars = _plain(model, text[start:start + settings.prefix_chars + 64], len(prompt.encode("utf-8")))
+        log_probs["plain"] += log_p
+        plain_chars += chars
+    n = settings.samples
+    per_prefix = {name: count / n for name, count in tokens.items()}
+    return {
+        "tokens_per_prefix": per_prefix,
+        "overhead": per_prefix["bytesampler"] / per_prefix["plain"] - 1,
+        "next_char_accuracy": {name: count / n for name, count in correct.items()},
+        "bits_per_char": {"bytesampler": -log_probs["bytesampler"] / LN2 / n, "naive": -log_probs["naive"] / LN2 / n,
+                          "plain": -log_probs["plain"] / LN2 / plain_chars},
+        "samples": n, "vocab_size": len(tokenizer), "train_documents": len(train),
+        "train_seconds": train_seconds, "seconds": time.perf_counter() - started,
+    }
