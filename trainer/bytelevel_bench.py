@@ -13,8 +13,10 @@ the target:
   likely next token's first character, the prompt tokenised as it stands).
 * ``bits_per_char`` (Table 4): −log2 of the target's probability: byte-level (P(prompt·c) /
   P(prompt)) and naive (the tokens that begin with c, after the prompt tokenised as it stands);
-  ``plain``: the model's own next-token loss at the token boundary nearest the prompt's end, over
-  the characters of those tokens.
+  ``plain``: the model's own loss of the canonical token that holds the target, at the token
+  boundary before it, over that token's characters (the paper divides by the corpus's mean
+  characters a token instead; a random position falls in long tokens more often, which that
+  conversion does not undo).
 
     report = run_bytelevel_bench("data/git-commits-sample.jsonl.gz", BytelevelBenchSettings())
 """
@@ -85,14 +87,16 @@ def _naive(model: ByteLevelModel, prompt: str, target: str) -> tuple[str, float]
     return predicted, float(np.logaddexp.reduce(log_probs[starting])) if starting else -math.inf
 
 
-def _plain(model: ByteLevelModel, text: str, prompt_bytes: int) -> tuple[float, int]:
-    """The token-level figure: ln p of the canonical token that follows the last token boundary at
-    or before the prompt's end, and the characters of that token."""
+def _plain(model: ByteLevelModel, text: str, prompt_bytes: int) -> float:
+    """The token-level figure: ln p of the canonical token that holds the prompt's next character,
+    after the tokens before it, over that token's characters. A random character falls in a token
+    as often as the token is long, so the mean of this over random positions is the model's ln p
+    a character of the text, as the byte-level figure's mean is."""
     ids = model.vocab.tokenizer.encode(text)
     ends = np.cumsum([len(model.vocab.token_bytes[i]) for i in ids])
     j = int(np.searchsorted(ends, prompt_bytes, side="right"))  # tokens that end within the prompt
-    log_p = float(_token_log_probs(model, ids[:j])[ids[j]])
-    return log_p, len(model.vocab.token_bytes[ids[j]].decode("utf-8", errors="ignore")) or 1
+    chars = len(model.vocab.token_bytes[ids[j]].decode("utf-8", errors="ignore")) or 1
+    return float(_token_log_probs(model, ids[:j])[ids[j]]) / chars
 
 
 def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBenchSettings | None = None, *,
@@ -123,7 +127,6 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
     tokens = {"bytesampler": 0, "plain": 0}
     correct = {"bytesampler": 0, "naive": 0}
     log_probs = {"bytesampler": 0.0, "naive": 0.0, "plain": 0.0}
-    plain_chars = 0
     for _ in tqdm(range(settings.samples), disable=not progress, unit="prefix", desc="scoring"):
         text = rng.choice(long_enough)
         start = rng.randrange(len(text) - settings.prefix_chars)
@@ -137,9 +140,7 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
         predicted, log_p = _naive(model, prompt, target)
         correct["naive"] += predicted == target
         log_probs["naive"] += log_p
-        log_p, chars = _plain(model, text[start:start + settings.prefix_chars + 64], len(prompt.encode("utf-8")))
-        log_probs["plain"] += log_p
-        plain_chars += chars
+        log_probs["plain"] += _plain(model, text[start:start + settings.prefix_chars + 64], len(prompt.encode("utf-8")))
     n = settings.samples
     per_prefix = {name: count / n for name, count in tokens.items()}
     return {
@@ -147,7 +148,7 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
         "overhead": per_prefix["bytesampler"] / per_prefix["plain"] - 1,
         "next_char_accuracy": {name: count / n for name, count in correct.items()},
         "bits_per_char": {"bytesampler": -log_probs["bytesampler"] / LN2 / n, "naive": -log_probs["naive"] / LN2 / n,
-                          "plain": -log_probs["plain"] / LN2 / plain_chars},
+                          "plain": -log_probs["plain"] / LN2 / n},
         "samples": n, "vocab_size": len(tokenizer), "train_documents": len(train),
         "train_seconds": train_seconds, "seconds": time.perf_counter() - started,
     }
