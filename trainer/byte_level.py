@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.bpe import BPETokenizer, bpe_pieces
 from tokenizer_service.errors import TokmaintError
 
 LN2 = math.log(2)
@@ -84,6 +84,7 @@ class ByteVocabulary:
         self._splits_at_spaces = tokenizer.plain_gpt2_pre_tokenizer and not any(
             any(c.isspace() for c in t) for t in tokenizer.added_tokens)
         self._heads: dict[bytes, list[int] | None] = {}
+        self.pairs: PairValidity | None = None  # valid_pair's, made when first asked
 
     def starting_with(self, prefix: bytes) -> list[int]:
         """The ids of the tokens whose bytes begin with ``prefix`` (all of them for b"")."""
@@ -206,18 +207,111 @@ def completions(partial: bytes) -> list[bytes]:
     return [bytes([b]) + rest for b in range(low, high + 1)]
 
 
-def valid_pair(vocab: ByteVocabulary, left: int, right: int) -> bool:
-    """Proposition 3.1's check of one pair: [left, right] is valid when the tokenizer writes the
-    two tokens' bytes as exactly these two tokens. A sequence is valid when each of its pairs is
-    (for BPE within a pre-token; a pre-tokenizer's split can depend on more than two tokens, which
-    is why :func:`covering_tree` checks each leaf whole).
+class PairValidity:
+    """Proposition 3.1 for one version: whether the tokenizer writes two tokens' bytes as exactly
+    these two tokens, decided from the merges at their boundary rather than by encoding. A
+    sequence is valid when each of its pairs is (for BPE within a pre-token; a pre-tokenizer's
+    split can depend on more than two tokens, which is why :func:`covering_tree` checks each leaf
+    whole).
+
+    The pre-tokenizer first: the pair's text must be the two tokens as two pre-tokens (each its
+    own encoding), or one pre-token. In one pre-token, BPE's merge trajectories at the boundary
+    decide: undo the later-made of the two tokens' last merges, step by step, and the pair is
+    invalid as soon as a merge across the boundary would have come first (van Antwerpen and
+    Neubeck's check). Each token's last merge and its place in the order are the merge list's
+    normal form (appendix C.4): the merge BPE applies last on the token's own bytes
+    (``MergeGraph.parents``), placed no earlier than the merges that make its two parts.
 
     >>> vocab = ByteVocabulary(BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260))
-    >>> ids = vocab.tokenizer.vocab
-    >>> valid_pair(vocab, ids["ab"], ids["Ġab"]), valid_pair(vocab, ids["a"], ids["b"])
-    (True, False)
+    >>> pairs, ids = PairValidity(vocab), vocab.tokenizer.vocab
+    >>> pairs(ids["ab"], ids["Ġab"]), pairs(ids["a"], ids["b"]), pairs(ids["Ġab"], ids["c"]), pairs(ids["ab"], ids["c"])
+    (True, False, False, True)
     """
-    return vocab.valid([left, right])
+
+    def __init__(self, vocab: ByteVocabulary) -> None:
+        from tokenizer_service.merge_graph import MergeGraph
+
+        self.vocab = vocab
+        tokenizer = vocab.tokenizer
+        self.parents = MergeGraph(tokenizer).parents
+        self.ranks = MergeGraph.rank_table(tokenizer.merges)
+        self._keys: dict[str, tuple[float, float] | None] = {}
+        hf = tokenizer.hf
+        # Text the pre-tokenizer sees as it is (no normalizer, no added tokens in the way):
+        # otherwise the pair is encoded.
+        self._direct = hf.normalizer is None
+        self._pre_tokenizer = hf.pre_tokenizer
+
+    def __call__(self, left: int, right: int) -> bool:
+        vocab, tokenizer = self.vocab, self.vocab.tokenizer
+        a, b = tokenizer.id_to_token[left], tokenizer.id_to_token[right]
+        try:
+            text = (vocab.token_bytes[left] + vocab.token_bytes[right]).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or not self._direct or a in tokenizer.added_tokens or b in tokenizer.added_tokens:
+            return vocab.valid([left, right])
+        pieces = [text] if self._pre_tokenizer is None else [p for p, _ in self._pre_tokenizer.pre_tokenize_str(text)]
+        if pieces == [a, b]:  # two pre-tokens: each must be written alone as itself
+            return tokenizer.tokenize_words([a, b]) == [[left], [right]]
+        if pieces != [a + b]:
+            return False
+        if tokenizer.ignore_merges and a + b in tokenizer.vocab:  # a whole pre-token in the vocabulary: taken as is
+            return False
+        return self._boundary_holds(a, b)
+
+    def _key(self, token: str) -> tuple[float, float] | None:
+        """Where the merge that makes ``token`` comes in the normal form's order (its rank, moved
+        after the merges of its parts where it came before them), (-1, -1) for a base token; None
+        when BPE alone never makes it from its own bytes."""
+        if token not in self._keys:
+            merge = self.parents.get(token)
+            if merge is None:
+                key: tuple[float, float] | None = (-1, -1)
+            elif bpe_pieces(token, self.ranks) != [token]:
+                key = None
+            else:
+                left, right = self._key(merge[0]), self._key(merge[1])
+                rank = self.ranks[merge]
+                key = None if left is None or right is None else (max(rank, left[0], right[0]), rank)
+            self._keys[token] = key
+        return self._keys[token]
+
+    def _boundary_holds(self, a: str, b: str) -> bool:
+        """True when BPE on a's and b's symbols ends as [a, b]: no merge across the boundary fires
+        before the merges inside them."""
+        ka, kb = self._key(a), self._key(b)
+        if ka is None or kb is None:
+            return False
+        limit, inclusive = None, False  # a crossing merge that comes before the limit wins
+        while True:
+            rank = self.ranks.get((a, b))
+            if rank is not None:
+                crossing = (max(rank, ka[0], kb[0]), rank)
+                if limit is None or crossing < limit or (inclusive and crossing == limit):
+                    return False
+            if ka > kb:  # a's last merge came later: undo it, keep its right part
+                limit, inclusive = ka, False
+                a = self.parents[a][1]
+                ka = self._key(a)
+            elif kb == (-1, -1):  # both are base tokens: nothing left to undo
+                return True
+            else:  # undo b's last merge, keep its left part (a tie goes to the left)
+                limit, inclusive = kb, True
+                b = self.parents[b][0]
+                kb = self._key(b)
+
+
+def valid_pair(vocab: ByteVocabulary, left: int, right: int) -> bool:
+    """Proposition 3.1's check of one pair (:class:`PairValidity`, made once a vocabulary).
+
+    >>> vocab = ByteVocabulary(BPETokenizer.train(["ab ab abc"] * 3, vocab_size=260))
+    >>> valid_pair(vocab, vocab.tokenizer.vocab["ab"], vocab.tokenizer.vocab["Ġab"])
+    True
+    """
+    if vocab.pairs is None:
+        vocab.pairs = PairValidity(vocab)
+    return vocab.pairs(left, right)
 
 
 @dataclass(frozen=True)

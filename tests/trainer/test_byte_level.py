@@ -240,3 +240,40 @@ def test_an_ensemble_of_two_models_is_the_mean_of_their_conditionals(model, toke
         conditionals = [math.exp(m.prefix(data[:i]).log_prob - m.prefix(data[:i - 1]).log_prob) for m in (model, other)]
         expected += math.log(sum(conditionals) / 2)
     assert ensemble_log_prob([model, other], data)[0] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("family", ["llama3", "gpt4o"])
+def test_proposition_3_1_agrees_with_encoding_the_pair_on_a_real_vocabulary(family):
+    """Random pairs of a production byte-level vocabulary (each token one the tokenizer writes
+    alone), pairs of a common prefix's tokens among them: the merge-trajectory check says what
+    ``encode(decode(pair)) == pair`` says."""
+    import os
+    from pathlib import Path
+
+    from tokenizer_service.bpe import BPETokenizer as Tokenizer
+
+    cache = Path(os.environ.get("TOKMAINT_TOKENIZER_CACHE") or Path.home() / ".cache" / "tokmaint" / "tokenizers")
+    path = cache / family / "tokenizer.json"
+    if not path.is_file():
+        pytest.skip(f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it")
+    tokenizer = Tokenizer.from_json(path.read_text(encoding="utf-8"))
+    vocab = ByteVocabulary(tokenizer)
+    rng = np.random.default_rng(1)
+    ids = [i for i in rng.choice(sorted(vocab.token_bytes), size=3000, replace=False).tolist()
+           if i in tokenizer.id_to_token and tokenizer.id_to_token[i] not in tokenizer.added_tokens]
+    alone = [i for i, e in zip(ids, tokenizer.tokenize_words([tokenizer.id_to_token[i] for i in ids])) if e == [i]]
+    # Half of the pairs random, half a token and one that often merges with it (short ones).
+    short = [i for i in alone if len(vocab.token_bytes[i]) <= 2]
+    pairs = [tuple(rng.choice(alone, 2)) for _ in range(1500)] + [tuple(rng.choice(short, 2)) for _ in range(1500)]
+    agree = valid = checked = 0
+    for a, b in pairs:
+        try:
+            text = (vocab.token_bytes[a] + vocab.token_bytes[b]).decode()
+        except UnicodeDecodeError:
+            continue
+        expected = tokenizer.encode(text) == [a, b]
+        checked += 1
+        valid += expected
+        agree += valid_pair(vocab, int(a), int(b)) == expected
+    assert checked > 2000 and 0 < valid < checked  # both answers occur
+    assert agree == checked
