@@ -4,7 +4,9 @@
   and with the version the registry served when that part arrived (evolving);
 * ``revisions.png``: versions over time and the ids each changed;
 * ``tokens.png``: tokens added and removed per version (examples in the page and the JSON);
-* ``trainer_loss.png``: the trainer's loss per step, with the steps where it took a version.
+* ``trainer_bits_per_byte.png``: the trainer's bits per byte on held-out text (the stream's newest
+  documents) by step, with the steps where it took a version: unlike a loss per token, comparable
+  across versions.
 
 >>> bytes_per_token(BPETokenizer.train(["ab ab"], vocab_size=258), ["ab ab"])
 2.5
@@ -71,7 +73,8 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: li
     _plot_bytes_per_token(out / "bytes_per_token.png", measured)
     _plot_revisions(out / "revisions.png", versions)
     _plot_tokens(out / "tokens.png", changes)
-    _plot_loss(out / "trainer_loss.png", trainer)
+    _plot_bits_per_byte(out / "trainer_bits_per_byte.png", trainer)
+    evaluations = [e for run in trainer for e in run["evaluations"]]
     last = measured[-1]
     summary = {
         "lineage": lineage, "seconds": round(seconds, 1), "documents": pipeline["documents"],
@@ -83,9 +86,12 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: li
         "tokens": {"added": sum(c["added"] for c in changes), "removed": sum(c["removed"] for c in changes)},
         "trainer": {"steps": trainer[-1]["steps"], "device": trainer[-1]["device"],
                     "versions_taken": [t["version"] for t in taken], "final_version": trainer[-1]["version"],
-                    "first_loss": trainer[0]["losses"][0], "last_loss": trainer[-1]["losses"][-1]},
+                    "first_loss": trainer[0]["losses"][0], "last_loss": trainer[-1]["losses"][-1],
+                    "bits_per_byte": {"first": evaluations[0]["bits_per_byte"] if evaluations else None,
+                                      "last": evaluations[-1]["bits_per_byte"] if evaluations else None},
+                    "evaluations": evaluations},
         "parts": measured, "changes": changes,
-        "files": ["summary.json", "bytes_per_token.png", "revisions.png", "tokens.png", "trainer_loss.png",
+        "files": ["summary.json", "bytes_per_token.png", "revisions.png", "tokens.png", "trainer_bits_per_byte.png",
                   "index.html"],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
@@ -144,15 +150,15 @@ def _plot_tokens(path: Path, changes: list[dict[str, Any]]) -> None:
     _save(figure, path)
 
 
-def _plot_loss(path: Path, runs: list[dict[str, Any]]) -> None:
+def _plot_bits_per_byte(path: Path, runs: list[dict[str, Any]]) -> None:
     figure, axes = plt.subplots(figsize=(9, 4))
-    losses = [loss for run in runs for loss in run["losses"]]  # a later run resumed where the one before ended
-    axes.plot(range(1, len(losses) + 1), losses, linewidth=0.8)
+    evaluations = [e for run in runs for e in run["evaluations"]]  # a later run resumed where the one before ended
+    axes.plot([e["step"] for e in evaluations], [e["bits_per_byte"] for e in evaluations], marker="o", linewidth=0.8)
     for taken in (t for run in runs for t in run["taken"]):
         axes.axvline(taken["step"], color="grey", linestyle=":", linewidth=0.8)
         axes.text(taken["step"], axes.get_ylim()[1], f"v{taken['version']}", fontsize=7, ha="center", va="bottom")
     axes.set_xlabel("optimizer step (dotted: a new version applied)")
-    axes.set_ylabel("loss")
+    axes.set_ylabel("bits per byte, held-out text")
     _save(figure, path)
 
 
@@ -183,9 +189,11 @@ evolving {{ "%.3f"|format(s.bytes_per_token.evolving_mean) }}; the last part: st
 <td>{% for t in c.added_examples %}<code>{{ t }}</code> {% endfor %}</td><td>{{ c.removed }}</td>
 <td>{% for t in c.removed_examples %}<code>{{ t }}</code> {% endfor %}</td></tr>
 {% endfor %}</table>
-<h2>Trainer</h2><img src="trainer_loss.png" alt="trainer loss across revisions">
+<h2>Trainer</h2><img src="trainer_bits_per_byte.png" alt="trainer bits per byte across revisions">
 <p>{{ s.trainer.steps }} steps on {{ s.trainer.device }}; versions taken: {{ s.trainer.versions_taken|join(", ") }};
-loss {{ "%.3f"|format(s.trainer.first_loss) }} → {{ "%.3f"|format(s.trainer.last_loss) }}.</p>
+bits per byte on held-out text (exact at the byte level, comparable across versions)
+{% if s.trainer.bits_per_byte.first is not none %}{{ "%.3f"|format(s.trainer.bits_per_byte.first) }} →
+{{ "%.3f"|format(s.trainer.bits_per_byte.last) }}{% else %}not measured{% endif %}.</p>
 <p><a href="summary.json">summary.json</a></p>
 </body></html>
 """

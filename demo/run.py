@@ -47,6 +47,7 @@ from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
+from trainer.export import BOS_TOKENS
 from trainer.settings import TrainerSettings
 
 log = logging.getLogger("tokmaint.demo")
@@ -112,13 +113,19 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
             processes.append(registry_server)
 
             _say(f"training the initial tokenizer on the {settings.initial_docs:,} oldest documents")
+            # <|endoftext|> starts every text the trainer reads: its bits per byte are scored from it.
             initial = BPETokenizer.train([d.text for d in docs[: settings.initial_docs]],
-                                         vocab_size=settings.vocab_size, progress=progress)
+                                         vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]],
+                                         progress=progress)
             registry = RegistryClient(registry_url, token=token)
             registry.create(LINEAGE, initial.to_json())
             topics = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq")
 
-            stream = docs[settings.initial_docs:]
+            # The newest documents are held out: the trainer's bits per byte on the stream's future.
+            held_out = docs[len(docs) - TrainerSettings().eval_docs:]
+            stream = docs[settings.initial_docs: len(docs) - len(held_out)]
+            held_out_file = root / "held-out.jsonl"
+            held_out_file.write_text("".join(json.dumps({"text": d.text}) + "\n" for d in held_out), encoding="utf-8")
             if (settings.trainer_steps + LAST_STEPS) * TrainerSettings().batch_size > len(stream):
                 raise TokmaintError(f"{settings.trainer_steps} trainer steps need more than the stream's "
                                     f"{len(stream):,} documents")
@@ -133,7 +140,8 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
             trainer_report = root / "trainer.json"
             trainer_cmd = [sys.executable, "-m", "tokmaint.cli", "trainer", "run", "--registry", registry_url,
                            "--lineage", LINEAGE, "--topic", "docs", "--bootstrap", bootstrap,
-                           "--checkpoint-dir", str(root / "trainer"), "--report", str(trainer_report), "--json"]
+                           "--checkpoint-dir", str(root / "trainer"), "--report", str(trainer_report),
+                           "--eval-data", str(held_out_file), "--json"]
             create_topic(bootstrap, topics.docs_topic, partitions=4)
             _say("starting the trainer (a tiny GPT-2 on CPU) on the docs topic")
             trainer_log = (root / "trainer.log").open("w")

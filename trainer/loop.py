@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,10 @@ from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from trainer.apply_revision import apply_revision, set_removed
+from trainer.byte_level import ByteLevelModel, evaluate_texts
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
-from trainer.export import bos_token_id
+from trainer.export import BOS_TOKENS, bos_token_id
 from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
 
 log = logging.getLogger("tokmaint.trainer")
@@ -55,10 +57,14 @@ class Trainer:
     def __init__(self, *, registry: RegistryClient, lineage: str, data: TrainingTexts,
                  settings: TrainerSettings | None = None, model_config: dict[str, Any] | None = None,
                  checkpoint_dir: str | Path | None = None, events: tuple[str, str] | None = None,
-                 progress: bool = False) -> None:
+                 held_out: Sequence[str] = (), progress: bool = False) -> None:
         """``events``: (bootstrap, topic) to learn of versions from the revision events there
-        instead of the registry's watch."""
+        instead of the registry's watch. ``held_out``: texts the model is scored on in bits per
+        byte every ``eval_every`` steps (their first ``eval_bytes`` bytes), whatever version it
+        reads with (``trainer.byte_level``)."""
         settings = settings or TrainerSettings()
+        self.held_out = [t.encode("utf-8")[: settings.eval_bytes].decode("utf-8", errors="ignore") for t in held_out]
+        self.evaluations: list[dict[str, Any]] = []
         self.registry, self.lineage, self.data, self.settings = registry, lineage, data, settings
         self.checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.progress = progress
@@ -118,9 +124,27 @@ class Trainer:
         inputs, labels = token_batch(self.tokenizer, texts, seq_len=self.settings.seq_len)
         return inputs.to(self.device), labels.to(self.device)
 
+    def evaluate(self) -> float | None:
+        """Bits per byte of the model on the held-out texts, exact whatever the version (kept in
+        ``evaluations`` with the step and the version); None without held-out texts or without a
+        token in the version to start texts from."""
+        bos = bos_token_id(self.tokenizer)
+        if not self.held_out or bos is None:
+            return None
+        try:
+            scored = evaluate_texts([ByteLevelModel(self.model, self.tokenizer, bos_token_id=bos)], self.held_out)
+        finally:
+            self.model.train()
+        self.evaluations.append({"step": self.step, "version": self.version, "bits_per_byte": scored["bits_per_byte"],
+                                 "bytes": scored["bytes"]})
+        return scored["bits_per_byte"]
+
     def run(self, *, steps: int) -> dict[str, Any]:
         """``steps`` optimizer steps; a newer version is taken between two of them."""
         started, tokens, losses, versions = time.perf_counter(), 0, [], []
+        if self.held_out and bos_token_id(self.tokenizer) is None:
+            log.warning("trainer: %s version %s has no token to start texts from (%s): no bits per byte",
+                        self.lineage, self.version, ", ".join(BOS_TOKENS))
         bar = tqdm(total=steps, disable=not self.progress, unit="step")
         for _ in range(steps):
             texts, after = self.data.take(self.position, self.settings.batch_size)
@@ -137,14 +161,21 @@ class Trainer:
             versions.append(self.version)
             if self.checkpoint is not None and self.step % self.settings.checkpoint_every == 0:
                 self._save()
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{tokens / (time.perf_counter() - started):.0f}",
-                            version=self.version)
+            if self.settings.eval_every and self.step % self.settings.eval_every == 0:
+                self.evaluate()
+            bits = self.evaluations[-1]["bits_per_byte"] if self.evaluations else None
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", bpb="-" if bits is None else f"{bits:.3f}",
+                            tok_s=f"{tokens / (time.perf_counter() - started):.0f}", version=self.version)
             bar.update()
         bar.close()
+        if self.settings.eval_every and steps and (not self.evaluations or self.evaluations[-1]["step"] != self.step):
+            self.evaluate()
         if self.checkpoint is not None:
             self._save()
         return {"lineage": self.lineage, "steps": self.step, "version": self.version, "losses": losses,
                 "versions": versions, "taken": self.taken, "refused": sorted(self.refused),
+                "evaluations": list(self.evaluations),
+                "bits_per_byte": self.evaluations[-1]["bits_per_byte"] if self.evaluations else None,
                 "tokens_per_s": tokens / (time.perf_counter() - started), "device": self.device}
 
 

@@ -30,6 +30,11 @@ class TrainerSettings(Settings):
     lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     strategy: Strategy = setting("parents_mean", None, f"how new rows start: {', '.join(STRATEGIES)}")
     checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
+    eval_every: int = setting(100, whole(0), "steps between evaluations of bits per byte on the held-out texts (and "
+                                             "one at the end; 0: none)")
+    eval_docs: int = setting(16, whole(0), "held-out documents: the corpus's newest, kept out of training (or the "
+                                           "first of --eval-data)")
+    eval_bytes: int = setting(256, whole(1), "bytes of each held-out document scored, at most (its start)")
     retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
     seed: int = setting(0, whole(0), "the model's initial weights")
 

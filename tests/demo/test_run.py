@@ -16,6 +16,7 @@ import pytest
 from demo.run import DemoSettings, run_demo
 from tests.conftest import ctrl_c_works
 from tokenizer_service.evolve import StreamSettings
+from trainer.settings import TrainerSettings
 
 
 def _children(pid: int) -> set[int]:
@@ -59,13 +60,17 @@ def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path,
     page = (report / "index.html").read_text()
     assert all(f'src="{n}"' in page for n in summary["files"] if n.endswith(".png"))
 
-    assert summary["documents"] == 600 - 150 and summary["revisions_published"] >= 1
+    held_out = TrainerSettings().eval_docs  # the newest documents: the trainer's bits per byte are scored on them
+    assert summary["documents"] == 600 - 150 - held_out and summary["revisions_published"] >= 1
     assert summary["versions"] == summary["revisions_published"] + 1
     assert len(summary["parts"]) == 4 and summary["parts"][0]["version"] == 1
     assert summary["tokens"]["added"] > 0
     trainer = summary["trainer"]
     assert trainer["final_version"] == summary["versions"]  # it took the last version
     assert trainer["versions_taken"] and trainer["versions_taken"][-1] == summary["versions"]
+    # Bits per byte on the held-out text, at the end of each run (40 steps: fewer than --eval-every).
+    assert [e["step"] for e in trainer["evaluations"]] == [40, 40 + 2]
+    assert 0 < trainer["bits_per_byte"]["last"] < 16 and trainer["evaluations"][-1]["version"] == summary["versions"]
 
 
 def test_ctrl_c_stops_every_process_the_demo_started(drifting_corpus, tmp_path):

@@ -213,3 +213,40 @@ def test_the_trainer_trains_on_one_source(source, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["trainer", "run", "--registry", "http://127.0.0.1:9", "--lineage", "x", *source])
     assert exc.value.code == 2 and "one of --data PATH or --topic NAME" in capsys.readouterr().err
+
+
+def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_server, drifting_corpus):
+    """A version with <|endoftext|>: the trainer starts each text from it and scores the held-out
+    texts in bits per byte every --eval-every steps and at the end, whatever version it reads
+    with; the figure is the byte-level model's (trainer.byte_level) on the same texts."""
+    from trainer.byte_level import ByteLevelModel, evaluate_texts
+
+    url, _ = registry_server
+    docs = read_corpus(drifting_corpus).documents
+    initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300, special_tokens=["<|endoftext|>"])
+    tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
+                                                   batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
+    for texts in batches(docs, 32):
+        tedtok.observe_texts(texts)
+    name = _lineage(url, initial)
+    settings = TrainerSettings(batch_size=4, seq_len=32, eval_every=3, eval_docs=4, eval_bytes=64)
+    held_out = [d.text for d in docs[-4:]]
+    with RegistryClient(url) as client:
+        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts([d.text for d in docs[:-4]]),
+                          settings=settings, held_out=held_out)
+        try:
+            first = trainer.run(steps=3)
+            _publish(url, name, tedtok.revisions[0])
+            deadline = time.monotonic() + 10
+            while trainer.latest.number < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            second = trainer.run(steps=4)
+            assert [(e["step"], e["version"]) for e in first["evaluations"]] == [(3, 1)]
+            assert [(e["step"], e["version"]) for e in second["evaluations"]][-2:] == [(6, 2), (7, 2)]
+            last = second["evaluations"][-1]
+            cut = [t.encode()[:64].decode(errors="ignore") for t in held_out]
+            model = ByteLevelModel(trainer.model, trainer.tokenizer, bos_token_id=initial.vocab["<|endoftext|>"])
+            assert last["bits_per_byte"] == pytest.approx(evaluate_texts([model], cut)["bits_per_byte"])
+            assert second["bits_per_byte"] == last["bits_per_byte"] and 0 < last["bits_per_byte"] < 16
+        finally:
+            trainer.close()

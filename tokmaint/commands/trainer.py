@@ -23,13 +23,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = chosen_settings(args.parser, args, TrainerSettings)
     stream = PipelineSettings(**{k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
                                                    ("revisions_topic", args.revisions_topic)) if v is not None})
-    data = CorpusTexts(read_corpus(args.data).texts) if args.data else TopicTexts(stream)
+    # Held out: the first --eval-docs of --eval-data, or the corpus's newest, kept out of training.
+    held_out = read_corpus(args.eval_data).texts[: settings.eval_docs] if args.eval_data else []
+    if args.data:
+        texts = read_corpus(args.data).texts
+        if not args.eval_data and settings.eval_every and len(texts) > 2 * settings.eval_docs:
+            texts, held_out = texts[: len(texts) - settings.eval_docs], texts[len(texts) - settings.eval_docs:]
+        data = CorpusTexts(texts)
+    else:
+        data = TopicTexts(stream)
     events = (stream.bootstrap, stream.revisions_topic) if args.follow == "events" else None
     with RegistryClient(args.registry) as registry:
         try:
             trainer = Trainer(registry=registry, lineage=args.lineage, data=data, settings=settings,
                               model_config=read_model_config(args.model_config), checkpoint_dir=args.checkpoint_dir,
-                              events=events, progress=show_progress(args))
+                              events=events, held_out=held_out, progress=show_progress(args))
         except BaseException:
             data.close()
             raise
@@ -42,6 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path(args.report).write_text(json.dumps(report), encoding="utf-8")
     losses = report.pop("losses")
     report.pop("versions")
+    report.pop("evaluations")
     print_result({**report, "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
                  as_json=args.json)
     return 0
@@ -94,7 +103,9 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
     run.add_argument("--report", help="write the whole report here as JSON (every step's loss and version, the "
-                                      "versions taken)")
+                                      "versions taken, the bits per byte on the held-out texts by step)")
+    run.add_argument("--eval-data", help="held-out texts to score the model on in bits per byte (JSONL(.gz) or "
+                                         ".txt(.gz); default: the newest --eval-docs of --data, kept out of training)")
     add_settings(run, TrainerSettings)
     run.add_argument("--json", action="store_true", help="print JSON")
     run.set_defaults(func=cmd_run, parser=run)
