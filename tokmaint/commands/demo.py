@@ -16,6 +16,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     summary = run_demo(Path(args.out), chosen_settings(args.parser, args, DemoSettings), progress=show_progress(args))
     shown = {k: v for k, v in summary.items() if k not in ("parts", "changes", "files")}
+    if not args.json:  # the table shows the first and last bits per byte; summary.json has every evaluation
+        shown["trainer"] = {k: v for k, v in shown["trainer"].items() if k != "evaluations"}
     print_result({**shown, "report": str(Path(args.out) / "index.html")}, as_json=args.json)
     return 0
 
