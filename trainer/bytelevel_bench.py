@@ -72,8 +72,9 @@ def _greedy_char(model: ByteLevelModel, prompt: bytes) -> str:
 @torch.no_grad()
 def _token_log_probs(model: ByteLevelModel, ids: list[int]) -> np.ndarray:
     """The model's next-token ln p after ``[bos] + ids``."""
-    logits = model.model(input_ids=torch.tensor([[model.bos_token_id, *ids]])).logits[0, -1].double()
-    return torch.log_softmax(logits, dim=-1).numpy()
+    device = next(model.model.parameters()).device
+    logits = model.model(input_ids=torch.tensor([[model.bos_token_id, *ids]], device=device)).logits[0, -1].double()
+    return torch.log_softmax(logits, dim=-1).cpu().numpy()
 
 
 def _naive(model: ByteLevelModel, prompt: str, target: str) -> tuple[str, float]:
