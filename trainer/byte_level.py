@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import copy
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,7 +50,7 @@ from tokenizer_service.errors import TokmaintError
 
 LN2 = math.log(2)
 WHITESPACE = frozenset(b" \t\n\r\x0b\x0c")
-BRANCH_ROWS = 32  # branches read in one batch on the trunk's cache
+BATCH_VALUES = 1 << 23  # log-probabilities one batch of branches may hold (64 MB of float64)
 
 
 class ContextFull(TokmaintError):
@@ -68,9 +69,9 @@ class ByteVocabulary:
     """
 
     def __init__(self, tokenizer: BPETokenizer) -> None:
-        if not tokenizer.byte_level and (tokenizer.pipeline.get("normalizer") or tokenizer.space_symbol):
+        if tokenizer.pipeline.get("normalizer") or (not tokenizer.byte_level and tokenizer.space_symbol):
             raise TokmaintError("byte-level probabilities need a tokenizer whose tokens spell the text byte for "
-                                "byte (byte-level BPE, or character BPE without a normalizer); this one rewrites "
+                                "byte (byte-level BPE, or character BPE, without a normalizer); this one rewrites "
                                 "the text first")
         self.tokenizer = tokenizer
         self.token_bytes: dict[int, bytes] = {i: tokenizer.token_bytes(t) for i, t in tokenizer.id_to_token.items()}
@@ -122,11 +123,15 @@ class ByteVocabulary:
         (5, 2)
         >>> vocab.split_point(b"ab  ab", at_most=5), vocab.split_point(b" ab", at_most=2)  # not after a space
         (2, 0)
+        >>> vocab.split_point("a ab\u00a0 ab".encode(), at_most=7)  # nor after a no-break space
+        1
         """
         if not self._splits_at_spaces:
             return 0
         c = data.rfind(b" ", 1, at_most + 1)
-        while c > 0 and data[c - 1] in WHITESPACE:
+        # The character before must be ASCII and no whitespace: a no-break or ideographic space
+        # before the space would join it in one pre-token.
+        while c > 0 and (data[c - 1] >= 0x80 or data[c - 1] in WHITESPACE):
             c = data.rfind(b" ", 1, c)
         return max(c, 0)
 
@@ -348,7 +353,7 @@ class CoveringTree:
         ((1, 2, 4, 5),)
         """
         parents = self.parents
-        return tuple(p for p, after in zip(parents, parents[1:] + ((),)) if after[:len(p)] != p)
+        return tuple(p for p, after in zip(parents, parents[1:] + (None,)) if after is None or after[:len(p)] != p)
 
     @cached_property
     def inner_nodes(self) -> int:
@@ -466,33 +471,69 @@ class ByteLevelModel:
     @torch.no_grad()
     def leaf_log_probs(self, tree: CoveringTree) -> np.ndarray:
         """ln P of each leaf of ``tree`` (in its order): the model's plain softmax over its whole
-        vocabulary along the leaf, from ``[bos]``. The trunk is read once and its keys and values
-        kept; every branch is read in one batch on top of that cache (right-padded: a causal
-        model's padding only follows what is read)."""
+        vocabulary along the leaf, from ``[bos]``.
+
+        The longest branch (the spine: the trunk and on) is read once and its keys and values
+        kept. Every other branch is read on that cache cropped to where it leaves the spine, the
+        branches that leave it at the same place in one right-padded batch (a causal model's
+        padding only follows what is read). Of each position's distribution only the
+        probabilities of the tokens that follow there in the tree are kept."""
         if not tree.leaves:
             return np.zeros(0)
         deepest = max(map(len, tree.leaves))
         if deepest > self.max_positions:
             raise ContextFull(f"the text needs {deepest} positions, more than the model's {self.max_positions}")
         device = next(self.model.parameters()).device
-        trunk = tree.trunk
-        out = self.model(input_ids=torch.tensor([[self.bos_token_id, *trunk]], device=device), use_cache=True)
-        trunk_lp = torch.log_softmax(out.logits[0].double(), dim=-1).cpu().numpy()
-        found = {trunk[:i]: trunk_lp[i] for i in range(len(trunk) + 1)}  # context -> next-token ln p
-        branches = [b[len(trunk):] for b in tree.branches if len(b) > len(trunk)]
-        for start in range(0, len(branches), BRANCH_ROWS):  # rows at a time: the logits hold a vocabulary each
-            chunk = branches[start:start + BRANCH_ROWS]
-            ids = torch.zeros((len(chunk), max(map(len, chunk))), dtype=torch.long)
-            for row, branch in enumerate(chunk):
-                ids[row, : len(branch)] = torch.tensor(branch)
-            cache = copy.deepcopy(out.past_key_values)
-            cache.batch_repeat_interleave(len(chunk))
-            logits = self.model(input_ids=ids.to(device), past_key_values=cache, use_cache=True).logits
-            branch_lp = torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
-            for row, branch in enumerate(chunk):
-                for i in range(len(branch)):
-                    found.setdefault(trunk + branch[: i + 1], branch_lp[row, i])
-        path = {p: sum(float(found[p[:i]][p[i]]) for i in range(len(p))) for p in tree.parents}
+        parents = tree.parents
+        # The tokens whose probability is needed after each context: the leaves' last tokens
+        # after their parents, and the parents' own tokens along them (walked as a trie: sorted,
+        # each parent adds what it does not share with the one before).
+        needed: dict[tuple[int, ...], set[int]] = defaultdict(set)
+        for leaf in tree.leaves:
+            needed[leaf[:-1]].add(leaf[-1])
+        for p, before in zip(parents, ((),) + parents[:-1]):
+            for i in range(_common(p, before), len(p)):
+                needed[p[:i]].add(p[i])
+        found: dict[tuple[int, ...], dict[int, float]] = {}
+
+        def keep(context: tuple[int, ...], log_probs: np.ndarray) -> None:
+            if context in needed and context not in found:
+                found[context] = {t: float(log_probs[t]) for t in needed[context]}
+
+        branches = tree.branches
+        spine = max(branches, key=len)
+        out = self.model(input_ids=torch.tensor([[self.bos_token_id, *spine]], device=device), use_cache=True)
+        spine_lp = torch.log_softmax(out.logits[0].double(), dim=-1).cpu().numpy()
+        for i in range(len(spine) + 1):
+            keep(spine[:i], spine_lp[i])
+        by_depth: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        for branch in branches:
+            if branch != spine:
+                by_depth[_common(branch, spine)].append(branch)
+        vocab_size = spine_lp.shape[-1]
+        for depth, group in sorted(by_depth.items()):
+            width = max(len(b) for b in group) - depth
+            rows = max(1, min(len(group), BATCH_VALUES // (width * vocab_size)))
+            for start in range(0, len(group), rows):
+                chunk = group[start:start + rows]
+                ids = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, branch in enumerate(chunk):
+                    ids[row, : len(branch) - depth] = torch.tensor(branch[depth:])
+                cache = copy.deepcopy(out.past_key_values)
+                cache.crop(depth - len(spine))  # keep [bos] and the spine's first ``depth`` tokens
+                cache.batch_repeat_interleave(len(chunk))
+                logits = self.model(input_ids=ids.to(device), past_key_values=cache, use_cache=True).logits
+                branch_lp = torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
+                for row, branch in enumerate(chunk):
+                    for i in range(len(branch) - depth):
+                        keep(branch[: depth + i + 1], branch_lp[row, i])
+        path: dict[tuple[int, ...], float] = {}
+        sums = [0.0]  # ln P along the parent before, by length
+        for p, before in zip(parents, ((),) + parents[:-1]):
+            sums = sums[: _common(p, before) + 1]
+            for i in range(len(sums) - 1, len(p)):
+                sums.append(sums[-1] + found[p[:i]][p[i]])
+            path[p] = sums[len(p)]
         return np.array([path[leaf[:-1]] + found[leaf[:-1]][leaf[-1]] for leaf in tree.leaves])
 
     def prefix(self, text: str | bytes) -> PrefixProbability:
@@ -505,7 +546,12 @@ class ByteLevelModel:
         tree = covering_tree(self.vocab, data)
         scores = self.leaf_log_probs(tree)
         canonical = self.vocab.encode([data])[0]
-        canonical_lp = float(scores[tree.leaves.index(tuple(canonical))]) if canonical else -math.inf
+        if canonical is None:  # bytes that end inside a character: no text is written so
+            canonical_lp = -math.inf
+        elif tuple(canonical) in tree.leaves:  # always, for a tokenizer whose tokens spell the text
+            canonical_lp = float(scores[tree.leaves.index(tuple(canonical))])
+        else:
+            canonical_lp = float(self.leaf_log_probs(CoveringTree(data, (tuple(canonical),)))[0])
         return PrefixProbability(data, _logsumexp(scores.tolist()), canonical_lp, tree.inner_nodes, len(tree.leaves))
 
     def prefix_log_probs(self, text: str | bytes) -> tuple[np.ndarray, int]:
@@ -567,7 +613,8 @@ def ensemble_log_prob(models: Sequence[ByteLevelModel], text: str | bytes) -> tu
         log_probs, tokens = model.prefix_log_probs(data)
         prefixes.append(np.concatenate([[0.0], log_probs]))  # ln P_m(x_<i), from the empty text's 0
         evaluated += tokens
-    conditional = np.stack([np.diff(p) for p in prefixes])  # ln P_m(x_i | x_<i), by model and byte
+    # ln P_m(x_i | x_<i), by model and byte (-inf once a model gives the bytes no probability)
+    conditional = np.stack([np.where(np.isneginf(p[1:]), -np.inf, np.diff(p)) for p in prefixes])
     return float(np.sum(np.logaddexp.reduce(conditional, axis=0) - math.log(len(models)))), evaluated
 
 
@@ -630,18 +677,22 @@ def evaluate_texts(models: Sequence[ByteLevelModel], texts: Sequence[str], *,
     n_bytes = evaluated = truncated = documents = 0
     for text in tqdm(texts, disable=not progress, unit="doc"):
         cut = fit_text(models, text)
+        while True:
+            try:
+                if len(models) == 1:
+                    result = models[0].prefix(cut)
+                    lp, lp_canonical, tokens = result.log_prob, result.log_prob_canonical, result.model_tokens
+                else:
+                    (lp, tokens), lp_canonical = ensemble_log_prob(models, cut), 0.0
+                break
+            except ContextFull:  # a branch deeper than FIT_MARGIN allowed for: a tenth less
+                cut = cut[: len(cut) * 9 // 10]
         truncated += cut != text
         if not cut:
             continue
         documents += 1
         n_bytes += len(cut.encode("utf-8"))
-        if len(models) == 1:
-            result = models[0].prefix(cut)
-            log_prob, canonical = log_prob + result.log_prob, canonical + result.log_prob_canonical
-            evaluated += result.model_tokens
-        else:
-            lp, tokens = ensemble_log_prob(models, cut)
-            log_prob, evaluated = log_prob + lp, evaluated + tokens
+        log_prob, canonical, evaluated = log_prob + lp, canonical + lp_canonical, evaluated + tokens
     bits = -log_prob / LN2 / max(1, n_bytes)
     return {"documents": documents, "bytes": n_bytes, "truncated": truncated, "log_prob": log_prob,
             "bits_per_byte": bits, "model_tokens": evaluated,

@@ -2,8 +2,8 @@
 here on the oldest ``train_share`` of a corpus and scored on random substrings of the rest (most
 of which start and end inside a word).
 
-For each substring, its first ``prefix_chars`` characters are the prompt and the next character
-the target:
+For each substring, its first ``prefix_bytes`` bytes (whole characters) are the prompt and the
+next character the target:
 
 * ``tokens_per_prefix``: the positions the model evaluates to score the prompt exactly
   (``bytesampler``: the inner nodes of its Valid Covering Tree) against its plain tokenization's
@@ -36,7 +36,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
-from trainer.byte_level import LN2, ByteLevelModel
+from trainer.byte_level import LN2, ByteLevelModel, fit_text
 from trainer.export import BOS_TOKENS
 from trainer.lifelong import SAMPLE, TinyModel
 
@@ -52,7 +52,7 @@ class BytelevelBenchSettings(Settings):
     seq_len: int = setting(128, whole(2), "tokens per document, at most, in training")
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     samples: int = setting(200, whole(1), "random substrings of the held-out documents scored")
-    prefix_chars: int = setting(100, whole(1), "characters of each substring's prompt (the paper's 100)")
+    prefix_bytes: int = setting(100, whole(1), "bytes of each substring's prompt, whole characters (the paper's 100)")
     seed: int = setting(0, whole(0), "the model's weights and the substrings drawn")
 
 
@@ -100,6 +100,22 @@ def _plain(model: ByteLevelModel, text: str, prompt_bytes: int) -> float:
     return float(_token_log_probs(model, ids[:j])[ids[j]]) / chars
 
 
+def _draw(rng: random.Random, texts: list[str], prefix_bytes: int,
+          model: ByteLevelModel) -> tuple[str, int, str, str]:
+    """A random substring: its text, where it starts (a character), the prompt (the longest run
+    of whole characters within ``prefix_bytes`` bytes) and the character after it; drawn again
+    while it does not fit the model's context with a character to spare."""
+    while True:
+        text = rng.choice(texts)
+        start = rng.randrange(len(text))
+        sizes = np.cumsum([len(c.encode("utf-8")) for c in text[start:start + prefix_bytes + 1]])
+        chars = int(np.searchsorted(sizes, prefix_bytes, side="right"))  # whole characters within the bytes
+        if start + chars < len(text):
+            prompt, target = text[start:start + chars], text[start + chars]
+            if fit_text([model], text[start:start + chars + 8]) == text[start:start + chars + 8]:
+                return text, start, prompt, target
+
+
 def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBenchSettings | None = None, *,
                         progress: bool = False) -> dict[str, Any]:
     from tqdm import tqdm
@@ -110,9 +126,9 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
     docs = oldest(read_corpus(path, progress=progress), settings.max_mb)
     cut = round(settings.train_share * len(docs))
     train, held_out = [d.text for d in docs[:cut]], [d.text for d in docs[cut:]]
-    long_enough = [t for t in held_out if len(t) > settings.prefix_chars + 1]
+    long_enough = [t for t in held_out if len(t.encode("utf-8")) > settings.prefix_bytes + 4]
     if not train or not long_enough:
-        raise CorpusError(path, f"no held-out document of more than {settings.prefix_chars + 1} characters in "
+        raise CorpusError(path, f"no held-out document of more than {settings.prefix_bytes + 4} bytes in "
                                 f"--max-mb {settings.max_mb} with --train-share {settings.train_share}")
     tokenizer = BPETokenizer.train(train, vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]])
     tiny = TinyModel(tokenizer, lr=settings.lr, seed=settings.seed)
@@ -129,19 +145,16 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
     correct = {"bytesampler": 0, "naive": 0}
     log_probs = {"bytesampler": 0.0, "naive": 0.0, "plain": 0.0}
     for _ in tqdm(range(settings.samples), disable=not progress, unit="prefix", desc="scoring"):
-        text = rng.choice(long_enough)
-        start = rng.randrange(len(text) - settings.prefix_chars)
-        window = text[start:start + settings.prefix_chars + 1]
-        prompt, target = window[:-1], window[-1]
+        text, start, prompt, target = _draw(rng, long_enough, settings.prefix_bytes, model)
         before = model.prefix(prompt)
         tokens["bytesampler"] += before.model_tokens
         tokens["plain"] += len(tokenizer.encode(prompt))
-        log_probs["bytesampler"] += model.prefix(window).log_prob - before.log_prob
+        log_probs["bytesampler"] += model.prefix(prompt + target).log_prob - before.log_prob
         correct["bytesampler"] += _greedy_char(model, prompt.encode("utf-8")) == target
         predicted, log_p = _naive(model, prompt, target)
         correct["naive"] += predicted == target
         log_probs["naive"] += log_p
-        log_probs["plain"] += _plain(model, text[start:start + settings.prefix_chars + 64], len(prompt.encode("utf-8")))
+        log_probs["plain"] += _plain(model, text[start:start + len(prompt) + 64], len(prompt.encode("utf-8")))
     n = settings.samples
     per_prefix = {name: count / n for name, count in tokens.items()}
     return {

@@ -26,6 +26,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.output_dir import fsync_directory
+from trainer.apply_revision import set_removed
 
 # The special tokens a text starts from, in the order they are preferred (GPT-2, Llama-3, Llama-2,
 # Gemma): the first of a version's special tokens found here is its bos.
@@ -84,6 +85,7 @@ def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = Non
     config = GPT2Config(**{**data.get("config", {}), "vocab_size": rows, "bos_token_id": bos, "eos_token_id": bos})
     model = GPT2LMHeadModel(config)
     model.load_state_dict(data["model"])
+    set_removed(model, data.get("removed", []))  # as the trainer scores it (an exported folder cannot hold this)
     return model, tokenizer, {**stamp, "removed": data.get("removed", [])}
 
 
