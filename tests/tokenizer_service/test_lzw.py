@@ -1,0 +1,63 @@
+"""LZW over token ids (zip2zip): round trips, M = 1 is the identity, nested hypertokens, the
+codebook in creation order, contexts."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import read_corpus
+from tokenizer_service.lzw import LZW, contexts
+
+IDS = st.lists(st.integers(min_value=0, max_value=5), max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=IDS, max_merge=st.integers(min_value=1, max_value=6))
+def test_decoding_restores_the_base_ids(ids, max_merge):
+    lzw = LZW(base_size=6, max_merge=max_merge)
+    codes = lzw.encode(ids)
+    assert lzw.decode(codes) == ids
+    book = lzw.codebook(codes)
+    assert all(2 <= len(run) <= max_merge for run in book) and len(set(book)) == len(book)
+    assert all(code < 6 + len(book) for code in codes)  # ids follow the base vocabulary, in creation order
+    assert len(codes) <= len(ids)
+
+
+@given(ids=IDS)
+def test_a_merge_size_of_one_is_the_identity(ids):
+    assert LZW(base_size=6, max_merge=1).encode(ids) == ids
+
+
+def test_hypertokens_nest_and_the_codebook_follows_creation_order():
+    lzw = LZW(base_size=3, max_merge=4)
+    codes = lzw.encode([0, 1, 0, 1, 0, 1, 0, 1, 2])
+    # 3=(0 1) 4=(1 0) 5=(0 1 0) 6=(0 1 0 1) ...: hypertokens made of hypertokens
+    assert lzw.codebook(codes)[:4] == [(0, 1), (1, 0), (0, 1, 0), (0, 1, 0, 1)]
+    assert codes == [0, 1, 3, 5, 1, 2]
+
+
+def test_an_id_that_names_no_hypertoken_yet_is_refused():
+    with pytest.raises(ValueError, match="names no hypertoken yet"):
+        LZW(base_size=3).decode([0, 7])
+
+
+def test_real_documents_round_trip_and_shrink():
+    docs = read_corpus("data/git-commits-sample.jsonl.gz").texts[:400]
+    tokenizer = BPETokenizer.train(docs, vocab_size=1000)
+    ids = tokenizer.encode_batch(docs)
+    for max_merge in (1, 2, 3, 5):
+        lzw = LZW(base_size=tokenizer.id_space, max_merge=max_merge)
+        windows = contexts(ids, context=1024)
+        encoded = [lzw.encode(w) for w in windows]
+        assert [lzw.decode(e) for e in encoded] == windows
+        tokens, hypertokens = sum(map(len, windows)), sum(map(len, encoded))
+        assert (hypertokens == tokens) if max_merge == 1 else (hypertokens < tokens)
+
+
+def test_contexts_cut_the_concatenated_ids_or_keep_documents_whole():
+    docs = [[1, 2, 3], [], [4, 5, 6, 7]]
+    assert contexts(docs, context=3) == [[1, 2, 3], [4, 5, 6], [7]]
+    assert contexts(docs, context=0) == [[1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(ValueError):
+        contexts(docs, context=-1)
