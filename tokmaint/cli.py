@@ -79,6 +79,9 @@ BENCHES = (
     ("bytelevel", "tokmaint.commands.byte_level:add_bench_bytelevel",
      "bytelevel: ByteSampler's Tables 3-5 at our scale: model tokens per prefix, next-character accuracy and bits "
      "per character of byte-level conditioning against naive tokenization of the prefix"),
+    ("zip2zip", "tokmaint.commands.byte_level:add_bench_zip2zip",
+     "zip2zip: LZW hypertokens over a tokenizer's ids, the tokens they save and, for a tiny model fine-tuned with "
+     "and without them, bits per byte on held-out text"),
     ("soak", "tokmaint.commands.demo:add_bench_soak",
      "soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks that "
      "nothing was lost or counted twice"),

@@ -35,25 +35,21 @@ import torch
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError
-from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
+from tokenizer_service.settings import SettingsConfigDict, setting, whole
 from trainer.byte_level import LN2, ByteLevelModel, fit_text
 from trainer.export import BOS_TOKENS
 from trainer.lifelong import SAMPLE, TinyModel
+from trainer.settings import TinyModelBenchSettings
 
 
-class BytelevelBenchSettings(Settings):
+class BytelevelBenchSettings(TinyModelBenchSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_BYTELEVEL_")
 
-    max_mb: float = setting(2.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
-    train_share: float = setting(0.8, share(one=False), "share of those documents (the oldest) the model trains on")
     vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the tokenizer trained on them")
     epochs: int = setting(2, whole(1), "passes of the model over its documents")
-    train_batch: int = setting(16, whole(1), "documents per optimizer step")
     seq_len: int = setting(128, whole(2), "tokens per document, at most, in training")
-    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     samples: int = setting(200, whole(1), "random substrings of the held-out documents scored")
     prefix_bytes: int = setting(100, whole(1), "bytes of each substring's prompt, whole characters (the paper's 100)")
-    seed: int = setting(0, whole(0), "the model's weights and the substrings drawn")
 
 
 def _greedy_char(model: ByteLevelModel, prompt: bytes) -> str:

@@ -39,6 +39,17 @@ class TrainerSettings(Settings):
     seed: int = setting(0, whole(0), "the model's initial weights")
 
 
+class TinyModelBenchSettings(Settings):
+    """What the benchmarks that train a tiny model here share: the corpus they read, the split
+    and the training (each benchmark's own prefix names its variables)."""
+
+    max_mb: float = setting(2.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
+    train_share: float = setting(0.8, share(one=False), "share of it (the oldest) the model trains on")
+    train_batch: int = setting(16, whole(1), "documents (or contexts) a step")
+    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    seed: int = setting(0, whole(0), "the model's weights (and what is drawn)")
+
+
 class ApplyBenchSettings(Settings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_APPLY_")
 

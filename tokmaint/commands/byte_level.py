@@ -138,3 +138,24 @@ def add_bench_bytelevel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", help="a JSONL(.gz) or .txt(.gz) corpus (default: the shipped git sample, "
                                          "data/git-commits-sample.jsonl.gz)")
     add_bench_options(parser, BytelevelBenchSettings, cmd_bench_bytelevel)
+
+
+def cmd_bench_zip2zip(args: argparse.Namespace) -> int:
+    from trainer.zip2zip_bench import Zip2zipBenchSettings, run_zip2zip_bench
+
+    settings = chosen_settings(args.parser, args, Zip2zipBenchSettings)
+    print_result(run_zip2zip_bench(args.corpus, args.tokenizer, settings, max_merges=args.max_merge,
+                                   progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
+def add_bench_zip2zip(parser: argparse.ArgumentParser) -> None:
+    from tokenizer_service.settings import whole
+    from trainer.zip2zip_bench import Zip2zipBenchSettings
+
+    parser.add_argument("--corpus", required=True, help="a JSONL(.gz) or .txt(.gz) corpus")
+    parser.add_argument("--tokenizer", required=True, help="the base tokenizer.json (or a folder holding one)")
+    parser.add_argument("--max-merge", type=whole(1, 64), action="append",
+                        help="most base tokens a hypertoken (M); give it several times for a row each "
+                             "(default: 3)")
+    add_bench_options(parser, Zip2zipBenchSettings, cmd_bench_zip2zip)
