@@ -35,7 +35,8 @@ Where the paper leaves a choice, this module chooses:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -130,3 +131,16 @@ def contexts(documents: Sequence[Sequence[int]], *, context: int = 1024) -> list
         return [list(d) for d in documents if len(d)]
     joined = [i for d in documents for i in d]
     return [joined[k:k + context] for k in range(0, len(joined), context)]
+
+
+def hypertoken_counts(windows: Iterable[Sequence[int]], lzw: LZW) -> Counter[tuple[int, ...]]:
+    """In how many contexts LZW forms each hypertoken: runs that recur across a stream's documents,
+    candidates for permanent merges (Ted-Tok's adds).
+
+    >>> hypertoken_counts([[0, 1, 0, 1], [2, 0, 1]], LZW(base_size=3, max_merge=2)).most_common(1)
+    [((0, 1), 2)]
+    """
+    counts: Counter[tuple[int, ...]] = Counter()
+    for ids in windows:
+        counts.update(set(lzw.codebook(lzw.encode(ids))))
+    return counts

@@ -4,7 +4,9 @@ The corpus's documents are encoded with the tokenizer, concatenated and cut into
 ``context`` base tokens (or a document each, ``--context 0``); LZW runs over each context with
 every ``--max-merge`` asked for. Token figures: base tokens, codes after LZW (``hypertokens``),
 ``reduction`` (1 − codes/tokens), bytes a token before and after, and LZW's encode + decode
-speed against the tokenizer's encode of the same text. Model figures: a tiny GPT-2 is trained
+speed against the tokenizer's encode of the same text. The hypertokens formed in the most
+contexts are listed, with whether each is a token already: runs the stream merges again and
+again are candidates for Ted-Tok's permanent merges. Model figures: a tiny GPT-2 is trained
 here on the oldest ``train_share`` of the contexts, then fine-tuned ``finetune_steps`` more,
 once on base tokens and once with hypertokens (``trainer.zip2zip``); both are scored in bits per
 byte on the rest, each code's −log2 q over the bytes it stands for.
@@ -25,7 +27,7 @@ from transformers import GPT2LMHeadModel
 
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError
-from tokenizer_service.lzw import LZW, contexts
+from tokenizer_service.lzw import LZW, contexts, hypertoken_counts
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.validation import load_tokenizer
 from trainer.export import bos_token_id
@@ -46,6 +48,8 @@ class Zip2zipBenchSettings(TinyModelBenchSettings):
     finetune_steps: int = setting(100, whole(0), "steps of each fine-tuning, with and without hypertokens")
     layers: int = setting(1, whole(0), "the hyper-encoder's transformer layers (0: mean pooling)")
     eval_contexts: int = setting(16, whole(1), "held-out contexts scored")
+    top_hypertokens: int = setting(20, whole(0), "the hypertokens formed in the most contexts, listed (a merge signal "
+                                                 "for Ted-Tok), with whether each is a token already")
 
 
 def _steps(model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: int, lr: float) -> float:
@@ -126,8 +130,14 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
                      "bits_per_byte": {"base": base_bits, "zip2zip": _bits_per_byte(hyper, held_out, held_bytes)},
                      "lzw_seconds": lzw_seconds, "lzw_vs_encode": encode_seconds / lzw_seconds})
     first = runs[0]
+    # The merge signal: runs LZW forms again and again across the contexts (at the first M).
+    counts = hypertoken_counts(windows, LZW(base_size=rows, max_merge=first["max_merge"]))
+    top = [{"text": tokenizer.decode(list(run)), "contexts": n,
+            "is_token": "".join(tokenizer.id_to_token[i] for i in run) in tokenizer.vocab}
+           for run, n in counts.most_common(settings.top_hypertokens)]
     return {**{k: first[k] for k in ("tokens", "hypertokens", "reduction", "bytes_per_token", "bits_per_byte")},
             "max_merge": first["max_merge"], "context": settings.context, "contexts": len(windows),
             "encode_seconds": encode_seconds, "lzw_seconds": first["lzw_seconds"],
             "lzw_vs_encode": first["lzw_vs_encode"], "train_seconds": time.perf_counter() - trained,
+            "top_hypertokens": top, "top_hypertokens_are_tokens": sum(t["is_token"] for t in top),
             "runs": runs, "seconds": time.perf_counter() - started}

@@ -61,3 +61,29 @@ def test_contexts_cut_the_concatenated_ids_or_keep_documents_whole():
     assert contexts(docs, context=0) == [[1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(ValueError):
         contexts(docs, context=-1)
+
+
+def test_the_hypertokens_formed_most_often_are_the_merges_ted_tok_adds_next():
+    """On a stream drifting to new words, the pairs LZW forms in the most documents before Ted-Tok's
+    first revision hold most of the merges that revision adds, far more than chance would: a
+    merge signal for the stream (three streams)."""
+    from tests.conftest import NEW_WORDS, WORDS, sentences
+    from tokenizer_service.lzw import hypertoken_counts
+    from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+    initial = BPETokenizer.train(sentences(300), vocab_size=320)
+    found = wanted = 0
+    for seed in (0, 100, 200):
+        tedtok = TedTok(initial, config=TedTokConfig(alpha=0.3, batch_size=10, interval=2))
+        seen: list[str] = []
+        while not tedtok.revisions:
+            texts = sentences(20, seed=seed + len(seen), words=NEW_WORDS + WORDS[:3])
+            seen += texts
+            tedtok.observe_texts(texts)
+        adds = {tuple(e.parents) for e in tedtok.revisions[0].diff.entries if e.new_token is not None}
+        counts = hypertoken_counts(initial.encode_batch(seen), LZW(base_size=initial.id_space, max_merge=2))
+        top = {pair for pair, _ in counts.most_common(len(adds))}
+        chance = len(adds) * len(adds) / len(counts)  # K pairs drawn from all those formed
+        assert len(top & adds) >= 3 * chance
+        found, wanted = found + len(top & adds), wanted + len(adds)
+    assert found >= 0.6 * wanted

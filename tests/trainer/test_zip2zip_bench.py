@@ -19,3 +19,8 @@ def test_the_figures_at_two_merge_sizes(tmp_path):
     assert merged["bytes_per_token"]["zip2zip"] > merged["bytes_per_token"]["base"]
     assert 0 < merged["bits_per_byte"]["zip2zip"] < 16
     assert set(report) >= {"tokens", "hypertokens", "reduction", "bytes_per_token", "bits_per_byte", "seconds"}
+    top = report["top_hypertokens"]  # at M = 1 (the first asked for) LZW forms none
+    assert top == [] and report["top_hypertokens_are_tokens"] == 0
+    merged_top = run_zip2zip_bench(corpus, path, settings, max_merges=[2])["top_hypertokens"]
+    assert len(merged_top) == 20 and all(t["contexts"] >= 1 and t["text"] for t in merged_top)
+    assert [t["contexts"] for t in merged_top] == sorted((t["contexts"] for t in merged_top), reverse=True)
