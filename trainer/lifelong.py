@@ -34,6 +34,7 @@ from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
 from trainer.export import BOS_TOKENS, bos_token_id
 from trainer.loop import tiny_gpt2_config, token_batch
 from trainer.settings import CAUSAL_LM_LOSS
+from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
 
@@ -53,31 +54,49 @@ class LifelongBenchSettings(StreamSettings):
                                                        f"{', '.join(STRATEGIES)}")
     eval_docs: int = setting(48, whole(1), "documents of the next part scored after each part")
     eval_bytes: int = setting(192, whole(1), "bytes of each scored document, at most (its start)")
-    seed: int = setting(0, whole(0), "the models' initial weights (the same for both)")
+    seed: int = setting(0, whole(0), "the models' initial weights (the same for all)")
+    max_merge: int = setting(3, whole(1), "the zip2zip arms' largest hypertoken, in base tokens (1: no zip2zip arms)")
 
 
 class TinyModel:
     """A tiny GPT-2 (no dropout) that the benchmarks train here, its optimizer, the version it reads
-    with and the tokens it has processed."""
+    with and the tokens it has processed (codes, for a zip2zip model). ``max_merge`` above 1: it
+    reads and predicts LZW hypertokens of each document (``trainer.zip2zip``)."""
 
-    def __init__(self, tokenizer: BPETokenizer, *, lr: float, seed: int) -> None:
+    def __init__(self, tokenizer: BPETokenizer, *, lr: float, seed: int, max_merge: int = 1) -> None:
         torch.manual_seed(seed)
-        # No dropout: the two models then differ by their versions alone (same weights, same batches).
+        # No dropout: two models then differ by their versions alone (same weights, same batches).
         bos = bos_token_id(tokenizer)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, resid_pdrop=0.0, embd_pdrop=0.0,
                                                       attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos))
         self.model.loss_type = CAUSAL_LM_LOSS
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.zip2zip = Zip2zipLM(self.model, max_merge=max_merge, bos_token_id=bos) if max_merge > 1 else None
+        extra = hyper_parameters(self.zip2zip) if self.zip2zip is not None else []
+        self.optimizer = torch.optim.AdamW([*self.model.parameters(), *extra], lr=lr)
         set_removed(self.model, tokenizer.free_ids)
-        self.tokenizer, self.version, self.tokens = tokenizer, 1, 0
+        self.tokenizer, self.version, self.tokens, self.seconds = tokenizer, 1, 0, 0.0
 
     def step(self, texts: list[str], seq_len: int) -> None:
+        started = time.perf_counter()
         self.model.train()
-        inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
-        self.model(input_ids=inputs, labels=labels).loss.backward()
+        if self.zip2zip is None:
+            inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
+            self.model(input_ids=inputs, labels=labels).loss.backward()
+            self.tokens += int((labels != -100).sum())
+        else:  # each document its own context, cut as token_batch cuts it (the bos first)
+            out = self.zip2zip(self.zip2zip.batch([ids[: seq_len - 1] for ids in self.tokenizer.encode_batch(texts)]))
+            out.loss.backward()
+            self.tokens += out.codes
         self.optimizer.step()
         self.optimizer.zero_grad()
-        self.tokens += int((labels != -100).sum())
+        self.seconds += time.perf_counter() - started
+
+    @torch.no_grad()
+    def code_bits(self, texts: list[str]) -> float:
+        """A zip2zip model's bits over ``texts``: each code's −log2 q, from ``[bos]``."""
+        self.model.eval()
+        nats = sum(self.zip2zip(self.zip2zip.batch([self.tokenizer.encode(t)])).nats for t in texts)
+        return nats / LN2
 
     def byte_model(self) -> ByteLevelModel:
         return ByteLevelModel(self.model, self.tokenizer, bos_token_id=bos_token_id(self.tokenizer))
@@ -91,16 +110,18 @@ def _scored(docs: list[Document], settings: LifelongBenchSettings) -> list[str]:
 
 
 def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str]) -> dict[str, float]:
-    """Bits per byte over ``texts`` of each model and of their byte-level ensemble (each text cut
-    to what both read in one context)."""
-    models = {name: run.byte_model() for name, run in runs.items()}
+    """Bits per byte over ``texts`` of each model: exact at the byte level for the static and the
+    evolving one and their byte-level ensemble, each code's cost for the zip2zip ones (each text
+    cut to what all read in one context)."""
+    models = {name: run.byte_model() for name, run in runs.items() if run.zip2zip is None}
     for model in models.values():
         model.model.eval()
     texts = [t for t in (fit_text(list(models.values()), text) for text in texts) if t]
     n_bytes = sum(len(t.encode("utf-8")) for t in texts)
     log_probs = {name: sum(model.prefix(t).log_prob for t in texts) for name, model in models.items()}
     log_probs["ensemble"] = sum(ensemble_log_prob(list(models.values()), t)[0] for t in texts)
-    return {name: -lp / LN2 / n_bytes for name, lp in log_probs.items()}
+    bits = {name: -lp / LN2 / n_bytes for name, lp in log_probs.items()}
+    return {**bits, **{name: run.code_bits(texts) / n_bytes for name, run in runs.items() if run.zip2zip is not None}}
 
 
 def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBenchSettings | None = None, *,
@@ -130,7 +151,9 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
         (bounds[1] + tedtok.store.step * settings.step_docs, (number, tokenizer, diff)))], progress=progress)
     pending = list(versions)
 
-    runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed) for name in ("static", "evolving")}
+    arms = ["static", "evolving"] + (["static_zip2zip", "evolving_zip2zip"] if settings.max_merge > 1 else [])
+    runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed,
+                            max_merge=settings.max_merge if name.endswith("zip2zip") else 1) for name in arms}
     rows = []
     bar = tqdm(total=len(docs), disable=not progress, unit="doc", desc="lifelong")
     for p, part in enumerate(parts):
@@ -138,12 +161,12 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
         trained = time.perf_counter()
         for start in range(0, len(part), settings.train_batch):
             position = bounds[p] + start
-            evolving = runs["evolving"]
             while pending and pending[0][0] <= position:  # published before this batch's documents
                 _, (number, tokenizer, diff) = pending.pop(0)
-                apply_revision(evolving.model, evolving.optimizer, diff, strategy=settings.strategy,
-                               previous=evolving.tokenizer)
-                evolving.tokenizer, evolving.version = tokenizer, number
+                for evolving in (run for name, run in runs.items() if name.startswith("evolving")):
+                    apply_revision(evolving.model, evolving.optimizer, diff, strategy=settings.strategy,
+                                   previous=evolving.tokenizer)
+                    evolving.tokenizer, evolving.version = tokenizer, number
             texts = [d.text for d in part[start:start + settings.train_batch]]
             for run in runs.values():
                 run.step(texts, settings.seq_len)
@@ -157,11 +180,11 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
                          "tokens": {name: run.tokens - tokens_before[name] for name, run in runs.items()},
                          "train_seconds": train_seconds, "eval_seconds": time.perf_counter() - scored})
     bar.close()
-    mean = {name: float(np.mean([row["bits_per_byte"][name] for row in rows]))
-            for name in ("static", "evolving", "ensemble")}
+    mean = {name: float(np.mean([row["bits_per_byte"][name] for row in rows])) for name in rows[0]["bits_per_byte"]}
     report = {
         "bits_per_byte": mean,
         "tokens": {name: run.tokens for name, run in runs.items()},
+        "train_seconds": {name: run.seconds for name, run in runs.items()},
         "versions": 1 + len(versions), "parts": rows, "documents": len(docs),
         "evolving_vs_static": mean["evolving"] / mean["static"] - 1,
         "ensemble_vs_best": mean["ensemble"] / min(mean["static"], mean["evolving"]) - 1,
@@ -182,8 +205,10 @@ def _plot(rows: list[dict[str, Any]], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.4, 4))
     parts = [row["part"] for row in rows]
-    for name, style in (("static", "o-"), ("evolving", "s-"), ("ensemble", "^--")):
-        ax.plot(parts, [row["bits_per_byte"][name] for row in rows], style, label=name)
+    for name, style in (("static", "o-"), ("evolving", "s-"), ("ensemble", "^--"), ("static_zip2zip", "o:"),
+                        ("evolving_zip2zip", "s:")):
+        if name in rows[0]["bits_per_byte"]:
+            ax.plot(parts, [row["bits_per_byte"][name] for row in rows], style, label=name.replace("_", " + "))
     ax.set_xticks(parts)
     ax.set_xlabel("part scored (the model has trained on the parts before it)")
     ax.set_ylabel("bits per byte (lower is better)")
