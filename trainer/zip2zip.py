@@ -139,14 +139,14 @@ class Zip2zipLM(nn.Module):
         for k, run in enumerate(book):
             ids[k, : len(run)] = torch.tensor(run)
         lengths = torch.tensor([len(run) for run in book], device=weight.device)
-        return self.hyper(weight[ids], lengths)
+        return self.hyper(F.embedding(ids, weight), lengths)
 
     def forward(self, batch: HyperBatch, *, full: bool = False) -> Zip2zipOutput:
         weight = self.base.get_input_embeddings().weight
         device, rows = weight.device, weight.shape[0]
         hyper = [self.hyper_rows(book) for book in batch.books]
         ids = batch.ids.to(device)
-        embedded = weight[ids.clamp(max=rows - 1)]
+        embedded = F.embedding(ids.clamp(max=rows - 1), weight)  # as nn.Embedding: its backward adds in a fixed order
         for row, h in enumerate(hyper):
             is_hyper = ids[row] >= rows
             if is_hyper.any():

@@ -1,5 +1,7 @@
 """bench zip2zip: token figures and a tiny model's bits per byte with and without hypertokens."""
 
+import pytest
+
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from trainer.zip2zip_bench import Zip2zipBenchSettings, run_zip2zip_bench
@@ -14,7 +16,8 @@ def test_the_figures_at_two_merge_sizes(tmp_path):
     identity, merged = report["runs"]
     # M = 1 is the base model: no hypertoken, the same training, the same figure.
     assert identity["hypertokens"] == identity["tokens"] and identity["reduction"] == 0
-    assert identity["bits_per_byte"]["zip2zip"] == identity["bits_per_byte"]["base"]
+    # (Equal to float rounding: torch's CPU kernels on several threads may add in another order.)
+    assert identity["bits_per_byte"]["zip2zip"] == pytest.approx(identity["bits_per_byte"]["base"], rel=1e-6)
     assert 0 < merged["reduction"] < 1 and merged["hypertokens"] < merged["tokens"]
     assert merged["bytes_per_token"]["zip2zip"] > merged["bytes_per_token"]["base"]
     assert 0 < merged["bits_per_byte"]["zip2zip"] < 16
