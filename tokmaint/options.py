@@ -48,7 +48,8 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettin
         if rule is not None:
             help_text += f"; {rule.describe()}"
         default = "" if field.default is None else f"default: {_shown(field.default)}; "
-        parser.add_argument(option, type=rule or str, choices=choices, default=None,
+        kind = type(choices[0]) if choices else str  # a Literal of numbers takes numbers
+        parser.add_argument(option, type=rule or kind, choices=choices, default=None,
                             metavar=None if choices else name.upper(), help=f"{help_text} ({default}{variable})")
 
 

@@ -20,7 +20,7 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import GPT2LMHeadModel
@@ -41,12 +41,13 @@ LN2 = math.log(2)
 class Zip2zipBenchSettings(TinyModelBenchSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_ZIP2ZIP_")
 
+    context: int = setting(1024, whole(0), "base tokens a context (0: a document each)")
     max_mb: float = setting(1.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
     train_batch: int = setting(4, whole(1), "contexts a step")
-    context: int = setting(1024, whole(0), "base tokens a context (0: a document each)")
     train_steps: int = setting(150, whole(1), "the base model's training steps, on base tokens")
     finetune_steps: int = setting(100, whole(0), "steps of each fine-tuning, with and without hypertokens")
-    layers: int = setting(1, whole(0), "the hyper-encoder's transformer layers (0: mean pooling)")
+    # The paper's hyper-encoder: one or two transformer layers, or mean pooling (no parameters).
+    layers: Literal[0, 1, 2] = setting(1, None, "the hyper-encoder's transformer layers (0: mean pooling)")
     eval_contexts: int = setting(16, whole(1), "held-out contexts scored")
     top_hypertokens: int = setting(20, whole(0), "the hypertokens formed in the most contexts, listed (a merge signal "
                                                  "for Ted-Tok), with whether each is a token already")

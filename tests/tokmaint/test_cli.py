@@ -216,3 +216,12 @@ def test_every_command_has_help(capsys):
             build_parser().parse_args([*argv, "--help"])
         assert stop.value.code == 0
         assert capsys.readouterr().out.startswith(f"usage: tokmaint {' '.join(argv)}")
+
+
+def test_a_setting_of_numbered_choices_takes_a_number():
+    from tokmaint.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "zip2zip", "--corpus", "c", "--tokenizer", "t", "--layers", "0"])
+    assert args.layers == 0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "zip2zip", "--corpus", "c", "--tokenizer", "t", "--layers", "3"])
