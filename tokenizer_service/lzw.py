@@ -113,7 +113,15 @@ class LZW:
         >>> LZW(base_size=2).codebook([0, 2, 3])
         [(0, 0), (0, 0, 0)]
         """
-        runs = list(self.runs(codes))
+        return self.book(list(self.runs(codes)))
+
+    def book(self, runs: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The hypertokens a context's runs (:meth:`runs`) make: each run but the last, short
+        enough, and the next run's first token.
+
+        >>> LZW(base_size=4).book([(0,), (1,), (0, 1), (0, 1, 0)])
+        [(0, 1), (1, 0), (0, 1, 0)]
+        """
         return [run + after[:1] for run, after in zip(runs, runs[1:]) if len(run) < self.max_merge]
 
 

@@ -113,7 +113,7 @@ class Zip2zipLM(nn.Module):
         for row, codes in enumerate(encoded):
             ids[row, : len(codes)] = torch.tensor(codes)
             runs = list(lzw.runs(codes[len(start):]))
-            books.append([run + after[:1] for run, after in zip(runs, runs[1:]) if len(run) < self.max_merge])
+            books.append(lzw.book(runs))
             # Code t is read knowing the hypertokens made by the codes before it; reading it makes
             # one more (the run before and code t's first token), which code t itself may be only
             # when that first token is the run before's own (KwKwK): so that one is guessed, not
@@ -198,18 +198,6 @@ class Zip2zipLM(nn.Module):
 def hyper_parameters(model: Zip2zipLM) -> list[nn.Parameter]:
     """What zip2zip adds to the base model: the hyper-encoder's and the decoder's parameters."""
     return [*model.hyper.parameters(), *model.decoder.parameters()]
-
-
-def describe(batch: HyperBatch) -> dict[str, Any]:
-    """Codes and base tokens of a batch (its compression).
-
-    >>> from transformers import GPT2Config, GPT2LMHeadModel
-    >>> z2z = Zip2zipLM(GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=6)), max_merge=3)
-    >>> describe(z2z.batch([[0, 1, 2, 3, 0, 1, 0, 1, 0]]))
-    {'tokens': 9, 'codes': 6, 'hypertokens': 5}
-    """
-    return {"tokens": batch.base_tokens, "codes": int(batch.lengths.sum()),
-            "hypertokens": sum(map(len, batch.books))}
 
 
 class HyperCache:
