@@ -345,3 +345,15 @@ class ReadAhead:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+
+
+def topic_texts(settings: PipelineSettings, *, wait: float = 2.0, step: int = 1000) -> list[str]:
+    """Every document's text on the docs topic, in the pipeline's step order, read to its end
+    (what ``tokmaint stats hypertokens`` reads; records that are no document are passed over)."""
+    texts: list[str] = []
+    with StepReader(settings, wait=wait) as reader:
+        position: dict[int, int] = {}
+        while (read := reader.read(position, step)).documents or read.dead:
+            texts += [d.text for d in read.documents]
+            position = read.end
+    return texts

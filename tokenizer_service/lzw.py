@@ -38,6 +38,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenizer_service.bpe import BPETokenizer
 
 
 @dataclass(frozen=True)
@@ -89,23 +93,9 @@ class LZW:
 
     def runs(self, codes: Sequence[int]) -> Iterator[tuple[int, ...]]:
         """The base ids of each code, in order (what a hypertoken stands for, as it is read)."""
-        book: list[tuple[int, ...]] = []  # hypertoken base_size + k -> its base ids
-        previous: tuple[int, ...] | None = None
+        book = Codebook(self)
         for position, code in enumerate(codes):
-            if 0 <= code < self.base_size:
-                run: tuple[int, ...] = (code,)
-            elif code - self.base_size < len(book):
-                run = book[code - self.base_size]
-            elif (code - self.base_size == len(book) and previous is not None
-                  and len(previous) < self.max_merge):  # KwKwK: made by the step before, used at once
-                run = previous + previous[:1]
-            else:
-                raise ValueError(f"code {code} at position {position} names no hypertoken yet "
-                                 f"({len(book)} made so far)")
-            if previous is not None and len(previous) < self.max_merge:
-                book.append(previous + run[:1])
-            previous = run
-            yield run
+            yield book.read(code, position=position)
 
     def codebook(self, codes: Sequence[int]) -> list[tuple[int, ...]]:
         """The hypertokens a context's codes make, in creation order (id ``base_size + k``).
@@ -123,6 +113,63 @@ class LZW:
         [(0, 1), (1, 0), (0, 1, 0)]
         """
         return [run + after[:1] for run, after in zip(runs, runs[1:]) if len(run) < self.max_merge]
+
+
+class Codebook:
+    """One context's hypertokens as a decoder learns them, a code at a time: what a model reads
+    and generates with (``trainer.zip2zip``), and what :meth:`LZW.runs` decodes with.
+
+    >>> book = Codebook(LZW(base_size=4, max_merge=3))
+    >>> [book.read(code) for code in (0, 1, 4)], book.entries
+    ([(0,), (1,), (0, 1)], [(0, 1), (1, 0)])
+
+    After reading ``0 1 4`` the next code makes ``(0 1) + its first token``; read now, id 6 would
+    be that entry itself (``new``: the run before and its own first token, LZW's KwKwK case).
+    The encoder never ends a run where it could go on, so the next code never starts with a
+    token that extends the last run into a known hypertoken (``continuing``):
+
+    >>> book.new, book.continuing
+    ((0, 1, 0), set())
+    >>> book.read(0), book.continuing  # a code after this 0 starting with 1: the encoder read 4 = (0 1)
+    ((0,), {1})
+    """
+
+    def __init__(self, lzw: LZW) -> None:
+        self.lzw = lzw
+        self.entries: list[tuple[int, ...]] = []  # hypertoken base_size + k -> its base ids
+        self._next: dict[tuple[int, ...], set[int]] = {}  # a run -> the base ids known to extend it
+        self.previous: tuple[int, ...] | None = None  # the run of the last code read
+
+    @property
+    def new(self) -> tuple[int, ...] | None:
+        """The hypertoken the next code would be if it were the next new id (id
+        ``base_size + len(entries)``), None when reading the next code makes no hypertoken."""
+        previous = self.previous
+        return previous + previous[:1] if previous is not None and len(previous) < self.lzw.max_merge else None
+
+    @property
+    def continuing(self) -> set[int]:
+        """The base ids the next code cannot start with: each would have extended the last run
+        into a hypertoken the encoder knew."""
+        return self._next.get(self.previous, set()) if self.previous is not None else set()
+
+    def read(self, code: int, *, position: int | None = None) -> tuple[int, ...]:
+        """The base ids ``code`` stands for; the hypertoken reading it makes is learnt."""
+        base = self.lzw.base_size
+        if 0 <= code < base:
+            run: tuple[int, ...] = (code,)
+        elif code - base < len(self.entries):
+            run = self.entries[code - base]
+        elif code - base == len(self.entries) and self.new is not None:  # KwKwK: made by this very step
+            run = self.new
+        else:
+            at = "" if position is None else f" at position {position}"
+            raise ValueError(f"code {code}{at} names no hypertoken yet ({len(self.entries)} made so far)")
+        if self.previous is not None and len(self.previous) < self.lzw.max_merge:
+            self.entries.append(self.previous + run[:1])
+            self._next.setdefault(self.previous, set()).add(run[0])
+        self.previous = run
+        return run
 
 
 def contexts(documents: Sequence[Sequence[int]], *, context: int = 1024) -> list[list[int]]:
@@ -152,3 +199,24 @@ def hypertoken_counts(windows: Iterable[Sequence[int]], lzw: LZW) -> Counter[tup
     for ids in windows:
         counts.update(set(lzw.codebook(lzw.encode(ids))))
     return counts
+
+
+def merge_signal(tokenizer: BPETokenizer, windows: Sequence[Sequence[int]], *, max_merge: int = 3,
+                 top: int = 20) -> dict[str, Any]:
+    """The ``top`` hypertokens LZW forms in the most of ``windows`` (contexts of ``tokenizer``'s
+    ids), each with its text, in how many contexts, and whether it is a token of ``tokenizer``
+    already (its tokens' strings joined are one): what ``tokmaint stats hypertokens`` and
+    ``bench zip2zip`` list for Ted-Tok.
+
+    >>> from tokenizer_service.bpe import BPETokenizer
+    >>> tok = BPETokenizer.train(["ab ab ab", "cd"], vocab_size=258)
+    >>> signal = merge_signal(tok, [tok.encode("x y x y")] * 2, max_merge=2, top=1)
+    >>> signal["hypertokens"][0]["contexts"], signal["already_tokens"]
+    (2, 0)
+    """
+    counts = hypertoken_counts(windows, LZW(base_size=tokenizer.id_space, max_merge=max_merge))
+    listed = [{"text": tokenizer.decode(list(run)), "contexts": n,
+               "is_token": "".join(tokenizer.id_to_token[i] for i in run) in tokenizer.vocab}
+              for run, n in counts.most_common(top)]
+    return {"contexts": len(windows), "max_merge": max_merge, "hypertokens": listed,
+            "already_tokens": sum(h["is_token"] for h in listed)}

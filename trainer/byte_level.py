@@ -446,26 +446,12 @@ class ByteLevelModel:
 
     @classmethod
     def load(cls, path: str | Path, *, device: str | None = None) -> "ByteLevelModel":
-        """A Hugging Face model folder (``tokmaint trainer export``'s: the model, its
-        ``tokenizer.json`` and its config's ``bos_token_id``) or a trainer checkpoint."""
-        path = Path(path)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if path.is_file():
-            from trainer.export import checkpoint_model
+        """A Hugging Face model folder (``tokmaint trainer export``'s) or a trainer checkpoint
+        (``trainer.export.load_model``)."""
+        from trainer.export import load_model
 
-            model, tokenizer, _ = checkpoint_model(path)
-            return cls(model.to(device), tokenizer, bos_token_id=model.config.bos_token_id)
-        from transformers import AutoModelForCausalLM
-
-        if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
-            raise TokmaintError(f"{path} is neither a trainer checkpoint nor a model folder (config.json, the weights "
-                                "and tokenizer.json: tokmaint trainer export writes one)")
-        model = AutoModelForCausalLM.from_pretrained(path)
-        if model.config.bos_token_id is None:
-            raise TokmaintError(f"{path}/config.json has no bos_token_id: the context the model's text starts from")
-        tokenizer = BPETokenizer.from_json((path / "tokenizer.json").read_text(encoding="utf-8"),
-                                           source=path / "tokenizer.json")
-        return cls(model.to(device), tokenizer, bos_token_id=model.config.bos_token_id)
+        model, tokenizer, _ = load_model(path, device=device)
+        return cls(model, tokenizer, bos_token_id=model.config.bos_token_id)
 
     # ----- the model over a tree ------------------------------------------------------------
     @torch.no_grad()

@@ -35,9 +35,9 @@ import torch
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError
+from tokenizer_service.hub_files import BOS_TOKENS
 from tokenizer_service.settings import SettingsConfigDict, setting, whole
 from trainer.byte_level import LN2, ByteLevelModel, fit_text
-from trainer.export import BOS_TOKENS
 from trainer.lifelong import SAMPLE, TinyModel
 from trainer.settings import TinyModelBenchSettings
 

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +26,9 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
+from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id, special_tokens_map, tokenizer_config
 from tokenizer_service.output_dir import fsync_directory
 from trainer.apply_revision import set_removed
-
-# The special tokens a text starts from, in the order they are preferred (GPT-2, Llama-3, Llama-2,
-# Gemma): the first of a version's special tokens found here is its bos.
-BOS_TOKENS = ("<|endoftext|>", "<|begin_of_text|>", "<s>", "<bos>", "<|bos|>")
-
-
-def bos_token_id(tokenizer: BPETokenizer) -> int | None:
-    """The id a model of this version starts its text from: its special token that begins (or
-    ends) texts, None when it has none.
-
-    >>> bos_token_id(BPETokenizer.train(["ab"], vocab_size=258, special_tokens=["<|endoftext|>"]))
-    0
-    >>> bos_token_id(BPETokenizer.train(["ab"], vocab_size=258)) is None
-    True
-    """
-    specials = tokenizer.special_tokens
-    return next((tokenizer.vocab[t] for t in BOS_TOKENS if t in specials), None)
-
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A trainer checkpoint's contents (on the CPU), refused with the reason when it is none."""
@@ -94,6 +78,15 @@ def export_model(checkpoint: str | Path, out: str | Path, *, tokenizer_json: str
     """Write the checkpoint's model as a Hugging Face folder at ``out`` (replaced whole when it
     is one tokmaint exported already); what was written (``checkpoint_model``'s options)."""
     model, tokenizer, stamp = checkpoint_model(checkpoint, tokenizer_json=tokenizer_json, bos_id=bos_id)
+    return write_model_folder(model, tokenizer, stamp, out)
+
+
+def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: dict[str, Any], out: str | Path, *,
+                       extra: Callable[[Path], None] | None = None) -> dict[str, Any]:
+    """``model`` (its config's ``bos_token_id`` set) and its version as a Hugging Face folder at
+    ``out``, with ``stamp`` (lineage, version) in ``tokmaint.json`` and what ``extra`` writes
+    into the folder; the folder is staged beside ``out`` and renamed into place, replacing one
+    tokmaint wrote, never anything else."""
     bos, config = model.config.bos_token_id, model.config
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -101,12 +94,13 @@ def export_model(checkpoint: str | Path, out: str | Path, *, tokenizer_json: str
     try:
         model.save_pretrained(staging)
         (staging / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
-        special = tokenizer.id_to_token.get(bos)  # none for a --bos-id in a hole
-        (staging / "tokenizer_config.json").write_text(json.dumps({
-            "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config.n_positions,
-            "clean_up_tokenization_spaces": False, **({"bos_token": special, "eos_token": special} if special else {})},
-            indent=2), encoding="utf-8")
+        (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
+            tokenizer, model_max_length=config.n_positions, bos_id=bos), indent=2), encoding="utf-8")
+        (staging / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(tokenizer, bos_id=bos),
+                                                                    indent=2), encoding="utf-8")
         (staging / "tokmaint.json").write_text(json.dumps(stamp, indent=2), encoding="utf-8")
+        if extra is not None:
+            extra(staging)
         for path in staging.iterdir():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
@@ -119,5 +113,31 @@ def export_model(checkpoint: str | Path, out: str | Path, *, tokenizer_json: str
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"out": str(out), "lineage": stamp["lineage"], "version": stamp["version"], "rows": config.vocab_size,
+    return {"out": str(out), "lineage": stamp.get("lineage"), "version": stamp.get("version"), "rows": config.vocab_size,
             "bos_token_id": bos, "files": sorted(p.name for p in out.iterdir())}
+
+
+def load_model(path: str | Path, *,
+               device: str | None = None) -> tuple[torch.nn.Module, BPETokenizer, dict[str, Any]]:
+    """A Hugging Face model folder (``tokmaint trainer export``'s: the model, its
+    ``tokenizer.json`` and its config's ``bos_token_id``) or a trainer checkpoint, on ``device``
+    (default: CUDA when there is one), in eval mode, with its tokenizer version and its stamp
+    (lineage and version; empty for a folder tokmaint did not write)."""
+    path = Path(path)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if path.is_file():
+        model, tokenizer, stamp = checkpoint_model(path)
+        return model.to(device).eval(), tokenizer, stamp
+    from transformers import AutoModelForCausalLM
+
+    if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
+        raise TokmaintError(f"{path} is neither a trainer checkpoint nor a model folder (config.json, the weights "
+                            "and tokenizer.json: tokmaint trainer export writes one)")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    if model.config.bos_token_id is None:
+        raise TokmaintError(f"{path}/config.json has no bos_token_id: the context the model's text starts from")
+    tokenizer = BPETokenizer.from_json((path / "tokenizer.json").read_text(encoding="utf-8"),
+                                       source=path / "tokenizer.json")
+    written = path / "tokmaint.json"
+    stamp = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
+    return model.to(device).eval(), tokenizer, stamp

@@ -27,11 +27,11 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import Document, oldest, read_corpus
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.evolve import StreamSettings, replay
+from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_removed
 from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
-from trainer.export import BOS_TOKENS, bos_token_id
 from trainer.loop import tiny_gpt2_config, token_batch
 from trainer.settings import CAUSAL_LM_LOSS
 from trainer.zip2zip import Zip2zipLM, hyper_parameters

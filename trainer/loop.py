@@ -31,11 +31,11 @@ from registry.client import LatestVersion, RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from trainer.apply_revision import apply_revision, set_removed
 from trainer.byte_level import ByteLevelModel, evaluate_texts
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
-from trainer.export import BOS_TOKENS, bos_token_id
 from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
 
 log = logging.getLogger("tokmaint.trainer")

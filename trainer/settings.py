@@ -39,6 +39,24 @@ class TrainerSettings(Settings):
     seed: int = setting(0, whole(0), "the model's initial weights")
 
 
+class Zip2zipSettings(Settings):
+    """``tokmaint trainer zip2zip``: a model fine-tuned on a corpus's LZW-compressed contexts."""
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_ZIP2ZIP_")
+
+    max_merge: int = setting(3, whole(1, 64), "most base tokens a hypertoken (M; the paper's best trade-off: 3)")
+    layers: Literal[0, 1, 2] = setting(1, None, "the hyper-encoder's transformer layers (0: mean pooling)")
+    context: int | None = setting(None, whole(0), "base tokens a context, cut from the documents' ids concatenated "
+                                                  "(0: a document each; default: what the model reads, its "
+                                                  "positions less the one its text starts from)")
+    steps: int = setting(100, whole(1), "fine-tuning steps")
+    batch: int = setting(4, whole(1), "contexts a step")
+    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    max_mb: float | None = setting(None, Number(float, low=0, low_open=True),
+                                   "megabytes of the corpus to read, its oldest (default: all of it)")
+    seed: int = setting(0, whole(0), "the hyper-encoder's initial weights")
+
+
 class TinyModelBenchSettings(Settings):
     """What the benchmarks that train a tiny model here share: the corpus they read, the split
     and the training (each benchmark's own prefix names its variables)."""

@@ -14,21 +14,42 @@
   token of a hypertoken back from its embedding (cross-entropy over the base vocabulary, weight
   ``reconstruct``).
 
+* Generation reads a code at a time (:class:`Zip2zipReader`: the transformer's key/value cache,
+  the hyper-embedding cache and the codebook grow together) and emits only codes the LZW encoder
+  itself would have made, so decompressing the output and compressing it again gives the same
+  codes (:func:`generate`).
+
     z2z = Zip2zipLM(gpt2, max_merge=3)
     batch = z2z.batch([ids_of_one_context, ...])      # LZW per context
     loss = z2z(batch).loss
+    finetune(z2z, contexts, steps=100, batch=4, lr=3e-3)
+    z2z.save("model-z2z", tokenizer, stamp)           # a model folder plus zip2zip.json/.safetensors
+    model, tokenizer = Zip2zipLM.load("model-z2z")
+    generate(model, tokenizer, "Merge branch", max_bytes=64).text
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tokenizer_service.lzw import LZW
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import oldest, read_corpus
+from tokenizer_service.errors import CorpusError, TokmaintError
+from tokenizer_service.lzw import LZW, Codebook, contexts
+from trainer.byte_level import LN2, ContextFull
+from trainer.settings import Zip2zipSettings
+
+CONFIG, WEIGHTS = "zip2zip.json", "zip2zip.safetensors"  # what a zip2zip model adds to a model folder
 
 
 class HyperEncoder(nn.Module):
@@ -38,7 +59,7 @@ class HyperEncoder(nn.Module):
 
     def __init__(self, d: int, max_merge: int, *, layers: int = 1, heads: int = 2) -> None:
         super().__init__()
-        self.layers = layers
+        self.layers, self.heads = layers, heads
         if layers:
             self.slot = nn.Parameter(torch.zeros(max_merge, d))  # which place in the hypertoken
             layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=2 * d, dropout=0.0, batch_first=True)
@@ -94,6 +115,59 @@ class Zip2zipLM(nn.Module):
         self.hyper = HyperEncoder(d, max_merge, layers=layers)
         self.decoder = nn.Linear(d, max_merge * d)  # f_ψ: a hypertoken's embedding back to its base tokens
         self.bos_token_id = bos_token_id
+
+    def save(self, out: str | Path, tokenizer: BPETokenizer, stamp: dict[str, Any]) -> dict[str, Any]:
+        """The base model as a model folder (``trainer.export.write_model_folder``: any model
+        reader loads it as the plain model) plus the hyper-encoder and f_ψ (``zip2zip.safetensors``)
+        and their shape (``zip2zip.json``)."""
+        from safetensors.torch import save_file
+
+        from trainer.export import write_model_folder
+
+        def write(folder: Path) -> None:
+            (folder / CONFIG).write_text(json.dumps({
+                "max_merge": self.max_merge, "layers": self.hyper.layers, "heads": self.hyper.heads,
+                "reconstruct": self.reconstruct}, indent=2), encoding="utf-8")
+            weights = {**{f"hyper.{k}": v for k, v in self.hyper.state_dict().items()},
+                       **{f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}}
+            save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(folder / WEIGHTS))
+
+        self.base.config.bos_token_id = self.base.config.eos_token_id = self.bos_token_id
+        return write_model_folder(self.base, tokenizer, stamp, out, extra=write)
+
+    @classmethod
+    def load(cls, path: str | Path, *, max_merge: int | None = None,
+             device: str | None = None) -> tuple["Zip2zipLM", BPETokenizer]:
+        """A folder :meth:`save` wrote, or any model ``trainer.export.load_model`` reads (a folder
+        or a checkpoint) with an untrained hyper-encoder: mean pooling, the zero-parameter
+        baseline, of ``max_merge`` (default 3) base tokens a hypertoken."""
+        from safetensors.torch import load_file
+
+        from trainer.export import load_model
+
+        base, tokenizer, _ = load_model(path, device=device)
+        config_path = Path(path) / CONFIG
+        if not config_path.is_file():
+            return cls(base, max_merge=max_merge or 3, layers=0, bos_token_id=base.config.bos_token_id).eval(), tokenizer
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        if max_merge is not None and max_merge != config["max_merge"]:
+            raise TokmaintError(f"{path} was trained with hypertokens of at most {config['max_merge']} base tokens, "
+                                f"not {max_merge}: leave the merge size out, or give {config['max_merge']}")
+        model = cls(base, max_merge=config["max_merge"], layers=config["layers"], reconstruct=config["reconstruct"],
+                    bos_token_id=base.config.bos_token_id)
+        model.hyper = HyperEncoder(model.decoder.in_features, config["max_merge"], layers=config["layers"],
+                                   heads=config["heads"])
+        weights = load_file(str(Path(path) / WEIGHTS))
+        model.hyper.load_state_dict({k.removeprefix("hyper."): v for k, v in weights.items() if k.startswith("hyper.")})
+        model.decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in weights.items()
+                                       if k.startswith("decoder.")})
+        return model.to(next(base.parameters()).device).eval(), tokenizer
+
+    @property
+    def positions(self) -> int:
+        """The codes the model reads in one context, its bos included."""
+        config = self.base.config
+        return getattr(config, "n_positions", None) or config.max_position_embeddings
 
     @property
     def rows(self) -> int:
@@ -215,3 +289,174 @@ class HyperCache:
             new = self.model.hyper_rows(book[have:])
             self.rows = new if self.rows is None else torch.cat([self.rows, new])
         return self.rows[: len(book)]
+
+
+def finetune(model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: int, lr: float,
+             progress: bool = False) -> float:
+    """``steps`` AdamW steps over ``windows`` (contexts of base ids) in order, round and round,
+    the base model's parameters and (with hypertokens) zip2zip's own; the last loss."""
+    from tqdm import tqdm
+
+    params = list(model.base.parameters()) + (hyper_parameters(model) if model.max_merge > 1 else [])
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    model.train()
+    loss = math.nan
+    bar = tqdm(range(steps), disable=not progress, unit="step", desc="zip2zip")
+    for step in bar:
+        start = (step * batch) % len(windows)
+        out = model(model.batch(windows[start:start + batch]))
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        loss = out.lm_loss.item()
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+    model.eval()
+    return loss
+
+
+@torch.no_grad()
+def bits_per_byte(model: Zip2zipLM, windows: Sequence[Sequence[int]], token_bytes: dict[int, int]) -> dict[str, Any]:
+    """Each context's codes scored from ``[bos]`` (−log2 q of each), over the bytes its base ids
+    spell (``token_bytes``: an id's byte length): the same bytes plain and byte-level evaluation
+    count, so the figures compare across vocabularies and with hypertokens."""
+    model.eval()
+    nats = codes = 0.0
+    for window in windows:
+        out = model(model.batch([list(window)]))
+        nats, codes = nats + out.nats, codes + out.codes
+    n_bytes = sum(token_bytes[i] for w in windows for i in w)
+    tokens = sum(map(len, windows))
+    return {"bits_per_byte": nats / LN2 / max(1, n_bytes), "bytes": n_bytes, "base_tokens": tokens,
+            "codes": int(codes), "reduction": 1 - codes / tokens if tokens else 0.0}
+
+
+class Zip2zipReader:
+    """One context read a code at a time, as generation reads it: the transformer's key/value
+    cache, the hyper-embedding cache and the codebook grow with each code. After each read, the
+    log-probabilities of the next code over the base rows, then the codebook's hypertokens, then
+    the new one (``Codebook.new``; −inf when reading the next code makes none): what
+    :meth:`Zip2zipLM.forward` gives that position, computed once."""
+
+    def __init__(self, model: Zip2zipLM) -> None:
+        self.model = model
+        self.codebook = Codebook(LZW(base_size=model.rows, max_merge=model.max_merge))
+        self.cache = HyperCache(model)
+        self.past: Any = None
+        self.read_codes = 0  # positions taken, the bos included
+
+    @torch.no_grad()
+    def read(self, codes: Sequence[int]) -> torch.Tensor:
+        """Read ``codes`` (the bos first on the first read, when the model has one); the next
+        code's log-probabilities (``[rows + len(entries) + 1]``)."""
+        model = self.model
+        weight = model.base.get_input_embeddings().weight
+        start = [] if self.read_codes or model.bos_token_id is None else [model.bos_token_id]
+        if not codes and not start:
+            raise ValueError("read at least one code")
+        if self.read_codes + len(start) + len(codes) > model.positions:
+            raise ContextFull(f"{self.read_codes + len(start) + len(codes)} codes are more than the model's "
+                              f"{model.positions} positions")
+        for code in codes:
+            self.codebook.read(code)
+        hyper = self.cache(self.codebook.entries)
+        embedded = torch.stack([weight[c] if c < model.rows else hyper[c - model.rows] for c in [*start, *codes]])
+        out = model.base.transformer(inputs_embeds=embedded[None], past_key_values=self.past, use_cache=True)
+        self.past, self.read_codes = out.past_key_values, self.read_codes + len(start) + len(codes)
+        hidden = out.last_hidden_state[0, -1]
+        new = self.codebook.new
+        new_logit = (hidden @ model.hyper_rows([new])[0])[None] if new is not None else hidden.new_full((1,), -math.inf)
+        logits = torch.cat([model.base.lm_head(hidden), hidden @ hyper.T, new_logit])
+        return torch.log_softmax(logits.float(), dim=-1)
+
+
+@dataclass
+class Generation:
+    """What :func:`generate` made: every code of the context (the prompt's first, no bos), how
+    many are the prompt's, the base ids generated, and their bytes."""
+
+    codes: list[int]
+    prompt_codes: int
+    base_ids: list[int] = field(default_factory=list)
+    data: bytes = b""
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+@torch.no_grad()
+def generate(model: Zip2zipLM, tokenizer: BPETokenizer, prompt: str, *, max_bytes: int, seed: int = 0,
+             progress: bool = False) -> Generation:
+    """Codes sampled after ``prompt`` (its base tokens, compressed with LZW) until ``max_bytes``
+    bytes follow it or the context is full; the codebook grows with the output. Only codes the
+    encoder would have made are drawn (none that starts with a token extending the run before
+    into a known hypertoken), nor special tokens or ids the version does not have: the output
+    decompresses to base ids whose compression is the output again."""
+    from tqdm import tqdm
+
+    rows = model.rows
+    device = model.base.get_input_embeddings().weight.device
+    spelled = [tokenizer.token_bytes(tokenizer.id_to_token[i]) if i in tokenizer.id_to_token else None
+               for i in range(rows)]
+    never = torch.tensor([b is None or tokenizer.id_to_token[i] in tokenizer.special_tokens
+                          for i, b in enumerate(spelled)], device=device)
+    lzw = LZW(base_size=rows, max_merge=model.max_merge)
+    prompt_codes = lzw.encode(tokenizer.encode(prompt))
+    reader = Zip2zipReader(model)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    made = Generation(codes=list(prompt_codes), prompt_codes=len(prompt_codes))
+    data = bytearray()
+    log_probs = reader.read(prompt_codes)
+    bar = tqdm(total=max_bytes, disable=not progress, unit="B")
+    while len(data) < max_bytes:
+        book = reader.codebook
+        firsts = torch.tensor([run[0] for run in book.entries] + [book.new[0] if book.new else 0], device=device,
+                              dtype=torch.long)
+        banned_first = torch.zeros(rows, dtype=torch.bool, device=device)
+        banned_first[list(book.continuing)] = True
+        banned = torch.cat([never | banned_first, banned_first[firsts] | never[firsts]])
+        weights = torch.softmax(log_probs.masked_fill(banned, -math.inf), dim=-1)
+        code = int(torch.multinomial(weights, 1, generator=generator))  # a column is the code it scores
+        run = (code,) if code < rows else book.entries[code - rows] if code - rows < len(book.entries) else book.new
+        spelled_run = b"".join(spelled[i] for i in run)
+        made.codes.append(code)
+        made.base_ids.extend(run)
+        data += spelled_run
+        bar.update(len(spelled_run))
+        try:
+            log_probs = reader.read([code])
+        except ContextFull:  # what the model reads at once is full: the text ends here
+            break
+    bar.close()
+    made.data = bytes(data)
+    return made
+
+
+def train_zip2zip(model_path: str | Path, corpus: str | Path, out: str | Path,
+                  settings: Zip2zipSettings | None = None, *,
+                  progress: bool = False) -> dict[str, Any]:
+    """``tokmaint trainer zip2zip``: the model at ``model_path`` (a folder or a checkpoint)
+    fine-tuned on ``corpus``'s LZW-compressed contexts (``trainer.settings.Zip2zipSettings``),
+    written to ``out`` as a zip2zip folder (:meth:`Zip2zipLM.save`); its figures."""
+    from trainer.export import load_model
+
+    settings = settings or Zip2zipSettings()
+    started = time.perf_counter()
+    base, tokenizer, stamp = load_model(model_path)
+    documents = read_corpus(corpus, progress=progress)
+    texts = [d.text for d in (oldest(documents, settings.max_mb) if settings.max_mb else documents)]
+    torch.manual_seed(settings.seed)
+    model = Zip2zipLM(base, max_merge=settings.max_merge, layers=settings.layers,
+                      bos_token_id=base.config.bos_token_id).to(next(base.parameters()).device)
+    fits = model.positions - 1
+    context = fits if settings.context is None else settings.context
+    if context > fits:
+        raise TokmaintError(f"--context {context} is more than the model reads in one context ({fits} tokens after "
+                            "the one its text starts from)")
+    windows = [w[:fits] for w in contexts(tokenizer.encode_batch(texts), context=context)]
+    if not windows:
+        raise CorpusError(Path(corpus), "no document with a token in it to train on")
+    loss = finetune(model, windows, steps=settings.steps, batch=settings.batch, lr=settings.lr, progress=progress)
+    written = model.save(out, tokenizer, stamp)
+    return {**written, "max_merge": model.max_merge, "layers": settings.layers, "contexts": len(windows),
+            "context": context, "steps": settings.steps, "last_loss": loss, "seconds": time.perf_counter() - started}

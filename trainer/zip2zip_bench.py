@@ -17,7 +17,6 @@ byte on the rest, each code's −log2 q over the bytes it stands for.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -27,15 +26,13 @@ from transformers import GPT2LMHeadModel
 
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError
-from tokenizer_service.lzw import LZW, contexts, hypertoken_counts
+from tokenizer_service.hub_files import bos_token_id
+from tokenizer_service.lzw import LZW, contexts, merge_signal
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.validation import load_tokenizer
-from trainer.export import bos_token_id
 from trainer.loop import tiny_gpt2_config
 from trainer.settings import CAUSAL_LM_LOSS, TinyModelBenchSettings
-from trainer.zip2zip import Zip2zipLM, hyper_parameters
-
-LN2 = math.log(2)
+from trainer.zip2zip import Zip2zipLM, bits_per_byte, finetune
 
 
 class Zip2zipBenchSettings(TinyModelBenchSettings):
@@ -51,29 +48,6 @@ class Zip2zipBenchSettings(TinyModelBenchSettings):
     eval_contexts: int = setting(16, whole(1), "held-out contexts scored")
     top_hypertokens: int = setting(20, whole(0), "the hypertokens formed in the most contexts, listed (a merge signal "
                                                  "for Ted-Tok), with whether each is a token already")
-
-
-def _steps(model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: int, lr: float) -> float:
-    """``steps`` AdamW steps over ``windows`` in order, round and round; the last loss."""
-    params = list(model.base.parameters()) + (hyper_parameters(model) if model.max_merge > 1 else [])
-    optimizer = torch.optim.AdamW(params, lr=lr)
-    model.train()
-    loss = math.nan
-    for step in range(steps):
-        start = (step * batch) % len(windows)
-        out = model(model.batch(windows[start:start + batch]))
-        out.loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        loss = out.lm_loss.item()
-    return loss
-
-
-@torch.no_grad()
-def _bits_per_byte(model: Zip2zipLM, windows: list[list[int]], n_bytes: int) -> float:
-    model.eval()
-    nats = sum(model(model.batch([w])).nats for w in windows)
-    return nats / LN2 / n_bytes
 
 
 def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: Zip2zipBenchSettings | None = None,
@@ -97,7 +71,6 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
     if not held_out:
         raise CorpusError(Path(corpus), f"{len(windows)} contexts of {settings.context} tokens in --max-mb "
                                         f"{settings.max_mb}: none left to score after --train-share")
-    held_bytes = sum(token_bytes[i] for w in held_out for i in w)
 
     bos = bos_token_id(tokenizer)
     rows = tokenizer.id_space + (bos is None)  # a row of its own to start texts from when the version has none
@@ -108,10 +81,10 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
     gpt.loss_type = CAUSAL_LM_LOSS
     base = Zip2zipLM(gpt, max_merge=1, bos_token_id=rows - 1 if bos is None else bos)
     trained = time.perf_counter()
-    _steps(base, train, steps=settings.train_steps, batch=settings.train_batch, lr=settings.lr)
+    finetune(base, train, steps=settings.train_steps, batch=settings.train_batch, lr=settings.lr)
     plain = copy.deepcopy(base)
-    _steps(plain, train, steps=settings.finetune_steps, batch=settings.train_batch, lr=settings.lr)
-    base_bits = _bits_per_byte(plain, held_out, held_bytes)
+    finetune(plain, train, steps=settings.finetune_steps, batch=settings.train_batch, lr=settings.lr)
+    base_bits = bits_per_byte(plain, held_out, token_bytes)["bits_per_byte"]
 
     runs = []
     for max_merge in tqdm(max_merges, disable=not progress, unit="M", desc="zip2zip"):
@@ -125,20 +98,18 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
         codes = sum(map(len, encoded))
         hyper = Zip2zipLM(copy.deepcopy(base.base), max_merge=max_merge, layers=settings.layers,
                           bos_token_id=base.bos_token_id)
-        _steps(hyper, train, steps=settings.finetune_steps, batch=settings.train_batch, lr=settings.lr)
+        finetune(hyper, train, steps=settings.finetune_steps, batch=settings.train_batch, lr=settings.lr)
         runs.append({"max_merge": max_merge, "tokens": n_tokens, "hypertokens": codes, "reduction": 1 - codes / n_tokens,
                      "bytes_per_token": {"base": n_bytes / n_tokens, "zip2zip": n_bytes / codes},
-                     "bits_per_byte": {"base": base_bits, "zip2zip": _bits_per_byte(hyper, held_out, held_bytes)},
+                     "bits_per_byte": {"base": base_bits,
+                                       "zip2zip": bits_per_byte(hyper, held_out, token_bytes)["bits_per_byte"]},
                      "lzw_seconds": lzw_seconds, "lzw_vs_encode": encode_seconds / lzw_seconds})
     first = runs[0]
     # The merge signal: runs LZW forms again and again across the contexts (at the first M).
-    counts = hypertoken_counts(windows, LZW(base_size=rows, max_merge=first["max_merge"]))
-    top = [{"text": tokenizer.decode(list(run)), "contexts": n,
-            "is_token": "".join(tokenizer.id_to_token[i] for i in run) in tokenizer.vocab}
-           for run, n in counts.most_common(settings.top_hypertokens)]
+    signal = merge_signal(tokenizer, windows, max_merge=first["max_merge"], top=settings.top_hypertokens)
     return {**{k: first[k] for k in ("tokens", "hypertokens", "reduction", "bytes_per_token", "bits_per_byte")},
             "max_merge": first["max_merge"], "context": settings.context, "contexts": len(windows),
             "encode_seconds": encode_seconds, "lzw_seconds": first["lzw_seconds"],
             "lzw_vs_encode": first["lzw_vs_encode"], "train_seconds": time.perf_counter() - trained,
-            "top_hypertokens": top, "top_hypertokens_are_tokens": sum(t["is_token"] for t in top),
+            "top_hypertokens": signal["hypertokens"], "top_hypertokens_are_tokens": signal["already_tokens"],
             "runs": runs, "seconds": time.perf_counter() - started}

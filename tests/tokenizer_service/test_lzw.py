@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
-from tokenizer_service.lzw import LZW, contexts
+from tokenizer_service.lzw import LZW, Codebook, contexts
 
 IDS = st.lists(st.integers(min_value=0, max_value=5), max_size=300)
 
@@ -22,6 +22,25 @@ def test_decoding_restores_the_base_ids(ids, max_merge):
     assert all(2 <= len(run) <= max_merge for run in book) and len(set(book)) == len(book)
     assert all(code < 6 + len(book) for code in codes)  # ids follow the base vocabulary, in creation order
     assert len(codes) <= len(ids)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=IDS, max_merge=st.integers(min_value=1, max_value=6))
+def test_the_codebook_read_a_code_at_a_time_knows_what_the_encoder_knew(ids, max_merge):
+    """Before each code, the codebook a decoder holds names the code (an entry, a base id or the
+    new one), and the code never starts with a token the encoder would have taken into the run
+    before: what lets a generator emit only codes the encoder itself would have made."""
+    lzw = LZW(base_size=6, max_merge=max_merge)
+    codes = lzw.encode(ids)
+    book = Codebook(lzw)
+    for code in codes:
+        first = book.entries[code - 6][0] if 6 <= code < 6 + len(book.entries) else \
+            (book.new[0] if code == 6 + len(book.entries) else code)
+        assert first not in book.continuing
+        assert code < 6 or code - 6 < len(book.entries) or (code - 6 == len(book.entries) and book.new is not None)
+        run = book.read(code)
+        assert run[0] == first
+    assert book.entries == lzw.codebook(codes)
 
 
 @given(ids=IDS)

@@ -1,6 +1,7 @@
 """The byte-level commands (``trainer.byte_level``): ``tokmaint eval bytes``, ``tokmaint eval
 next-byte`` and ``tokmaint generate``, over model folders (``tokmaint trainer export``'s) or
-trainer checkpoints; several ``--model``: their byte-level ensemble."""
+trainer checkpoints; several ``--model``: their byte-level ensemble. ``--zip2zip``: one model
+reading and writing LZW hypertokens (``trainer.zip2zip``; ``tokmaint trainer zip2zip``'s folders)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,37 @@ def _models(args: argparse.Namespace) -> list:
     return [ByteLevelModel.load(path) for path in args.model]
 
 
+def _zip2zip_model(args: argparse.Namespace) -> tuple:
+    from trainer.zip2zip import Zip2zipLM
+
+    if len(args.model) > 1:
+        args.parser.error("--zip2zip reads one --model (an ensemble's members would each make their own hypertokens)")
+    return Zip2zipLM.load(args.model[0], max_merge=args.max_merge)
+
+
+def _eval_zip2zip(args: argparse.Namespace) -> int:
+    from tokenizer_service.corpus import read_corpus
+    from trainer.zip2zip import bits_per_byte
+
+    model, tokenizer = _zip2zip_model(args)
+    texts = [args.text] if args.corpus is None else read_corpus(args.corpus).texts[: args.max_documents]
+    ids = [i[: model.positions - 1] for i in tokenizer.encode_batch(texts)]  # what one context reads
+    token_bytes = {i: len(tokenizer.token_bytes(t)) for t, i in tokenizer.vocab.items()}
+    result = bits_per_byte(model, [i for i in ids if i], token_bytes)
+    full = [len(i) == len(tokenizer.encode(t)) for i, t in zip(ids, texts)]
+    print_result({"documents": sum(map(bool, ids)), "truncated": len(full) - sum(full), **result,
+                  "max_merge": model.max_merge}, as_json=args.json)
+    return 0
+
+
 def cmd_eval_bytes(args: argparse.Namespace) -> int:
     from tokenizer_service.corpus import read_corpus
     from trainer.byte_level import ensemble_log_prob, evaluate_texts, fit_text
 
     if (args.text is None) == (args.corpus is None):
         args.parser.error("evaluate one of --text TEXT or --corpus PATH")
+    if args.zip2zip:
+        return _eval_zip2zip(args)
     models = _models(args)
     if args.corpus is not None:
         texts = read_corpus(args.corpus).texts[: args.max_documents]
@@ -62,12 +88,24 @@ def cmd_eval_next_byte(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from trainer.byte_level import generate
+    extra = {}
+    if args.zip2zip:
+        from trainer.zip2zip import generate as generate_zip2zip
 
-    out = generate(_models(args), args.prompt, max_bytes=args.max_bytes, seed=args.seed, progress=show_progress(args))
+        model, tokenizer = _zip2zip_model(args)
+        made = generate_zip2zip(model, tokenizer, args.prompt, max_bytes=args.max_bytes, seed=args.seed,
+                                progress=show_progress(args))
+        out, generated = made.data, made.codes[made.prompt_codes:]
+        extra = {"codes": len(generated), "hypertokens": sum(c >= model.rows for c in generated),
+                 "base_tokens": len(made.base_ids), "max_merge": model.max_merge}
+    else:
+        from trainer.byte_level import generate
+
+        out = generate(_models(args), args.prompt, max_bytes=args.max_bytes, seed=args.seed,
+                       progress=show_progress(args))
     continuation = out.decode("utf-8", errors="replace")
     if args.json:
-        print_result({"prompt": args.prompt, "continuation": continuation, "bytes": len(out)}, as_json=True)
+        print_result({"prompt": args.prompt, "continuation": continuation, "bytes": len(out), **extra}, as_json=True)
     else:
         print(args.prompt + continuation)
     return 0
@@ -79,6 +117,15 @@ def _add_models(parser: argparse.ArgumentParser) -> None:
                              "for the byte-level ensemble of the models (their next-byte distributions averaged)")
 
 
+def _add_zip2zip(parser: argparse.ArgumentParser, what: str) -> None:
+    from tokenizer_service.settings import whole
+
+    parser.add_argument("--zip2zip", action="store_true", help=f"{what} with LZW hypertokens (one --model: a folder "
+                        "tokmaint trainer zip2zip wrote, or any model with a mean-pooling hyper-encoder)")
+    parser.add_argument("--max-merge", type=whole(1, 64), help="with --zip2zip: most base tokens a hypertoken "
+                        "(default: the folder's, or 3)")
+
+
 def add_eval(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
     evaluate = commands.add_parser("bytes", help="the exact probability that the model's text begins with TEXT's "
@@ -87,6 +134,8 @@ def add_eval(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--text", help="the text")
     evaluate.add_argument("--corpus", help="or every document of a JSONL(.gz) or .txt(.gz) corpus")
     evaluate.add_argument("--max-documents", type=int, help="with --corpus: its first N documents (default: all)")
+    _add_zip2zip(evaluate, "score each text's codes (a document a context, from the start of the text) in bits "
+                           "per byte of the same bytes")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(func=cmd_eval_bytes, parser=evaluate)
     next_byte = commands.add_parser("next-byte", help="the distribution of the byte that follows TEXT")
@@ -102,6 +151,8 @@ def add_generate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", required=True, help="the text to continue (it may end inside a word)")
     parser.add_argument("--max-bytes", type=int, default=64, help="bytes to sample (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
+    _add_zip2zip(parser, "sample codes after the prompt's tokens (it ends on a token boundary there), the codebook "
+                         "growing with the output, and print their text")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_generate, parser=parser)
 

@@ -174,6 +174,32 @@ def cmd_stats_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats_hypertokens(args: argparse.Namespace) -> int:
+    from registry.client import RegistryClient
+    from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.lzw import contexts, merge_signal
+
+    with RegistryClient(args.registry) as registry:
+        version = registry.version(args.lineage, args.version or "latest")["number"]
+        tokenizer = registry.tokenizer(args.lineage, version)
+    if args.corpus is not None:
+        texts = read_corpus(args.corpus).texts
+        source = args.corpus
+    else:
+        from pipeline.stream import topic_texts
+
+        settings = _pipeline_settings(args)
+        wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic)
+        texts = topic_texts(settings, wait=min(args.wait, 2.0))
+        source = f"{settings.bootstrap}/{settings.docs_topic}"
+    texts = texts[-args.documents:] if args.documents else texts
+    windows = contexts(tokenizer.encode_batch(texts), context=args.context)
+    print_result({"lineage": args.lineage, "version": version, "source": source, "documents": len(texts),
+                  "context": args.context, **merge_signal(tokenizer, windows, max_merge=args.max_merge, top=args.top)},
+                 as_json=args.json)
+    return 0
+
+
 def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     from pipeline.bench import PipelineBenchSettings, run_pipeline_bench
 
@@ -311,6 +337,27 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
     snapshot.add_argument("--out", required=True, help="the folder snapshots go to")
     snapshot.add_argument("--json", action="store_true", help="print JSON")
     snapshot.set_defaults(func=cmd_stats_snapshot, parser=snapshot)
+    hyper = stats_commands.add_parser("hypertokens", help="the runs of tokens zip2zip's LZW forms in the most of the "
+                                                          "stream's documents, with how many are tokens of the "
+                                                          "lineage's version already (candidates for Ted-Tok's merges)")
+    hyper.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
+    hyper.add_argument("--lineage", required=True, help="the registry lineage")
+    hyper.add_argument("--version", help="the version whose tokens LZW runs over (default: latest)")
+    hyper.add_argument("--corpus", help="read the documents from this JSONL(.gz) or .txt(.gz) corpus instead of the "
+                                        "docs topic")
+    hyper.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    hyper.add_argument("--topic", help="the documents' topic, read from its start to its end (default: "
+                                       "TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
+    hyper.add_argument("--documents", type=whole(1), help="the newest N documents only (default: all)")
+    hyper.add_argument("--max-merge", type=whole(1, 64), default=3,
+                       help="most base tokens a hypertoken (M; default: 3)")
+    hyper.add_argument("--context", type=whole(0), default=0,
+                       help="base tokens a context, cut from the documents' ids concatenated (default: 0, a "
+                            "document each: a count is then in how many documents LZW forms the run)")
+    hyper.add_argument("--top", type=whole(1), default=20, help="how many hypertokens to list (default: 20)")
+    hyper.add_argument("--json", action="store_true", help="print JSON")
+    _add_wait_option(hyper)
+    hyper.set_defaults(func=cmd_stats_hypertokens, parser=hyper)
 
 
 def add_bench_pipeline(bench: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
-"""The trainer's commands: ``tokmaint trainer run`` and ``export``, ``tokmaint bench apply`` and ``bench arithmetic-train``."""
+"""The trainer's commands: ``tokmaint trainer run``, ``export`` and ``zip2zip``, ``tokmaint bench apply`` and
+``bench arithmetic-train``."""
 
 from __future__ import annotations
 
@@ -65,6 +66,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_zip2zip(args: argparse.Namespace) -> int:
+    from trainer.settings import Zip2zipSettings
+    from trainer.zip2zip import train_zip2zip
+
+    settings = chosen_settings(args.parser, args, Zip2zipSettings)
+    print_result(train_zip2zip(args.model, args.corpus, args.out, settings, progress=show_progress(args)),
+                 as_json=args.json)
+    return 0
+
+
 def cmd_bench_apply(args: argparse.Namespace) -> int:
     from trainer.bench import run_apply_bench
     from trainer.settings import ApplyBenchSettings
@@ -83,7 +94,7 @@ def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
 
 
 def add_trainer(trainer: argparse.ArgumentParser) -> None:
-    from trainer.settings import TrainerSettings
+    from trainer.settings import TrainerSettings, Zip2zipSettings
 
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="train on a corpus with the lineage's current version, applying each newer "
@@ -118,6 +129,17 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
                                                    "for it, such as <|endoftext|>)")
     export.add_argument("--json", action="store_true", help="print JSON")
     export.set_defaults(func=cmd_export, parser=export)
+    zip2zip = commands.add_parser("zip2zip", help="fine-tune a model on a corpus's LZW-compressed contexts (zip2zip "
+                                                  "hypertokens) and write it as a folder that generate --zip2zip and "
+                                                  "eval bytes --zip2zip read")
+    zip2zip.add_argument("--model", required=True, help="a model folder (tokmaint trainer export) or a trainer "
+                                                        "checkpoint")
+    zip2zip.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to fine-tune on, in order")
+    zip2zip.add_argument("--out", required=True, help="the folder to write (the model folder plus zip2zip.json and "
+                                                      "zip2zip.safetensors; replaced whole when tokmaint wrote it)")
+    add_settings(zip2zip, Zip2zipSettings)
+    zip2zip.add_argument("--json", action="store_true", help="print JSON")
+    zip2zip.set_defaults(func=cmd_zip2zip, parser=zip2zip)
 
 
 def add_bench_apply(bench: argparse.ArgumentParser) -> None:
