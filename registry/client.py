@@ -12,8 +12,10 @@ Refusals raise :class:`RegistryRefused` with the server's code, HTTP status and 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -168,6 +170,25 @@ class RegistryClient:
 
     def delete_alias(self, name: str, alias: str) -> None:
         self._request("DELETE", f"/v1/tokenizers/{name}/aliases/{alias}")
+
+    def publish_model(self, name: str, folder: str | Path, *, version: int | str = "latest") -> dict[str, Any]:
+        """Publish a model folder (``tokmaint trainer export``'s) beside the version it was
+        trained with; its files go as one tar."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:") as tar:
+            for path in sorted(Path(folder).iterdir()):
+                if path.is_file():
+                    tar.add(path, arcname=path.name)
+        return self._request("POST", f"/v1/tokenizers/{name}/models", params={"version": str(version)},
+                             content=buffer.getvalue(), headers={"Content-Type": "application/x-tar"},
+                             timeout=httpx.Timeout(600.0, connect=10.0)).json()
+
+    def follow(self, name: str) -> "LatestVersion":
+        """The lineage's latest version number, kept current by the registry's watch."""
+        return LatestVersion(str(self.http.base_url), name)
+
+    def models(self, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/tokenizers/{name}/models").json()
 
     def rollback(self, name: str, to: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/tokenizers/{name}/rollback", json={"to": to}).json()

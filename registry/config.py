@@ -49,6 +49,8 @@ class RegistrySettings(RegistryStoreSettings):
     token: str | None = None
     insecure_dev: bool = False
     max_upload_mb: float = Field(64.0, gt=0)
+    # A model folder's upload (its weights included), in MB.
+    max_model_mb: float = Field(2048.0, gt=0)
     max_page: int = Field(1000, ge=1)
     max_watch_seconds: float = Field(60.0, ge=0)
     # Requests served at once; one more is answered 503 with Retry-After (registry.api.in_flight).
@@ -58,6 +60,9 @@ class RegistrySettings(RegistryStoreSettings):
     # Run the tokenizers library's checks of an upload in a process beside the server's own
     # checks (False: in the server, one after the other).
     check_process: bool = True
+    # The longest input a version's generated tokenizer_config.json names (the Hub protocol's);
+    # None: transformers' own "no limit".
+    model_max_length: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _writes_need_a_token(self) -> Self:
@@ -71,3 +76,7 @@ class RegistrySettings(RegistryStoreSettings):
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def max_model_bytes(self) -> int:
+        return int(self.max_model_mb * 1024 * 1024)

@@ -1,5 +1,6 @@
 """The registry's tables (SQLAlchemy 2.x): lineages, their immutable numbered versions, the diffs
-between versions, mutable aliases, and the outbox of revision events. Artifacts live in the content-addressed store
+between versions, mutable aliases, the models published beside a version, and the outbox of
+revision events. Artifacts live in the content-addressed store
 (``artifacts.py``); rows hold their sha256.
 
 Constraint names follow one naming convention, so Alembic can diff and migrate them.
@@ -100,6 +101,23 @@ class Alias(Base):
     name: Mapped[str] = mapped_column(String(64))
     number: Mapped[int]
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class PublishedModel(Base):
+    """A model trained with one version, published beside it (immutable): its files are
+    artifacts, ``files`` maps each name to its sha256 and size. ``number`` counts a lineage's
+    models; several may be published for one version, the newest answering for it."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("lineage_id", "number", name="uq_models_lineage_number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    lineage_id: Mapped[int] = mapped_column(ForeignKey("lineages.id"))
+    number: Mapped[int]
+    version: Mapped[int]
+    files: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(128), default="")
 
 
 class OutboxEvent(Base):

@@ -19,6 +19,10 @@ parent; an uploaded diff must equal the diff the registry computes from parent a
 Numbers are gapless and unique per lineage however many processes publish at once: SQLite
 serialises writers (``BEGIN IMMEDIATE``, see ``db.py``), PostgreSQL locks the lineage row.
 Re-publishing the latest version's content returns that version.
+
+A model trained with a version can be published beside it (``publish_model``): a Hugging Face
+model folder whose rows cover the version's ids and whose tokenizer.json, when it has one, is the
+version's own; its files are artifacts too, stored before the row that names them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -41,14 +46,14 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore
 from registry.checker import EncodingChecker
-from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, Version, utcnow
+from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PublishedModel, Version, utcnow
 from registry.refs import MAX_VERSION, version_number
 from schemas.json_values import json_kind
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import unreachable_tokens
-from tokenizer_service.revision_diff import diff_entries
+from tokenizer_service.revision_diff import composed_diff, diff_entries
 from tokenizer_service.settings import lineage_name
 from tokenizer_service.validation import ValidationReport, check_encoding, validate
 
@@ -61,7 +66,7 @@ class RegistryError(Exception):
     STATUS = {"invalid_name": 422, "invalid_tokenizer": 422, "invalid_diff": 422, "invalid_request": 422,
               "too_large": 413, "lineage_exists": 409,
               "incompatible": 409, "stale_parent": 409, "lineage_not_found": 404, "version_not_found": 404,
-              "alias_not_found": 404}
+              "alias_not_found": 404, "invalid_model": 422}
 
     def __init__(self, code: str, reasons: list[str]) -> None:
         super().__init__(f"{code}: " + "; ".join(reasons))
@@ -95,6 +100,55 @@ class VersionInfo(BaseModel):
                    changed_ids=row.changed_ids, metrics=dict(row.metrics), created_by=row.created_by,
                    # SQLite hands back naive datetimes; every time here is UTC.
                    created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc))
+
+
+class ModelInfo(BaseModel):
+    """A model published beside a version: its number in the lineage, the version it was trained
+    with, and its files (name -> sha256 and size)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lineage: str
+    number: int
+    version: int
+    files: dict[str, dict[str, Any]]
+    created_at: datetime
+    created_by: str
+
+    @classmethod
+    def of(cls, row: PublishedModel, lineage: str) -> "ModelInfo":
+        return cls(lineage=lineage, number=row.number, version=row.version, files=dict(row.files),
+                   created_by=row.created_by, created_at=row.created_at.replace(tzinfo=timezone.utc)
+                   if row.created_at.tzinfo is None else row.created_at)
+
+
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def model_folder_problems(files: dict[str, bytes], version: VersionInfo) -> list[str]:
+    """Why a model folder cannot be published beside ``version`` (empty: it can): flat file
+    names, a ``config.json`` whose ``vocab_size`` covers the version's ids, weights, and no
+    tokenizer.json but the version's own."""
+    problems = [f"file name {name!r} is not a plain name (letters, digits, '.', '_', '-')"
+                for name in files if not _FILE_NAME.fullmatch(name)]
+    try:
+        config = json.loads(files["config.json"]) if "config.json" in files else None
+    except ValueError as exc:
+        config, problems = None, problems + [f"config.json is not JSON: {exc}"]
+    if "config.json" not in files:
+        problems.append("no config.json: a Hugging Face model folder has one (tokmaint trainer export writes it)")
+    elif not isinstance(config, dict) or not isinstance(config.get("vocab_size"), int):
+        problems.append("config.json names no vocab_size")
+    elif config["vocab_size"] < version.id_space:
+        problems.append(f"the model has {config['vocab_size']} rows; version {version.number} has ids up to "
+                        f"{version.id_space - 1}")
+    if not any(name in files for name in MODEL_WEIGHTS):
+        problems.append(f"no weights: one of {', '.join(MODEL_WEIGHTS)}")
+    if "tokenizer.json" in files and hashlib.sha256(files["tokenizer.json"]).hexdigest() != version.sha256:
+        problems.append(f"its tokenizer.json is not version {version.number}'s: the model was trained with another "
+                        "version")
+    return problems
 
 
 def finite_number(value: Any) -> bool:
@@ -320,11 +374,8 @@ class Registry:
                                                            Diff.to_number == end))
         if sha is not None:
             return RevisionDiff.from_dict(json.loads(self.artifacts.get(sha)))
-        parent, child = self.tokenizer(name, start), self.tokenizer(name, end)
-        diff = RevisionDiff(lineage=name, version=last.number, parent_version=first.number,
-                            tokenizer_sha256=last.sha256, parent_sha256=first.sha256, vocab_size=len(child),
-                            id_space=child.id_space, entries=diff_entries(parent, child),
-                            config={"composed": True})
+        diff = composed_diff(self.tokenizer(name, start), self.tokenizer(name, end), lineage=name,
+                             start=first.number, end=last.number)
         sha = self.artifacts.put(diff.to_json().encode("utf-8"))
 
         def keep(session: Session) -> None:
@@ -462,13 +513,42 @@ class Registry:
 
         self._write(mark)
 
+    def publish_model(self, name: str, files: dict[str, bytes], *, version: int | str = "latest",
+                      created_by: str = "") -> ModelInfo:
+        """Publish a model folder (its files by name) beside the version it was trained with,
+        after ``model_folder_problems``' checks; numbered after the lineage's models."""
+        info = self.version(name, version)
+        if problems := model_folder_problems(files, info):
+            raise RegistryError("invalid_model", problems)
+        stored = {file: {"sha256": self.artifacts.put(data), "size": len(data)} for file, data in sorted(files.items())}
+
+        def insert(session: Session) -> ModelInfo:
+            lineage = self._lineage(session, name, lock=True)
+            last = session.scalar(select(func.max(PublishedModel.number))
+                                  .where(PublishedModel.lineage_id == lineage.id)) or 0
+            row = PublishedModel(lineage_id=lineage.id, number=last + 1, version=info.number, files=stored,
+                                 created_by=created_by)
+            session.add(row)
+            session.flush()
+            return ModelInfo.of(row, name)
+
+        return self._write(insert)
+
+    def models(self, name: str) -> list[ModelInfo]:
+        """A lineage's models, oldest first."""
+        with Session(self.engine) as session:
+            lineage = self._lineage(session, name)
+            return [ModelInfo.of(row, name) for row in session.scalars(
+                select(PublishedModel).where(PublishedModel.lineage_id == lineage.id).order_by(PublishedModel.number))]
+
     def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False) -> dict[str, Any]:
-        """Remove the artifacts no version and no kept diff names (left by a refused or killed
+        """Remove the artifacts no version, kept diff or model names (left by a refused or killed
         publish): those put more than ``older_than`` seconds ago, as a publish writes its
         artifacts before the row that names them. What was (``dry_run``: would be) removed."""
         with Session(self.engine) as session:
             named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
             named |= set(session.scalars(select(Diff.sha256)))
+            named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files)) for f in files.values()}
         # Listed after the names were read: an artifact put since is young, and kept.
         unnamed = [name for name in self.artifacts.names(older_than=older_than) if name not in named]
         if not dry_run:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from itertools import compress
 from operator import ne
 
-from schemas.revision import DiffEntry
+from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.merge_graph import merge_parents
 
@@ -70,3 +70,18 @@ def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
                                      parents=ids(child, new_parents, new),
                                      old_parents=ids(parent, old_parents, old)))
     return entries
+
+
+def composed_diff(parent: BPETokenizer, child: BPETokenizer, *, lineage: str, start: int, end: int) -> RevisionDiff:
+    """One diff from version ``start`` (``parent``) to version ``end`` (``child``): applying it
+    equals applying every version's diff in turn (what a trainer that skipped versions applies).
+
+    >>> old = BPETokenizer(vocab={"a": 0, "b": 1}, merges=[], pipeline={})
+    >>> new = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
+    >>> d = composed_diff(old, new, lineage="demo", start=1, end=3)
+    >>> (d.parent_version, d.version, [e.kind for e in d.entries], d.config)
+    (1, 3, ['added'], {'composed': True})
+    """
+    return RevisionDiff(lineage=lineage, version=end, parent_version=start, tokenizer_sha256=child.sha256,
+                        parent_sha256=parent.sha256, vocab_size=len(child), id_space=child.id_space,
+                        entries=diff_entries(parent, child), config={"composed": True})

@@ -2,7 +2,8 @@
 with a lineage's current tokenizer, and take each newer version as the registry publishes it,
 between two optimizer steps.
 
-A thread follows the registry's watch (``registry.client.LatestVersion``) or the revision events
+A thread follows the registry's watch (``registry.client.LatestVersion``), the Hub protocol's
+``main`` revision (``--hub``: ``trainer.hub``) or the revision events
 on the ``tokenizer.revisions`` topic (``registry.relay.RevisionEvents``, each event counted once);
 before each step the trainer looks at what it last heard. A newer version is downloaded (verified against its sha256:
 a download that does not match is refused, and training goes on with the version it has, trying
@@ -27,7 +28,7 @@ import torch
 from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from registry.client import LatestVersion, RegistryClient, RegistryRefused
+from registry.client import RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -36,6 +37,7 @@ from trainer.apply_revision import apply_revision, set_removed
 from trainer.byte_level import ByteLevelModel, evaluate_texts
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
+from trainer.hub import HubVersions
 from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
 
 log = logging.getLogger("tokmaint.trainer")
@@ -54,11 +56,12 @@ def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
 class Trainer:
     """One model trained on ``data`` with a lineage's versions."""
 
-    def __init__(self, *, registry: RegistryClient, lineage: str, data: TrainingTexts,
+    def __init__(self, *, registry: RegistryClient | HubVersions, lineage: str, data: TrainingTexts,
                  settings: TrainerSettings | None = None, model_config: dict[str, Any] | None = None,
                  checkpoint_dir: str | Path | None = None, events: tuple[str, str] | None = None,
                  held_out: Sequence[str] = (), progress: bool = False) -> None:
-        """``events``: (bootstrap, topic) to learn of versions from the revision events there
+        """``registry``: the registry's client, or ``trainer.hub.HubVersions`` (the Hub protocol).
+        ``events``: (bootstrap, topic) to learn of versions from the revision events there
         instead of the registry's watch. ``held_out``: texts the model is scored on in bits per
         byte every ``eval_every`` steps (their first ``eval_bytes`` bytes), whatever version it
         reads with (``trainer.byte_level``)."""
@@ -88,7 +91,7 @@ class Trainer:
             position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
             self.position, self.step = position["position"], position["step"]
         self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=self.version) if events
-                       else LatestVersion(str(registry.http.base_url), lineage))
+                       else registry.follow(lineage))
 
     def close(self) -> None:
         self.latest.close()

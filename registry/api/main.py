@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.api.errors import error_body, install_error_shape
 from registry.api.in_flight import InFlightLimit
-from registry.api.routes import pages
+from registry.api.routes import hub, pages
 from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
 from registry.artifacts import LocalArtifactStore
 from registry.config import RegistrySettings
@@ -124,12 +124,15 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         engine.dispose()
 
     app = FastAPI(title="tokmaint registry", version="1", lifespan=lifespan,
-                  description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch.")
+                  description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch; the "
+                              "Hugging Face Hub protocol (read-only) at the root.")
     app.state.settings = settings
     app.state.cache = ArtifactCache()
     app.state.metrics = Metrics.create()
+    app.state.hub = hub.HubFiles(model_max_length=settings.model_max_length)
     app.include_router(router)
     app.include_router(pages.router)
+    app.include_router(hub.router)  # last: its paths start with any lineage's name
 
     install_error_shape(app)
 

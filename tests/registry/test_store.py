@@ -79,7 +79,7 @@ def test_migrations_create_every_table(database_url):
     migrate(database_url)
     migrate(database_url)  # already at head: nothing to do
     tables = set(inspect(make_engine(database_url)).get_table_names())
-    assert {"lineages", "versions", "diffs", "aliases", "outbox", "alembic_version"} <= tables
+    assert {"lineages", "versions", "diffs", "aliases", "models", "outbox", "alembic_version"} <= tables
 
 
 def test_a_tedtok_lineage_is_published_gapless_with_its_diffs(registry, lineage):
@@ -317,3 +317,25 @@ def test_the_latest_version_of_every_lineage_in_use_stays_parsed(database_url, t
     for number in (1, 2, 3):
         small.tokenizer(names[0], number)
     assert small.cached_versions == 2  # the floor, under a budget of no tokens
+
+
+def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_by_gc(registry, lineage):
+    published = publish_lineage(registry, lineage)
+    v2 = registry.version("demo", 2)
+    folder = {"config.json": json.dumps({"vocab_size": v2.id_space}).encode(), "model.safetensors": b"weights",
+              "tokenizer.json": registry.artifacts.get(v2.sha256)}
+    first = registry.publish_model("demo", folder, version=2, created_by="test")
+    second = registry.publish_model("demo", {**folder, "model.safetensors": b"better"}, version="2")
+    latest = registry.publish_model("demo", {k: v for k, v in folder.items() if k != "tokenizer.json"} | {
+        "config.json": json.dumps({"vocab_size": published[-1].id_space + 5}).encode()})
+    assert [(m.number, m.version) for m in registry.models("demo")] == [(1, 2), (2, 2), (3, published[-1].number)]
+    assert first.files["model.safetensors"]["size"] == 7 and second.created_by == "" and latest.number == 3
+    assert registry.artifacts.get(second.files["model.safetensors"]["sha256"]) == b"better"
+    with pytest.raises(RegistryError) as refused:
+        registry.publish_model("demo", {"config.json": b'{"vocab_size": 3}', "../x": b"",
+                                        "tokenizer.json": registry.artifacts.get(registry.version("demo", 1).sha256)},
+                               version=2)
+    assert refused.value.code == "invalid_model" and len(refused.value.reasons) == 4  # name, rows, weights, version
+    assert len(registry.models("demo")) == 3
+    swept = registry.collect_garbage(older_than=0)
+    assert all(f["sha256"] not in swept["artifacts"] for m in registry.models("demo") for f in m.files.values())

@@ -250,3 +250,54 @@ def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_serve
             assert second["bits_per_byte"] == last["bits_per_byte"] and 0 < last["bits_per_byte"] < 16
         finally:
             trainer.close()
+
+
+def test_a_trainer_following_the_hub_protocol_takes_a_new_version(registry_server, lineage_versions, tmp_path):
+    """With trainer.hub.HubVersions (huggingface_hub at the registry's URL, none of its own API)
+    the trainer starts on the latest version and takes one published during training."""
+    from trainer.hub import HubVersions
+
+    url, _ = registry_server
+    texts, initial, revisions = lineage_versions
+    name = _lineage(url, initial)
+    versions = HubVersions(url, cache_dir=str(tmp_path / "hf"))
+    trainer = Trainer(registry=versions, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
+    try:
+        report = {}
+        thread = threading.Thread(target=lambda: report.update(trainer.run(steps=1000)))
+        thread.start()
+        time.sleep(1.0)
+        published, at = _publish(url, name, revisions[0]), time.time()
+        thread.join(timeout=300)
+    finally:
+        trainer.close()
+    (taken,) = report["taken"]
+    assert report["versions"][0] == 1 and taken["version"] == published == 2
+    assert taken["time"] - at < 3.0  # the poll's second and a step
+    assert trainer.tokenizer.sha256 == revisions[0].tokenizer.sha256
+    assert trainer.model.get_input_embeddings().weight.shape[0] == revisions[0].tokenizer.id_space
+    own = RegistryClient(url).composed_diff(name, 1, 2)  # the version's own diff: the same ids, another config
+    assert versions.composed_diff(name, 1, 2)["entries"] == own["entries"]
+    assert (tmp_path / "hf" / f"models--{name}").is_dir()  # read through the Hub client's own cache
+
+
+def test_the_trainer_run_command_with_hub(registry_server, lineage_versions, drifting_corpus, tmp_path, capsys,
+                                          monkeypatch):
+    from huggingface_hub import constants
+
+    from tokmaint.cli import main
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    url, _ = registry_server
+    _, initial, revisions = lineage_versions
+    name = _lineage(url, initial)
+    _publish(url, name, revisions[0])
+    assert main(["trainer", "run", "--hub", "--registry", url, "--lineage", name, "--data", str(drifting_corpus),
+                 "--steps", "3", "--batch-size", "4", "--eval-every", "0", "--json"]) == 0
+    ran = json.loads(capsys.readouterr().out)
+    assert (ran["steps"], ran["version"]) == (3, 2)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("TOKMAINT_REGISTRY_URL", raising=False)
+    with pytest.raises(SystemExit):
+        main(["trainer", "run", "--hub", "--lineage", name, "--data", str(drifting_corpus)])
+    assert "--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL" in capsys.readouterr().err

@@ -214,6 +214,20 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return _answer(args, lambda client: client.rollback(args.name, args.to))
 
 
+def cmd_publish_model(args: argparse.Namespace) -> int:
+    folder = Path(args.model)
+    if not (folder / "config.json").is_file():
+        args.parser.error(f"{folder} is no model folder (no config.json): tokmaint trainer export writes one")
+    version = args.version
+    if version is None:  # the version the folder says it was trained with
+        stamp = folder / "tokmaint.json"
+        version = json.loads(stamp.read_text(encoding="utf-8")).get("version") if stamp.is_file() else None
+        if version is None:
+            args.parser.error(f"{folder} does not say which version it was trained with (no tokmaint.json): "
+                              "give --version")
+    return _answer(args, lambda client: client.publish_model(args.name, folder, version=version))
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from tokenizer_service.output_dir import write_file
 
@@ -269,6 +283,12 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p = client_parser("rollback", "publish a new version equal to an older one", cmd_rollback)
     p.add_argument("name")
     p.add_argument("to", type=int)
+    p = client_parser("publish-model", "publish a model folder (tokmaint trainer export's) beside the version it "
+                      "was trained with; from_pretrained reads it as the repository NAME-models", cmd_publish_model)
+    p.add_argument("name")
+    p.add_argument("--model", required=True, help="the model folder (config.json, the weights, the version's "
+                                                  "tokenizer.json)")
+    p.add_argument("--version", help="the version it was trained with (default: the folder's tokmaint.json says)")
     p = client_parser("download", "download a version's tokenizer.json (verified against its sha256)",
                       cmd_download)
     p.add_argument("name")

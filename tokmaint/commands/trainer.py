@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from tokmaint.options import add_bench_options, add_settings, chosen_settings
@@ -14,8 +16,10 @@ from tokmaint.output import print_result, show_progress
 def cmd_run(args: argparse.Namespace) -> int:
     from pipeline.topics import PipelineSettings
     from registry.client import RegistryClient
+    from registry.config import RegistryClientSettings
     from tokenizer_service.corpus import read_corpus
     from trainer.data import CorpusTexts, TopicTexts
+    from trainer.hub import HubVersions
     from trainer.loop import Trainer, read_model_config
     from trainer.settings import TrainerSettings
 
@@ -34,7 +38,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         data = TopicTexts(stream)
     events = (stream.bootstrap, stream.revisions_topic) if args.follow == "events" else None
-    with RegistryClient(args.registry) as registry:
+    if args.hub:
+        endpoint = args.registry or os.environ.get("HF_ENDPOINT") or RegistryClientSettings().url
+        if not endpoint:
+            args.parser.error("--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL: set one")
+    with nullcontext(HubVersions(endpoint)) if args.hub else RegistryClient(args.registry) as registry:
         try:
             trainer = Trainer(registry=registry, lineage=args.lineage, data=data, settings=settings,
                               model_config=read_model_config(args.model_config), checkpoint_dir=args.checkpoint_dir,
@@ -104,6 +112,10 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
     run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
     run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    run.add_argument("--hub", action="store_true",
+                     help="read the lineage's versions over the Hugging Face Hub protocol (huggingface_hub with "
+                          "HF_ENDPOINT at the registry: --registry's URL, or HF_ENDPOINT), as any training code "
+                          "reads a tokenizer, instead of the registry's own API")
     run.add_argument("--follow", choices=("watch", "events"), default="watch",
                      help="learn of new versions by the registry's watch (default) or the revision events topic")
     run.add_argument("--revisions-topic", help="the revision events' topic (default: "

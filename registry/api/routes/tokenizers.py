@@ -1,4 +1,6 @@
-"""``/v1/tokenizers``: lineages, versions, artifacts, diffs, aliases, rollback and watch.
+"""``/v1/tokenizers``: lineages, versions, artifacts, diffs, aliases, rollback, watch, and the
+models published beside a version (a model folder uploaded as one tar; read over the Hub
+protocol as the repository ``{lineage}-models``, ``hub.py``).
 
 Reads are open; writes need the bearer token (``WriterDep``). Refusals answer 409/422 (or 404,
 413) with ``{error_code, message, reasons}``. A numbered version never changes, so its
@@ -9,6 +11,8 @@ without touching the database.
 from __future__ import annotations
 
 import asyncio
+import io
+import tarfile
 import time
 from collections import OrderedDict
 from typing import Any
@@ -19,7 +23,7 @@ from pydantic import BaseModel
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
 from registry.refs import version_number
-from registry.store import Registry, RegistryError, VersionInfo
+from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
 from schemas.json_values import json_kind
 from tokenizer_service.bpe import json_shape_problems, parse_json
 from tokenizer_service.errors import InvalidTokenizer
@@ -35,6 +39,32 @@ class VersionPublic(VersionInfo):
     def of(cls, info: VersionInfo) -> "VersionPublic":
         base = f"/v1/tokenizers/{info.lineage}/versions/{info.number}"
         return cls(**info.model_dump(), tokenizer_url=f"{base}/tokenizer.json", diff_url=f"{base}/diff")
+
+
+class ModelPublic(ModelInfo):
+    hub_repo: str  # what from_pretrained names it by, with HF_ENDPOINT at the registry
+
+    @classmethod
+    def of(cls, info: ModelInfo) -> "ModelPublic":
+        return cls(**info.model_dump(), hub_repo=f"{info.lineage}-models")
+
+
+class ModelsPublic(BaseModel):
+    data: list[ModelPublic]
+    count: int
+
+
+def folder_files(data: bytes) -> dict[str, bytes]:
+    """A model folder uploaded as an (uncompressed) tar of its files, by name; refused when it is
+    no tar or holds anything but plain files at its top."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = tar.getmembers()
+            if odd := [m.name for m in members if not m.isfile() or "/" in m.name.strip("/")]:
+                raise RegistryError("invalid_request", [f"the folder's tar holds {odd[0]!r}, not a file at its top"])
+            return {m.name.strip("/"): tar.extractfile(m).read() for m in members}
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # what a damaged tar raises
+        raise RegistryError("invalid_request", [f"the body is no tar of a model folder: {exc}"]) from None
 
 
 class VersionsPublic(BaseModel):
@@ -252,6 +282,25 @@ async def set_alias(name: str, alias: str, request: Request, registry: RegistryD
 def delete_alias(name: str, alias: str, registry: RegistryDep, writer: WriterDep) -> Response:
     registry.delete_alias(name, alias)
     return Response(status_code=204)
+
+
+@router.post("/{name}/models", status_code=201, response_model=ModelPublic,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {
+                 "schema": {"type": "string", "format": "binary", "description": "an uncompressed tar"}}}}})
+async def publish_model(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
+                        writer: WriterDep, version: str = Query("latest")) -> ModelPublic:
+    """Publish a model folder (a tar of its files: config.json, the weights, the version's
+    tokenizer.json if any) beside the version it was trained with (a number, latest or an alias)."""
+    files = folder_files(await read_body(request, settings.max_model_bytes))
+    info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer)
+    return ModelPublic.of(info)
+
+
+@router.get("/{name}/models", response_model=ModelsPublic)
+def list_models(name: str, registry: RegistryDep) -> ModelsPublic:
+    """The lineage's models, oldest first."""
+    models = registry.models(name)
+    return ModelsPublic(data=[ModelPublic.of(m) for m in models], count=len(models))
 
 
 @router.post("/{name}/rollback", status_code=201, response_model=VersionPublic,

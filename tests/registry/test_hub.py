@@ -1,0 +1,223 @@
+"""The registry speaks the Hugging Face Hub protocol: the real clients (transformers,
+huggingface_hub), in a process of their own with only ``HF_ENDPOINT`` at a registry server on a
+free loopback port, read a lineage's versions by number, alias and commit hash; their cache sees
+a new version as new; unknown repositories, revisions and files raise their own errors."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from registry.api.routes.hub import commit_hash
+from registry.client import RegistryClient
+from tests.conftest import REGISTRY_TOKEN, sentences
+from tokenizer_service.bpe import BPETokenizer
+
+RESOLVE = "/{repo}/resolve/{revision}/{filename:path}"
+
+
+def hub_client(registry: str, home, script: str) -> dict:
+    """Run ``script`` (its last line prints one JSON value) with the Hub clients and nothing of
+    tokmaint's: ``HF_ENDPOINT`` is the registry, ``HF_HOME`` a cache of the test's own."""
+    env = {"HF_ENDPOINT": registry, "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1", "PATH": "/usr/bin:/bin",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def resolve_gets(registry: str) -> float:
+    """How many GETs of a resolve URL the registry has answered (its /metrics)."""
+    families = text_string_to_metric_families(httpx.get(f"{registry}/metrics").text)
+    return sum(s.value for f in families for s in f.samples if s.name == "tokmaint_registry_requests_total"
+               and s.labels["route"] == RESOLVE and s.labels["method"] == "GET")
+
+
+@pytest.fixture(scope="module")
+def lineage(registry_server):
+    """A lineage with <|endoftext|>, two versions and the alias ``stable`` on version 2."""
+    url = registry_server[0]
+    texts = sentences(300)
+    client = RegistryClient(url, token=REGISTRY_TOKEN)
+    client.create("hub", BPETokenizer.train(texts, vocab_size=330, special_tokens=["<|endoftext|>"]).to_json())
+    client.publish("hub", BPETokenizer.train(texts, vocab_size=345, special_tokens=["<|endoftext|>"]).to_json(),
+                   kind="import")
+    client.set_alias("hub", "stable", 2)
+    return url, client
+
+
+def test_auto_tokenizer_loads_a_version_by_number_alias_and_commit(lineage, tmp_path):
+    url, client = lineage
+    v2 = client.version("hub", 2)
+    commit = commit_hash("hub", 2, v2["sha256"])
+    texts = sentences(20, seed=4) + ["héllo <|endoftext|> wörld", "  two  spaces\n\nand 12345"]
+    loaded = hub_client(url, tmp_path, f"""
+        import json
+        from transformers import AutoTokenizer
+        out = {{}}
+        for revision in ("2", "v2", "stable", "{commit}", "v1", "main"):
+            tok = AutoTokenizer.from_pretrained("hub", revision=revision)
+            out[revision] = {{"ids": [tok(t, add_special_tokens=False).input_ids for t in {texts!r}],
+                              "size": len(tok), "bos": tok.bos_token, "text": tok.decode(tok("a b").input_ids)}}
+        print(json.dumps(out))
+    """)
+    for revision, number in (("2", 2), ("v2", 2), ("stable", 2), (commit, 2), ("v1", 1), ("main", 2)):
+        tokenizer = client.tokenizer("hub", number)
+        assert loaded[revision]["ids"] == [tokenizer.encode(t) for t in texts], revision
+        assert loaded[revision]["size"] == len(tokenizer) and loaded[revision]["bos"] == "<|endoftext|>"
+        assert loaded[revision]["text"] == "a b"
+    assert loaded["v1"]["ids"] != loaded["v2"]["ids"]
+
+
+def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_path):
+    """A second download of an unchanged version asks only HEAD (the same ETag) and reads the
+    cache; one by commit hash asks nothing; after a new version, ``latest`` resolves to it."""
+    url, client = lineage
+    script = """
+        import json, os
+        from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+        folder = snapshot_download("hub", revision="latest")
+        info = HfApi().model_info("hub", revision="latest")
+        path = hf_hub_download("hub", "tokenizer.json", revision="v2")
+        print(json.dumps({"folder": folder, "files": sorted(os.listdir(folder)), "sha": info.sha,
+                          "card": info.card_data.to_dict(), "path": path,
+                          "etag": os.path.basename(os.path.realpath(path))}))
+    """
+    first = hub_client(url, tmp_path, script)
+    latest = client.version("hub")
+    assert first["sha"] == commit_hash("hub", latest["number"], latest["sha256"])
+    assert first["folder"].endswith(f"/snapshots/{first['sha']}")
+    assert first["files"] == ["revision_diff.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    assert first["card"]["tokmaint"]["number"] == latest["number"] and first["etag"] == latest["sha256"]
+    with open(first["path"], "rb") as f:
+        assert f.read() == client.download("hub", 2)
+
+    gets = resolve_gets(url)
+    again = hub_client(url, tmp_path, script)
+    assert again == first and resolve_gets(url) == gets  # HEADs only: every file came from the cache
+    by_commit = hub_client(url, tmp_path, f"""
+        from huggingface_hub import hf_hub_download
+        print('"' + hf_hub_download("hub", "tokenizer_config.json", revision="{first['sha']}") + '"')
+    """)
+    assert by_commit.startswith(first["folder"]) and resolve_gets(url) == gets
+
+    published = client.rollback("hub", 1)  # a new version, with version 1's tokenizer
+    moved = hub_client(url, tmp_path, script)
+    assert moved["sha"] == commit_hash("hub", published["number"], published["sha256"]) != first["sha"]
+    assert moved["card"]["tokmaint"]["number"] == published["number"] and resolve_gets(url) > gets
+    with open(moved["folder"] + "/tokenizer.json", "rb") as f:
+        assert f.read() == client.download("hub", published["number"])
+
+
+def test_unknown_repositories_revisions_and_files_raise_the_clients_own_errors(lineage, tmp_path):
+    url, _ = lineage
+    raised = hub_client(url, tmp_path, """
+        import json
+        from huggingface_hub import hf_hub_download, HfApi
+        from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+        from transformers import AutoTokenizer
+        out = []
+        for call in (lambda: hf_hub_download("nothing", "tokenizer.json"),
+                     lambda: hf_hub_download("team/hub", "tokenizer.json"),
+                     lambda: hf_hub_download("hub", "tokenizer.json", revision="v999"),
+                     lambda: hf_hub_download("hub", "tokenizer.json", revision="no-such-alias"),
+                     lambda: hf_hub_download("hub", "tokenizer.json", revision="0" * 40),
+                     lambda: hf_hub_download("hub", "vocab.txt", revision="v1"),
+                     lambda: HfApi().model_info("nothing")):
+            try:
+                call()
+                out.append(None)
+            except Exception as exc:
+                out.append(next((kind.__name__ for kind in (EntryNotFoundError, RevisionNotFoundError,
+                                                            RepositoryNotFoundError) if isinstance(exc, kind)),
+                                repr(exc)))
+        try:
+            AutoTokenizer.from_pretrained("nothing")
+        except OSError as exc:
+            out.append("OSError: " + str(exc).splitlines()[0])
+        print(json.dumps(out))
+    """)
+    assert raised[:7] == ["RepositoryNotFoundError", "RepositoryNotFoundError", "RevisionNotFoundError",
+                          "RevisionNotFoundError", "RevisionNotFoundError", "EntryNotFoundError",
+                          "RepositoryNotFoundError"]
+    assert "nothing" in raised[7]
+
+
+def test_revalidation_is_a_304_and_numbered_files_are_immutable(lineage):
+    url, client = lineage
+    v1 = client.version("hub", 1)
+    head = httpx.head(f"{url}/hub/resolve/v1/tokenizer.json")
+    assert head.status_code == 200 and head.headers["etag"] == f'"{v1["sha256"]}"'
+    assert int(head.headers["content-length"]) == len(client.download("hub", 1)) and not head.content
+    assert head.headers["x-repo-commit"] == commit_hash("hub", 1, v1["sha256"])
+    assert "immutable" in head.headers["cache-control"]
+    assert httpx.head(f"{url}/hub/resolve/main/tokenizer.json").headers["cache-control"] == "no-cache"
+    again = httpx.get(f"{url}/hub/resolve/v1/tokenizer.json", headers={"If-None-Match": head.headers["etag"]})
+    assert again.status_code == 304 and not again.content
+    config = httpx.get(f"{url}/hub/resolve/1/tokenizer_config.json").json()
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and config["eos_token"] == "<|endoftext|>"
+    tree = httpx.get(f"{url}/api/models/hub/tree/v1").json()
+    assert {f["path"]: f["size"] for f in tree}["tokenizer.json"] == int(head.headers["content-length"])
+    assert httpx.get(f"{url}/api/models/hub/tree/v1/additional_chat_templates").headers["x-error-code"] == \
+        "EntryNotFound"
+
+
+def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(lineage, tmp_path, monkeypatch,
+                                                                              capsys):
+    """A model folder (tokmaint trainer export's) published beside version 2 with `registry
+    publish-model` loads as ``hub-models`` with AutoModelForCausalLM and AutoTokenizer, by the
+    version's number and as ``main``, and gives the model's own logits; folders that do not fit
+    the version are refused with every reason."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tokmaint.cli import main
+    from trainer.export import write_model_folder
+
+    url, client = lineage
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
+    tokenizer = client.tokenizer("hub", 2)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64, vocab_size=tokenizer.id_space,
+                                       bos_token_id=0, eos_token_id=0)).eval()
+    write_model_folder(model, tokenizer, {"lineage": "hub", "version": 2}, tmp_path / "model")
+    assert main(["registry", "publish-model", "hub", "--model", str(tmp_path / "model"), "--registry", url,
+                 "--json"]) == 0
+    published = json.loads(capsys.readouterr().out)
+    assert (published["version"], published["hub_repo"]) == (2, "hub-models") and "model.safetensors" in published[
+        "files"]
+    ids = tokenizer.encode("the cat sat on the mat")
+    loaded = hub_client(url, tmp_path / "hf", f"""
+        import json, torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        out = {{}}
+        for revision in ("v2", "main"):
+            model = AutoModelForCausalLM.from_pretrained("hub-models", revision=revision)
+            tok = AutoTokenizer.from_pretrained("hub-models", revision=revision)
+            with torch.no_grad():
+                logits = model(torch.tensor([{ids!r}])).logits[0]
+            out[revision] = {{"logits": logits.tolist(), "ids": tok("the cat sat on the mat").input_ids,
+                              "max_length": tok.model_max_length}}
+        print(json.dumps(out))
+    """)
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0]
+    for revision in ("v2", "main"):
+        assert torch.allclose(torch.tensor(loaded[revision]["logits"]), expected, atol=1e-5)
+        assert loaded[revision]["ids"] == ids and loaded[revision]["max_length"] == 64
+
+    other = client.tokenizer("hub", 1)
+    write_model_folder(GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=10)), other,
+                       {"lineage": "hub", "version": 2}, tmp_path / "wrong")
+    assert main(["registry", "publish-model", "hub", "--model", str(tmp_path / "wrong"), "--registry", url]) != 0
+    refused = capsys.readouterr().err
+    assert "invalid_model" in refused and "10 rows" in refused and "not version 2's" in refused
+    assert client.models("hub")["count"] == 1
+    missing = httpx.head(f"{url}/hub-models/resolve/v1/config.json")  # no model was trained with version 1
+    assert missing.status_code == 404 and missing.headers["x-error-code"] == "RevisionNotFound"
+    assert httpx.head(f"{url}/nothing-models/resolve/main/config.json").headers["x-error-code"] == "RepoNotFound"

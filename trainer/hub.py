@@ -1,0 +1,107 @@
+"""A lineage followed over the Hugging Face Hub protocol (``tokmaint trainer run --hub``): the
+trainer reads versions the way any training code reads a tokenizer, with ``huggingface_hub``
+at the registry's URL (``registry.api.routes.hub``), and needs none of the registry's own API.
+
+* The latest version is the ``main`` revision's (``model_info``'s ``cardData``), asked every
+  ``poll_seconds`` by a thread (:class:`HubLatest`).
+* A version's tokenizer.json is ``hf_hub_download``'s (revision ``v{n}``, in the Hub client's
+  cache), checked against the sha256 the registry gives it.
+* A diff from the version the trainer has to a newer one is computed here from the two
+  tokenizers (``tokenizer_service.revision_diff.composed_diff``, as the registry computes it).
+
+    versions = HubVersions("http://registry:8000")
+    tokenizer = versions.tokenizer("news", versions.version("news")["number"])
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from registry.client import RegistryRefused
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.revision_diff import composed_diff
+
+
+class HubVersions:
+    """A lineage's versions over the Hub protocol at ``endpoint``, with the interface the
+    trainer uses of ``registry.client.RegistryClient``."""
+
+    def __init__(self, endpoint: str, *, cache_dir: str | None = None) -> None:
+        """``endpoint``: the registry's URL (what ``HF_ENDPOINT`` would be); ``cache_dir``: the
+        Hub client's cache (default: its own, ``HF_HUB_CACHE``)."""
+        from huggingface_hub import HfApi
+
+        self.endpoint, self.cache_dir = endpoint.rstrip("/"), cache_dir
+        self.api = HfApi(endpoint=self.endpoint)
+        self._tokenizers: dict[tuple[str, int], BPETokenizer] = {}
+
+    def version(self, lineage: str, ref: int | str = "main") -> dict[str, Any]:
+        """The version a revision names (``main``: the latest), as the registry describes it."""
+        revision = f"v{ref}" if isinstance(ref, int) else ref
+        return self.api.model_info(lineage, revision=revision).card_data.to_dict()["tokmaint"]
+
+    def tokenizer(self, lineage: str, number: int) -> BPETokenizer:
+        """Version ``number``'s tokenizer.json from the Hub client (its cache first), refused
+        when it is not the file the registry names by its sha256."""
+        from huggingface_hub import hf_hub_download
+
+        kept = self._tokenizers.get((lineage, number))
+        if kept is not None:
+            return kept
+        path = hf_hub_download(lineage, "tokenizer.json", revision=f"v{number}", endpoint=self.endpoint,
+                               cache_dir=self.cache_dir)
+        with open(path, "rb") as f:
+            tokenizer = BPETokenizer.from_json(f.read().decode("utf-8"))
+        expected = self.version(lineage, number)["sha256"]
+        if tokenizer.sha256 != expected:
+            raise RegistryRefused(0, "sha256_mismatch", [f"{path} is not version {number} of {lineage!r} (sha256 "
+                                                         f"{tokenizer.sha256[:12]}, not {expected[:12]})"])
+        self._tokenizers[(lineage, number)] = tokenizer
+        return tokenizer
+
+    def composed_diff(self, lineage: str, start: int, end: int) -> dict[str, Any]:
+        """One diff from version ``start`` to ``end`` (as the registry's ``/diff?from=&to=``)."""
+        return composed_diff(self.tokenizer(lineage, start), self.tokenizer(lineage, end), lineage=lineage,
+                             start=start, end=end).to_dict()
+
+    def follow(self, lineage: str) -> "HubLatest":
+        return HubLatest(self, lineage)
+
+
+class HubLatest:
+    """The latest version number of a lineage, kept current by a thread that asks the ``main``
+    revision every ``poll_seconds`` (the Hub protocol has no watch); the last number seen while
+    the registry is away, its error once it has been away longer than ``patience``."""
+
+    def __init__(self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0,
+                 patience: float = 30.0) -> None:
+        self.versions, self.lineage, self.poll_seconds, self.patience = versions, lineage, poll_seconds, patience
+        self._number = versions.version(lineage)["number"]
+        self._error: Exception | None = None
+        self._failing_since: float | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="tokmaint-hub-poll", daemon=True)
+        self._thread.start()
+
+    @property
+    def number(self) -> int:
+        failing_since = self._failing_since
+        if failing_since is not None and time.monotonic() - failing_since > self.patience:
+            raise self._error
+        return self._number
+
+    def _poll(self) -> None:
+        while not self._stopped.wait(self.poll_seconds):
+            try:
+                self._number = max(self._number, self.versions.version(self.lineage)["number"])
+                self._failing_since = None
+            except Exception as exc:  # the registry is away: the last number stands, for a while
+                self._error = exc
+                self._failing_since = self._failing_since or time.monotonic()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+
