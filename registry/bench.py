@@ -9,6 +9,14 @@ server's checks and storage; the revisions' JSON is made beforehand), then
 downloads one version's tokenizer.json from ``clients`` concurrent keep-alive connections for
 ``seconds`` (``get_rps``) and revalidates it with ``If-None-Match`` (``get_304_rps``).
 
+The Hub protocol (``registry.api.routes.hub``): ``hub_resolve_rps``, HEADs a second of
+``/{lineage}/resolve/latest/tokenizer.json`` from ``clients`` connections (each a database read
+of the latest number), and ``hub_download_ms``: ``AutoTokenizer.from_pretrained`` of a version
+with ``HF_ENDPOINT`` at the server, in a process of its own (the median of ``repeats``): cold (an
+empty cache), warm (the cache full: a HEAD a file) and from the same files on disk, and
+``warm_vs_disk``; of ``hub_tokenizer`` (a tokenizer.json: a 150k-token one is the target's
+case), or the benchmark's own.
+
 Then ``load``: the trainers' mix, open loop, at rates doubling from ``start_rps``
 (``registry.load_test.load_ramp``): of every 25 requests, 14 ask for the latest version, 7
 revalidate a tokenizer.json, 3 list versions and 1 is a write (a rollback of a small lineage,
@@ -23,7 +31,10 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import os
 import secrets
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,6 +49,7 @@ from registry.load_test import REFUSED, LoadRampSettings, LoadRequest, Ramp, clo
 from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 
@@ -53,6 +65,46 @@ class RegistryBenchSettings(LoadRampSettings):
     # The registry serves twice the ingest server's rate (its answers are smaller, none waits for Kafka).
     start_rps: float = setting(50.0, Number(float, low=0, low_open=True), "the ramp's first rate (requests/s)")
     max_rps: float = setting(6400.0, Number(float, low=0, low_open=True), "the ramp's highest rate")
+    hub_tokenizer: str | None = setting(None, None, "a tokenizer.json whose from_pretrained over the Hub protocol "
+                                                    "is timed (default: the benchmark's own)")
+    repeats: int = setting(5, whole(1), "timed from_pretrained loads of each kind (the median is reported)")
+
+
+# Run in a process of its own, with HF_ENDPOINT at the registry and a fresh HF_HOME: the loads of
+# a tokenizer by transformers alone (the first load pays transformers' own first-use costs, so
+# the cold figure is a second cold load, into a second empty cache).
+_FROM_PRETRAINED = """
+import json, statistics, sys, tempfile, time
+from huggingface_hub import snapshot_download
+from transformers import AutoTokenizer
+repo, revision, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def ms(load):
+    started = time.perf_counter()
+    load()
+    return 1000 * (time.perf_counter() - started)
+
+AutoTokenizer.from_pretrained(repo, revision=revision, cache_dir=tempfile.mkdtemp())
+cold = ms(lambda: AutoTokenizer.from_pretrained(repo, revision=revision))
+warm = statistics.median(ms(lambda: AutoTokenizer.from_pretrained(repo, revision=revision)) for _ in range(repeats))
+folder = snapshot_download(repo, revision=revision, local_files_only=True)
+disk = statistics.median(ms(lambda: AutoTokenizer.from_pretrained(folder)) for _ in range(repeats))
+print(json.dumps({"cold": cold, "warm": warm, "disk": disk, "warm_vs_disk": warm / disk,
+                  "tokens": len(AutoTokenizer.from_pretrained(folder))}))
+"""
+
+
+def hub_download_ms(url: str, repo: str, revision: str, *, repeats: int) -> dict[str, float]:
+    """``AutoTokenizer.from_pretrained(repo, revision=...)`` timed in a process of its own with
+    ``HF_ENDPOINT`` at ``url``: cold, warm and from disk (milliseconds), and warm over disk."""
+    with tempfile.TemporaryDirectory(prefix="tokmaint-bench-hub-") as home:
+        env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": home, "HF_HUB_DISABLE_TELEMETRY": "1",
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+        done = subprocess.run([sys.executable, "-c", _FROM_PRETRAINED, repo, revision, str(repeats)], env=env,
+                              capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise TokmaintError(f"from_pretrained over the Hub protocol failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def trainers_mix(name: str, writes: str, *, sha256: str, token: str) -> Callable[[int], LoadRequest]:
@@ -127,6 +179,13 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | Non
             get_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds)
             get_304_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds,
                                           headers={"If-None-Match": f'"{info["sha256"]}"'}, expected=304)
+            hub_resolve_rps = closed_loop_rps(f"{url}/bench/resolve/latest/tokenizer.json", clients=settings.clients,
+                                              seconds=settings.seconds, method="HEAD")
+            hub_repo = "bench"
+            if settings.hub_tokenizer is not None:
+                hub_repo = "bench-hub"
+                client.create(hub_repo, Path(settings.hub_tokenizer).read_bytes(), kind="import")
+            hub = hub_download_ms(url, hub_repo, "v1", repeats=settings.repeats)
             client.create("bench-writes", small.to_json())
             ramp = load_ramp(url, trainers_mix("bench", "bench-writes", sha256=info["sha256"], token=token),
                              start_rps=settings.start_rps, max_rps=settings.max_rps, seconds=settings.seconds,
@@ -140,6 +199,8 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | Non
         "publish_ms": {"p50": float(np.percentile(latencies, 50)), "p99": float(np.percentile(latencies, 99))},
         "get_rps": get_rps,
         "get_304_rps": get_304_rps,
+        "hub_resolve_rps": hub_resolve_rps,
+        "hub_download_ms": hub,
         "tokenizer_mb": size_mb,
         "vocab_size": len(tokenizer),
         "changed_ids_per_publish": float(np.mean([len(r.diff.entries) for r in revisions])),

@@ -83,10 +83,11 @@ class Answer:
     body: bytes = b""
 
 
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
-                   ) -> tuple[int, bytes, bool]:
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, *,
+                   head: bool = False) -> tuple[int, bytes, bool]:
     """Send one request on a kept-alive connection; its status, body and whether the server
-    keeps the connection open (a body by Content-Length or chunked)."""
+    keeps the connection open (a body by Content-Length or chunked; none for ``head``, a HEAD
+    request, whatever length its headers name)."""
     writer.write(request)
     status_line = await reader.readline()
     if not status_line:
@@ -102,6 +103,8 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
             chunked = value == b"chunked"
         elif name == b"connection":
             keep = value != b"close"
+    if head:
+        return status, b"", keep
     if not chunked:
         return status, await reader.readexactly(length), keep
     parts = []
@@ -232,9 +235,10 @@ def load_ramp(url: str, make: Callable[[int], LoadRequest], *, start_rps: float,
     return ramp
 
 
-async def _closed_loop(url: str, clients: int, seconds: float, headers: dict[str, str], expected: int) -> float:
+async def _closed_loop(url: str, clients: int, seconds: float, headers: dict[str, str], expected: int,
+                       method: str) -> float:
     target = httpx.URL(url)
-    request = LoadRequest("GET", target.raw_path.decode(), tuple(headers.items())).encoded(
+    request = LoadRequest(method, target.raw_path.decode(), tuple(headers.items())).encoded(
         f"{target.host}:{target.port}")
     deadline = time.monotonic() + seconds
 
@@ -243,9 +247,9 @@ async def _closed_loop(url: str, clients: int, seconds: float, headers: dict[str
         done = 0
         try:
             while time.monotonic() < deadline:
-                status, _, _ = await exchange(reader, writer, request)
+                status, _, _ = await exchange(reader, writer, request, head=method == "HEAD")
                 if status != expected:
-                    raise TokmaintError(f"GET {url} answered {status}, expected {expected}")
+                    raise TokmaintError(f"{method} {url} answered {status}, expected {expected}")
                 done += 1
         finally:
             writer.close()
@@ -257,6 +261,7 @@ async def _closed_loop(url: str, clients: int, seconds: float, headers: dict[str
 
 
 def closed_loop_rps(url: str, *, clients: int, seconds: float, headers: dict[str, str] | None = None,
-                    expected: int = 200) -> float:
-    """GETs a second from ``clients`` connections, each sending as soon as it is answered."""
-    return asyncio.run(_closed_loop(url, clients, seconds, headers or {}, expected))
+                    expected: int = 200, method: str = "GET") -> float:
+    """Requests (GET, or HEAD) a second from ``clients`` connections, each sending as soon as it
+    is answered."""
+    return asyncio.run(_closed_loop(url, clients, seconds, headers or {}, expected, method))

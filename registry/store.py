@@ -337,6 +337,12 @@ class Registry:
                 raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
             return VersionInfo.of(row, name)
 
+    def resolve(self, name: str, ref: int | str = "latest") -> int:
+        """The number a reference names (a number, ``latest`` or an alias), in one read: what a
+        request that names a version it has at hand asks first."""
+        with Session(self.engine) as session:
+            return self._resolve(session, self._lineage(session, name), ref)
+
     def aliases(self, name: str) -> dict[str, int]:
         """A lineage's aliases and the version each names, by alias."""
         with Session(self.engine) as session:

@@ -238,12 +238,15 @@ def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
     from tokmaint.cli import main
 
     assert main(["bench", "registry", "--corpus", str(drifting_corpus), "--vocab-size", "300", "--batch-size", "5",
-                 "--publishes", "3", "--clients", "2", "--seconds", "0.3", "--json"]) == 0
+                 "--publishes", "3", "--clients", "2", "--seconds", "0.3", "--repeats", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert 0 < result["publish_ms"]["p50"] <= result["publish_ms"]["p99"]
     assert result["get_rps"] > 0 and result["get_304_rps"] > 0
     assert result["publishes"] == 3 and result["changed_ids_per_publish"] == 5
     assert 0 < result["tokenizer_mb"] < 1
+    hub = result["hub_download_ms"]
+    assert result["hub_resolve_rps"] > 0 and hub["tokens"] == 300
+    assert min(hub["cold"], hub["warm"], hub["disk"]) > 0 and hub["warm_vs_disk"] == hub["warm"] / hub["disk"]
 
 
 def test_no_request_built_from_the_openapi_schema_gets_a_500(server):

@@ -113,6 +113,18 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
     with open(moved["folder"] + "/tokenizer.json", "rb") as f:
         assert f.read() == client.download("hub", published["number"])
 
+    alias = """
+        from huggingface_hub import hf_hub_download
+        print('"' + hf_hub_download("hub", "tokenizer.json", revision="stable") + '"')
+    """
+    before = hub_client(url, tmp_path, alias)
+    client.set_alias("hub", "stable", 1)  # an alias that moved is seen as moved
+    after = hub_client(url, tmp_path, alias)
+    v1, v2 = client.version("hub", 1), client.version("hub", 2)
+    assert f"/snapshots/{commit_hash('hub', 2, v2['sha256'])}/" in before
+    assert f"/snapshots/{commit_hash('hub', 1, v1['sha256'])}/" in after
+    client.set_alias("hub", "stable", 2)
+
 
 def test_unknown_repositories_revisions_and_files_raise_the_clients_own_errors(lineage, tmp_path):
     url, _ = lineage

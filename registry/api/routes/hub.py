@@ -34,9 +34,11 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from registry.api.deps import RegistryDep
+from registry.api.routes.tokenizers import ArtifactCache
 from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.hub_files import special_tokens_map, tokenizer_config
@@ -155,12 +157,17 @@ class HubFiles:
                 raise
         return self._model(registry, repo, revision)
 
+    def kept(self, repo: str, revision: str) -> HubRevision | None:
+        """A numbered version's revision when it is kept already (no database read), else None."""
+        number = _number(revision)
+        return None if number is None else self._revisions.get((repo, "tokenizer", number))
+
     def _version(self, registry: Registry, repo: str, revision: str) -> HubRevision:
         try:
             if COMMIT.fullmatch(revision):
                 number = self._commit(registry, repo, revision)
             else:
-                number = _number(revision) or registry.version(repo, _ref(revision)).number
+                number = _number(revision) or registry.resolve(repo, _ref(revision))
             kept = self._revisions.get((repo, "tokenizer", number))
             if kept is not None:
                 return kept
@@ -269,10 +276,11 @@ def _moves(revision: str) -> bool:
 
 
 @router.api_route("/{repo}/resolve/{revision}/{filename:path}", methods=["GET", "HEAD"])
-def resolve(repo: str, revision: str, filename: str, request: Request, registry: RegistryDep) -> Response:
+async def resolve(repo: str, revision: str, filename: str, request: Request, registry: RegistryDep) -> Response:
     """A file of a revision, with ``ETag`` (its sha256), ``X-Repo-Commit`` and its length."""
-    try:
-        found = _hub(request).revision(registry, repo, revision)
+    hub = _hub(request)
+    try:  # a numbered version's kept revision is at hand; any other name asks the database
+        found = hub.kept(repo, revision) or await run_in_threadpool(hub.revision, registry, repo, revision)
         file = found.file(filename)
     except HubNotFound as exc:
         return not_found_response(exc)
@@ -282,7 +290,9 @@ def resolve(repo: str, revision: str, filename: str, request: Request, registry:
         return Response(status_code=304, headers=headers)
     if request.method == "HEAD":
         return Response(headers={**headers, "Content-Length": str(file.size)}, media_type="application/json")
-    data = file.data if file.data is not None else request.app.state.cache.blob(registry, file.artifact)
+    cache: ArtifactCache = request.app.state.cache
+    data = file.data if file.data is not None else (
+        cache.blobs.get(file.artifact) or await run_in_threadpool(cache.blob, registry, file.artifact))
     return Response(content=data, headers=headers, media_type="application/json")
 
 
