@@ -56,21 +56,28 @@ def _publish(url, name, revision) -> int:
                                                     diff_json=revision.diff.to_json(), kind="tedtok")["number"]
 
 
+def _published_during_training(trainer, url, name, revision, *, steps: int) -> tuple[dict, int, float]:
+    """Train ``steps`` steps on a thread, publishing ``revision`` a second in; the report, the
+    version published and when."""
+    try:
+        report = {}
+        thread = threading.Thread(target=lambda: report.update(trainer.run(steps=steps)))
+        thread.start()
+        time.sleep(1.0)
+        published, at = _publish(url, name, revision), time.time()
+        thread.join(timeout=300)
+    finally:
+        trainer.close()
+    return report, published, at
+
+
 def test_a_version_published_during_training_is_taken_within_the_watch(registry_server, lineage_versions):
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
     name = _lineage(url, initial)
     with RegistryClient(url) as client:
         trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
-        try:
-            report = {}
-            thread = threading.Thread(target=lambda: report.update(trainer.run(steps=300)))
-            thread.start()
-            time.sleep(1.0)
-            published, at = _publish(url, name, revisions[0]), time.time()
-            thread.join(timeout=300)
-        finally:
-            trainer.close()
+        report, published, at = _published_during_training(trainer, url, name, revisions[0], steps=300)
     assert report["versions"][0] == 1 and report["versions"][-1] == published == 2
     (taken,) = report["taken"]
     assert taken["version"] == 2 and taken["time"] - at < 2.0  # the watch's delay and a step
@@ -262,15 +269,7 @@ def test_a_trainer_following_the_hub_protocol_takes_a_new_version(registry_serve
     name = _lineage(url, initial)
     versions = HubVersions(url, cache_dir=str(tmp_path / "hf"))
     trainer = Trainer(registry=versions, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
-    try:
-        report = {}
-        thread = threading.Thread(target=lambda: report.update(trainer.run(steps=1000)))
-        thread.start()
-        time.sleep(1.0)
-        published, at = _publish(url, name, revisions[0]), time.time()
-        thread.join(timeout=300)
-    finally:
-        trainer.close()
+    report, published, at = _published_during_training(trainer, url, name, revisions[0], steps=1000)
     (taken,) = report["taken"]
     assert report["versions"][0] == 1 and taken["version"] == published == 2
     assert taken["time"] - at < 3.0  # the poll's second and a step
