@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import signal
+from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
@@ -131,6 +133,18 @@ def tedtok_lineage(*, seed: int, steps: int, lineage: str = "demo"):
     for step in range(steps):
         tedtok.observe_texts(sentences(20, seed=seed + step, words=NEW_WORDS + WORDS[:3]))
     return initial, tedtok.revisions
+
+
+REAL_TOKENIZERS = Path(os.environ.get("TOKMAINT_TOKENIZER_CACHE") or Path.home() / ".cache" / "tokmaint" / "tokenizers")
+
+
+def real_tokenizer_path(family: str) -> Path:
+    """A real production tokenizer.json of ``family`` (``make real-tokenizers`` fetches them);
+    the test that asks skips, saying so, where there is none."""
+    path = REAL_TOKENIZERS / family / "tokenizer.json"
+    if not path.is_file():
+        pytest.skip(f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it")
+    return path
 
 
 def _local_server(start):

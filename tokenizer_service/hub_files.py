@@ -22,6 +22,12 @@ BOS_TOKENS = ("<|endoftext|>", "<|begin_of_text|>", "<s>", "<bos>", "<|bos|>")
 NO_LENGTH_LIMIT = int(1e30)
 
 
+def _special_ids(tokenizer: BPETokenizer) -> dict[str, int]:
+    """The special tokens' ids, from the added tokens: a family may hold them outside the model's
+    vocabulary (Qwen's ``<|endoftext|>``)."""
+    return {t["content"]: t["id"] for t in tokenizer.pipeline.get("added_tokens", []) if t.get("special")}
+
+
 def bos_token_id(tokenizer: BPETokenizer) -> int | None:
     """The id a model of this version starts its text from: its special token that begins (or
     ends) texts, None when it has none.
@@ -31,15 +37,16 @@ def bos_token_id(tokenizer: BPETokenizer) -> int | None:
     >>> bos_token_id(BPETokenizer.train(["ab"], vocab_size=258)) is None
     True
     """
-    specials = tokenizer.special_tokens
-    return next((tokenizer.vocab[t] for t in BOS_TOKENS if t in specials), None)
+    ids = _special_ids(tokenizer)
+    return next((ids[t] for t in BOS_TOKENS if t in ids), None)
 
 
 def special_tokens_map(tokenizer: BPETokenizer, *, bos_id: int | None = None) -> dict[str, str]:
     """The bos and eos (one token, as GPT-2's ``<|endoftext|>``): the token at ``bos_id``, or the
     version's own (:func:`bos_token_id`); empty when there is none."""
     bos_id = bos_token_id(tokenizer) if bos_id is None else bos_id
-    special = tokenizer.id_to_token.get(bos_id) if bos_id is not None else None  # none for an id in a hole
+    by_id = {i: t for t, i in _special_ids(tokenizer).items()}
+    special = by_id.get(bos_id, tokenizer.id_to_token.get(bos_id)) if bos_id is not None else None  # none: a hole
     return {"bos_token": special, "eos_token": special} if special else {}
 
 

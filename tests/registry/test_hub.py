@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from registry.api.routes.hub import commit_hash
 from registry.client import RegistryClient
-from tests.conftest import REGISTRY_TOKEN, sentences
+from tests.conftest import REGISTRY_TOKEN, real_tokenizer_path, sentences
 from tokenizer_service.bpe import BPETokenizer
 
 RESOLVE = "/{repo}/resolve/{revision}/{filename:path}"
@@ -233,3 +233,30 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
     missing = httpx.head(f"{url}/hub-models/resolve/v1/config.json")  # no model was trained with version 1
     assert missing.status_code == 404 and missing.headers["x-error-code"] == "RevisionNotFound"
     assert httpx.head(f"{url}/nothing-models/resolve/main/config.json").headers["x-error-code"] == "RepoNotFound"
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama3", "llama2", "gemma3"])
+def test_real_tokenizers_load_over_the_hub_and_encode_as_their_file(registry_server, family, tmp_path):
+    """Production tokenizers of several families (byte-level with added tokens outside the
+    vocabulary, SentencePiece with byte fallback) published as a lineage load with AutoTokenizer
+    and encode as the file itself does (the tokenizers library), special tokens included."""
+    from tokenizers import Tokenizer
+
+    url = registry_server[0]
+    path = real_tokenizer_path(family)
+    client = RegistryClient(url, token=REGISTRY_TOKEN)
+    name = f"real-{family.replace('_', '-')}"
+    client.create(name, path.read_bytes(), kind="import")
+    texts = ["Hello world, ünïcödé and 12345 — tabs\tand\nnewlines", "def f(x):\n    return x ** 2  # 😀"]
+    loaded = hub_client(url, tmp_path, f"""
+        import json
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained("{name}", revision="main")
+        print(json.dumps({{"ids": [tok(t, add_special_tokens=False).input_ids for t in {texts!r}],
+                           "bos": tok.bos_token, "size": len(tok)}}))
+    """)
+    reference = Tokenizer.from_file(str(path))
+    assert loaded["ids"] == [reference.encode(t, add_special_tokens=False).ids for t in texts]
+    assert loaded["size"] == reference.get_vocab_size(with_added_tokens=True)
+    config = httpx.get(f"{url}/{name}/resolve/main/tokenizer_config.json").json()
+    assert loaded["bos"] == config.get("bos_token")

@@ -247,16 +247,10 @@ def test_proposition_3_1_agrees_with_encoding_the_pair_on_a_real_vocabulary(fami
     """Random pairs of a production byte-level vocabulary (each token one the tokenizer writes
     alone), pairs of a common prefix's tokens among them: the merge-trajectory check says what
     ``encode(decode(pair)) == pair`` says."""
-    import os
-    from pathlib import Path
-
+    from tests.conftest import real_tokenizer_path
     from tokenizer_service.bpe import BPETokenizer as Tokenizer
 
-    cache = Path(os.environ.get("TOKMAINT_TOKENIZER_CACHE") or Path.home() / ".cache" / "tokmaint" / "tokenizers")
-    path = cache / family / "tokenizer.json"
-    if not path.is_file():
-        pytest.skip(f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it")
-    tokenizer = Tokenizer.from_json(path.read_text(encoding="utf-8"))
+    tokenizer = Tokenizer.from_json(real_tokenizer_path(family).read_text(encoding="utf-8"))
     vocab = ByteVocabulary(tokenizer)
     rng = np.random.default_rng(1)
     ids = [i for i in rng.choice(sorted(vocab.token_bytes), size=3000, replace=False).tolist()
