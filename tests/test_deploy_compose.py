@@ -1,4 +1,5 @@
-"""``docker-compose.yml`` and the ``Dockerfile``, checked without a Docker engine (none here):
+"""``docker-compose.yml`` and the ``Dockerfile``, checked as files (``make image`` builds and tries
+the image itself):
 the compose file against the Compose Specification's JSON schema (the copy that
 check-jsonschema vendors), its start order and health checks, and every tokmaint command in it
 against the CLI's own parser; the Dockerfile by rules of its own (pinned bases, a non-root
@@ -124,8 +125,10 @@ def test_every_tokmaint_command_parses_and_reads_what_ships(resolved):
                 assert (ROOT / "data" / word.removeprefix("/app/data/")).is_file(), f"{name}: {word} does not ship"
 
 
-def _stages(text: str) -> list[list[tuple[str, str]]]:
-    """The Dockerfile's instructions (continuations joined), a list per build stage."""
+def _stages(text: str) -> tuple[dict[str, str], list[list[tuple[str, str]]]]:
+    """The Dockerfile's global build arguments (before the first FROM, with their defaults) and
+    its instructions (continuations joined), a list per build stage."""
+    arguments: dict[str, str] = {}
     stages: list[list[tuple[str, str]]] = []
     for line in re.sub(r"\\\n", " ", text).splitlines():
         line = line.strip()
@@ -134,17 +137,21 @@ def _stages(text: str) -> list[list[tuple[str, str]]]:
         instruction, _, rest = line.partition(" ")
         if instruction.upper() == "FROM":
             stages.append([])
+        if not stages and instruction.upper() == "ARG":
+            name, _, default = rest.strip().partition("=")
+            arguments[name] = default
+            continue
         stages[-1].append((instruction.upper(), rest.strip()))
-    return stages
+    return arguments, stages
 
 
 def test_the_dockerfile_lints_clean():
-    stages = _stages((ROOT / "Dockerfile").read_text(encoding="utf-8"))
-    assert len(stages) == 2  # build, then a runtime without the build's tools
+    arguments, stages = _stages((ROOT / "Dockerfile").read_text(encoding="utf-8"))
+    assert len(stages) == 3  # the wheels, a build from them, then a runtime without the build's tools
     for stage in stages:
-        base = stage[0][1].split()[0]
+        base = re.sub(r"\$\{(\w+)\}", lambda m: arguments[m[1]], stage[0][1].split()[0])  # FROM ${BASE}: its default
         assert re.fullmatch(r"[\w./-]+:\d[\w.-]*", base), f"base image not pinned to a version: {base}"
-    build, runtime = stages
+    _, build, runtime = stages
     kinds = [i for i, _ in build]
     lock_install = next(k for k, (i, a) in enumerate(build) if i == "RUN" and "requirements.lock" in a)
     first_source = next(k for k, (i, a) in enumerate(build) if i == "COPY" and a.split()[0] == "tokenizer_service")
