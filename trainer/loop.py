@@ -121,6 +121,8 @@ class Trainer:
         apply_revision(self.model, self.optimizer, diff, strategy=self.settings.strategy, previous=self.tokenizer)
         self.version, self.tokenizer = target, tokenizer
         self.taken.append({"version": target, "step": self.step, "time": time.time()})
+        log.info("trainer: took version %s at step %s (%s ids changed)", target, self.step, len(diff.entries),
+                 extra={"lineage": self.lineage, "step": self.step})
         return True
 
     def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +152,8 @@ class Trainer:
                         self.lineage, self.version, ", ".join(BOS_TOKENS))
         bar = tqdm(total=steps, disable=not self.progress, unit="step")
         for _ in range(steps):
-            texts, after = self.data.take(self.position, self.settings.batch_size)
+            # Versions are taken while the stream has nothing new too: the trainer is between steps.
+            texts, after = self.data.take(self.position, self.settings.batch_size, waiting=self._follow)
             inputs, labels = self._batch(texts)
             if self._follow():  # prepared with the old version: again
                 inputs, labels = self._batch(texts)

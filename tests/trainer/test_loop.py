@@ -300,3 +300,37 @@ def test_the_trainer_run_command_with_hub(registry_server, lineage_versions, dri
     with pytest.raises(SystemExit):
         main(["trainer", "run", "--hub", "--lineage", name, "--data", str(drifting_corpus)])
     assert "--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL" in capsys.readouterr().err
+
+
+def test_a_version_published_while_the_stream_is_idle_is_taken(registry_server, lineage_versions, broker):
+    """The topic read to its end, the trainer waits for documents; a version published then is
+    taken while it waits (a finite stream's trainer would otherwise never see it)."""
+    from pipeline.topics import PipelineSettings
+    from tests.conftest import produce
+
+    url, _ = registry_server
+    texts, initial, revisions = lineage_versions
+    name = _lineage(url, initial)
+    settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
+    documents = [(json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z"}).encode(),
+                  f"d{k}".encode()) for k, text in enumerate(texts[:12])]
+    produce(broker, settings.docs_topic, documents[:8])
+    with RegistryClient(url) as client:
+        trainer = Trainer(registry=client, lineage=name, data=TopicTexts(settings),
+                          settings=TrainerSettings(batch_size=4, seq_len=32, eval_every=0))
+        try:
+            report = {}
+            thread = threading.Thread(target=lambda: report.update(trainer.run(steps=3)))
+            thread.start()
+            time.sleep(3.0)  # two steps done; the third waits for documents
+            _publish(url, name, revisions[0])
+            deadline = time.monotonic() + 20
+            while trainer.version == 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            taken_while_waiting = trainer.version
+            produce(broker, settings.docs_topic, documents[8:])
+            thread.join(timeout=60)
+        finally:
+            trainer.close()
+    assert taken_while_waiting == 2 and report["taken"][0]["step"] == 2
+    assert report["versions"] == [1, 1, 2]

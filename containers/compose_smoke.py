@@ -1,0 +1,158 @@
+"""``make compose-smoke``: docker-compose.yml run for real, with the stand-in images
+(``containers/compose.standins.yml``), and a crash in the middle of the stream.
+
+Run A: ``up --wait``; the shipped git sample posted to the ingest server; the pipeline counts it
+all and publishes versions; the trainer applies them; the registry's page and ``/metrics``
+answer. Run B, a project of its own: the same, but the pipeline's container is killed once two
+versions are out, and ``up`` starts it again. Both end with the lineage's versions and the Redis
+statistics of every step; B's must equal A's (``restart_identical``). Each project is taken down
+with its volumes. The last line printed is one JSON object: ``versions``, ``trainer_applied``,
+``restart_identical``, ``seconds`` (and what they rest on).
+
+    DOCKER_HOST=... .venv/bin/python containers/compose_smoke.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import redis
+
+from pipeline.redis_store import RedisStatsStore
+from registry.client import RegistryClient
+from tokenizer_service.errors import TokmaintError
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "git-commits-sample.jsonl.gz"
+LINEAGE = "news"
+COMPOSE = [str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+               / "compose" / "docker-compose"), "-f", str(ROOT / "docker-compose.yml"),
+           "-f", str(ROOT / "containers" / "compose.standins.yml")]
+
+
+class Project:
+    """One compose project: its name, its ports on loopback, its secrets."""
+
+    def __init__(self, name: str, offset: int) -> None:
+        self.name = name
+        self.env = {**os.environ, "POSTGRES_PASSWORD": secrets.token_hex(8),
+                    "TOKMAINT_REGISTRY_TOKEN": secrets.token_hex(16), "TOKMAINT_LINEAGE": LINEAGE,
+                    "TOKMAINT_REGISTRY_PORT": str(18000 + offset), "TOKMAINT_INGEST_PORT": str(18100 + offset),
+                    "TOKMAINT_REDIS_PORT": str(16379 + offset)}
+        self.registry = f"http://127.0.0.1:{18000 + offset}"
+        self.ingest = f"http://127.0.0.1:{18100 + offset}"
+        self.redis = f"redis://127.0.0.1:{16379 + offset}/0"
+
+    def compose(self, *args: str, capture: bool = False) -> str:
+        done = subprocess.run([*COMPOSE, "-p", self.name, *args], env=self.env, text=True,
+                              capture_output=True, timeout=600)
+        if done.returncode:
+            raise TokmaintError(f"docker compose {' '.join(args)}: {done.stderr.strip()[-2000:]}")
+        return done.stdout if capture else ""
+
+    def post_sample(self) -> int:
+        """The sample, 500 documents a request, onto the docs topic; how many were accepted."""
+        lines = gzip.open(SAMPLE, "rb").read().splitlines()
+        accepted = 0
+        with httpx.Client(timeout=120) as client:
+            for k in range(0, len(lines), 500):
+                answer = client.post(f"{self.ingest}/v1/streams/docs/documents", content=b"\n".join(lines[k:k + 500]),
+                                     headers={"Authorization": f"Bearer {self.env['TOKMAINT_REGISTRY_TOKEN']}",
+                                              "Content-Type": "application/x-ndjson"})
+                answer.raise_for_status()
+                accepted += answer.json()["accepted"]
+        return accepted
+
+    def versions(self) -> list[dict]:
+        return RegistryClient(self.registry).versions(LINEAGE, limit=1000)["data"]
+
+    def store(self) -> RedisStatsStore:
+        return RedisStatsStore.open(redis.Redis.from_url(self.redis), lineage=LINEAGE)
+
+    def counted(self, documents: int, *, timeout: float = 600) -> dict:
+        """Wait until the pipeline has counted ``documents`` and applied its last step; its meta."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                meta = self.store().meta()
+                if meta["documents"] >= documents and self.store().pending() is None:
+                    return meta
+            except (redis.RedisError, TokmaintError, KeyError, ValueError):
+                pass  # not up yet, or no step written yet
+            time.sleep(2)
+        raise TokmaintError(f"{self.name}: the pipeline did not count {documents} documents within {timeout:.0f} s")
+
+    def statistics(self) -> dict:
+        """What must be equal after a crash: the versions and the statistics of every step."""
+        versions = self.versions()
+        store = self.store()
+        tokenizer = RegistryClient(self.registry).tokenizer(LINEAGE, versions[-1]["number"])
+        ids = np.fromiter(tokenizer.vocab.values(), np.int64)
+        keys, values = store.top_pairs(500)
+        meta = store.meta()
+        return {"versions": [v["sha256"] for v in versions], "step": meta["step"], "documents": meta["documents"],
+                "tokens": store.token(ids), "pairs": dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist()))}
+
+    def trainer_applied(self) -> int:
+        """The versions the trainer has applied to its model (its log says each)."""
+        return self.compose("logs", "trainer", capture=True).count("trainer: took version")
+
+
+def same(a: dict, b: dict) -> bool:
+    return (a["versions"] == b["versions"] and (a["step"], a["documents"]) == (b["step"], b["documents"])
+            and bool(np.allclose(a["tokens"], b["tokens"], rtol=1e-9, atol=1e-12)) and a["pairs"].keys() == b["pairs"].keys()
+            and bool(np.allclose([a["pairs"][k] for k in a["pairs"]], [b["pairs"][k] for k in a["pairs"]], rtol=1e-9)))
+
+
+def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
+    """Up, the sample posted (the pipeline killed and started again mid-stream with ``crash``:
+    the statistics say how far it had counted, ``killed_at``), everything counted; the
+    statistics, the trainer's versions applied, the documents posted."""
+    project.compose("up", "-d", "--wait")
+    for path in ("/", "/metrics"):
+        httpx.get(f"{project.registry}{path}", timeout=10).raise_for_status()
+    posted = project.post_sample()
+    if crash:
+        deadline = time.monotonic() + 300
+        while len(project.versions()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        project.compose("kill", "pipeline")
+        killed_at = project.store().meta()["documents"]
+        project.compose("up", "-d", "--wait")
+    project.counted(posted)
+    # The trainer takes the newest version between two steps (one composed diff for all it missed).
+    deadline = time.monotonic() + 300
+    while not (applied := project.trainer_applied()) and time.monotonic() < deadline:
+        time.sleep(2)
+    return {**project.statistics(), **({"killed_at": killed_at} if crash else {})}, applied, posted
+
+
+def main() -> int:
+    started = time.perf_counter()
+    a, b = Project("tokmaint-smoke-a", 0), Project("tokmaint-smoke-b", 1)
+    try:
+        plain, applied, posted = run(a, crash=False)
+    finally:
+        a.compose("down", "-v", "--remove-orphans")
+    try:
+        crashed, _, _ = run(b, crash=True)
+    finally:
+        b.compose("down", "-v", "--remove-orphans")
+    result = {"versions": len(plain["versions"]), "trainer_applied": applied, "restart_identical": same(plain, crashed),
+              "seconds": round(time.perf_counter() - started, 1), "documents": posted, "steps": plain["step"],
+              "versions_after_restart": len(crashed["versions"]), "killed_after_documents": crashed["killed_at"]}
+    print(json.dumps(result))
+    return 0 if result["versions"] >= 2 and applied >= 1 and result["restart_identical"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
