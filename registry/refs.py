@@ -15,7 +15,12 @@ def version_number(ref: int | str) -> int | None:
 
     >>> version_number("12"), version_number(3), version_number("latest"), version_number("²")
     (12, 3, None, None)
+    >>> version_number("9" * 5000) > MAX_VERSION
+    True
     """
     if isinstance(ref, int):
         return ref
-    return int(ref) if ref.isascii() and ref.isdigit() else None
+    if not (ref.isascii() and ref.isdigit()):
+        return None
+    # Past 19 digits no version is meant (and int() refuses a string past 4,300 of them).
+    return int(ref) if len(ref) <= 19 else MAX_VERSION + 1

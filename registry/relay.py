@@ -49,6 +49,9 @@ def relay_forever(registry: Registry, producer: EventProducer, *, topic: str = T
         time.sleep(interval)
 
 
+PARTITION_LOOK_SECONDS = 2.0  # how often RevisionEvents looks for partitions it does not read yet
+
+
 class RevisionEvents:
     """A lineage's latest version number, learnt from the ``tokenizer.revisions`` topic: what a
     trainer follows instead of the registry's watch (``registry.client.LatestVersion``, whose
@@ -85,7 +88,7 @@ class RevisionEvents:
 
     def _partitions(self) -> list[int]:
         try:
-            found = self._consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+            found = self._consumer.list_topics(self.topic, timeout=1).topics.get(self.topic)
         except Exception:  # no broker answered yet (KafkaException)
             return []
         return [] if found is None or found.error is not None else sorted(found.partitions)
@@ -93,12 +96,20 @@ class RevisionEvents:
     def _read(self) -> None:
         from confluent_kafka import TopicPartition
 
-        # The topic may come to be only with the relay's first event: look for it until it does.
-        while not (partitions := self._partitions()):
-            if self._stopped.wait(1.0):
-                return
-        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in partitions])
+        # The topic may come to be only with the relay's first event, and a topic being made may
+        # show some of its partitions first: every partition is looked for again every few
+        # seconds, and read from its start once it is seen.
+        assigned: set[int] = set()
+        looked = -PARTITION_LOOK_SECONDS
         while not self._stopped.is_set():
+            if time.monotonic() - looked >= PARTITION_LOOK_SECONDS:
+                looked = time.monotonic()
+                if new := sorted(set(self._partitions()) - assigned):
+                    self._consumer.incremental_assign([TopicPartition(self.topic, p, 0) for p in new])
+                    assigned.update(new)
+            if not assigned:
+                self._stopped.wait(0.2)
+                continue
             for message in self._consumer.consume(1000, timeout=0.2):
                 if message.error() is None:
                     self._take(message.value())

@@ -126,10 +126,10 @@ MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def model_folder_problems(files: dict[str, bytes], version: VersionInfo) -> list[str]:
-    """Why a model folder cannot be published beside ``version`` (empty: it can): flat file
-    names, a ``config.json`` whose ``vocab_size`` covers the version's ids, weights, and no
-    tokenizer.json but the version's own."""
+def model_folder_problems(files: dict[str, bytes], version: VersionInfo, tokenizer: BPETokenizer) -> list[str]:
+    """Why a model folder cannot be published beside ``version`` (``tokenizer``, parsed; empty:
+    it can): flat file names, a ``config.json`` whose ``vocab_size`` covers the version's ids,
+    weights, and no tokenizer.json but the version's own (as parsed: an export writes it anew)."""
     problems = [f"file name {name!r} is not a plain name (letters, digits, '.', '_', '-')"
                 for name in files if not _FILE_NAME.fullmatch(name)]
     try:
@@ -145,10 +145,19 @@ def model_folder_problems(files: dict[str, bytes], version: VersionInfo) -> list
                         f"{version.id_space - 1}")
     if not any(name in files for name in MODEL_WEIGHTS):
         problems.append(f"no weights: one of {', '.join(MODEL_WEIGHTS)}")
-    if "tokenizer.json" in files and hashlib.sha256(files["tokenizer.json"]).hexdigest() != version.sha256:
+    if "tokenizer.json" in files and not _same_tokenizer(files["tokenizer.json"], version, tokenizer):
         problems.append(f"its tokenizer.json is not version {version.number}'s: the model was trained with another "
                         "version")
     return problems
+
+
+def _same_tokenizer(data: bytes, version: VersionInfo, tokenizer: BPETokenizer) -> bool:
+    if hashlib.sha256(data).hexdigest() == version.sha256:
+        return True
+    try:
+        return BPETokenizer.from_json(data.decode("utf-8")).sha256 == tokenizer.sha256
+    except (InvalidTokenizer, UnicodeDecodeError, ValueError):
+        return False
 
 
 def finite_number(value: Any) -> bool:
@@ -381,7 +390,8 @@ class Registry:
         if sha is not None:
             return RevisionDiff.from_dict(json.loads(self.artifacts.get(sha)))
         diff = composed_diff(self.tokenizer(name, start), self.tokenizer(name, end), lineage=name,
-                             start=first.number, end=last.number)
+                             start=first.number, end=last.number, parent_sha256=first.sha256,
+                             tokenizer_sha256=last.sha256)
         sha = self.artifacts.put(diff.to_json().encode("utf-8"))
 
         def keep(session: Session) -> None:
@@ -524,7 +534,7 @@ class Registry:
         """Publish a model folder (its files by name) beside the version it was trained with,
         after ``model_folder_problems``' checks; numbered after the lineage's models."""
         info = self.version(name, version)
-        if problems := model_folder_problems(files, info):
+        if problems := model_folder_problems(files, info, self.tokenizer(name, info.number)):
             raise RegistryError("invalid_model", problems)
         stored = {file: {"sha256": self.artifacts.put(data), "size": len(data)} for file, data in sorted(files.items())}
 

@@ -72,9 +72,12 @@ def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
     return entries
 
 
-def composed_diff(parent: BPETokenizer, child: BPETokenizer, *, lineage: str, start: int, end: int) -> RevisionDiff:
+def composed_diff(parent: BPETokenizer, child: BPETokenizer, *, lineage: str, start: int, end: int,
+                  parent_sha256: str | None = None, tokenizer_sha256: str | None = None) -> RevisionDiff:
     """One diff from version ``start`` (``parent``) to version ``end`` (``child``): applying it
     equals applying every version's diff in turn (what a trainer that skipped versions applies).
+    The sha256s are the versions' own (their files' bytes, which a registry keeps as uploaded),
+    the tokenizers' canonical ones where not given.
 
     >>> old = BPETokenizer(vocab={"a": 0, "b": 1}, merges=[], pipeline={})
     >>> new = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={})
@@ -82,6 +85,7 @@ def composed_diff(parent: BPETokenizer, child: BPETokenizer, *, lineage: str, st
     >>> (d.parent_version, d.version, [e.kind for e in d.entries], d.config)
     (1, 3, ['added'], {'composed': True})
     """
-    return RevisionDiff(lineage=lineage, version=end, parent_version=start, tokenizer_sha256=child.sha256,
-                        parent_sha256=parent.sha256, vocab_size=len(child), id_space=child.id_space,
+    return RevisionDiff(lineage=lineage, version=end, parent_version=start,
+                        tokenizer_sha256=tokenizer_sha256 or child.sha256, parent_sha256=parent_sha256 or parent.sha256,
+                        vocab_size=len(child), id_space=child.id_space,
                         entries=diff_entries(parent, child), config={"composed": True})

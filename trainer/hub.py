@@ -15,6 +15,7 @@ at the registry's URL (``registry.api.routes.hub``), and needs none of the regis
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from typing import Any
@@ -38,33 +39,42 @@ class HubVersions:
         self._tokenizers: dict[tuple[str, int], BPETokenizer] = {}
 
     def version(self, lineage: str, ref: int | str = "main") -> dict[str, Any]:
-        """The version a revision names (``main``: the latest), as the registry describes it."""
+        """The version a revision names (``main``: the latest), as the registry describes it;
+        the Hub client's errors (the registry away, no such revision) as the registry client's."""
         revision = f"v{ref}" if isinstance(ref, int) else ref
-        return self.api.model_info(lineage, revision=revision).card_data.to_dict()["tokmaint"]
+        try:
+            return self.api.model_info(lineage, revision=revision).card_data.to_dict()["tokmaint"]
+        except Exception as exc:  # huggingface_hub's HTTP and not-found errors, a card of another server
+            raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} at {revision}: {exc}"]) from None
 
     def tokenizer(self, lineage: str, number: int) -> BPETokenizer:
         """Version ``number``'s tokenizer.json from the Hub client (its cache first), refused
-        when it is not the file the registry names by its sha256."""
+        when its bytes are not the file the registry names by its sha256."""
         from huggingface_hub import hf_hub_download
 
         kept = self._tokenizers.get((lineage, number))
         if kept is not None:
             return kept
-        path = hf_hub_download(lineage, "tokenizer.json", revision=f"v{number}", endpoint=self.endpoint,
-                               cache_dir=self.cache_dir)
-        with open(path, "rb") as f:
-            tokenizer = BPETokenizer.from_json(f.read().decode("utf-8"))
         expected = self.version(lineage, number)["sha256"]
-        if tokenizer.sha256 != expected:
+        try:
+            path = hf_hub_download(lineage, "tokenizer.json", revision=f"v{number}", endpoint=self.endpoint,
+                                   cache_dir=self.cache_dir)
+            with open(path, "rb") as f:
+                data = f.read()
+        except Exception as exc:  # the download failed: as the registry client says it
+            raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} v{number}: {exc}"]) from None
+        if hashlib.sha256(data).hexdigest() != expected:
             raise RegistryRefused(0, "sha256_mismatch", [f"{path} is not version {number} of {lineage!r} (sha256 "
-                                                         f"{tokenizer.sha256[:12]}, not {expected[:12]})"])
+                                                         f"{hashlib.sha256(data).hexdigest()[:12]}, not {expected[:12]})"])
+        tokenizer = BPETokenizer.from_json(data.decode("utf-8"))
         self._tokenizers[(lineage, number)] = tokenizer
         return tokenizer
 
     def composed_diff(self, lineage: str, start: int, end: int) -> dict[str, Any]:
         """One diff from version ``start`` to ``end`` (as the registry's ``/diff?from=&to=``)."""
         return composed_diff(self.tokenizer(lineage, start), self.tokenizer(lineage, end), lineage=lineage,
-                             start=start, end=end).to_dict()
+                             start=start, end=end, parent_sha256=self.version(lineage, start)["sha256"],
+                             tokenizer_sha256=self.version(lineage, end)["sha256"]).to_dict()
 
     def follow(self, lineage: str) -> "HubLatest":
         return HubLatest(self, lineage)

@@ -270,3 +270,33 @@ def test_no_request_built_from_the_openapi_schema_gets_a_500(server):
 def _requests_served(server: str) -> float:
     lines = httpx.get(f"{server}/metrics").text.splitlines()
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("tokmaint_registry_requests_total{"))
+
+
+def test_a_model_folder_s_tar_holds_regular_files_within_the_limit():
+    import io
+    import tarfile
+
+    from registry.api.routes.tokenizers import folder_files
+    from registry.store import RegistryError
+
+    def tar_of(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:") as tar:
+            for info, data in members:
+                tar.addfile(info, io.BytesIO(data) if data else None)
+        return buffer.getvalue()
+
+    def file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        return info, data
+
+    assert folder_files(tar_of(file("config.json", b"{}"), file("model.safetensors", b"w")), 100) == {
+        "config.json": b"{}", "model.safetensors": b"w"}
+    link = tarfile.TarInfo("weights")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    for body, limit, code in ((tar_of(file("a", b"x" * 50)), 10, "too_large"), (tar_of((link, b"")), 100, "invalid_request"),
+                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"), (b"no tar", 100, "invalid_request")):
+        with pytest.raises(RegistryError) as refused:
+            folder_files(body, limit)
+        assert refused.value.code == code

@@ -177,6 +177,8 @@ def test_revalidation_is_a_304_and_numbered_files_are_immutable(lineage):
     assert {f["path"]: f["size"] for f in tree}["tokenizer.json"] == int(head.headers["content-length"])
     assert httpx.get(f"{url}/api/models/hub/tree/v1/additional_chat_templates").headers["x-error-code"] == \
         "EntryNotFound"
+    huge = httpx.head(f"{url}/hub/resolve/{'9' * 5000}/tokenizer.json")  # past any version: no number at all
+    assert huge.status_code == 404 and huge.headers["x-error-code"] == "RevisionNotFound"
 
 
 def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(lineage, tmp_path, monkeypatch,
@@ -230,6 +232,8 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
     refused = capsys.readouterr().err
     assert "invalid_model" in refused and "10 rows" in refused and "not version 2's" in refused
     assert client.models("hub")["count"] == 1
+    # A newer model of version 2 may come: its number is no fixed revision in a models repository.
+    assert httpx.head(f"{url}/hub-models/resolve/v2/config.json").headers["cache-control"] == "no-cache"
     missing = httpx.head(f"{url}/hub-models/resolve/v1/config.json")  # no model was trained with version 1
     assert missing.status_code == 404 and missing.headers["x-error-code"] == "RevisionNotFound"
     assert httpx.head(f"{url}/nothing-models/resolve/main/config.json").headers["x-error-code"] == "RepoNotFound"

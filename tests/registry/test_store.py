@@ -339,3 +339,15 @@ def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_
     assert len(registry.models("demo")) == 3
     swept = registry.collect_garbage(older_than=0)
     assert all(f["sha256"] not in swept["artifacts"] for m in registry.models("demo") for f in m.files.values())
+
+
+def test_a_model_folder_holds_its_version_as_an_export_writes_it(registry, lineage):
+    """A version uploaded as indented JSON keeps its bytes (and their sha256); an exported
+    folder's tokenizer.json, written anew, is the same tokenizer and is taken."""
+    initial, _ = lineage
+    registry.create_lineage("pretty", json.dumps(json.loads(initial.to_json()), indent=2).encode())
+    version = registry.version("pretty", 1)
+    assert version.sha256 != initial.sha256
+    folder = {"config.json": json.dumps({"vocab_size": version.id_space}).encode(), "model.safetensors": b"w",
+              "tokenizer.json": initial.to_json_bytes()}
+    assert registry.publish_model("pretty", folder, version=1).version == 1

@@ -45,7 +45,7 @@ from tokenizer_service.hub_files import special_tokens_map, tokenizer_config
 
 router = APIRouter(tags=["hub"])
 COMMIT = re.compile(r"[0-9a-f]{40}")
-_NUMBERED = re.compile(r"v?([0-9]+)")
+_NUMBERED = re.compile(r"v?([0-9]{1,18})")  # past 18 digits: no version (SQL holds 2^63 - 1)
 
 
 def commit_hash(lineage: str, number: int, sha256: str) -> str:
@@ -270,9 +270,12 @@ def _hub(request: Request) -> HubFiles:
     return request.app.state.hub
 
 
-def _moves(revision: str) -> bool:
-    """Whether a revision name can name another version later (``main``, an alias)."""
-    return not (COMMIT.fullmatch(revision) or _NUMBERED.fullmatch(revision))
+def _moves(revision: str, found: HubRevision) -> bool:
+    """Whether a revision name can name another revision later: ``main``, an alias, and in a
+    models repository a version's number too (a newer model of that version may come)."""
+    if COMMIT.fullmatch(revision):
+        return False
+    return found.kind == "model" or not _NUMBERED.fullmatch(revision)
 
 
 @router.api_route("/{repo}/resolve/{revision}/{filename:path}", methods=["GET", "HEAD"])
@@ -285,7 +288,7 @@ async def resolve(repo: str, revision: str, filename: str, request: Request, reg
     except HubNotFound as exc:
         return not_found_response(exc)
     headers = {"ETag": f'"{file.sha256}"', "X-Repo-Commit": found.commit, "Accept-Ranges": "none",
-               "Cache-Control": "no-cache" if _moves(revision) else "public, max-age=31536000, immutable"}
+               "Cache-Control": "no-cache" if _moves(revision, found) else "public, max-age=31536000, immutable"}
     if file.sha256 in request.headers.get("if-none-match", ""):
         return Response(status_code=304, headers=headers)
     if request.method == "HEAD":

@@ -54,14 +54,18 @@ class ModelsPublic(BaseModel):
     count: int
 
 
-def folder_files(data: bytes) -> dict[str, bytes]:
+def folder_files(data: bytes, limit: int) -> dict[str, bytes]:
     """A model folder uploaded as an (uncompressed) tar of its files, by name; refused when it is
-    no tar or holds anything but plain files at its top."""
+    no tar, holds anything but regular files at its top (a sparse file's holes would be filled
+    as it is read), or declares more than ``limit`` bytes."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             members = tar.getmembers()
-            if odd := [m.name for m in members if not m.isfile() or "/" in m.name.strip("/")]:
+            if odd := [m.name for m in members if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE)
+                       or "/" in m.name.strip("/")]:
                 raise RegistryError("invalid_request", [f"the folder's tar holds {odd[0]!r}, not a file at its top"])
+            if (size := sum(m.size for m in members)) > limit:
+                raise RegistryError("too_large", [f"the folder's files are {size:,} bytes; the limit is {limit:,}"])
             return {m.name.strip("/"): tar.extractfile(m).read() for m in members}
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # what a damaged tar raises
         raise RegistryError("invalid_request", [f"the body is no tar of a model folder: {exc}"]) from None
@@ -291,7 +295,8 @@ async def publish_model(name: str, request: Request, registry: RegistryDep, sett
                         writer: WriterDep, version: str = Query("latest")) -> ModelPublic:
     """Publish a model folder (a tar of its files: config.json, the weights, the version's
     tokenizer.json if any) beside the version it was trained with (a number, latest or an alias)."""
-    files = folder_files(await read_body(request, settings.max_model_bytes))
+    files = await run_in_threadpool(folder_files, await read_body(request, settings.max_model_bytes),
+                                    settings.max_model_bytes)
     info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer)
     return ModelPublic.of(info)
 
