@@ -133,6 +133,8 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
     deadline = time.monotonic() + 300
     while not (applied := project.trainer_applied()) and time.monotonic() < deadline:
         time.sleep(2)
+    if not applied:  # what the trainer said, for the report (it took no version)
+        print(project.compose("logs", "--tail", "20", "trainer", capture=True), file=sys.stderr)
     return {**project.statistics(), **({"killed_at": killed_at} if crash else {})}, applied, posted
 
 
