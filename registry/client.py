@@ -210,13 +210,26 @@ class LatestVersion:
         long the registry may be away before :attr:`number` raises (meanwhile it is the last
         number seen: a version learnt late is adopted late, never wrongly)."""
         self._client = RegistryClient(url, token="")  # reads only, on a connection of its own
+        self._follow(lineage, poll_seconds=poll_seconds, patience=patience)
+
+    def _follow(self, lineage: str, *, poll_seconds: float, patience: float) -> None:
+        """Start following: the number now, then a thread that asks :meth:`_newer` again and again."""
         self.lineage, self.poll_seconds, self.patience = lineage, poll_seconds, patience
-        self._number = self._client.version(lineage)["number"]
+        self._number = self._first()
         self._error: Exception | None = None
         self._failing_since: float | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="tokmaint-registry-watch", daemon=True)
         self._thread.start()
+
+    def _first(self) -> int:
+        """The latest number when following starts."""
+        return self._client.version(self.lineage)["number"]
+
+    def _newer(self) -> int | None:
+        """The latest number heard of within ``poll_seconds`` (None: nothing newer): one watch."""
+        seen = self._client.watch(self.lineage, after=self._number, timeout=self.poll_seconds)
+        return None if seen is None else seen["number"]
 
     @property
     def number(self) -> int:
@@ -230,7 +243,7 @@ class LatestVersion:
     def _watch(self) -> None:
         while not self._stopped.is_set():
             try:
-                seen = self._client.watch(self.lineage, after=self._number, timeout=self.poll_seconds)
+                heard = self._newer()
             except Exception as exc:  # closed (then stopped), or the registry is away: try again
                 if self._stopped.is_set():
                     return
@@ -240,8 +253,8 @@ class LatestVersion:
                 self._stopped.wait(1.0)
                 continue
             self._failing_since = None
-            if seen is not None:
-                self._number = max(self._number, seen["number"])
+            if heard is not None:
+                self._number = max(self._number, heard)
 
     def close(self) -> None:
         self._stopped.set()

@@ -16,11 +16,9 @@ at the registry's URL (``registry.api.routes.hub``), and needs none of the regis
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 from typing import Any
 
-from registry.client import RegistryRefused
+from registry.client import LatestVersion, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.revision_diff import composed_diff
 
@@ -80,38 +78,25 @@ class HubVersions:
         return HubLatest(self, lineage)
 
 
-class HubLatest:
+class HubLatest(LatestVersion):
     """The latest version number of a lineage, kept current by a thread that asks the ``main``
     revision every ``poll_seconds`` (the Hub protocol has no watch); the last number seen while
-    the registry is away, its error once it has been away longer than ``patience``."""
+    the registry is away, its error once it has been away longer than ``patience``
+    (``registry.client.LatestVersion``'s following, over the Hub)."""
 
     def __init__(self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0,
                  patience: float = 30.0) -> None:
-        self.versions, self.lineage, self.poll_seconds, self.patience = versions, lineage, poll_seconds, patience
-        self._number = versions.version(lineage)["number"]
-        self._error: Exception | None = None
-        self._failing_since: float | None = None
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="tokmaint-hub-poll", daemon=True)
-        self._thread.start()
+        self.versions = versions
+        self._follow(lineage, poll_seconds=poll_seconds, patience=patience)
 
-    @property
-    def number(self) -> int:
-        failing_since = self._failing_since
-        if failing_since is not None and time.monotonic() - failing_since > self.patience:
-            raise self._error
-        return self._number
+    def _first(self) -> int:
+        return self.versions.version(self.lineage)["number"]
 
-    def _poll(self) -> None:
-        while not self._stopped.wait(self.poll_seconds):
-            try:
-                self._number = max(self._number, self.versions.version(self.lineage)["number"])
-                self._failing_since = None
-            except Exception as exc:  # the registry is away: the last number stands, for a while
-                self._error = exc
-                self._failing_since = self._failing_since or time.monotonic()
+    def _newer(self) -> int | None:
+        if self._stopped.wait(self.poll_seconds):
+            return None
+        return self.versions.version(self.lineage)["number"]
 
     def close(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=5)
-
