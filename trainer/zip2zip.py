@@ -314,10 +314,20 @@ def finetune(model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: i
     return loss
 
 
+def byte_lengths(tokenizer: BPETokenizer) -> dict[int, int]:
+    """How many bytes each id of the version spells (what :func:`bits_per_byte` counts).
+
+    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258)
+    >>> tok.id_to_token[257], byte_lengths(tok)[257]  # " ab"
+    ('Ġab', 3)
+    """
+    return {i: len(tokenizer.token_bytes(t)) for t, i in tokenizer.vocab.items()}
+
+
 @torch.no_grad()
 def bits_per_byte(model: Zip2zipLM, windows: Sequence[Sequence[int]], token_bytes: dict[int, int]) -> dict[str, Any]:
     """Each context's codes scored from ``[bos]`` (−log2 q of each), over the bytes its base ids
-    spell (``token_bytes``: an id's byte length): the same bytes plain and byte-level evaluation
+    spell (``token_bytes``: :func:`byte_lengths`): the same bytes plain and byte-level evaluation
     count, so the figures compare across vocabularies and with hypertokens."""
     model.eval()
     nats = codes = 0.0

@@ -32,7 +32,7 @@ from tokenizer_service.settings import Number, SettingsConfigDict, setting, whol
 from tokenizer_service.validation import load_tokenizer
 from trainer.loop import tiny_gpt2_config
 from trainer.settings import CAUSAL_LM_LOSS, TinyModelBenchSettings
-from trainer.zip2zip import Zip2zipLM, bits_per_byte, finetune
+from trainer.zip2zip import Zip2zipLM, bits_per_byte, byte_lengths, finetune
 
 
 class Zip2zipBenchSettings(TinyModelBenchSettings):
@@ -62,7 +62,7 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
     encoding = time.perf_counter()
     ids = tokenizer.encode_batch(texts)
     encode_seconds = time.perf_counter() - encoding
-    token_bytes = {i: len(tokenizer.token_bytes(t)) for t, i in tokenizer.vocab.items()}
+    token_bytes = byte_lengths(tokenizer)
     windows = contexts(ids, context=settings.context)
     n_tokens = sum(map(len, windows))
     n_bytes = sum(token_bytes[i] for w in windows for i in w)

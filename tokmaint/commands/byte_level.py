@@ -27,15 +27,14 @@ def _zip2zip_model(args: argparse.Namespace) -> tuple:
 
 def _eval_zip2zip(args: argparse.Namespace) -> int:
     from tokenizer_service.corpus import read_corpus
-    from trainer.zip2zip import bits_per_byte
+    from trainer.zip2zip import bits_per_byte, byte_lengths
 
     model, tokenizer = _zip2zip_model(args)
     texts = [args.text] if args.corpus is None else read_corpus(args.corpus).texts[: args.max_documents]
-    ids = [i[: model.positions - 1] for i in tokenizer.encode_batch(texts)]  # what one context reads
-    token_bytes = {i: len(tokenizer.token_bytes(t)) for t, i in tokenizer.vocab.items()}
-    result = bits_per_byte(model, [i for i in ids if i], token_bytes)
-    full = [len(i) == len(tokenizer.encode(t)) for i, t in zip(ids, texts)]
-    print_result({"documents": sum(map(bool, ids)), "truncated": len(full) - sum(full), **result,
+    fits = model.positions - 1  # what one context reads after the bos
+    encoded = tokenizer.encode_batch(texts)
+    result = bits_per_byte(model, [i[:fits] for i in encoded if i], byte_lengths(tokenizer))
+    print_result({"documents": sum(map(bool, encoded)), "truncated": sum(len(i) > fits for i in encoded), **result,
                   "max_merge": model.max_merge}, as_json=args.json)
     return 0
 
