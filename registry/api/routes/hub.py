@@ -189,7 +189,7 @@ class HubFiles:
             elif revision in ("main", "latest"):
                 chosen = models
             else:
-                version = _number(revision) or registry.version(lineage, _ref(revision)).number
+                version = _number(revision) or registry.resolve(lineage, _ref(revision))
                 chosen = [m for m in models if m.version == version]
             if not chosen:
                 raise RegistryError("version_not_found", [])
@@ -237,9 +237,9 @@ class HubFiles:
     def _make_model(self, registry: Registry, repo: str, model: ModelInfo) -> HubRevision:
         """The model's own files, and its version's tokenizer files where the folder has none."""
         info = registry.version(model.lineage, model.version)
-        files = {name: HubFile.stored(name, registry.artifacts.get(f["sha256"]), f["sha256"])
-                 for name, f in model.files.items()}
-        positions = json.loads(registry.artifacts.get(model.files["config.json"]["sha256"])).get("n_positions")
+        data = {name: registry.artifacts.get(f["sha256"]) for name, f in model.files.items()}
+        files = {name: HubFile.stored(name, data[name], f["sha256"]) for name, f in model.files.items()}
+        positions = json.loads(data["config.json"]).get("n_positions")
         for file in self._tokenizer_files(registry, info, model_max_length=positions):
             files.setdefault(file.name, file)
         card = {**model.model_dump(mode="json"), "tokenizer_version": info.model_dump(mode="json")}
