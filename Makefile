@@ -40,9 +40,15 @@ services:
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } \
 	  || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } || true
 
+# The tests' Redis, PostgreSQL and broker are containers of the stand-in images (tests/servers.py)
+# in a Docker engine (see `make engine` below), built first; where no engine can be had, or the
+# images cannot be built, they are local binaries, and the run says why.
 test: setup services
 	-@$(MAKE) --no-print-directory real-tokenizers
-	TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q
+	TOKMAINT_ENGINE_OPTIONAL=1 $(ENGINE) run sh -c '\
+	  if [ -n "$${DOCKER_HOST:-}" ] && containers/standins.sh; then export TOKMAINT_TEST_SERVERS=containers; \
+	  else echo "test: no stand-in containers: the servers are local binaries"; export TOKMAINT_TEST_SERVERS=local; fi; \
+	  TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q'
 
 # The whole loop on embedded defaults: its own broker, redis-server and registry; the shipped
 # stream through the pipeline; a trainer; a report in demo-report/ (index.html).

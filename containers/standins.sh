@@ -1,7 +1,8 @@
 #!/bin/sh
-# The stand-in images for what cannot be pulled here, built on the local base (once; kept):
-# tokmaint-kafka:tansu, tokmaint-redis:bookworm, tokmaint-postgres:15. containers/compose.standins.yml
-# puts them in place of the public images.
+# The stand-in images for what cannot be pulled here, built on the local base (the engine's build
+# cache makes a second build take seconds): tokmaint-kafka:tansu, tokmaint-redis:bookworm,
+# tokmaint-postgres:15. containers/compose.standins.yml puts them in place of the public images;
+# the tests' servers are containers of them (tests/servers.py).
 #
 #   DOCKER_HOST=... containers/standins.sh
 set -eu
@@ -15,7 +16,6 @@ trap 'rm -rf "$CONTEXT"' EXIT
 cp "$TANSU" "$HERE/standins/postgres-entrypoint.sh" "$CONTEXT/"
 for name in kafka:tansu redis:bookworm postgres:15; do
     image=tokmaint-${name}
-    if "$DOCKER" image inspect "$image" >/dev/null 2>&1; then continue; fi
     echo "stand-ins: building $image" >&2
     # apt inside the build: over the host's network (Debian's mirror), nothing else is reached.
     DOCKER_BUILDKIT=1 "$DOCKER" build --quiet --network host --build-arg BASE="$BASE" -t "$image" \

@@ -1,6 +1,7 @@
-"""Shared fixtures: small tokenizers trained on text the tests generate, and servers of the test
-session's own. Server clients are imported where used: the trainer's tests also run on a GPU
-machine that has no Kafka or Redis client installed."""
+"""Shared fixtures: small tokenizers trained on text the tests generate, and the servers of the
+test session's own (``tests.servers``: containers or local binaries). Server clients are
+imported where used: the trainer's tests also run on a GPU machine that has no Kafka or Redis
+client installed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tokenizers import Tokenizer
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
-from tokenizer_service.errors import TokmaintError
+from tests.servers import (broker, postgres_server, postgres_url, pytest_report_header, redis_cluster,  # noqa: F401
+                           redis_url)
 
 NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
 WORDS = ["stream", "token", "merge", "drift", "commit", "revise", "vocab", "tensor", "model", "data",
@@ -147,18 +149,6 @@ def real_tokenizer_path(family: str) -> Path:
     return path
 
 
-def _local_server(start):
-    """Start a server with ``start`` (``pipeline.local_servers``), yield its address, stop it;
-    a server that cannot start skips the tests that need it, saying why."""
-    try:
-        process, address = start()
-    except TokmaintError as exc:
-        pytest.skip(str(exc))
-    yield address
-    process.terminate()
-    process.wait(timeout=30)
-
-
 REGISTRY_TOKEN = "r" * 32  # the write token of registry_server
 
 
@@ -172,14 +162,6 @@ def registry_server(tmp_path_factory):
     yield url, root
     process.terminate()
     process.wait(timeout=30)
-
-
-@pytest.fixture(scope="session")
-def broker():
-    """A Kafka-protocol broker of the session's own: its address."""
-    from pipeline.local_servers import start_broker
-
-    yield from _local_server(start_broker)
 
 
 def consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
@@ -197,31 +179,6 @@ def produce(bootstrap: str, topic: str, records: list) -> None:
 
     with Producer(bootstrap, max_record_bytes=4 << 20) as producer:
         producer.send_all(topic, records)
-
-
-@pytest.fixture(scope="session")
-def redis_url():
-    """A redis-server of the session's own on a free loopback port (nothing kept on disk)."""
-    from pipeline.local_servers import start_redis
-
-    yield from _local_server(start_redis)
-
-
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory):
-    """A three-node Redis Cluster of the session's own (redis-server binaries on free loopback
-    ports, the slots split evenly): the URL of one node."""
-    from pipeline.local_servers import start_redis_cluster
-
-    try:
-        servers, url = start_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
-    except TokmaintError as exc:
-        pytest.skip(str(exc))
-    yield url
-    for process in servers:
-        process.terminate()
-    for process in servers:
-        process.wait(timeout=30)
 
 
 def ctrl_c_works() -> None:

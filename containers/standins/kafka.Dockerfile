@@ -4,5 +4,7 @@ ARG BASE=tokmaint-base:bookworm
 FROM ${BASE}
 COPY tansu /usr/local/bin/tansu
 EXPOSE 9092
-ENTRYPOINT ["tansu", "broker", "--listener-url", "tcp://0.0.0.0:9092", "--advertised-listener-url", "tcp://kafka:9092", \
-            "--storage-engine", "memory://tansu/"]
+# The address advertised to clients: the compose service's name (tests/servers.py sets the
+# loopback port the container is published on).
+ENV LISTENER_URL=tcp://0.0.0.0:9092 ADVERTISED_LISTENER_URL=tcp://kafka:9092 STORAGE_ENGINE=memory://tansu/
+ENTRYPOINT ["tansu", "broker"]

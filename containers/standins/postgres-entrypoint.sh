@@ -14,7 +14,9 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "listen_addresses = '*'" >>"$PGDATA/postgresql.conf"
     echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
     runuser -u postgres -- pg_ctl -D "$PGDATA" -w -o "-c listen_addresses=''" start >/dev/null
-    runuser -u postgres -- createdb -U "${POSTGRES_USER:-postgres}" "${POSTGRES_DB:-${POSTGRES_USER:-postgres}}"
+    database=${POSTGRES_DB:-${POSTGRES_USER:-postgres}}
+    # initdb made "postgres" already (the official image creates only another).
+    [ "$database" = postgres ] || runuser -u postgres -- createdb -U "${POSTGRES_USER:-postgres}" "$database"
     runuser -u postgres -- pg_ctl -D "$PGDATA" -w stop >/dev/null
 fi
 exec runuser -u postgres -- postgres -D "$PGDATA"

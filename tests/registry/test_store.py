@@ -1,14 +1,13 @@
-"""The registry store on SQLite and on PostgreSQL (a fresh database on the local server per test
-session): migrations, publishing a real Ted-Tok lineage, refusals that store nothing, aliases,
-rollback, composed diffs, the outbox, and several processes publishing to one lineage at once."""
+"""The registry store on SQLite and on PostgreSQL (a fresh database per test session on the
+session's server, ``tests.servers``): migrations, publishing a real Ted-Tok lineage, refusals
+that store nothing, aliases, rollback, composed diffs, the outbox, and several processes
+publishing to one lineage at once."""
 
 import json
 import multiprocessing
 import os
 import time
-import uuid
 
-import psycopg2
 import pytest
 from alembic import command
 from sqlalchemy import inspect, select
@@ -22,23 +21,6 @@ from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.merge_graph import MergeGraph
-
-POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432"
-
-
-@pytest.fixture(scope="session")
-def postgres_url():
-    """A database of its own on the local PostgreSQL server, dropped after the session."""
-    name = f"tokmaint_test_{uuid.uuid4().hex[:12]}"
-    try:
-        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=5)
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432 ({str(exc).strip()}); `make test` starts the local one")
-    admin.autocommit = True
-    admin.cursor().execute(f'CREATE DATABASE "{name}"')
-    yield f"{POSTGRES}/{name}"
-    admin.cursor().execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    admin.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
