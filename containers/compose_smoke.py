@@ -102,6 +102,15 @@ class Project:
         return {"versions": [v["sha256"] for v in versions], "step": meta["step"], "documents": meta["documents"],
                 "tokens": store.token(ids), "pairs": dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist()))}
 
+    def trainer_following(self, *, timeout: float = 300) -> None:
+        """Wait until the trainer has said it trains (and follows the lineage's versions)."""
+        deadline = time.monotonic() + timeout
+        while "trainer: training" not in self.compose("logs", "trainer", capture=True):
+            if time.monotonic() > deadline:
+                raise TokmaintError(f"{self.name}: the trainer did not start within {timeout:.0f} s: "
+                                    f"{self.compose('logs', '--tail', '20', 'trainer', capture=True)}")
+            time.sleep(1)
+
     def trainer_applied(self) -> int:
         """The versions the trainer has applied to its model (its log says each)."""
         return self.compose("logs", "trainer", capture=True).count("trainer: took version")
@@ -120,6 +129,9 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
     project.compose("up", "-d", "--wait")
     for path in ("/", "/metrics"):
         httpx.get(f"{project.registry}{path}", timeout=10).raise_for_status()
+    # The trainer starts at the latest version: posted before it follows, the stream's versions
+    # could all be out by then, and it would have none to take.
+    project.trainer_following()
     posted = project.post_sample()
     if crash:
         deadline = time.monotonic() + 300

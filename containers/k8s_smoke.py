@@ -138,6 +138,9 @@ def main() -> int:
         # versions the pipeline publishes from the stream posted next.
         trainer = by_name["tokmaint-trainer"]
         run_container(trainer, trainer["pod"]["containers"][0], config, secret, detach=True)
+        deadline = time.monotonic() + 180  # following the lineage before the stream comes
+        while "trainer: training" not in logs("tokmaint-trainer", "trainer") and time.monotonic() < deadline:
+            time.sleep(1)
         post(ingest_url, secret["token"])
         pipeline = by_name["tokmaint-pipeline"]
         run_container(pipeline, pipeline["pod"]["containers"][0], config, secret, detach=True)

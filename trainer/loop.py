@@ -92,6 +92,9 @@ class Trainer:
             self.position, self.step = position["position"], position["step"]
         self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=self.version) if events
                        else registry.follow(lineage))
+        # Said once it follows: a version published from here on is taken (one before is not news).
+        log.info("trainer: training %s version %s on %s from step %s", lineage, self.version, self.device, self.step,
+                 extra={"lineage": lineage, "step": self.step})
 
     def close(self) -> None:
         self.latest.close()

@@ -6,6 +6,7 @@ topic (the relay's events, sent twice), and documents read from the ``docs`` top
 exactly from the offsets in the checkpoint."""
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -71,13 +72,16 @@ def _published_during_training(trainer, url, name, revision, *, steps: int) -> t
     return report, published, at
 
 
-def test_a_version_published_during_training_is_taken_within_the_watch(registry_server, lineage_versions):
+def test_a_version_published_during_training_is_taken_within_the_watch(registry_server, lineage_versions, caplog):
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
     name = _lineage(url, initial)
-    with RegistryClient(url) as client:
+    with RegistryClient(url) as client, caplog.at_level(logging.INFO, logger="tokmaint.trainer"):
         trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
         report, published, at = _published_during_training(trainer, url, name, revisions[0], steps=300)
+    said = [record.getMessage() for record in caplog.records]
+    assert said[0] == f"trainer: training {name} version 1 on {trainer.device} from step 0"
+    assert said[1].startswith(f"trainer: took version 2 at step {report['taken'][0]['step']} (")
     assert report["versions"][0] == 1 and report["versions"][-1] == published == 2
     (taken,) = report["taken"]
     assert taken["version"] == 2 and taken["time"] - at < 2.0  # the watch's delay and a step
