@@ -17,8 +17,8 @@ from tokenizers import Tokenizer
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
-from tests.servers import (broker, postgres_server, postgres_url, pytest_report_header, redis_cluster,  # noqa: F401
-                           redis_url)
+from tests.servers import (broker, postgres_server, postgres_url, pytest_report_header,  # noqa: F401
+                           pytest_terminal_summary, redis_cluster, redis_url)
 
 NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
 WORDS = ["stream", "token", "merge", "drift", "commit", "revise", "vocab", "tensor", "model", "data",

@@ -67,6 +67,7 @@ def _engine_reason() -> str | None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    """What the session's servers are, and why (also the last line of a quiet run's summary)."""
     try:
         reason = local_reason()
     except TokmaintError as exc:
@@ -74,6 +75,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     where = os.environ.get("DOCKER_HOST", "the default socket")
     return (f"servers: local binaries ({reason})" if reason
             else f"servers: containers of the stand-in images (testcontainers, engine at {where})")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_line(pytest_report_header(config))
 
 
 def _containers() -> bool:
