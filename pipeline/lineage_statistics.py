@@ -166,8 +166,8 @@ class LineageStatistics:
                            "metrics": plan.metrics})
         if not self.store.write_revision(revision.edit, step=plan.step, pending=kept.encode("utf-8"),
                                          max_pairs=self.max_pairs):
-            raise TokmaintError(f"lineage {self.lineage!r} was revised after step {plan.step} by another process "
-                                "meanwhile; start again to continue from its version")
+            raise RevisedMeanwhile(f"lineage {self.lineage!r} was revised after step {plan.step} by another "
+                                   "process meanwhile; start again to continue from its version")
         outcome = "ours" if self.settle() else "theirs"  # theirs: someone else's version came first
         return CommittedRevision(plan, outcome, self.store.meta()["version"], time.perf_counter() - started)
 
@@ -191,6 +191,11 @@ class LineageStatistics:
         elif committed.outcome == "theirs":
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, committed.version), committed.version)
         return committed.outcome == "ours"
+
+
+class RevisedMeanwhile(TokmaintError):
+    """A revision planned from statistics that another process revised (or moved) before it
+    could be written: nothing of it was written; theirs stands."""
 
 
 @dataclass(frozen=True)

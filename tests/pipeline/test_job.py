@@ -281,16 +281,22 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_u
     assert store.meta()["step"] == 19 or topic == "resent"  # resends take room in steps: more steps
 
 
-def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_url, registry_url, stream, initial,
-                                                                 capsys, monkeypatch):
+def _unrevised_steps(broker, redis_url, registry_url, stream, initial, *, steps: int) -> str:
+    """A new lineage whose statistics hold ``steps`` steps that the job did not revise."""
     lineage = _lineage(registry_url, initial)
     schedule = [o if o != "64" or k != OPTIONS.index("--interval-docs") + 1 else "100000"
                 for k, o in enumerate(OPTIONS)]  # the job makes no revision itself
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
     run = subprocess.run([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker, "--topic",
                           stream, "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
-                          "--max-steps", "14", *schedule], env=env, capture_output=True, text=True, timeout=300)
+                          "--max-steps", str(steps), *schedule], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
+    return lineage
+
+
+def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_url, registry_url, stream, initial,
+                                                                 capsys, monkeypatch):
+    lineage = _unrevised_steps(broker, redis_url, registry_url, stream, initial, steps=14)
     revise = ["revise", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage, "--batch-size", "8",
               "--id-price", "0", "--base-token-cost", "0", "--json"]
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
@@ -300,9 +306,34 @@ def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_u
     second = json.loads(capsys.readouterr().out)
     assert (first["step"], first["revised"], first["version"]) == (14, True, 2)
     assert (second["revised"], second["already_revised_at_this_step"], second["version"]) == (False, True, 2)
+    assert not first["revised_meanwhile"] and not second["revised_meanwhile"]
     store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
     assert store.meta()["version"] == 2 and store.meta()["revised"] == 14 and store.pending() is None
     assert RegistryClient(registry_url).version(lineage)["number"] == 2
+
+
+def test_a_revision_planned_while_another_process_revises_writes_nothing(broker, redis_url, registry_url, stream,
+                                                                        initial):
+    """Two revisers of one lineage's statistics at one step (a revise CronJob beside the
+    pipeline): the first to write wins, the other is refused and leaves everything as it was."""
+    from pipeline.lineage_statistics import LineageStatistics, RevisedMeanwhile
+
+    lineage = _unrevised_steps(broker, redis_url, registry_url, stream, initial, steps=14)
+    settings = StreamSettings(batch_size=8, id_price=0, base_token_cost=0)
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        ours, theirs = (LineageStatistics(stream=settings, redis_client=redis.Redis.from_url(redis_url),
+                                          registry=registry, lineage=lineage, existing=True) for _ in range(2))
+        late = ours.plan(14)
+        assert late.revision is not None
+        assert theirs.revise(14)
+        store = theirs.store
+        before = (store.meta(), store.pending(), store.top_pairs(50))
+        with pytest.raises(RevisedMeanwhile, match=f"lineage '{lineage}' was revised after step 14 by another"):
+            ours.commit(late)
+        after = (store.meta(), store.pending(), store.top_pairs(50))
+        assert before[0] == after[0] and before[1] == after[1] and before[0]["version"] == 2
+        assert all(np.array_equal(x, y) for x, y in zip(before[2], after[2]))
+        assert registry.version(lineage)["number"] == 2
 
 
 def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_url, registry_url, stream, initial):

@@ -111,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_revise(args: argparse.Namespace) -> int:
-    from pipeline.lineage_statistics import LineageStatistics
+    from pipeline.lineage_statistics import LineageStatistics, RevisedMeanwhile
     from registry.client import RegistryClient
     from tokenizer_service.errors import TokmaintError
     from tokenizer_service.evolve import StreamSettings
@@ -123,10 +123,17 @@ def cmd_revise(args: argparse.Namespace) -> int:
         meta = stats.store.meta()
         if not meta["step"]:
             raise TokmaintError(f"lineage {args.lineage!r} has no steps yet (run the pipeline first)")
-        revised = meta["revised"] < meta["step"] and stats.revise(meta["step"])
+        meanwhile = False
+        try:
+            revised = meta["revised"] < meta["step"] and stats.revise(meta["step"])
+        except RevisedMeanwhile:
+            # The pipeline (or another revise) revised these statistics first: the work is done,
+            # nothing of ours was written. A CronJob beside a revising pipeline succeeds so.
+            revised, meanwhile = False, True
+        version = stats.store.meta()["version"] if meanwhile else stats.tedtok.version
     print_result({"lineage": args.lineage, "step": meta["step"], "revised": revised,
                   "already_revised_at_this_step": meta["revised"] >= meta["step"],
-                  "version": stats.tedtok.version}, as_json=args.json)
+                  "revised_meanwhile": meanwhile, "version": version}, as_json=args.json)
     return 0
 
 
