@@ -56,6 +56,11 @@ class ArtifactStore(abc.ABC):
     def get(self, name: str) -> bytes:
         """The blob of that name; KeyError if there is none."""
 
+    def chunks(self, name: str, *, size: int = 1 << 20) -> Iterator[bytes]:
+        """The blob of that name a piece at a time (what a large download streams); KeyError
+        if there is none. A store that can read a part at a time says so by overriding this."""
+        yield self.get(name)
+
     @abc.abstractmethod
     def exists(self, name: str) -> bool:
         """Whether a blob of that name is stored."""
@@ -115,6 +120,20 @@ class LocalArtifactStore(ArtifactStore):
             return self.path(name).read_bytes()
         except FileNotFoundError:
             raise KeyError(f"no artifact {name}") from None
+
+    def chunks(self, name: str, *, size: int = 1 << 20) -> Iterator[bytes]:
+        """>>> import tempfile
+        >>> store = LocalArtifactStore(tempfile.mkdtemp())
+        >>> list(store.chunks(store.put(b"abcde"), size=2))
+        [b'ab', b'cd', b'e']
+        """
+        try:
+            file = self.path(name).open("rb")
+        except FileNotFoundError:
+            raise KeyError(f"no artifact {name}") from None
+        with file:
+            while piece := file.read(size):
+                yield piece
 
     def exists(self, name: str) -> bool:
         return self.path(name).is_file()

@@ -55,6 +55,9 @@ class RegistrySettings(RegistryStoreSettings):
     max_watch_seconds: float = Field(60.0, ge=0)
     # Requests served at once; one more is answered 503 with Retry-After (registry.api.in_flight).
     max_in_flight: int = Field(64, ge=1)
+    # Artifacts kept in memory for downloads, in MB; one over a sixteenth of it (a model's
+    # weights) is streamed from the store instead.
+    cache_mb: float = Field(256.0, gt=0)
     # Parsed versions held for the next publish's checks, in vocabulary tokens (two versions at least).
     cache_tokens: int = Field(1_000_000, ge=0)
     # Run the tokenizers library's checks of an upload in a process beside the server's own

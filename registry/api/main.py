@@ -94,7 +94,8 @@ class CachedDownloads:
         match = _NUMBERED_DOWNLOAD.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "GET" \
             else None
         sha = self.cache.shas.get((match[1], int(match[2]))) if match else None
-        if sha is None or sha not in self.cache.blobs:
+        body = self.cache.blobs.get(sha) if sha is not None else None  # once: a request's thread may let it go
+        if sha is None or body is None:
             await self.app(scope, receive, send)
             return
         scope["route"] = DOWNLOAD_ROUTE
@@ -104,7 +105,6 @@ class CachedDownloads:
             await send({"type": "http.response.start", "status": 304, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
-        body = self.cache.blobs[sha]
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -127,7 +127,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
                   description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch; the "
                               "Hugging Face Hub protocol (read-only) at the root.")
     app.state.settings = settings
-    app.state.cache = ArtifactCache()
+    app.state.cache = ArtifactCache(max_bytes=int(settings.cache_mb * 1024 * 1024))
     app.state.metrics = Metrics.create()
     app.state.hub = hub.HubFiles(model_max_length=settings.model_max_length)
     app.include_router(router)

@@ -264,3 +264,77 @@ def test_real_tokenizers_load_over_the_hub_and_encode_as_their_file(registry_ser
     assert loaded["size"] == reference.get_vocab_size(with_added_tokens=True)
     config = httpx.get(f"{url}/{name}/resolve/main/tokenizer_config.json").json()
     assert loaded["bos"] == config.get("bos_token")
+
+
+def test_a_commit_no_version_has_reads_only_the_versions_not_scanned_yet(tmp_path):
+    """A commit hash names its version by the commits of every version, each lineage's read
+    once: an unknown one costs one read of the newer versions (none), not a scan of them all."""
+    from registry.api.routes.hub import HubFiles, HubNotFound
+    from registry.artifacts import LocalArtifactStore
+    from registry.db import make_engine, migrate
+    from registry.store import Registry
+
+    class Reads(Registry):  # the real store, its pages of versions written down
+        offsets: list[int] = []
+
+        def versions(self, name, *, offset=0, limit=100):
+            self.offsets.append(offset)
+            return super().versions(name, offset=offset, limit=limit)
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    migrate(url)
+    registry = Reads(make_engine(url), LocalArtifactStore(tmp_path / "artifacts"))
+    texts = sentences(200)
+    registry.create_lineage("l", BPETokenizer.train(texts, vocab_size=300).to_json().encode())
+    infos = [registry.publish("l", BPETokenizer.train(texts, vocab_size=300 + 5 * k).to_json().encode(), kind="import")
+             for k in (1, 2)]
+    hub = HubFiles()
+    assert hub.revision(registry, "l", commit_hash("l", 2, infos[0].sha256)).number == 2
+    for unknown in ("f" * 40, "e" * 40):
+        with pytest.raises(HubNotFound) as found:
+            hub.revision(registry, "l", unknown)
+        assert found.value.code == "RevisionNotFound"
+    newest = registry.publish("l", BPETokenizer.train(texts, vocab_size=320).to_json().encode(), kind="import")
+    assert hub.revision(registry, "l", commit_hash("l", 4, newest.sha256)).number == 4
+    assert hub.revision(registry, "l", commit_hash("l", 3, infos[1].sha256)).number == 3  # known: no read
+    assert Reads.offsets == [0, 3, 3, 3]
+
+
+def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, capsys):
+    """A registry keeping 16 KB of files in memory: a published model's weights (and any file
+    over 1 KB) come streamed from the store, byte for byte, with their length and ETag."""
+    import hashlib
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from registry.local_server import start_server
+    from tokmaint.cli import main
+    from trainer.export import write_model_folder
+
+    process, url = start_server(tmp_path / "registry", env={"TOKMAINT_REGISTRY_TOKEN": REGISTRY_TOKEN,
+                                                            "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    try:
+        client = RegistryClient(url, token=REGISTRY_TOKEN)
+        tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
+        client.create("big", tokenizer.to_json())
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64,
+                                           vocab_size=tokenizer.id_space))
+        write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
+        monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
+        assert main(["registry", "publish-model", "big", "--model", str(tmp_path / "model"), "--registry", url]) == 0
+        capsys.readouterr()
+        for repo, name in (("big-models", "model.safetensors"), ("big", "tokenizer.json")):
+            expected = (tmp_path / "model" / name).read_bytes() if repo == "big-models" else \
+                client.tokenizer("big", 1).to_json().encode()
+            answer = httpx.get(f"{url}/{repo}/resolve/main/{name}")
+            assert answer.status_code == 200 and answer.headers["content-type"] == "application/octet-stream"
+            assert len(expected) > 1024 and answer.content == expected
+            assert answer.headers["content-length"] == str(len(expected))
+            assert answer.headers["etag"] == f'"{hashlib.sha256(expected).hexdigest()}"'
+        small = httpx.get(f"{url}/big/resolve/main/special_tokens_map.json")  # made here, in memory
+        assert small.headers["content-type"] == "application/json" and small.json()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

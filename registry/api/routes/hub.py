@@ -31,11 +31,12 @@ import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from registry.api.deps import RegistryDep
 from registry.api.routes.tokenizers import ArtifactCache
@@ -89,15 +90,25 @@ class HubFile:
 
     @classmethod
     def made(cls, name: str, data: bytes) -> "HubFile":
-        return cls(name, hashlib.sha256(data).hexdigest(), len(data), _git_blob(data), data=data)
+        return cls(name, hashlib.sha256(data).hexdigest(), len(data), _git_blob([data], len(data)), data=data)
 
     @classmethod
-    def stored(cls, name: str, data: bytes, sha256: str) -> "HubFile":
-        return cls(name, sha256, len(data), _git_blob(data), artifact=sha256)
+    def stored(cls, name: str, sha256: str, size: int, pieces: Iterable[bytes]) -> "HubFile":
+        """A stored artifact's file; ``pieces``: its bytes, read once for the blob id (a model's
+        weights a piece at a time, never whole in memory)."""
+        return cls(name, sha256, size, _git_blob(pieces, size), artifact=sha256)
 
 
-def _git_blob(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+def _git_blob(pieces: Iterable[bytes], size: int) -> str:
+    """git's blob id of ``size`` bytes given in pieces.
+
+    >>> _git_blob([b"hello ", b"world"], 11) == _git_blob([b"hello world"], 11)
+    True
+    """
+    blob = hashlib.sha1(b"blob %d\0" % size)
+    for piece in pieces:
+        blob.update(piece)
+    return blob.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -145,6 +156,7 @@ class HubFiles:
         self.model_max_length = model_max_length
         self._revisions: dict[tuple[str, str, int], HubRevision] = {}  # (repo, kind, number)
         self._commits: dict[tuple[str, str], int] = {}
+        self._scanned: dict[str, int] = {}  # a lineage's versions whose commits are known: 1 to this
         self._lock = threading.Lock()
 
     def revision(self, registry: Registry, repo: str, revision: str) -> HubRevision:
@@ -205,41 +217,44 @@ class HubFiles:
             return self._revisions.setdefault((made.repo, made.kind, made.number), made)
 
     def _commit(self, registry: Registry, repo: str, commit: str) -> int:
+        """The version with that commit hash. Numbers are gapless from 1: the versions scanned
+        once are not read again, so a commit no version has costs one read of the newer ones."""
         if (number := self._commits.get((repo, commit))) is not None:
             return number
-        offset = 0
-        while True:  # every version's commit, a page at a time, until one is this one
+        while True:  # the commits of the versions not scanned yet, a page at a time
+            offset = self._scanned.get(repo, 0)
             page, _ = registry.versions(repo, offset=offset, limit=1000)
-            for info in page:
-                with self._lock:
+            with self._lock:
+                for info in page:
                     self._commits[(repo, commit_hash(repo, info.number, info.sha256))] = info.number
+                self._scanned[repo] = max(self._scanned.get(repo, 0), offset + len(page))
             if (number := self._commits.get((repo, commit))) is not None:
                 return number
             if len(page) < 1000:
                 raise RegistryError("version_not_found", [f"no version of {repo!r} has commit {commit}"])
-            offset += len(page)
 
     def _tokenizer_files(self, registry: Registry, info: VersionInfo, *,
                          model_max_length: int | None) -> list[HubFile]:
         data = registry.artifacts.get(info.sha256)
         tokenizer = BPETokenizer.from_json(data.decode("utf-8"))
         config = tokenizer_config(tokenizer, model_max_length=model_max_length)
-        return [HubFile.stored("tokenizer.json", data, info.sha256),
+        return [HubFile.stored("tokenizer.json", info.sha256, len(data), [data]),
                 HubFile.made("tokenizer_config.json", json.dumps(config, indent=2).encode()),
                 HubFile.made("special_tokens_map.json", json.dumps(special_tokens_map(tokenizer), indent=2).encode())]
 
     def _make(self, registry: Registry, repo: str, info: VersionInfo) -> HubRevision:
+        diff = registry.artifacts.get(info.diff_sha256)
         files = [*self._tokenizer_files(registry, info, model_max_length=self.model_max_length),
-                 HubFile.stored("revision_diff.json", registry.artifacts.get(info.diff_sha256), info.diff_sha256)]
+                 HubFile.stored("revision_diff.json", info.diff_sha256, len(diff), [diff])]
         return HubRevision(repo, info.number, commit_hash(repo, info.number, info.sha256), {f.name: f for f in files},
                            info.model_dump(mode="json"), info.created_at)
 
     def _make_model(self, registry: Registry, repo: str, model: ModelInfo) -> HubRevision:
         """The model's own files, and its version's tokenizer files where the folder has none."""
         info = registry.version(model.lineage, model.version)
-        data = {name: registry.artifacts.get(f["sha256"]) for name, f in model.files.items()}
-        files = {name: HubFile.stored(name, data[name], f["sha256"]) for name, f in model.files.items()}
-        positions = json.loads(data["config.json"]).get("n_positions")
+        files = {name: HubFile.stored(name, f["sha256"], f["size"], registry.artifacts.chunks(f["sha256"]))
+                 for name, f in model.files.items()}
+        positions = json.loads(registry.artifacts.get(model.files["config.json"]["sha256"])).get("n_positions")
         for file in self._tokenizer_files(registry, info, model_max_length=positions):
             files.setdefault(file.name, file)
         card = {**model.model_dump(mode="json"), "tokenizer_version": info.model_dump(mode="json")}
@@ -294,6 +309,9 @@ async def resolve(repo: str, revision: str, filename: str, request: Request, reg
     if request.method == "HEAD":
         return Response(headers={**headers, "Content-Length": str(file.size)}, media_type="application/json")
     cache: ArtifactCache = request.app.state.cache
+    if file.data is None and not cache.keeps(file.size):  # a model's weights: read as sent
+        return StreamingResponse(registry.artifacts.chunks(file.artifact), media_type="application/octet-stream",
+                                 headers={**headers, "Content-Length": str(file.size)})
     data = file.data if file.data is not None else (
         cache.blobs.get(file.artifact) or await run_in_threadpool(cache.blob, registry, file.artifact))
     return Response(content=data, headers=headers, media_type="application/json")

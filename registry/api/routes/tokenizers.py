@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
+import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -93,23 +94,39 @@ class AliasPublic(BaseModel):
 
 
 class ArtifactCache:
-    """Numbered versions' sha256 and the artifacts' bytes, kept in memory (both immutable)."""
+    """Numbered versions' sha256 and the artifacts' bytes, kept in memory (both immutable), the
+    least recently used let go past ``max_bytes``. A blob over ``max_bytes / 16`` (a model's
+    weights) is not kept: it is streamed from the store (``keeps``). Requests read it from
+    threads of their own: the lock keeps the order and the size true.
+
+    >>> cache = ArtifactCache(max_bytes=64)
+    >>> cache.keeps(4), cache.keeps(5)
+    (True, False)
+    """
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.shas: dict[tuple[str, int], str] = {}
         self.blobs: OrderedDict[str, bytes] = OrderedDict()
         self.size, self.max_bytes = 0, max_bytes
+        self._lock = threading.Lock()
+
+    def keeps(self, size: int) -> bool:
+        """Whether a blob of ``size`` bytes is kept here (else streamed from the store)."""
+        return size <= self.max_bytes // 16
 
     def blob(self, registry: Registry, sha: str) -> bytes:
-        data = self.blobs.get(sha)
-        if data is None:
-            data = registry.artifacts.get(sha)
-            self.blobs[sha] = data
-            self.size += len(data)
-            while self.size > self.max_bytes and len(self.blobs) > 1:
-                self.size -= len(self.blobs.popitem(last=False)[1])
-        else:
-            self.blobs.move_to_end(sha)
+        with self._lock:
+            data = self.blobs.get(sha)
+            if data is not None:
+                self.blobs.move_to_end(sha)
+                return data
+        data = registry.artifacts.get(sha)  # read outside the lock: another read need not wait
+        with self._lock:
+            if sha not in self.blobs:
+                self.blobs[sha] = data
+                self.size += len(data)
+                while self.size > self.max_bytes and len(self.blobs) > 1:
+                    self.size -= len(self.blobs.popitem(last=False)[1])
         return data
 
 
