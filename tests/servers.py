@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +26,7 @@ from tokenizer_service.errors import TokmaintError
 
 IMAGES = {"broker": "tokmaint-kafka:tansu", "redis": "tokmaint-redis:bookworm", "postgres": "tokmaint-postgres:15"}
 CHOICES = ("containers", "local")
+READY_SECONDS = 60.0  # a container's server answers within this (PostgreSQL's first start makes its data)
 
 
 @functools.cache
@@ -101,21 +101,18 @@ def _local(start: Callable[[], tuple[Any, str]]) -> Iterator[str]:
     process.wait(timeout=30)
 
 
-def _container(container: Any, address: str, ready: Callable[[], object], *, timeout: float = 60) -> Iterator[str]:
-    """Start ``container``, wait until ``ready()`` stops raising, yield ``address``, remove it."""
+def _container(container: Any, address: str, ready: Callable[[], object]) -> Iterator[str]:
+    """Start ``container``, wait with ``ready()`` (``pipeline.parts``' waits: they raise
+    PartUnavailable when it does not answer in time), yield ``address``, remove the container."""
+    from pipeline.parts import PartUnavailable
+
     container.start()
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                ready()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    out, err = container.get_logs()
-                    raise TokmaintError(f"{container.image} did not answer within {timeout:g} s: "
-                                        f"{(out + err).decode(errors='replace')[-500:]}") from None
-                time.sleep(0.1)
+        try:
+            ready()
+        except PartUnavailable as exc:
+            out, err = container.get_logs()
+            raise TokmaintError(f"{container.image}: {exc}: {(out + err).decode(errors='replace')[-500:]}") from None
         yield address
     finally:
         container.stop()
@@ -141,13 +138,13 @@ def broker() -> Iterator[str]:
         return
     from testcontainers.core.container import DockerContainer
 
-    from confluent_kafka.admin import AdminClient
+    from pipeline.parts import wait_for_broker
 
     container, port = _loopback(DockerContainer(IMAGES["broker"]), 9092)
     container.with_env("ADVERTISED_LISTENER_URL", f"tcp://127.0.0.1:{port}")
     # The engine's proxy accepts connections before the broker listens: a metadata answer says it is up.
-    yield from _container(container, f"127.0.0.1:{port}",
-                          lambda: AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=1))
+    address = f"127.0.0.1:{port}"
+    yield from _container(container, address, lambda: wait_for_broker(address, wait=READY_SECONDS))
 
 
 @pytest.fixture(scope="session")
@@ -158,12 +155,14 @@ def redis_url() -> Iterator[str]:
 
         yield from _local(start_redis)
         return
-    import redis
     from testcontainers.core.container import DockerContainer
+
+    from pipeline.parts import connect_redis
 
     container, port = _loopback(DockerContainer(IMAGES["redis"]), 6379)
     container.with_command(["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
-    yield from _container(container, f"redis://127.0.0.1:{port}/0", lambda: redis.Redis(port=port).ping())
+    url = f"redis://127.0.0.1:{port}/0"
+    yield from _container(container, url, lambda: connect_redis(url, wait=READY_SECONDS).close())
 
 
 @pytest.fixture(scope="session")
@@ -181,12 +180,19 @@ def postgres_server() -> Iterator[str]:
         return
     from testcontainers.core.container import DockerContainer
 
+    from pipeline.parts import wait_for
+
     password = uuid.uuid4().hex
     container, port = _loopback(DockerContainer(IMAGES["postgres"]), 5432)
     container.with_envs(POSTGRES_USER="postgres", POSTGRES_PASSWORD=password, POSTGRES_DB="postgres")
+
+    def connect() -> None:
+        psycopg2.connect(host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres",
+                         connect_timeout=2).close()
+
     yield from _container(container, f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}",
-                          lambda: psycopg2.connect(host="127.0.0.1", port=port, user="postgres", password=password,
-                                                   dbname="postgres", connect_timeout=2).close())
+                          lambda: wait_for(f"PostgreSQL at 127.0.0.1:{port}", connect, wait=READY_SECONDS,
+                                           errors=(psycopg2.OperationalError,)))
 
 
 @pytest.fixture(scope="session")

@@ -29,9 +29,9 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
