@@ -102,10 +102,13 @@ class LocalArtifactStore(ArtifactStore):
     def put(self, data: bytes) -> str:
         name = artifact_name(data)
         final = self.path(name)
-        if final.exists():
-            # Put again: young again, so garbage collection leaves it to the version about to name it.
+        try:
+            # Put again: young again (the registry pins what it puts, so that garbage collection
+            # leaves it to the row about to name it: ``Registry.collect_garbage``).
             os.utime(final)
             return name
+        except FileNotFoundError:  # not stored, or deleted since it was looked at
+            pass
         final.parent.mkdir(exist_ok=True)
         # One staging file per call: threads of one process writing the same blob at once
         # (identical rollbacks) must not share one.

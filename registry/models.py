@@ -1,6 +1,6 @@
 """The registry's tables (SQLAlchemy 2.x): lineages, their immutable numbered versions, the diffs
-between versions, mutable aliases, the models published beside a version, and the outbox of
-revision events. Artifacts live in the content-addressed store
+between versions, mutable aliases, the models published beside a version, the outbox of
+revision events, and the artifacts a publish under way is storing (``pending_artifacts``). Artifacts live in the content-addressed store
 (``artifacts.py``); rows hold their sha256.
 
 Constraint names follow one naming convention, so Alembic can diff and migrate them.
@@ -131,3 +131,16 @@ class OutboxEvent(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class PendingArtifact(Base):
+    """An artifact a publish under way is about to store (or has stored) and will name in its
+    commit: pinned before the blob is put, removed in the transaction that names it, so
+    garbage collection never removes it in between (``Registry.collect_garbage``). A pin a
+    killed publish left behind expires (``store.PIN_EXPIRY_SECONDS``)."""
+
+    __tablename__ = "pending_artifacts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)

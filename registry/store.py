@@ -6,6 +6,14 @@ are stored first (outside any transaction), and then one transaction numbers the
 artifacts or not at all. A publish that loses the race for its number leaves artifacts nobody
 names (content-addressed, harmless) and retries on the new latest.
 
+Garbage collection never removes what a version, a kept diff, a model or a publish under way
+names, whatever the timing (``_store_and_name``): a publish pins its artifacts' names (a
+``pending_artifacts`` row, committed) before it puts them, and the transaction that names them
+checks that each is stored and removes the pins. Pinning and naming hold the artifacts lock
+shared, ``collect_garbage`` holds it exclusive while it reads the names and deletes, so it sees
+each name pinned or named, never neither. The lock is SQLite's one write lock (every write
+transaction begins ``IMMEDIATE``, ``db.py``) or a PostgreSQL advisory lock of the transaction.
+
 A version's tokenizer.json is stored and served as the exact bytes uploaded, and its sha256 is
 theirs. The checks that need the ``tokenizers`` library run on those bytes, in a checking
 process when there is one (``check_process``, ``checker.py``), while this process parses them
@@ -27,6 +35,7 @@ version's own; its files are artifacts too, stored before the row that names the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -36,17 +45,18 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, delete, func, select, text
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from registry.artifacts import ArtifactStore
+from registry.artifacts import ArtifactStore, artifact_name
 from registry.checker import EncodingChecker
-from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PublishedModel, Version, utcnow
+from registry.models import (VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PendingArtifact, PublishedModel,
+                             Version, utcnow)
 from registry.refs import MAX_VERSION, version_number
 from schemas.json_values import json_kind
 from schemas.revision import DiffEntry, RevisionDiff
@@ -58,6 +68,16 @@ from tokenizer_service.settings import lineage_name
 from tokenizer_service.validation import ValidationReport, check_encoding, validate
 
 T = TypeVar("T")
+# A pin this old was left by a publish that was killed: the largest upload (a 2 GB model) is
+# stored in minutes and a publish's checks are stopped after five. A publish still alive past
+# it finds its artifacts checked at its commit all the same.
+PIN_EXPIRY_SECONDS = 24 * 3600
+# The PostgreSQL advisory lock that orders pinning and naming artifacts (shared) against garbage
+# collection (exclusive): "tokmaint" in ASCII, a key no other lock of the database uses.
+ARTIFACTS_LOCK = int.from_bytes(b"tokmaint", "big")
+# Times a publish puts its artifacts again when its commit finds one gone (deleted by hand, or
+# after its pin expired) before it is refused.
+STORE_ATTEMPTS = 3
 
 
 class RegistryError(Exception):
@@ -66,7 +86,7 @@ class RegistryError(Exception):
     STATUS = {"invalid_name": 422, "invalid_tokenizer": 422, "invalid_diff": 422, "invalid_request": 422,
               "too_large": 413, "lineage_exists": 409,
               "incompatible": 409, "stale_parent": 409, "lineage_not_found": 404, "version_not_found": 404,
-              "alias_not_found": 404, "invalid_model": 422}
+              "alias_not_found": 404, "invalid_model": 422, "artifacts_missing": 503}
 
     def __init__(self, code: str, reasons: list[str]) -> None:
         super().__init__(f"{code}: " + "; ".join(reasons))
@@ -392,7 +412,8 @@ class Registry:
         diff = composed_diff(self.tokenizer(name, start), self.tokenizer(name, end), lineage=name,
                              start=first.number, end=last.number, parent_sha256=first.sha256,
                              tokenizer_sha256=last.sha256)
-        sha = self.artifacts.put(diff.to_json().encode("utf-8"))
+        data = diff.to_json().encode("utf-8")
+        sha = artifact_name(data)
 
         def keep(session: Session) -> None:
             lineage = self._lineage(session, name)
@@ -400,7 +421,7 @@ class Registry:
                              changed_ids=len(diff.entries)))
 
         try:
-            self._write(keep)
+            self._store_and_name([data], keep)
         except IntegrityError:
             pass  # a concurrent request kept the same diff first
         return diff
@@ -421,7 +442,8 @@ class Registry:
         exists = RegistryError("lineage_exists", [f"lineage {name!r} exists already"])
         if any(n == name for n, _ in self.lineages()):
             raise exists  # before any artifact is stored; the transaction below checks again
-        artifacts = self._put_artifacts(name, 1, None, data, tokenizer, [], kind, metrics or {})
+        blobs = self._version_blobs(name, 1, None, data, tokenizer, [], kind, metrics or {})
+        artifacts = (artifact_name(blobs[0]), artifact_name(blobs[1]))
 
         def insert(session: Session) -> VersionInfo:
             if session.scalars(select(Lineage).where(Lineage.name == name)).one_or_none() is not None:
@@ -432,7 +454,7 @@ class Registry:
             return self._insert_version(session, lineage, tokenizer, artifacts, changed_ids=0, kind=kind,
                                         created_by=created_by, metrics=metrics or {})
 
-        info = self._write(insert)
+        info = self._store_and_name(blobs, insert)
         self._prepare(info.sha256, tokenizer, report.unreachable)
         return info
 
@@ -464,10 +486,11 @@ class Registry:
                                                encoding, rollback=kind == "rollback")
             # Artifacts before the transaction: a version is never visible without them, and
             # the write lock is not held while they are written.
-            artifacts = self._put_artifacts(name, latest.number + 1, latest.sha256, data, child, entries, kind,
-                                            metrics or {})
+            blobs = self._version_blobs(name, latest.number + 1, latest.sha256, data, child, entries, kind,
+                                        metrics or {})
+            artifacts = (artifact_name(blobs[0]), artifact_name(blobs[1]))
             try:
-                info = self._write(lambda session: self._insert_on_top(
+                info = self._store_and_name(blobs, lambda session: self._insert_on_top(
                     session, name, latest.number, child, artifacts, changed_ids=len(entries), kind=kind,
                     created_by=created_by, metrics=metrics or {}))
                 self._prepare(info.sha256, child, unreachable)
@@ -536,7 +559,7 @@ class Registry:
         info = self.version(name, version)
         if problems := model_folder_problems(files, info, self.tokenizer(name, info.number)):
             raise RegistryError("invalid_model", problems)
-        stored = {file: {"sha256": self.artifacts.put(data), "size": len(data)} for file, data in sorted(files.items())}
+        stored = {file: {"sha256": artifact_name(data), "size": len(data)} for file, data in sorted(files.items())}
 
         def insert(session: Session) -> ModelInfo:
             lineage = self._lineage(session, name, lock=True)
@@ -548,7 +571,7 @@ class Registry:
             session.flush()
             return ModelInfo.of(row, name)
 
-        return self._write(insert)
+        return self._store_and_name([data for _, data in sorted(files.items())], insert)
 
     def models(self, name: str) -> list[ModelInfo]:
         """A lineage's models, oldest first."""
@@ -558,19 +581,34 @@ class Registry:
                 select(PublishedModel).where(PublishedModel.lineage_id == lineage.id).order_by(PublishedModel.number))]
 
     def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False) -> dict[str, Any]:
-        """Remove the artifacts no version, kept diff or model names (left by a refused or killed
-        publish): those put more than ``older_than`` seconds ago, as a publish writes its
-        artifacts before the row that names them. What was (``dry_run``: would be) removed."""
-        with Session(self.engine) as session:
+        """Remove the artifacts put more than ``older_than`` seconds ago (finite, >= 0) that no
+        version, kept diff, model or publish under way names (left by a refused or killed
+        publish); clear the pins a killed publish left (older than ``PIN_EXPIRY_SECONDS``).
+        What was (``dry_run``: would be) removed.
+
+        The names are read and the artifacts deleted under the artifacts lock held exclusive:
+        no publish pins or commits meanwhile, so each name a publish stores is pinned or named
+        in what is read here, or pinned after the deletions (and then put again)."""
+        if not finite_number(older_than) or older_than < 0:
+            raise ValueError(f"older_than must be a finite number of seconds >= 0, got {older_than!r}")
+        # Listed before the lock (a large store takes a while): whatever is listed, only what
+        # is unnamed under the lock is deleted.
+        old = list(self.artifacts.names(older_than=older_than))
+        with Session(self.engine) as session, session.begin():
+            self._lock_artifacts(session, exclusive=True)
+            expired = PendingArtifact.created_at < utcnow() - timedelta(seconds=PIN_EXPIRY_SECONDS)
+            pinned = set(session.scalars(select(PendingArtifact.sha256).where(~expired)))
+            expired_pins = session.scalar(select(func.count(PendingArtifact.id)).where(expired)) or 0
             named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
             named |= set(session.scalars(select(Diff.sha256)))
             named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files)) for f in files.values()}
-        # Listed after the names were read: an artifact put since is young, and kept.
-        unnamed = [name for name in self.artifacts.names(older_than=older_than) if name not in named]
-        if not dry_run:
-            for name in unnamed:
-                self.artifacts.delete(name)
-        return {"named": len(named), "removed": len(unnamed), "dry_run": dry_run, "artifacts": sorted(unnamed)}
+            unnamed = sorted(name for name in old if name not in named and name not in pinned)
+            if not dry_run:
+                session.execute(delete(PendingArtifact).where(expired))
+                for name in unnamed:
+                    self.artifacts.delete(name)
+        return {"named": len(named | pinned), "pinned": len(pinned), "expired_pins": expired_pins,
+                "removed": len(unnamed), "dry_run": dry_run, "artifacts": unnamed}
 
     def count_versions(self) -> int:
         with Session(self.engine) as session:
@@ -581,6 +619,55 @@ class Registry:
         """Run ``work`` in one transaction (committed on success, rolled back on any error)."""
         with Session(self.engine) as session, session.begin():
             return work(session)
+
+    def _lock_artifacts(self, session: Session, *, exclusive: bool) -> None:
+        """Take the artifacts lock for the rest of the transaction: shared to pin or name
+        artifacts, exclusive to collect garbage. SQLite's write transactions hold its one write
+        lock already (``BEGIN IMMEDIATE``, ``db.py``)."""
+        if self.engine.dialect.name == "postgresql":
+            function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+            session.execute(text(f"SELECT {function}(:key)"), {"key": ARTIFACTS_LOCK})
+
+    def _store_and_name(self, blobs: list[bytes], name_them: Callable[[Session], T]) -> T:
+        """Store ``blobs`` and run ``name_them``, the transaction whose rows name them, so that
+        garbage collection can never remove one in between: their names are pinned (committed)
+        before any is put; the naming transaction checks that each is stored and removes the
+        pins. One gone by then (deleted by hand, or its pin expired) is put again and the commit
+        tried again, up to ``STORE_ATTEMPTS`` times, then refused: a row never names a missing
+        artifact. A refused or failed naming removes the pins."""
+        names = list(dict.fromkeys(artifact_name(data) for data in blobs))
+        pins = self._write(functools.partial(self._pin, names))
+        try:
+            for _ in range(STORE_ATTEMPTS):
+                for data in blobs:
+                    self.artifacts.put(data)
+                try:
+                    return self._write(functools.partial(self._name_pinned, names, pins, name_them))
+                except _ArtifactsMissing as exc:
+                    missing = exc.names
+            raise RegistryError("artifacts_missing", [f"artifact {name} was removed from the store as it was being "
+                                                      "published; nothing was published" for name in missing])
+        except BaseException:
+            with contextlib.suppress(SQLAlchemyError):  # else they expire
+                self._write(lambda session: session.execute(delete(PendingArtifact)
+                                                            .where(PendingArtifact.id.in_(pins))))
+            raise
+
+    def _pin(self, names: list[str], session: Session) -> list[int]:
+        self._lock_artifacts(session, exclusive=False)
+        rows = [PendingArtifact(sha256=name) for name in names]
+        session.add_all(rows)
+        session.flush()
+        return [row.id for row in rows]
+
+    def _name_pinned(self, names: list[str], pins: list[int], name_them: Callable[[Session], T],
+                     session: Session) -> T:
+        self._lock_artifacts(session, exclusive=False)
+        if missing := [name for name in names if not self.artifacts.exists(name)]:
+            raise _ArtifactsMissing(missing)
+        named = name_them(session)
+        session.execute(delete(PendingArtifact).where(PendingArtifact.id.in_(pins)))
+        return named
 
     @staticmethod
     def _parse_diff(diff_json: bytes | dict[str, Any]) -> RevisionDiff:
@@ -614,15 +701,15 @@ class Registry:
             raise RegistryError("incompatible", reasons)
         return expected, report.unreachable
 
-    def _put_artifacts(self, name: str, number: int, parent_sha: str | None, data: bytes, child: BPETokenizer,
-                       entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> tuple[str, str]:
-        """Store the uploaded tokenizer.json and the registry's diff of version ``number``: their
-        sha256s."""
-        sha = self.artifacts.put(data)
-        diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None, tokenizer_sha256=sha,
-                            parent_sha256=parent_sha, vocab_size=len(child), id_space=child.id_space,
-                            entries=entries, config={"kind": kind, **({"metrics": metrics} if metrics else {})})
-        return sha, self.artifacts.put(diff.to_json().encode("utf-8"))
+    @staticmethod
+    def _version_blobs(name: str, number: int, parent_sha: str | None, data: bytes, child: BPETokenizer,
+                       entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> list[bytes]:
+        """The artifacts of version ``number``: the uploaded tokenizer.json and the registry's diff."""
+        diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None,
+                            tokenizer_sha256=artifact_name(data), parent_sha256=parent_sha, vocab_size=len(child),
+                            id_space=child.id_space, entries=entries,
+                            config={"kind": kind, **({"metrics": metrics} if metrics else {})})
+        return [data, diff.to_json().encode("utf-8")]
 
     def _insert_on_top(self, session: Session, name: str, expected: int, child: BPETokenizer,
                        artifacts: tuple[str, str], **row: Any) -> VersionInfo:
@@ -658,3 +745,11 @@ class Registry:
 
 class _LatestMoved(Exception):
     """Another publish took the next number first (the caller retries on the new latest)."""
+
+
+class _ArtifactsMissing(Exception):
+    """A publish's commit found artifacts it names gone from the store (it puts them again)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names

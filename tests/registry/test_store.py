@@ -7,15 +7,16 @@ import json
 import multiprocessing
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from alembic import command
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
-from registry.artifacts import LocalArtifactStore
+from registry.artifacts import LocalArtifactStore, artifact_name
 from registry.db import alembic_config, make_engine, migrate
-from registry.models import Diff
+from registry.models import Diff, PendingArtifact
 from registry.store import Registry, RegistryError
 from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
@@ -333,3 +334,94 @@ def test_a_model_folder_holds_its_version_as_an_export_writes_it(registry, linea
     folder = {"config.json": json.dumps({"vocab_size": version.id_space}).encode(), "model.safetensors": b"w",
               "tokenizer.json": initial.to_json_bytes()}
     assert registry.publish_model("pretty", folder, version=1).version == 1
+
+
+def _collect_until_stopped(url: str, artifacts: str, started, stop, runs) -> None:
+    """``collect_garbage(older_than=0)`` over and over in a process of its own (as `registry gc`
+    runs beside the server) until ``stop`` is set; ``runs`` counts the collections."""
+    registry = Registry(make_engine(url), LocalArtifactStore(artifacts))
+    while not stop.is_set():
+        registry.collect_garbage(older_than=0)
+        with runs.get_lock():
+            runs.value += 1
+        started.set()
+
+
+def test_gc_racing_publishes_of_stored_blobs_never_removes_what_they_name(registry, lineage, database_url, tmp_path):
+    """A collector (another process, ``older_than=0``) runs without pause while threads publish
+    models and create lineages whose blobs are in the store already, unnamed: a publish then
+    only refreshes a blob's age, and the collector used to delete it between its reading of the
+    names and the publish's commit. Every version and model committed has all its artifacts."""
+    initial, _ = lineage
+    registry.create_lineage("demo", initial.to_json().encode())
+    config = json.dumps({"vocab_size": registry.version("demo").id_space}).encode()
+    context = multiprocessing.get_context("spawn")
+    started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
+    collector = context.Process(target=_collect_until_stopped, args=(database_url, str(tmp_path / "artifacts"),
+                                                                     started, stop, runs))
+    collector.start()
+    try:
+        assert started.wait(120)
+        with ThreadPoolExecutor(6) as threads:
+            for round_ in range(25):
+                folders = [{"config.json": config, "model.safetensors": f"weights {round_} {k}".encode()}
+                           for k in range(5)]
+                copy = initial.to_json().encode() + b" " * (round_ + 1)  # the same tokenizer, other bytes
+                for data in [copy, *(data for folder in folders for data in folder.values())]:
+                    registry.artifacts.put(data)  # stored already, named by nothing
+                work = [threads.submit(registry.publish_model, "demo", folder, version=1) for folder in folders]
+                work.append(threads.submit(registry.create_lineage, f"race-{round_}", copy))
+                for done in work:
+                    done.result()
+    finally:
+        stop.set()
+        collector.join(60)
+    assert collector.exitcode == 0 and runs.value > 1
+    assert len(registry.models("demo")) == 125 and len(registry.lineages()) == 26
+    for model in registry.models("demo"):
+        for file in model.files.values():
+            assert len(registry.artifacts.get(file["sha256"])) == file["size"]
+    for name, _ in registry.lineages():
+        version = registry.version(name, 1)
+        assert registry.tokenizer(name, 1).sha256 == initial.sha256 and registry.diff(name, 1).version == 1
+        assert registry.artifacts.exists(version.sha256) and registry.artifacts.exists(version.diff_sha256)
+
+
+class VanishingStore(LocalArtifactStore):
+    """A store from which the blobs named in ``vanish`` disappear just after they are put (as if
+    removed by hand), that many times each."""
+
+    def __init__(self, root, vanish: dict[str, int]) -> None:
+        super().__init__(root)
+        self.vanish = vanish
+
+    def put(self, data: bytes) -> str:
+        name = super().put(data)
+        if self.vanish.get(name, 0) > 0:
+            self.vanish[name] -= 1
+            self.delete(name)
+        return name
+
+
+def test_a_commit_whose_artifact_vanished_stores_it_again_or_is_refused(registry, lineage, database_url, tmp_path):
+    """A row never names a missing artifact: a publish whose blob is gone at its commit puts it
+    again; one whose blob keeps vanishing is refused (503 ``artifacts_missing``), nothing
+    published and no pin left."""
+    initial, revisions = lineage
+    registry.create_lineage("demo", initial.to_json().encode())
+    config = json.dumps({"vocab_size": registry.version("demo").id_space}).encode()
+    data = revisions[0].tokenizer.to_json().encode()
+    sha, weights = revisions[0].tokenizer.sha256, b"weights that vanish"
+    vanishing = Registry(registry.engine, VanishingStore(tmp_path / "artifacts", {sha: 1, artifact_name(weights): 1}))
+    published = vanishing.publish("demo", data)
+    model = vanishing.publish_model("demo", {"config.json": config, "model.safetensors": weights})
+    assert registry.artifacts.get(published.sha256) == data
+    assert registry.artifacts.get(model.files["model.safetensors"]["sha256"]) == weights
+    vanishing.artifacts.vanish = {revisions[1].tokenizer.sha256: 100}
+    with pytest.raises(RegistryError) as refused:
+        vanishing.publish("demo", revisions[1].tokenizer.to_json().encode())
+    assert refused.value.status == 503 and refused.value.code == "artifacts_missing"
+    assert "removed from the store" in refused.value.reasons[0]
+    assert registry.version("demo").number == 2 and len(registry.pending_events(limit=100)) == 2
+    with Session(registry.engine) as session:
+        assert session.scalars(select(PendingArtifact)).all() == []
