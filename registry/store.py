@@ -57,7 +57,7 @@ from registry.artifacts import ArtifactStore, artifact_name
 from registry.checker import EncodingChecker
 from registry.models import (VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PendingArtifact, PublishedModel,
                              Version, utcnow)
-from registry.refs import MAX_VERSION, version_number
+from registry.refs import MAX_VERSION, alias_problem, version_number
 from schemas.json_values import json_kind
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -508,8 +508,8 @@ class Registry:
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> int:
         """Point ``alias`` at a version (created or moved); returns its number."""
-        if alias == "latest" or alias.isdigit():  # any digits: "²" would confuse a reader too
-            raise RegistryError("invalid_name", [f"alias {alias!r} would shadow a version reference"])
+        if (problem := alias_problem(alias)) is not None:
+            raise RegistryError("invalid_name", [problem])
         check_lineage_name(alias)
 
         def move(session: Session) -> int:

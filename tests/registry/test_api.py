@@ -189,6 +189,31 @@ def test_version_numbers_past_what_sql_holds_answer_4xx(server, revisions, path)
             assert response.status_code in (404, 422), (path, n, response.text)
 
 
+def test_alias_names_the_hub_reads_as_another_revision_are_refused(server, revisions):
+    """``main``, ``v2``, ``v0``, ``12`` and a commit hash are revisions to the Hub: an alias of
+    that name would resolve one way over REST and another over the Hub (or be cached as
+    immutable though it moves). Refused with 422 and why; other names, ``v2-candidate`` among
+    them, are aliases."""
+    client = RegistryClient(server, token=TOKEN)
+    if "shadows" not in [lineage["name"] for lineage in client.lineages()]:
+        client.create("shadows", revisions[0].to_json())
+    why = {"main": "'main' names the newest version", "v2": "a number, or v and a number, names a version",
+           "v0": "a number, or v and a number, names a version", "12": "a number, or v and a number, names a version",
+           "0123456789abcdef0123456789abcdef01234567": "40 hex characters name a commit (the Hub's)"}
+    for alias, reason in why.items():
+        response = httpx.put(f"{server}/v1/tokenizers/shadows/aliases/{alias}", json={"version": 1},
+                             headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status_code == 422, (alias, response.text)
+        answer = response.json()
+        assert answer["error_code"] == "invalid_name"
+        assert answer["reasons"] == [f"alias {alias!r} would shadow a version reference: {reason}"]
+    for alias in ("serving", "v2-candidate", "mainline"):
+        assert client.set_alias("shadows", alias, 1)["version"] == 1
+        assert client.version("shadows", alias)["number"] == 1
+    hub = httpx.head(f"{server}/shadows/resolve/v2-candidate/tokenizer.json")
+    assert hub.status_code == 200 and hub.headers["cache-control"] == "no-cache"  # an alias moves
+
+
 def test_a_local_server_logs_to_a_file_and_a_failed_start_shows_it(tmp_path):
     """``start_server`` sends the server's output to ``server.log`` (never a pipe nobody reads)."""
     from tokenizer_service.errors import TokmaintError

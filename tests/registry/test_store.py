@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from alembic import command
@@ -16,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import LocalArtifactStore, artifact_name
 from registry.db import alembic_config, make_engine, migrate
-from registry.models import Diff, PendingArtifact
-from registry.store import Registry, RegistryError
+from registry.models import Diff, PendingArtifact, utcnow
+from registry.store import PIN_EXPIRY_SECONDS, Registry, RegistryError
 from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
 from tokenizer_service.bpe import BPETokenizer
@@ -425,3 +426,25 @@ def test_a_commit_whose_artifact_vanished_stores_it_again_or_is_refused(registry
     assert registry.version("demo").number == 2 and len(registry.pending_events(limit=100)) == 2
     with Session(registry.engine) as session:
         assert session.scalars(select(PendingArtifact)).all() == []
+
+
+def test_gc_keeps_what_a_publish_under_way_pinned_and_clears_pins_a_killed_one_left(registry, lineage):
+    """A pin (a publish under way, its blob put, its row not yet committed) keeps its artifact
+    however old; a pin over ``PIN_EXPIRY_SECONDS`` old (its publish was killed) is cleared, and
+    its artifact goes with the next collection. The age is a finite number of seconds ≥ 0."""
+    initial, _ = lineage
+    registry.create_lineage("demo", initial.to_json().encode())
+    under_way, killed = registry.artifacts.put(b'{"a": "publish under way"}'), registry.artifacts.put(b'{"killed": 1}')
+    with Session(registry.engine) as session, session.begin():
+        session.add(PendingArtifact(sha256=under_way))
+        session.add(PendingArtifact(sha256=killed, created_at=utcnow() - timedelta(seconds=PIN_EXPIRY_SECONDS + 60)))
+    assert registry.collect_garbage(older_than=0, dry_run=True) | {"named": 0} == {
+        "named": 0, "pinned": 1, "expired_pins": 1, "removed": 1, "dry_run": True, "artifacts": [killed]}
+    swept = registry.collect_garbage(older_than=0)
+    assert (swept["artifacts"], swept["expired_pins"], swept["pinned"]) == ([killed], 1, 1)
+    assert registry.artifacts.exists(under_way) and not registry.artifacts.exists(killed)
+    assert registry.collect_garbage(older_than=0)["expired_pins"] == 0
+    for older_than in (-1, float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match="finite number of seconds >= 0"):
+            registry.collect_garbage(older_than=older_than)
+    assert registry.artifacts.exists(under_way) and registry.tokenizer("demo", 1).sha256 == initial.sha256

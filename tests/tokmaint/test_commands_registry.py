@@ -80,3 +80,40 @@ def test_migrate_makes_a_fresh_folder_and_a_relay_waits_for_the_schema(broker, t
     assert (tmp_path / "fresh" / "registry.db").is_file()
     capsys.readouterr()
     assert main([*relay, "--wait", "0"]) == 0 and json.loads(capsys.readouterr().out) == {"sent": 0}
+
+
+def test_alias_refuses_a_name_the_hub_reads_as_a_version_and_says_why(registry, byte_tokenizer, monkeypatch, capsys,
+                                                                         tmp_path):
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
+    name = f"cli-alias-{uuid.uuid4().hex[:6]}"
+    byte_tokenizer.save(tmp_path / "tokenizer.json")
+    assert main(["registry", "create", name, str(tmp_path / "tokenizer.json"), "--registry", registry]) == 0
+    capsys.readouterr()
+    for alias in ("main", "v2", "v0", "12", "ab" * 20):
+        assert main(["registry", "alias", name, alias, "1", "--registry", registry]) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.endswith(f"registry answered 422 invalid_name: alias {alias!r} would shadow a version "
+                              "reference: " + ("'main' names the newest version" if alias == "main" else
+                                               "40 hex characters name a commit (the Hub's)" if len(alias) == 40
+                                               else "a number, or v and a number, names a version")), error
+        assert "\n" not in error
+    assert main(["registry", "alias", name, "serving", "1", "--registry", registry, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 1
+
+
+@pytest.mark.parametrize("minutes", ["-1", "-0.5", "nan", "inf", "-inf", "1e400", "soon"])
+def test_gc_refuses_an_age_that_is_not_a_finite_number_of_minutes(minutes, tmp_path, capsys):
+    """Negative, nan and inf were taken (-1 or nan removed every unnamed artifact at once)."""
+    db = f"sqlite:///{tmp_path / 'registry.db'}"
+    assert main(["registry", "migrate", "--db", db]) == 0
+    orphan = tmp_path / "artifacts" / "ab" / ("cd" * 31)
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"left by a refused publish")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["registry", "gc", "--db", db, "--artifacts", str(tmp_path / "artifacts"),
+              f"--older-than-minutes={minutes}"])
+    error = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and "\n" not in error
+    assert f"argument --older-than-minutes: must be a number ≥ 0, got {minutes!r}" in error
+    assert orphan.exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
+from tokenizer_service.settings import Number
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -69,7 +71,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     engine = make_engine(store.db)
     registry = Registry(engine, LocalArtifactStore(store.artifacts))
     try:
-        result = registry.collect_garbage(older_than=args.older_than_minutes * 60, dry_run=args.dry_run)
+        # Past 3e306 minutes the seconds would overflow to inf: any such age keeps everything.
+        older_than = min(args.older_than_minutes * 60, sys.float_info.max)
+        result = registry.collect_garbage(older_than=older_than, dry_run=args.dry_run)
     finally:
         registry.close()
         engine.dispose()
@@ -104,9 +108,9 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
     gc_command = commands.add_parser("gc", help="remove the artifacts no version names (left by refused or killed "
                                                 "publishes)")
     _add_store_options(gc_command)
-    gc_command.add_argument("--older-than-minutes", type=float, default=60.0,
-                            help="only artifacts put longer ago than this: a publish under way writes its artifacts "
-                                 "before the row that names them (default: 60)")
+    gc_command.add_argument("--older-than-minutes", type=Number(float, low=0), default=60.0,
+                            help="only artifacts put longer ago than this, a finite number ≥ 0 (whatever it is, "
+                                 "nothing a version, a model or a publish under way names is removed; default: 60)")
     gc_command.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_command.add_argument("--json", action="store_true", help="print JSON")
     gc_command.set_defaults(func=cmd_gc, parser=gc_command)
