@@ -2,12 +2,14 @@
 loopback port), with the client library the trainer and the pipeline will use."""
 
 import json
+import multiprocessing
 import os
 import secrets
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -15,10 +17,13 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
+from registry.api.routes.hub import model_commit
+from registry.artifacts import LocalArtifactStore
 from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
+from registry.store import ModelInfo
 from tests.conftest import tedtok_lineage
-from tests.registry.test_store import _moved_ids, _unreachable_add, _lying
+from tests.registry.test_store import _collect_until_stopped, _lying, _moved_ids, _unreachable_add
 from tokenizer_service.bpe import BPETokenizer
 
 TOKEN = secrets.token_hex(16)
@@ -212,6 +217,56 @@ def test_alias_names_the_hub_reads_as_another_revision_are_refused(server, revis
         assert client.version("shadows", alias)["number"] == 1
     hub = httpx.head(f"{server}/shadows/resolve/v2-candidate/tokenizer.json")
     assert hub.status_code == 200 and hub.headers["cache-control"] == "no-cache"  # an alias moves
+
+
+def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions, tmp_path):
+    """A collector with no age limit (``registry gc --older-than-minutes 0``, over and over in a
+    process of its own) beside a server taking model uploads whose files the store holds
+    already, unnamed: every model the server committed serves every file over the Hub (the
+    collector deleted some between its reading of the names and the commit, and the Hub
+    answered 500, ``KeyError: no artifact``)."""
+    initial, _ = revisions
+    root = tmp_path / "registry"
+    process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
+    context = multiprocessing.get_context("spawn")
+    started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
+    collector = context.Process(target=_collect_until_stopped, args=(f"sqlite:///{root / 'registry.db'}",
+                                                                     str(root / "artifacts"), started, stop, runs))
+    try:
+        RegistryClient(url, token=TOKEN).create("raced", initial.to_json())
+        config = json.dumps({"vocab_size": initial.id_space}).encode()
+        store = LocalArtifactStore(root / "artifacts")
+        folders = []
+        for k in range(48):
+            folder = tmp_path / f"model-{k}"
+            folder.mkdir()
+            for name, data in {"config.json": config, "model.safetensors": f"weights {k}".encode()}.items():
+                (folder / name).write_bytes(data)
+                store.put(data)  # stored already, named by nothing
+            folders.append(folder)
+        collector.start()
+        assert started.wait(120)
+
+        def upload(folder):
+            with RegistryClient(url, token=TOKEN) as client:
+                return client.publish_model("raced", folder, version=1)
+
+        with ThreadPoolExecutor(4) as threads:
+            published = list(threads.map(upload, folders))
+    finally:
+        stop.set()
+        collector.join(60)
+    try:
+        assert collector.exitcode == 0 and runs.value > 1
+        for model, folder in zip(published, folders):
+            commit = model_commit(ModelInfo(**{k: model[k] for k in ModelInfo.model_fields}))
+            for name in ("config.json", "model.safetensors"):
+                response = httpx.get(f"{url}/raced-models/resolve/{commit}/{name}")
+                assert response.status_code == 200, (model["number"], name, response.text)
+                assert response.content == (folder / name).read_bytes()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def test_a_local_server_logs_to_a_file_and_a_failed_start_shows_it(tmp_path):
