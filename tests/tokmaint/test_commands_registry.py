@@ -117,3 +117,19 @@ def test_gc_refuses_an_age_that_is_not_a_finite_number_of_minutes(minutes, tmp_p
     assert exc.value.code == 2 and "\n" not in error
     assert f"argument --older-than-minutes: must be a number ≥ 0, got {minutes!r}" in error
     assert orphan.exists()
+
+
+def test_gc_refuses_a_database_of_an_older_schema(tmp_path, capsys):
+    """A server of a release before pins publishes without pinning: gc says so instead of
+    collecting beside it (or failing on the missing table)."""
+    from alembic import command
+
+    from registry.db import alembic_config
+
+    db = f"sqlite:///{tmp_path / 'registry.db'}"
+    command.upgrade(alembic_config(db), "0003")
+    gc = ["registry", "gc", "--db", db, "--artifacts", str(tmp_path / "artifacts"), "--json"]
+    assert main(gc) == 2
+    assert capsys.readouterr().err.strip().endswith("is at schema 0003, not 0004: run `tokmaint registry migrate` "
+                                                     "(or start the server of this release: it migrates the database)")
+    assert main(["registry", "migrate", "--db", db]) == 0 and main(gc) == 0

@@ -64,11 +64,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from registry.artifacts import LocalArtifactStore
-    from registry.db import make_engine
+    from registry.db import check_schema, make_engine
     from registry.store import Registry
+    from tokenizer_service.errors import TokmaintError
 
     store = _store(args)
     engine = make_engine(store.db)
+    try:
+        # A database of an older schema has no pins: a server that old does not pin what it
+        # publishes, and this gc would find no table for them.
+        check_schema(engine, store.db)
+    except LookupError as exc:
+        engine.dispose()
+        raise TokmaintError(str(exc)) from None
     registry = Registry(engine, LocalArtifactStore(store.artifacts))
     try:
         # Past 3e306 minutes the seconds would overflow to inf: any such age keeps everything.
