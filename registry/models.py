@@ -1,7 +1,7 @@
 """The registry's tables (SQLAlchemy 2.x): lineages, their immutable numbered versions, the diffs
 between versions, mutable aliases, the models published beside a version, the outbox of
-revision events, and the artifacts a publish under way is storing (``pending_artifacts``). Artifacts live in the content-addressed store
-(``artifacts.py``); rows hold their sha256.
+revision events, and the artifacts a publish under way is storing (``pending_artifacts``).
+Artifacts live in the content-addressed store (``artifacts.py``); rows hold their sha256.
 
 Constraint names follow one naming convention, so Alembic can diff and migrate them.
 """

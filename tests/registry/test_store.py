@@ -63,7 +63,8 @@ def test_migrations_create_every_table(database_url):
     migrate(database_url)
     migrate(database_url)  # already at head: nothing to do
     tables = set(inspect(make_engine(database_url)).get_table_names())
-    assert {"lineages", "versions", "diffs", "aliases", "models", "outbox", "alembic_version"} <= tables
+    assert {"lineages", "versions", "diffs", "aliases", "models", "outbox", "pending_artifacts",
+            "alembic_version"} <= tables
 
 
 def test_a_tedtok_lineage_is_published_gapless_with_its_diffs(registry, lineage):
