@@ -78,6 +78,9 @@ ARTIFACTS_LOCK = int.from_bytes(b"tokmaint", "big")
 # Times a publish puts its artifacts again when its commit finds one gone (deleted by hand, or
 # after its pin expired) before it is refused.
 STORE_ATTEMPTS = 3
+# Artifacts gc deletes under one hold of the artifacts lock: publishes wait for no more (20,000
+# deletions held it 48 s on a loaded test machine, past SQLite's 30 s busy timeout).
+GC_BATCH = 256
 
 
 class RegistryError(Exception):
@@ -580,7 +583,8 @@ class Registry:
             return [ModelInfo.of(row, name) for row in session.scalars(
                 select(PublishedModel).where(PublishedModel.lineage_id == lineage.id).order_by(PublishedModel.number))]
 
-    def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False) -> dict[str, Any]:
+    def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False,
+                        batch: int = GC_BATCH) -> dict[str, Any]:
         """Remove the artifacts put more than ``older_than`` seconds ago (finite, >= 0) that no
         version, kept diff, model or publish under way names (left by a refused or killed
         publish); clear the pins a killed publish left (older than ``PIN_EXPIRY_SECONDS``).
@@ -588,25 +592,34 @@ class Registry:
 
         The names are read and the artifacts deleted under the artifacts lock held exclusive:
         no publish pins or commits meanwhile, so each name a publish stores is pinned or named
-        in what is read here, or pinned after the deletions (and then put again)."""
+        in what is read here, or pinned after the deletions (and then put again). ``batch``
+        artifacts at most are deleted under one hold of the lock (the names read again each
+        time), so that publishes wait for one batch, not for the whole collection."""
         if not finite_number(older_than) or older_than < 0:
             raise ValueError(f"older_than must be a finite number of seconds >= 0, got {older_than!r}")
         # Listed before the lock (a large store takes a while): whatever is listed, only what
         # is unnamed under the lock is deleted.
-        old = list(self.artifacts.names(older_than=older_than))
-        with Session(self.engine) as session, session.begin():
-            self._lock_artifacts(session, exclusive=True)
-            expired = PendingArtifact.created_at < utcnow() - timedelta(seconds=PIN_EXPIRY_SECONDS)
-            pinned = set(session.scalars(select(PendingArtifact.sha256).where(~expired)))
-            expired_pins = session.scalar(select(func.count(PendingArtifact.id)).where(expired)) or 0
-            named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
-            named |= set(session.scalars(select(Diff.sha256)))
-            named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files)) for f in files.values()}
-            unnamed = sorted(name for name in old if name not in named and name not in pinned)
-            if not dry_run:
-                session.execute(delete(PendingArtifact).where(expired))
-                for name in unnamed:
-                    self.artifacts.delete(name)
+        old = sorted(self.artifacts.names(older_than=older_than))
+        unnamed: list[str] = []
+        named: set[str] = set()
+        pinned: set[str] = set()
+        expired_pins = 0
+        for start in range(0, max(len(old), 1), batch):
+            with Session(self.engine) as session, session.begin():
+                self._lock_artifacts(session, exclusive=True)
+                expired = PendingArtifact.created_at < utcnow() - timedelta(seconds=PIN_EXPIRY_SECONDS)
+                pinned = set(session.scalars(select(PendingArtifact.sha256).where(~expired)))
+                if start == 0:
+                    expired_pins = session.scalar(select(func.count(PendingArtifact.id)).where(expired)) or 0
+                named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
+                named |= set(session.scalars(select(Diff.sha256)))
+                named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files)) for f in files.values()}
+                doomed = [name for name in old[start:start + batch] if name not in named and name not in pinned]
+                if not dry_run:
+                    session.execute(delete(PendingArtifact).where(expired))
+                    for name in doomed:
+                        self.artifacts.delete(name)
+            unnamed += doomed
         return {"named": len(named | pinned), "pinned": len(pinned), "expired_pins": expired_pins,
                 "removed": len(unnamed), "dry_run": dry_run, "artifacts": unnamed}
 
