@@ -289,7 +289,8 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--to", dest="end", type=int, help="to this version (default: the latest)")
     p = client_parser("alias", "point an alias at a version, or --delete it", cmd_alias)
     p.add_argument("name")
-    p.add_argument("alias")
+    p.add_argument("alias", help="a name the Hub reads as no other revision: not main, latest, digits, v and digits, "
+                                 "or 40 hex characters")
     p.add_argument("version", nargs="?", default="latest")
     p.add_argument("--delete", action="store_true")
     p = client_parser("rollback", "publish a new version equal to an older one", cmd_rollback)
