@@ -21,6 +21,12 @@ that was up, and no process is left. That statistics equal an uninterrupted run'
 pipeline's crash test (a topic written before the job reads it: steps of a live topic end where
 the topic did at that moment, so a replay cuts them elsewhere). Everything is seeded, and the
 schedule printed, so that a failing run can be replayed.
+
+With ``hostile`` (``bench soak --hostile``), hostile clients come too (``demo/hostile.py``): slow
+readers and writers, oversized and sparse uploads, model uploads with garbage collection running
+throughout in a process of its own; the report gains ``hostile`` (what they got, and every
+artifact a version or model names that is missing) and ``http.starved``: a reader's requests that
+were refused as overloaded or went unanswered while the registry was up. Both must be none.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import httpx
 import numpy as np
 import redis
 
+from demo.hostile import HostileClients, write_weighty_model
 from demo.run import SAMPLE
 from pipeline.kafka import read_topic
 from pipeline.local_servers import start_broker
@@ -87,6 +94,9 @@ class SoakSettings(Settings):
     initial_docs: int = setting(1000, whole(1), "oldest documents the initial tokenizer trains on")
     vocab_size: int = setting(1024, whole(257), "the initial tokenizer's vocabulary")
     logs: Path | None = setting(None, None, "copy each part's log into this folder at the end")
+    hostile: bool = setting(False, None, "hostile clients too: slow readers and writers, oversized and sparse "
+                                         "uploads, model uploads with garbage collection throughout, and a reader "
+                                         "whose refused requests are counted (demo/hostile.py)")
 
 
 class Part:
@@ -278,6 +288,8 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             with RegistryClient(registry_url, token=token) as client:
                 for name in (LINEAGE, API_LINEAGE):
                     client.create(name, initial.to_json())
+            hostile = _hostile_clients(settings, root, registry_url=registry_url, ingest_url=ingest_url, token=token,
+                                       db=db, artifacts=artifacts, initial=initial, env=env)
             traffic, stop, rng = Traffic(), threading.Event(), random.Random(settings.seed)
             stream = docs[settings.initial_docs:]
             producer = threading.Thread(target=_produce, args=(ingest_url, token, stream, settings, traffic, stop,
@@ -303,6 +315,8 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                     log.info("soak: %5.1f s: killed and restarted %s", killed - started, name)
             time.sleep(max(0.0, started + settings.minutes * 60 - time.monotonic()))
             stop.set()
+            if hostile is not None:
+                hostile.stop()
             producer.join(timeout=60)
             for thread in api:
                 thread.join(timeout=60)
@@ -318,6 +332,9 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                             down, schedule, unexpected)
             report["trainer"]["resumes"] = parts["trainer"].starts - 1
             report["redis"] = _redis_files(redis_url, root / "redis")
+            if hostile is not None:
+                report["hostile"] = hostile.report(down=[(a, b) for n, a, b in down if n == "registry"])
+                report["http"]["starved"] = report["hostile"].pop("starved")
             report["statistics"] = _replayed(initial, redis_url, versions=report.pop("version_shas"),
                                              documents=report.pop("texts"))
         finally:
@@ -332,6 +349,21 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
         report["processes_left"] = [name for name, part in parts.items()
                                     if part.process is not None and part.process.poll() is None]
         return report
+
+
+def _hostile_clients(settings: SoakSettings, root: Path, *, registry_url: str, ingest_url: str, token: str,
+                     db: str, artifacts: str, initial: BPETokenizer, env: dict[str, str]) -> HostileClients | None:
+    """With ``hostile``: a weighty model published beside the clients' lineage's first version
+    (what the slow readers ask for), then the hostile clients started."""
+    if not settings.hostile:
+        return None
+    model = write_weighty_model(initial, API_LINEAGE, 1, root / "model")
+    with RegistryClient(registry_url, token=token, timeout=60) as client:
+        client.publish_model(API_LINEAGE, model, version=1)
+    hostile = HostileClients(registry_url=registry_url, ingest_url=ingest_url, token=token, lineage=API_LINEAGE,
+                             read_lineage=LINEAGE, db=db, artifacts=artifacts, model=model)
+    hostile.start(python=sys.executable, env=env)
+    return hostile
 
 
 def _replayed(initial: BPETokenizer, redis_url: str, *, versions: list[str], documents: dict[str, str]

@@ -1,6 +1,8 @@
 """``tokmaint bench soak``, short: a minute of load with a fault every six seconds or so (the
 seeded schedule kills the trainer, the ingest server, the pipeline and redis-server among
-others), then every check the full soak makes, the statistics against an uninterrupted replay included."""
+others) and the hostile clients (slow readers and writers, oversized and sparse uploads, model
+uploads while garbage collection runs), then every check the full soak makes, the statistics
+against an uninterrupted replay included."""
 
 import json
 import subprocess
@@ -9,7 +11,7 @@ import sys
 
 def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
     result = subprocess.run([sys.executable, "-m", "tokmaint.cli", "bench", "soak", "--minutes", "1", "--seed", "3",
-                             "--fault-every", "6", "--json"], capture_output=True, text=True, timeout=900)
+                             "--fault-every", "6", "--hostile", "--json"], capture_output=True, text=True, timeout=900)
     report = json.loads(result.stdout)
     assert result.returncode == 0, (report, result.stderr[-3000:])
     documents = report["documents"]
@@ -25,4 +27,11 @@ def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
     assert statistics["steps"] > 10 and statistics["revisions"] == report["versions"]["published"] - 1
     assert statistics["versions_equal"] and statistics["tokens_equal"] and statistics["pairs_equal"]
     assert report["redis"]["aof_rewrites"] > 0 and report["redis"]["aof_mb"] > 0
+    hostile = report["hostile"]  # nobody locked out, nothing deleted
+    assert report["http"]["starved"] == 0 and hostile["reads"] > 100
+    assert hostile["missing_artifacts"] == [] and hostile["gc_errors"] == [] and hostile["counts"]["gc_runs"] > 10
+    assert hostile["answers"]["model_upload"].get("201", 0) > 3 and hostile["counts"]["slow_readers"] >= 12
+    answers = hostile["answers"]  # each refused as it should be (or unanswered while its server was down)
+    assert hostile["accepted_bad"] == 0 and answers["sparse_upload"].get("422", 0) > 0
+    assert answers["oversized_registry"].get("413", 0) > 0 and answers["oversized_ingest"].get("413", 0) > 0
     assert "kill" in result.stderr  # the schedule is printed, to replay a failing run

@@ -34,6 +34,10 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
             and report["http"]["unexplained_server_errors"] == 0 and not report["processes_left"]
             and not report["exited_on_their_own"]
             and all(report["statistics"][k] for k in ("versions_equal", "tokens_equal", "pairs_equal")))
+    if "hostile" in report:
+        hostile = report["hostile"]
+        held = held and (report["http"]["starved"] == 0 and not hostile["missing_artifacts"]
+                         and not hostile["gc_errors"] and hostile["accepted_bad"] == 0)
     return 0 if held else 1
 
 
