@@ -21,6 +21,10 @@ the registry's URL, ``AutoTokenizer.from_pretrained(lineage, revision=...)``,
 
 A numbered version never changes: its files are made once and kept (``HubFiles``); a name that
 moves (``main``, an alias) is looked up at each request, so a client sees a new version at once.
+A published model never changes either: a lineage's models are read once, a request reads only
+those published since, and a revision's listing, info and tree are made once; a request costs
+the same however many files a model holds. ``Content-Type`` follows the file's name, on HEAD as
+on GET.
 """
 
 from __future__ import annotations
