@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore
 from registry.checker import EncodingChecker
-from registry.model_folder import model_folder_problems
+from registry.model_folder import MAX_MODEL_FILES, model_folder_problems
 from registry.models import VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PublishedModel, Version, utcnow
 from registry.refs import MAX_VERSION, version_number
 from schemas.json_values import json_kind
@@ -493,11 +493,12 @@ class Registry:
         self._write(mark)
 
     def publish_model(self, name: str, files: dict[str, bytes], *, version: int | str = "latest",
-                      created_by: str = "") -> ModelInfo:
-        """Publish a model folder (its files by name) beside the version it was trained with,
-        after ``model_folder_problems``' checks; numbered after the lineage's models."""
+                      created_by: str = "", max_files: int = MAX_MODEL_FILES) -> ModelInfo:
+        """Publish a model folder (its files by name, at most ``max_files``) beside the version
+        it was trained with, after ``model_folder_problems``' checks; numbered after the
+        lineage's models."""
         info = self.version(name, version)
-        if problems := model_folder_problems(files, info, self.tokenizer(name, info.number)):
+        if problems := model_folder_problems(files, info, self.tokenizer(name, info.number), max_files=max_files):
             raise RegistryError("invalid_model", problems)
         stored = {file: {"sha256": self.artifacts.put(data), "size": len(data)} for file, data in sorted(files.items())}
 

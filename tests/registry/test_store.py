@@ -340,6 +340,9 @@ def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_
                                         "tokenizer.json": registry.artifacts.get(registry.version("demo", 1).sha256)},
                                version=2)
     assert refused.value.code == "invalid_model" and len(refused.value.reasons) == 4  # name, rows, weights, version
+    with pytest.raises(RegistryError) as refused:
+        registry.publish_model("demo", folder, version=2, max_files=3)
+    assert refused.value.reasons == [f"the folder has {len(folder)} files; a model folder holds at most 3"]
     assert len(registry.models("demo")) == 3
     swept = registry.collect_garbage(older_than=0)
     assert all(f["sha256"] not in swept["artifacts"] for m in registry.models("demo") for f in m.files.values())

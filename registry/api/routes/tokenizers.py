@@ -360,7 +360,8 @@ async def publish_model(name: str, request: Request, registry: RegistryDep, sett
     tokenizer.json if any) beside the version it was trained with (a number, latest or an alias)."""
     files = await run_in_threadpool(folder_files, await read_body(request, settings.max_model_bytes),
                                     settings.max_model_bytes, max_files=settings.max_model_files)
-    info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer)
+    info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer,
+                                   max_files=settings.max_model_files)
     return ModelPublic.of(info)
 
 
