@@ -35,8 +35,8 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
