@@ -296,7 +296,8 @@ def test_a_model_folder_s_tar_holds_regular_files_within_the_limit():
     link = tarfile.TarInfo("weights")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
     for body, limit, code in ((tar_of(file("a", b"x" * 50)), 10, "too_large"), (tar_of((link, b"")), 100, "invalid_request"),
-                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"), (b"no tar", 100, "invalid_request")):
+                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"), (b"no tar", 100, "invalid_request"),
+                              (tar_of(file("a", b"x"), file("a", b"y")), 100, "invalid_request")):  # a name twice
         with pytest.raises(RegistryError) as refused:
             folder_files(body, limit)
         assert refused.value.code == code

@@ -16,7 +16,7 @@ import re
 import tarfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -61,8 +61,8 @@ def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -
     """A model folder uploaded as an (uncompressed) tar of its files, by name; refused, before
     any file is read, when it is no tar, holds anything but regular files at its top, a sparse
     file (its holes would be filled as it is read: a 10 KB tar could expand to gigabytes),
-    more than ``max_files`` files, or files that add up to more than ``limit`` bytes or to more
-    than the tar itself (an uncompressed tar holds its files' bytes)."""
+    more than ``max_files`` files, a name twice, or files that add up to more than ``limit``
+    bytes or to more than the tar itself (an uncompressed tar holds its files' bytes)."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             members = tar.getmembers()
@@ -75,6 +75,8 @@ def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -
             if len(members) > max_files:
                 raise RegistryError("invalid_model", [f"the folder has {len(members):,} files; a model folder holds "
                                                       f"at most {max_files:,} (TOKMAINT_REGISTRY_MAX_MODEL_FILES)"])
+            if twice := [name for name, count in Counter(m.name.strip("/") for m in members).items() if count > 1]:
+                raise RegistryError("invalid_request", [f"the folder's tar holds {twice[0]!r} more than once"])
             if (size := sum(m.size for m in members)) > limit:
                 raise RegistryError("too_large", [f"the folder's files are {size:,} bytes; the limit is {limit:,}"])
             if size > len(data):
