@@ -173,9 +173,10 @@ class RegistryClient:
 
     def publish_model(self, name: str, folder: str | Path, *, version: int | str = "latest") -> dict[str, Any]:
         """Publish a model folder (``tokmaint trainer export``'s) beside the version it was
-        trained with; its files go as one tar."""
+        trained with; its files go as one tar, a link as the file it points to (a
+        ``snapshot_download`` folder links into the Hub's cache)."""
         buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:") as tar:
+        with tarfile.open(fileobj=buffer, mode="w:", dereference=True) as tar:
             for path in sorted(Path(folder).iterdir()):
                 if path.is_file():
                     tar.add(path, arcname=path.name)

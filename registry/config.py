@@ -51,6 +51,8 @@ class RegistrySettings(RegistryStoreSettings):
     max_upload_mb: float = Field(64.0, gt=0)
     # A model folder's upload (its weights included), in MB.
     max_model_mb: float = Field(2048.0, gt=0)
+    # Files in a model folder (a request on a models repository costs the same whatever it holds).
+    max_model_files: int = Field(256, ge=1)
     max_page: int = Field(1000, ge=1)
     max_watch_seconds: float = Field(60.0, ge=0)
     # Requests served at once; one more is answered 503 with Retry-After (registry.api.in_flight).

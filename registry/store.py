@@ -29,8 +29,9 @@ serialises writers (``BEGIN IMMEDIATE``, see ``db.py``), PostgreSQL locks the li
 Re-publishing the latest version's content returns that version.
 
 A model trained with a version can be published beside it (``publish_model``): a Hugging Face
-model folder whose rows cover the version's ids and whose tokenizer.json, when it has one, is the
-version's own; its files are artifacts too, stored before the row that names them.
+model folder that loads as it will be served, its rows covering the version's ids and its
+tokenizer.json and tokmaint.json, when it has them, the version's own (``model_folder.py``); its
+files are artifacts too, stored before the row that names them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ import functools
 import hashlib
 import json
 import math
-import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -55,6 +55,7 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import ArtifactStore, artifact_name
 from registry.checker import EncodingChecker
+from registry.model_folder import MAX_MODEL_FILES, model_folder_problems
 from registry.models import (VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PendingArtifact, PublishedModel,
                              Version, utcnow)
 from registry.refs import MAX_VERSION, alias_problem, version_number
@@ -143,44 +144,6 @@ class ModelInfo(BaseModel):
         return cls(lineage=lineage, number=row.number, version=row.version, files=dict(row.files),
                    created_by=row.created_by, created_at=row.created_at.replace(tzinfo=timezone.utc)
                    if row.created_at.tzinfo is None else row.created_at)
-
-
-MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def model_folder_problems(files: dict[str, bytes], version: VersionInfo, tokenizer: BPETokenizer) -> list[str]:
-    """Why a model folder cannot be published beside ``version`` (``tokenizer``, parsed; empty:
-    it can): flat file names, a ``config.json`` whose ``vocab_size`` covers the version's ids,
-    weights, and no tokenizer.json but the version's own (as parsed: an export writes it anew)."""
-    problems = [f"file name {name!r} is not a plain name (letters, digits, '.', '_', '-')"
-                for name in files if not _FILE_NAME.fullmatch(name)]
-    try:
-        config = json.loads(files["config.json"]) if "config.json" in files else None
-    except ValueError as exc:
-        config, problems = None, problems + [f"config.json is not JSON: {exc}"]
-    if "config.json" not in files:
-        problems.append("no config.json: a Hugging Face model folder has one (tokmaint trainer export writes it)")
-    elif not isinstance(config, dict) or not isinstance(config.get("vocab_size"), int):
-        problems.append("config.json names no vocab_size")
-    elif config["vocab_size"] < version.id_space:
-        problems.append(f"the model has {config['vocab_size']} rows; version {version.number} has ids up to "
-                        f"{version.id_space - 1}")
-    if not any(name in files for name in MODEL_WEIGHTS):
-        problems.append(f"no weights: one of {', '.join(MODEL_WEIGHTS)}")
-    if "tokenizer.json" in files and not _same_tokenizer(files["tokenizer.json"], version, tokenizer):
-        problems.append(f"its tokenizer.json is not version {version.number}'s: the model was trained with another "
-                        "version")
-    return problems
-
-
-def _same_tokenizer(data: bytes, version: VersionInfo, tokenizer: BPETokenizer) -> bool:
-    if hashlib.sha256(data).hexdigest() == version.sha256:
-        return True
-    try:
-        return BPETokenizer.from_json(data.decode("utf-8")).sha256 == tokenizer.sha256
-    except (InvalidTokenizer, UnicodeDecodeError, ValueError):
-        return False
 
 
 def finite_number(value: Any) -> bool:
@@ -556,11 +519,12 @@ class Registry:
         self._write(mark)
 
     def publish_model(self, name: str, files: dict[str, bytes], *, version: int | str = "latest",
-                      created_by: str = "") -> ModelInfo:
-        """Publish a model folder (its files by name) beside the version it was trained with,
-        after ``model_folder_problems``' checks; numbered after the lineage's models."""
+                      created_by: str = "", max_files: int = MAX_MODEL_FILES) -> ModelInfo:
+        """Publish a model folder (its files by name, at most ``max_files``) beside the version
+        it was trained with, after ``model_folder_problems``' checks; numbered after the
+        lineage's models."""
         info = self.version(name, version)
-        if problems := model_folder_problems(files, info, self.tokenizer(name, info.number)):
+        if problems := model_folder_problems(files, info, self.tokenizer(name, info.number), max_files=max_files):
             raise RegistryError("invalid_model", problems)
         stored = {file: {"sha256": artifact_name(data), "size": len(data)} for file, data in sorted(files.items())}
 
@@ -576,12 +540,13 @@ class Registry:
 
         return self._store_and_name([data for _, data in sorted(files.items())], insert)
 
-    def models(self, name: str) -> list[ModelInfo]:
-        """A lineage's models, oldest first."""
+    def models(self, name: str, *, after: int = 0) -> list[ModelInfo]:
+        """A lineage's models numbered past ``after`` (all by default), oldest first."""
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
             return [ModelInfo.of(row, name) for row in session.scalars(
-                select(PublishedModel).where(PublishedModel.lineage_id == lineage.id).order_by(PublishedModel.number))]
+                select(PublishedModel).where(PublishedModel.lineage_id == lineage.id, PublishedModel.number > after)
+                .order_by(PublishedModel.number))]
 
     def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False,
                         batch: int = GC_BATCH) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from registry.artifacts import LocalArtifactStore
 from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
 from registry.store import ModelInfo
-from tests.conftest import tedtok_lineage
-from tests.registry.test_store import _collect_until_stopped, _lying, _moved_ids, _unreachable_add
+from tests.conftest import sentences, tedtok_lineage
+from tests.registry.test_store import (_collect_until_stopped, _lying, _moved_ids, _unreachable_add, exported_model,
+                                       model_variant)
 from tokenizer_service.bpe import BPETokenizer
 
 TOKEN = secrets.token_hex(16)
@@ -234,13 +235,13 @@ def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions
                                                                      str(root / "artifacts"), started, stop, runs))
     try:
         RegistryClient(url, token=TOKEN).create("raced", initial.to_json())
-        config = json.dumps({"vocab_size": initial.id_space}).encode()
+        exported = exported_model(initial, {"lineage": "raced", "version": 1})
         store = LocalArtifactStore(root / "artifacts")
         folders = []
         for k in range(48):
             folder = tmp_path / f"model-{k}"
             folder.mkdir()
-            for name, data in {"config.json": config, "model.safetensors": f"weights {k}".encode()}.items():
+            for name, data in model_variant(exported, k).items():
                 (folder / name).write_bytes(data)
                 store.put(data)  # stored already, named by nothing
             folders.append(folder)
@@ -260,7 +261,7 @@ def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions
         assert collector.exitcode == 0 and runs.value > 1
         for model, folder in zip(published, folders):
             commit = model_commit(ModelInfo(**{k: model[k] for k in ModelInfo.model_fields}))
-            for name in ("config.json", "model.safetensors"):
+            for name in exported:
                 response = httpx.get(f"{url}/raced-models/resolve/{commit}/{name}")
                 assert response.status_code == 200, (model["number"], name, response.text)
                 assert response.content == (folder / name).read_bytes()
@@ -376,7 +377,81 @@ def test_a_model_folder_s_tar_holds_regular_files_within_the_limit():
     link = tarfile.TarInfo("weights")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
     for body, limit, code in ((tar_of(file("a", b"x" * 50)), 10, "too_large"), (tar_of((link, b"")), 100, "invalid_request"),
-                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"), (b"no tar", 100, "invalid_request")):
+                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"), (b"no tar", 100, "invalid_request"),
+                              (tar_of(file("a", b"x"), file("a", b"y")), 100, "invalid_request")):  # a name twice
         with pytest.raises(RegistryError) as refused:
             folder_files(body, limit)
         assert refused.value.code == code
+
+
+def sparse_tar(name: str, size: int) -> bytes:
+    """A tar of one sparse file of ``size`` bytes in 10 KB: PAX format 1.0, as ``tar --sparse
+    --format=pax`` writes it (a map of one 1-byte piece at its end, the holes read as zeros)."""
+    import io
+    import tarfile
+
+    sparse_map = f"1\n{size - 1}\n1\n".encode().ljust(512, b"\0")
+    info = tarfile.TarInfo(name)
+    info.size = len(sparse_map) + 1
+    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": name,
+                        "GNU.sparse.realsize": str(size)}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(sparse_map + b"x"))
+    return buffer.getvalue()
+
+
+def tar_of_files(files: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_a_model_upload_expands_to_no_more_than_it_sends_and_holds_a_bounded_number_of_files(server):
+    """A 10 KB tar declaring a 20 MB sparse file, and a folder of 300 tiny files, are refused
+    (422) before any file is read; a model that would not load as served is refused naming its
+    file and field; nothing is published."""
+    from tests.registry.test_store import exported_model
+
+    tokenizer = BPETokenizer.train(sentences(200), vocab_size=300)
+    client = RegistryClient(server, token=TOKEN)
+    client.create("tars", tokenizer.to_json())
+    sparse = sparse_tar("model.safetensors", 20_000_000)
+    assert len(sparse) <= 10_240
+    folder = exported_model(tokenizer, {"lineage": "tars", "version": 1})
+    many = {**folder, **{f"shard-{i:05d}.json": b"{}" for i in range(300)}}
+    nan = {**folder, "config.json": folder["config.json"].replace(b'"n_positions": 64', b'"n_positions": NaN')}
+    assert nan != folder
+    for body, code, reason in ((sparse, "invalid_request", "the folder's tar holds 'model.safetensors' as a sparse"),
+                               (tar_of_files(many), "invalid_model", f"the folder has {len(many)} files; a model folder "
+                                                                     "holds at most 256 (TOKMAINT_REGISTRY_MAX_MODEL_FILES)"),
+                               (tar_of_files(nan), "invalid_model", "config.json: not JSON: NaN is no JSON number")):
+        answer = httpx.post(f"{server}/v1/tokenizers/tars/models", content=body, params={"version": "1"},
+                            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"})
+        assert answer.status_code == 422 and answer.json()["error_code"] == code, answer.text
+        assert any(r.startswith(reason) for r in answer.json()["reasons"]), answer.json()
+    assert client.models("tars")["count"] == 0
+    published = httpx.post(f"{server}/v1/tokenizers/tars/models", content=tar_of_files(folder), params={"version": "1"},
+                           headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"})
+    assert published.status_code == 201 and client.models("tars")["count"] == 1
+
+
+def test_if_none_match_is_a_list_of_entity_tags(server):
+    """A tokenizer.json download answers 304 when one of the ``If-None-Match`` entity tags is its
+    own (weak or strong) or it is ``*``, and only then, before the file is in memory and after
+    (the middleware that serves it then answers alike)."""
+    client = RegistryClient(server, token=TOKEN)
+    client.create("etags", BPETokenizer.train(sentences(200), vocab_size=290).to_json())
+    url = f"{server}/v1/tokenizers/etags/versions/1/tokenizer.json"
+    for served in ("from the store", "from memory"):
+        sha = httpx.get(url).headers["etag"].strip('"')
+        for asked, status in (("*", 304), (f'"{sha}"', 304), (f'W/"{sha}"', 304), (f'"a", "{sha}"', 304),
+                              (f'"x{sha}"', 200), (f'"{sha}", x', 200), (sha, 200), ('"other"', 200)):
+            assert httpx.get(url, headers={"If-None-Match": asked}).status_code == status, (served, asked)

@@ -3,6 +3,7 @@ huggingface_hub), in a process of their own with only ``HF_ENDPOINT`` at a regis
 free loopback port, read a lineage's versions by number, alias and commit hash; their cache sees
 a new version as new; unknown repositories, revisions and files raise their own errors."""
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -320,16 +321,18 @@ def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, 
         client.create("big", tokenizer.to_json())
         torch.manual_seed(0)
         model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64,
-                                           vocab_size=tokenizer.id_space))
+                                           vocab_size=tokenizer.id_space, bos_token_id=0, eos_token_id=0))
         write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
         assert main(["registry", "publish-model", "big", "--model", str(tmp_path / "model"), "--registry", url]) == 0
         capsys.readouterr()
-        for repo, name in (("big-models", "model.safetensors"), ("big", "tokenizer.json")):
+        for repo, name, media in (("big-models", "model.safetensors", "application/octet-stream"),
+                                  ("big", "tokenizer.json", "application/json")):
             expected = (tmp_path / "model" / name).read_bytes() if repo == "big-models" else \
                 client.tokenizer("big", 1).to_json().encode()
             answer = httpx.get(f"{url}/{repo}/resolve/main/{name}")
-            assert answer.status_code == 200 and answer.headers["content-type"] == "application/octet-stream"
+            assert answer.status_code == 200 and answer.headers["content-type"] == media
+            assert httpx.head(f"{url}/{repo}/resolve/main/{name}").headers["content-type"] == media
             assert len(expected) > 1024 and answer.content == expected
             assert answer.headers["content-length"] == str(len(expected))
             assert answer.headers["etag"] == f'"{hashlib.sha256(expected).hexdigest()}"'
@@ -338,3 +341,110 @@ def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, 
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def model_v1(lineage, tmp_path_factory):
+    """A model trained with version 1 (``tokmaint trainer export``'s folder), published beside it."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from trainer.export import write_model_folder
+
+    url, client = lineage
+    tokenizer = client.tokenizer("hub", 1)
+    torch.manual_seed(1)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=tokenizer.id_space,
+                                       bos_token_id=0, eos_token_id=0)).eval()
+    folder = tmp_path_factory.mktemp("model-v1") / "model"
+    write_model_folder(model, tokenizer, {"lineage": "hub", "version": 1}, folder)
+    return folder, client.publish_model("hub", folder, version=1)
+
+
+def test_head_and_get_agree_on_the_content_type_and_if_none_match_is_a_list_of_entity_tags(lineage, model_v1):
+    """Weights are bytes and JSON files JSON, on HEAD as on GET, small or streamed; an
+    ``If-None-Match`` answers 304 when one of its entity tags is the file's (weak or strong) or
+    it is ``*``, and only then: a tag that merely holds the sha256 is another tag."""
+    url, client = lineage
+    _, published = model_v1
+    commit = httpx.head(f"{url}/hub-models/resolve/v1/config.json").headers["x-repo-commit"]
+    for repo, revision, name, media in (("hub-models", commit, "model.safetensors", "application/octet-stream"),
+                                        ("hub-models", commit, "config.json", "application/json"),
+                                        ("hub-models", commit, "special_tokens_map.json", "application/json"),
+                                        ("hub", "v1", "tokenizer.json", "application/json"),
+                                        ("hub", "v1", "tokenizer_config.json", "application/json")):
+        resolve = f"{url}/{repo}/resolve/{revision}/{name}"
+        head, get = httpx.head(resolve), httpx.get(resolve)
+        assert head.status_code == get.status_code == 200, name
+        assert head.headers["content-type"] == get.headers["content-type"] == media, name
+        sha = get.headers["etag"].strip('"')
+        for asked, status in (("*", 304), (f'"{sha}"', 304), (f'W/"{sha}"', 304), (f'"other", W/"{sha}"', 304),
+                              (f'"x{sha}"', 200), (f'"{sha}x"', 200), (sha, 200), (f'"{sha[:-1]}"', 200)):
+            for method in (httpx.head, httpx.get):
+                answer = method(resolve, headers={"If-None-Match": asked})
+                assert answer.status_code == status, (name, asked, method)
+    assert published["files"]["model.safetensors"]["sha256"] == \
+        httpx.head(f"{url}/hub-models/resolve/{commit}/model.safetensors").headers["etag"].strip('"')
+
+
+def test_a_snapshot_download_folder_publishes_the_files_its_links_point_to(lineage, model_v1, tmp_path, monkeypatch,
+                                                                          capsys):
+    """``snapshot_download`` gives a folder of links into the Hub clients' cache: ``publish-model``
+    of it uploads the files they point to, and the model is published again, file for file."""
+    from tokmaint.cli import main
+
+    url, client = lineage
+    folder, published = model_v1
+    commit = httpx.head(f"{url}/hub-models/resolve/v1/config.json").headers["x-repo-commit"]
+    snapshot = hub_client(url, tmp_path / "hf", f"""
+        import json
+        from huggingface_hub import snapshot_download
+        print(json.dumps(snapshot_download("hub-models", revision="{commit}")))
+    """)
+    from pathlib import Path
+
+    links = sorted(Path(snapshot).iterdir())
+    assert links and all(path.is_symlink() for path in links)
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
+    assert main(["registry", "publish-model", "hub", "--model", snapshot, "--registry", url, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["version"] == 1 and again["number"] > published["number"]
+    assert again["files"] == published["files"] == {
+        path.name: {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": path.stat().st_size}
+        for path in folder.iterdir()}
+
+
+def test_a_models_repository_reads_each_model_once(tmp_path):
+    """A models repository's revisions read the lineage's models once: a request after that
+    reads none but those published since (a model's files are never read again per request),
+    and a known commit reads nothing."""
+    from registry.api.routes.hub import HubFiles
+    from registry.artifacts import LocalArtifactStore
+    from registry.db import make_engine, migrate
+    from registry.store import Registry
+    from tests.registry.test_store import exported_model
+
+    class Reads(Registry):  # the real store, the models each read returns written down
+        rows: list[int] = []
+
+        def models(self, name, **options):
+            found = super().models(name, **options)
+            self.rows.append(len(found))
+            return found
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    migrate(url)
+    registry = Reads(make_engine(url), LocalArtifactStore(tmp_path / "artifacts"))
+    tokenizer = BPETokenizer.train(sentences(200), vocab_size=300)
+    registry.create_lineage("l", tokenizer.to_json().encode())
+    folder = exported_model(tokenizer, {"lineage": "l", "version": 1})
+    registry.publish_model("l", {**folder, **{f"extra-{i:03d}.json": b"{}" for i in range(200)}}, version=1)
+    hub = HubFiles()
+    first = hub.revision(registry, "l-models", "main")
+    for revision in ("main", "v1", "1", first.commit, "main"):
+        assert hub.revision(registry, "l-models", revision) is first
+    assert Reads.rows == [1, 0, 0, 0, 0]  # the commit asked nothing
+    newer = registry.publish_model("l", folder, version=1)
+    assert hub.revision(registry, "l-models", "main").number == newer.number == 2
+    assert hub.revision(registry, "l-models", first.commit) is first
+    assert Reads.rows == [1, 0, 0, 0, 0, 1]

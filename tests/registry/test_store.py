@@ -6,6 +6,7 @@ publishing to one lineage at once."""
 import json
 import multiprocessing
 import os
+import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -304,23 +305,61 @@ def test_the_latest_version_of_every_lineage_in_use_stays_parsed(database_url, t
     assert small.cached_versions == 2  # the floor, under a budget of no tokens
 
 
+def exported_model(tokenizer: BPETokenizer, stamp: dict, *, rows: int | None = None, **config) -> dict[str, bytes]:
+    """A model folder as ``tokmaint trainer export`` writes it, its files by name: a one-layer
+    GPT-2 of ``rows`` rows (default: the version's ids) with ``config`` on top."""
+    import tempfile
+    from pathlib import Path
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from trainer.export import write_model_folder
+
+    model = GPT2LMHeadModel(GPT2Config(**{"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 64,
+                                          "vocab_size": rows or tokenizer.id_space, "bos_token_id": 0,
+                                          "eos_token_id": 0, **config}))
+    with tempfile.TemporaryDirectory() as folder:
+        write_model_folder(model, tokenizer, stamp, Path(folder) / "model")
+        return {path.name: path.read_bytes() for path in (Path(folder) / "model").iterdir()}
+
+
+def model_variant(folder: dict[str, bytes], n: int) -> dict[str, bytes]:
+    """``folder`` with its last weight set to ``n``: a model that loads as the first does, in
+    files of its own.
+
+    >>> import struct
+    >>> struct.unpack("<f", model_variant({"model.safetensors": bytes(8)}, 3)["model.safetensors"][-4:])
+    (3.0,)
+    """
+    weights = bytearray(folder["model.safetensors"])
+    weights[-4:] = struct.pack("<f", float(n))
+    return {**folder, "model.safetensors": bytes(weights)}
+
+
 def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_by_gc(registry, lineage):
     published = publish_lineage(registry, lineage)
-    v2 = registry.version("demo", 2)
-    folder = {"config.json": json.dumps({"vocab_size": v2.id_space}).encode(), "model.safetensors": b"weights",
-              "tokenizer.json": registry.artifacts.get(v2.sha256)}
+    newest = published[-1]  # its rows cover every version's ids: ids only grow
+    folder = exported_model(registry.tokenizer("demo", 2), {"lineage": "demo", "version": 2}, rows=newest.id_space)
     first = registry.publish_model("demo", folder, version=2, created_by="test")
-    second = registry.publish_model("demo", {**folder, "model.safetensors": b"better"}, version="2")
-    latest = registry.publish_model("demo", {k: v for k, v in folder.items() if k != "tokenizer.json"} | {
-        "config.json": json.dumps({"vocab_size": published[-1].id_space + 5}).encode()})
-    assert [(m.number, m.version) for m in registry.models("demo")] == [(1, 2), (2, 2), (3, published[-1].number)]
-    assert first.files["model.safetensors"]["size"] == 7 and second.created_by == "" and latest.number == 3
-    assert registry.artifacts.get(second.files["model.safetensors"]["sha256"]) == b"better"
+    better = exported_model(registry.tokenizer("demo", 2), {"lineage": "demo", "version": 2}, rows=newest.id_space,
+                            n_positions=32)
+    second = registry.publish_model("demo", better, version="2")
+    latest = registry.publish_model("demo", {k: v for k, v in folder.items() if k not in ("tokenizer.json",
+                                                                                          "tokmaint.json")})
+    assert [(m.number, m.version) for m in registry.models("demo")] == [(1, 2), (2, 2), (3, newest.number)]
+    assert [m.number for m in registry.models("demo", after=1)] == [2, 3]
+    assert first.files["model.safetensors"]["size"] == len(folder["model.safetensors"]) and second.created_by == ""
+    assert registry.artifacts.get(second.files["config.json"]["sha256"]) == better["config.json"] and latest.number == 3
     with pytest.raises(RegistryError) as refused:
-        registry.publish_model("demo", {"config.json": b'{"vocab_size": 3}', "../x": b"",
+        registry.publish_model("demo", {"config.json": json.dumps({"model_type": "gpt2", "vocab_size": 3, "n_positions": 8,
+                                                                   "n_embd": 4, "n_layer": 1, "n_head": 2}).encode(),
+                                        "../x": b"",
                                         "tokenizer.json": registry.artifacts.get(registry.version("demo", 1).sha256)},
                                version=2)
     assert refused.value.code == "invalid_model" and len(refused.value.reasons) == 4  # name, rows, weights, version
+    with pytest.raises(RegistryError) as refused:
+        registry.publish_model("demo", folder, version=2, max_files=3)
+    assert refused.value.reasons == [f"the folder has {len(folder)} files; a model folder holds at most 3"]
     assert len(registry.models("demo")) == 3
     swept = registry.collect_garbage(older_than=0)
     assert all(f["sha256"] not in swept["artifacts"] for m in registry.models("demo") for f in m.files.values())
@@ -333,8 +372,8 @@ def test_a_model_folder_holds_its_version_as_an_export_writes_it(registry, linea
     registry.create_lineage("pretty", json.dumps(json.loads(initial.to_json()), indent=2).encode())
     version = registry.version("pretty", 1)
     assert version.sha256 != initial.sha256
-    folder = {"config.json": json.dumps({"vocab_size": version.id_space}).encode(), "model.safetensors": b"w",
-              "tokenizer.json": initial.to_json_bytes()}
+    folder = exported_model(initial, {"lineage": "pretty", "version": 1, "sha256": initial.sha256})
+    assert folder["tokenizer.json"] == initial.to_json_bytes()
     assert registry.publish_model("pretty", folder, version=1).version == 1
 
 
@@ -356,7 +395,7 @@ def test_gc_racing_publishes_of_stored_blobs_never_removes_what_they_name(regist
     names and the publish's commit. Every version and model committed has all its artifacts."""
     initial, _ = lineage
     registry.create_lineage("demo", initial.to_json().encode())
-    config = json.dumps({"vocab_size": registry.version("demo").id_space}).encode()
+    model = exported_model(initial, {"lineage": "demo", "version": 1})
     context = multiprocessing.get_context("spawn")
     started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
     collector = context.Process(target=_collect_until_stopped, args=(database_url, str(tmp_path / "artifacts"),
@@ -366,8 +405,7 @@ def test_gc_racing_publishes_of_stored_blobs_never_removes_what_they_name(regist
         assert started.wait(120)
         with ThreadPoolExecutor(6) as threads:
             for round_ in range(25):
-                folders = [{"config.json": config, "model.safetensors": f"weights {round_} {k}".encode()}
-                           for k in range(5)]
+                folders = [model_variant(model, round_ * 5 + k) for k in range(5)]
                 copy = initial.to_json().encode() + b" " * (round_ + 1)  # the same tokenizer, other bytes
                 for data in [copy, *(data for folder in folders for data in folder.values())]:
                     registry.artifacts.put(data)  # stored already, named by nothing
@@ -411,14 +449,14 @@ def test_a_commit_whose_artifact_vanished_stores_it_again_or_is_refused(registry
     published and no pin left."""
     initial, revisions = lineage
     registry.create_lineage("demo", initial.to_json().encode())
-    config = json.dumps({"vocab_size": registry.version("demo").id_space}).encode()
+    model = exported_model(initial, {"lineage": "demo", "version": 1})
     data = revisions[0].tokenizer.to_json().encode()
-    sha, weights = revisions[0].tokenizer.sha256, b"weights that vanish"
+    sha, weights = revisions[0].tokenizer.sha256, model["model.safetensors"]
     vanishing = Registry(registry.engine, VanishingStore(tmp_path / "artifacts", {sha: 1, artifact_name(weights): 1}))
     published = vanishing.publish("demo", data)
-    model = vanishing.publish_model("demo", {"config.json": config, "model.safetensors": weights})
+    published_model = vanishing.publish_model("demo", model, version=1)
     assert registry.artifacts.get(published.sha256) == data
-    assert registry.artifacts.get(model.files["model.safetensors"]["sha256"]) == weights
+    assert registry.artifacts.get(published_model.files["model.safetensors"]["sha256"]) == weights
     vanishing.artifacts.vanish = {revisions[1].tokenizer.sha256: 100}
     with pytest.raises(RegistryError) as refused:
         vanishing.publish("demo", revisions[1].tokenizer.to_json().encode())
@@ -450,3 +488,62 @@ def test_gc_keeps_what_a_publish_under_way_pinned_and_clears_pins_a_killed_one_l
         with pytest.raises(ValueError, match="finite number of seconds >= 0"):
             registry.collect_garbage(older_than=older_than)
     assert registry.artifacts.exists(under_way) and registry.tokenizer("demo", 1).sha256 == initial.sha256
+def _config(folder: dict[str, bytes], **changes) -> dict[str, bytes]:
+    """The folder with ``changes`` in its config.json (NaN written as Python writes it)."""
+    return {**folder, "config.json": json.dumps({**json.loads(folder["config.json"]), **changes}).encode()}
+
+
+def _index(folder: dict[str, bytes], shard: str) -> dict[str, bytes]:
+    """The folder's weights as one shard named ``shard`` in model.safetensors.index.json."""
+    from safetensors import safe_open
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as file:
+        file.write(folder["model.safetensors"])
+        file.flush()
+        with safe_open(file.name, "np") as weights:
+            names = list(weights.keys())
+    rest = {k: v for k, v in folder.items() if k != "model.safetensors"}
+    return {**rest, "model-00001-of-00001.safetensors": folder["model.safetensors"],
+            "model.safetensors.index.json": json.dumps({"metadata": {}, "weight_map": dict.fromkeys(names, shard)
+                                                        }).encode()}
+
+
+@pytest.mark.parametrize("case, change, reason", [
+    ("random weights", lambda f, v3: {**f, "model.safetensors": os.urandom(4096)}, "model.safetensors: no safetensors"),
+    ("empty weights", lambda f, v3: {**f, "model.safetensors": b""}, "model.safetensors: no safetensors file: 0 bytes"),
+    ("weights of another size", lambda f, v3: {**f, "model.safetensors": v3["model.safetensors"]},
+     "model.safetensors: wte.weight is ["),
+    ("shard outside the folder", lambda f, v3: _index(f, "../../../etc/passwd"),
+     "model.safetensors.index.json: weight_map names '../../../etc/passwd'"),
+    ("a sharded model that loads", lambda f, v3: _index(f, "model-00001-of-00001.safetensors"), None),
+    ("vocab_size 10^30", lambda f, v3: _config(f, vocab_size=10 ** 30), "config.json: vocab_size must be an integer"),
+    ("n_positions lots", lambda f, v3: _config(f, n_positions="lots"), "config.json: n_positions must be an integer"),
+    ("n_positions NaN", lambda f, v3: _config(f, n_positions=float("nan")), "config.json: not JSON: NaN"),
+    ("heads that do not divide", lambda f, v3: _config(f, n_head=3), "config.json: n_head (3) must divide"),
+    ("another model type", lambda f, v3: _config(f, model_type="bert"), "config.json: model_type must be gpt2"),
+    ("a pickle", lambda f, v3: {**{k: v for k, v in f.items() if k != "model.safetensors"},
+                                "pytorch_model.bin": b"\x80\x04"}, "pytorch_model.bin: a pickle"),
+    ("version 3's folder beside version 1", lambda f, v3: {k: v for k, v in v3.items() if k != "tokenizer.json"},
+     "tokmaint.json: the model was trained with version 3, not version 1"),
+    ("a stamp that is no object", lambda f, v3: {**f, "tokmaint.json": b"[1]"}, "tokmaint.json: not a JSON object"),
+])
+def test_a_model_that_would_not_load_as_served_is_refused_naming_its_file_and_field(registry, lineage, case, change,
+                                                                                    reason):
+    """A folder the registry would serve but transformers could not load as published (or would
+    load beside another version) is refused with a reason naming the file and the field, and
+    nothing is published; the same folder exported whole is taken."""
+    publish_lineage(registry, lineage)
+    v1 = registry.tokenizer("demo", 1)
+    folder = exported_model(v1, {"lineage": "demo", "version": 1}, rows=registry.version("demo", 3).id_space)
+    v3 = exported_model(registry.tokenizer("demo", 3), {"lineage": "demo", "version": 3},
+                        rows=registry.version("demo", 3).id_space + 7)
+    if reason is None:
+        assert registry.publish_model("demo", change(folder, v3), version=1).number == 1
+        return
+    with pytest.raises(RegistryError) as refused:
+        registry.publish_model("demo", change(folder, v3), version=1)
+    assert refused.value.code == "invalid_model" and refused.value.status == 422
+    assert any(r.startswith(reason) for r in refused.value.reasons), refused.value.reasons
+    assert registry.models("demo") == []
+    assert registry.publish_model("demo", folder, version=1).number == 1

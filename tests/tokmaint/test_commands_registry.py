@@ -133,3 +133,13 @@ def test_gc_refuses_a_database_of_an_older_schema(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("is at schema 0003, not 0004: run `tokmaint registry migrate` "
                                                      "(or start the server of this release: it migrates the database)")
     assert main(["registry", "migrate", "--db", db]) == 0 and main(gc) == 0
+@pytest.mark.parametrize("stamp, said", [(b"[2]", "is not a JSON object"), (b'"v2"', "is not a JSON object"),
+                                         (b"{not json", "is not JSON"), (b'{"version": "two"}', "names no version")])
+def test_publish_model_with_a_stamp_that_names_no_version_is_one_line(registry, tmp_path, stamp, said, capsys):
+    """A model folder whose tokmaint.json names no version (not an object, not JSON, no number)
+    is one line and exit 2, never a traceback, and nothing is sent."""
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "tokmaint.json").write_bytes(stamp)
+    assert main(["registry", "publish-model", "anything", "--model", str(tmp_path), "--registry", registry]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and said in err and "Traceback" not in err and "give --version" in err

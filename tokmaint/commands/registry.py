@@ -230,14 +230,29 @@ def cmd_publish_model(args: argparse.Namespace) -> int:
     folder = Path(args.model)
     if not (folder / "config.json").is_file():
         args.parser.error(f"{folder} is no model folder (no config.json): tokmaint trainer export writes one")
-    version = args.version
-    if version is None:  # the version the folder says it was trained with
-        stamp = folder / "tokmaint.json"
-        version = json.loads(stamp.read_text(encoding="utf-8")).get("version") if stamp.is_file() else None
-        if version is None:
-            args.parser.error(f"{folder} does not say which version it was trained with (no tokmaint.json): "
-                              "give --version")
+    version = args.version if args.version is not None else _stamped_version(folder)
     return _answer(args, lambda client: client.publish_model(args.name, folder, version=version))
+
+
+def _stamped_version(folder: Path) -> int:
+    """The version a model folder's ``tokmaint.json`` says it was trained with."""
+    from tokenizer_service.errors import TokmaintError
+
+    stamp = folder / "tokmaint.json"
+    if not stamp.is_file():
+        raise TokmaintError(f"{folder} does not say which version it was trained with (no tokmaint.json): give "
+                            "--version")
+    try:
+        written = json.loads(stamp.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokmaintError(f"{stamp} is not JSON ({str(exc).splitlines()[0]}): give --version") from None
+    if not isinstance(written, dict):
+        raise TokmaintError(f"{stamp} is not a JSON object (tokmaint trainer export writes lineage and version "
+                            "there): give --version")
+    version = written.get("version")
+    if type(version) is not int or version < 1:
+        raise TokmaintError(f"{stamp} names no version number (version: {version!r}): give --version")
+    return version
 
 
 def cmd_download(args: argparse.Namespace) -> int:

@@ -21,6 +21,10 @@ the registry's URL, ``AutoTokenizer.from_pretrained(lineage, revision=...)``,
 
 A numbered version never changes: its files are made once and kept (``HubFiles``); a name that
 moves (``main``, an alias) is looked up at each request, so a client sees a new version at once.
+A published model never changes either: a lineage's models are read once, a request reads only
+those published since, and a revision's listing, info and tree are made once; a request costs
+the same however many files a model holds. ``Content-Type`` follows the file's name, on HEAD as
+on GET.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -39,7 +44,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from registry.api.deps import RegistryDep
-from registry.api.routes.tokenizers import ArtifactCache
+from registry.api.routes.tokenizers import ArtifactCache, not_modified
 from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.hub_files import special_tokens_map, tokenizer_config
@@ -128,8 +133,20 @@ class HubRevision:
         try:
             return self.files[name]
         except KeyError:
+            some = ", ".join(list(self.files)[:8]) + (", …" if len(self.files) > 8 else "")
             raise HubNotFound("EntryNotFound", f"{self.repo} has no file {name!r} at revision {self.number} "
-                                               f"(it has {', '.join(self.files)})") from None
+                                               f"(it has {some})") from None
+
+    @cached_property
+    def info_json(self) -> bytes:
+        """``model_info()`` as sent (made once: a revision never changes)."""
+        return json.dumps(self.model_info()).encode()
+
+    @cached_property
+    def tree_json(self) -> bytes:
+        """The tree listing as sent (made once)."""
+        return json.dumps([{"type": "file", "oid": f.oid, "size": f.size, "path": f.name}
+                           for f in self.files.values()]).encode()
 
     def model_info(self) -> dict[str, Any]:
         """``/api/models/{repo}``'s answer (the fields ``huggingface_hub.ModelInfo`` reads)."""
@@ -157,6 +174,8 @@ class HubFiles:
         self._revisions: dict[tuple[str, str, int], HubRevision] = {}  # (repo, kind, number)
         self._commits: dict[tuple[str, str], int] = {}
         self._scanned: dict[str, int] = {}  # a lineage's versions whose commits are known: 1 to this
+        # A lineage's models read so far, oldest first (immutable: a request reads only newer ones).
+        self._models: dict[str, list[ModelInfo]] = {}
         self._lock = threading.Lock()
 
     def revision(self, registry: Registry, repo: str, revision: str) -> HubRevision:
@@ -190,14 +209,21 @@ class HubFiles:
 
     def _model(self, registry: Registry, repo: str, revision: str) -> HubRevision:
         """A model repository's revision: the model with that commit, or the newest model trained
-        with the version a number, ``main`` or an alias names."""
+        with the version a number, ``main`` or an alias names. The models were read once (a known
+        commit asks nothing; another name asks only for models newer than those read), so a
+        request costs the same however many files a model holds."""
         lineage = repo.removesuffix(MODELS)
         try:
-            models = registry.models(lineage)
+            number = self._commits.get((repo, revision)) if COMMIT.fullmatch(revision) else None
+            models = self._models.get(lineage, []) if number is not None else self._read_models(registry, lineage)
+            if number is None and COMMIT.fullmatch(revision):  # a model newer than those read before
+                number = self._commits.get((repo, revision))
             if not models:
                 raise RegistryError("lineage_not_found", [])
-            if COMMIT.fullmatch(revision):
-                chosen = [m for m in models if model_commit(m) == revision]
+            if number is not None:
+                chosen = [models[number - 1]]
+            elif COMMIT.fullmatch(revision):
+                chosen = []
             elif revision in ("main", "latest"):
                 chosen = models
             else:
@@ -210,6 +236,20 @@ class HubFiles:
         model = chosen[-1]
         kept = self._revisions.get((repo, "model", model.number))
         return kept if kept is not None else self._keep(self._make_model(registry, repo, model))
+
+    def _read_models(self, registry: Registry, lineage: str) -> list[ModelInfo]:
+        """The lineage's models, oldest first (numbered 1, 2, …): those read before and any newer."""
+        known = self._models.get(lineage, [])
+        newer = registry.models(lineage, after=len(known))
+        if not newer:
+            return known
+        with self._lock:
+            known = self._models.get(lineage, [])
+            models = known + [m for m in newer if m.number > len(known)]
+            self._models[lineage] = models
+            for model in models[len(known):]:
+                self._commits[(lineage + MODELS, model_commit(model))] = model.number
+        return models
 
     def _keep(self, made: HubRevision) -> HubRevision:
         with self._lock:
@@ -281,6 +321,16 @@ def _ref(revision: str) -> str:
     return "latest" if revision == "main" else revision
 
 
+def file_media_type(name: str) -> str:
+    """The Content-Type a file is served with (on HEAD and GET alike): JSON is JSON, anything
+    else (weights) bytes.
+
+    >>> file_media_type("config.json"), file_media_type("model.safetensors")
+    ('application/json', 'application/octet-stream')
+    """
+    return "application/json" if name.endswith(".json") else "application/octet-stream"
+
+
 def _hub(request: Request) -> HubFiles:
     return request.app.state.hub
 
@@ -304,17 +354,18 @@ async def resolve(repo: str, revision: str, filename: str, request: Request, reg
         return not_found_response(exc)
     headers = {"ETag": f'"{file.sha256}"', "X-Repo-Commit": found.commit, "Accept-Ranges": "none",
                "Cache-Control": "no-cache" if _moves(revision, found) else "public, max-age=31536000, immutable"}
-    if file.sha256 in request.headers.get("if-none-match", ""):
+    if not_modified(file.sha256, ",".join(request.headers.getlist("if-none-match"))):
         return Response(status_code=304, headers=headers)
+    media_type = file_media_type(file.name)
     if request.method == "HEAD":
-        return Response(headers={**headers, "Content-Length": str(file.size)}, media_type="application/json")
+        return Response(headers={**headers, "Content-Length": str(file.size)}, media_type=media_type)
     cache: ArtifactCache = request.app.state.cache
     if file.data is None and not cache.keeps(file.size):  # a model's weights: read as sent
-        return StreamingResponse(registry.artifacts.chunks(file.artifact), media_type="application/octet-stream",
+        return StreamingResponse(registry.artifacts.chunks(file.artifact), media_type=media_type,
                                  headers={**headers, "Content-Length": str(file.size)})
     data = file.data if file.data is not None else (
         cache.blobs.get(file.artifact) or await run_in_threadpool(cache.blob, registry, file.artifact))
-    return Response(content=data, headers=headers, media_type="application/json")
+    return Response(content=data, headers=headers, media_type=media_type)
 
 
 @router.api_route("/{namespace}/{repo}/resolve/{revision}/{filename:path}", methods=["GET", "HEAD"])
@@ -329,7 +380,7 @@ def resolve_namespaced(namespace: str, repo: str) -> Response:
 def model_info(repo: str, request: Request, registry: RegistryDep, revision: str = "main") -> Response:
     """The repository at a revision (the latest by default): id, sha, files, ``cardData``."""
     try:
-        return JSONResponse(_hub(request).revision(registry, repo, revision).model_info())
+        return Response(_hub(request).revision(registry, repo, revision).info_json, media_type="application/json")
     except HubNotFound as exc:
         return not_found_response(exc)
 
@@ -344,4 +395,4 @@ def tree(repo: str, revision: str, request: Request, registry: RegistryDep, path
             raise HubNotFound("EntryNotFound", f"{repo} has no folder {path!r} at revision {found.number}")
     except HubNotFound as exc:
         return not_found_response(exc)
-    return JSONResponse([{"type": "file", "oid": f.oid, "size": f.size, "path": f.name} for f in found.files.values()])
+    return Response(found.tree_json, media_type="application/json")

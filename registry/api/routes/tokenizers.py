@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import tarfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -23,6 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
+from registry.model_folder import MAX_MODEL_FILES
 from registry.refs import version_number
 from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
 from schemas.json_values import json_kind
@@ -55,18 +57,31 @@ class ModelsPublic(BaseModel):
     count: int
 
 
-def folder_files(data: bytes, limit: int) -> dict[str, bytes]:
-    """A model folder uploaded as an (uncompressed) tar of its files, by name; refused when it is
-    no tar, holds anything but regular files at its top (a sparse file's holes would be filled
-    as it is read), or declares more than ``limit`` bytes."""
+def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -> dict[str, bytes]:
+    """A model folder uploaded as an (uncompressed) tar of its files, by name; refused, before
+    any file is read, when it is no tar, holds anything but regular files at its top, a sparse
+    file (its holes would be filled as it is read: a 10 KB tar could expand to gigabytes),
+    more than ``max_files`` files, a name twice, or files that add up to more than ``limit``
+    bytes or to more than the tar itself (an uncompressed tar holds its files' bytes)."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             members = tar.getmembers()
             if odd := [m.name for m in members if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE)
                        or "/" in m.name.strip("/")]:
                 raise RegistryError("invalid_request", [f"the folder's tar holds {odd[0]!r}, not a file at its top"])
+            if sparse := [m.name for m in members if m.issparse()]:
+                raise RegistryError("invalid_request", [f"the folder's tar holds {sparse[0]!r} as a sparse file; "
+                                                        "a model's files are sent whole"])
+            if len(members) > max_files:
+                raise RegistryError("invalid_model", [f"the folder has {len(members):,} files; a model folder holds "
+                                                      f"at most {max_files:,} (TOKMAINT_REGISTRY_MAX_MODEL_FILES)"])
+            if twice := [name for name, count in Counter(m.name.strip("/") for m in members).items() if count > 1]:
+                raise RegistryError("invalid_request", [f"the folder's tar holds {twice[0]!r} more than once"])
             if (size := sum(m.size for m in members)) > limit:
                 raise RegistryError("too_large", [f"the folder's files are {size:,} bytes; the limit is {limit:,}"])
+            if size > len(data):
+                raise RegistryError("invalid_request", [f"the folder's files say they are {size:,} bytes; the tar "
+                                                        f"that holds them is {len(data):,}"])
             return {m.name.strip("/"): tar.extractfile(m).read() for m in members}
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # what a damaged tar raises
         raise RegistryError("invalid_request", [f"the body is no tar of a model folder: {exc}"]) from None
@@ -135,9 +150,42 @@ def download_headers(sha: str, *, immutable: bool) -> dict[str, str]:
     return {"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable" if immutable else "no-cache"}
 
 
+# One member of an If-None-Match list (RFC 9110): "*", or an entity tag, weak (W/"...") or strong.
+_LIST_MEMBER = re.compile(r'[ \t]*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")?[ \t]*(?:,|\Z)')
+
+
+def entity_tags(header: str) -> list[str] | None:
+    """An ``If-None-Match`` value's members (``*`` or entity tags, as written), or None when it
+    is no list of them.
+
+    >>> entity_tags('"a", W/"b",, *')
+    ['"a"', 'W/"b"', '*']
+    >>> entity_tags('xyz"a"') is None
+    True
+    """
+    tags, position = [], 0
+    while position < len(header):
+        member = _LIST_MEMBER.match(header, position)
+        if member is None:
+            return None
+        if member[1]:
+            tags.append(member[1])
+        position = member.end()
+    return tags
+
+
 def not_modified(sha: str, if_none_match: str) -> bool:
-    """Whether an ``If-None-Match`` value names this artifact (the client has it already)."""
-    return sha in if_none_match
+    """Whether an ``If-None-Match`` value names this artifact (the client has it already): one
+    of its entity tags is ``"sha"`` (weakly compared, as RFC 9110 says for this header), or it
+    is ``*`` (any file that exists).
+
+    >>> not_modified("ab", 'W/"ab"'), not_modified("ab", '"cd", "ab"'), not_modified("ab", "*")
+    (True, True, True)
+    >>> not_modified("ab", '"xaby"'), not_modified("ab", 'ab'), not_modified("ab", '"ab')
+    (False, False, False)
+    """
+    tags = entity_tags(if_none_match) or []
+    return "*" in tags or f'"{sha}"' in (tag.removeprefix("W/") for tag in tags)
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
@@ -313,8 +361,9 @@ async def publish_model(name: str, request: Request, registry: RegistryDep, sett
     """Publish a model folder (a tar of its files: config.json, the weights, the version's
     tokenizer.json if any) beside the version it was trained with (a number, latest or an alias)."""
     files = await run_in_threadpool(folder_files, await read_body(request, settings.max_model_bytes),
-                                    settings.max_model_bytes)
-    info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer)
+                                    settings.max_model_bytes, max_files=settings.max_model_files)
+    info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer,
+                                   max_files=settings.max_model_files)
     return ModelPublic.of(info)
 
 
