@@ -231,6 +231,131 @@ class OutputDir:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def umask() -> int:
+    """The process's umask (POSIX reads it only by setting it: set and put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(folder: Path) -> None:
+    """Give ``folder`` and the files in it the modes a new folder and file get under the umask
+    (0755 and 0644 under 022), whatever the writer chose: ``tempfile`` and some libraries'
+    writers leave 0700 folders and 0600 files, which other users and tools cannot read.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())  # 0700
+    >>> (folder / "f").touch(mode=0o600)
+    >>> mask = os.umask(0o022); follow_umask(folder); _ = os.umask(mask)
+    >>> oct(folder.stat().st_mode & 0o777), oct((folder / "f").stat().st_mode & 0o777)
+    ('0o755', '0o644')
+    """
+    mask = umask()
+    for path in [folder, *folder.iterdir()]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def file_set_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of a folder :func:`write_file_set` wrote (``command``, ``files``, ``complete``),
+    None when there is none; :class:`OutputError` when it cannot be read."""
+    marker = folder / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+        if not (isinstance(recorded, dict) and isinstance(recorded.get("command"), str)
+                and isinstance(recorded.get("files"), list) and all(isinstance(f, str) for f in recorded["files"])):
+            raise TypeError
+    except (ValueError, TypeError):
+        raise OutputError(f"{marker} is not a marker tokmaint can read; choose another folder") from None
+    return recorded
+
+
+def _write_marker(folder: Path, command: str, files: Sequence[str], *, complete: bool) -> None:
+    staged = folder / f"{_STAGING}marker-{os.getpid()}"
+    write_file(staged, json.dumps({"command": command, "files": sorted(files), "complete": complete},
+                                  indent=2).encode("utf-8"))
+    staged.chmod(0o666 & ~umask())
+    os.replace(staged, folder / MARKER)
+    fsync_directory(folder)
+
+
+def write_file_set(out: str | Path, write: Callable[[Path], None], *, command: str, legacy: str | None = None,
+                   option: str = "--out") -> list[str]:
+    """Write the files ``write`` puts into a folder (a model folder: a set that only makes sense
+    whole) as the folder ``out``, beside any file of the user's there; the names written.
+
+    * A new or empty ``out``: the set is staged beside it and renamed into place (atomic).
+    * An ``out`` this ``command`` wrote (its marker, ``.tokmaint.json``, names the files; or,
+      written before markers, a folder holding ``legacy``): the marker is first rewritten to say
+      the set is unfinished, the files of the old set that the new one lacks are removed, the new
+      files renamed over the old, and the marker rewritten complete. A crash between leaves a
+      folder marked unfinished, which readers refuse (:func:`file_set_marker`) and the same
+      command completes. A file the marker does not name is never touched: a user's README or
+      folder beside the model stays.
+    * Anything else is refused before anything is written.
+
+    Folders and files get the modes of the umask.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "model"
+    >>> write_file_set(out, lambda d: (d / "weights").write_text("1"), command="demo")
+    ['weights']
+    >>> (out / "README").write_text("mine")
+    4
+    >>> write_file_set(out, lambda d: (d / "config").write_text("2"), command="demo")
+    ['config']
+    >>> sorted(p.name for p in out.iterdir())
+    ['.tokmaint.json', 'README', 'config']
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{option} {out} is a file, not a directory")
+    old = None
+    if out.is_dir():
+        old = file_set_marker(out)
+        if old is not None and old["command"] != command:
+            raise OutputError(f"{out} holds the output of `tokmaint {old['command']}`; choose another {option}")
+        if old is None and legacy is not None and (out / legacy).is_file():
+            old = {"command": command, "files": []}  # written before markers: only the names written now are ours
+        if old is None and any(out.iterdir()):
+            raise OutputError(f"{out} is not empty and was not written by tokmaint "
+                              f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not out.exists()
+        staging = (out.parent / f".{out.name}{_STAGING}{os.getpid()}") if fresh else out / f"{_STAGING}files-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            write(staging)
+            names = sorted(p.name for p in staging.iterdir())
+            for name in names:
+                if not (staging / name).is_file() or name == MARKER:
+                    raise ValueError(f"a file set holds files only, not {name}")
+                with open(staging / name, "rb") as f:
+                    os.fsync(f.fileno())
+            follow_umask(staging)
+            if fresh:
+                _write_marker(staging, command, names, complete=True)
+                os.rename(staging, out)
+                fsync_directory(out.parent)
+                return names
+            old = old or {"files": []}  # an empty folder
+            owned = set(old["files"]) | set(names)
+            _write_marker(out, command, owned, complete=False)
+            for name in sorted(set(old["files"]) - set(names)):
+                (out / name).unlink(missing_ok=True)
+            for name in names:
+                os.replace(staging / name, out / name)
+            _write_marker(out, command, names, complete=True)
+            return names
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {option} {out}: {exc.strerror or exc}") from None
+
+
 class StepLog:
     """An append-only JSONL log (``steps.jsonl``): each record is flushed when written; on a
     resumed run the records already there are kept (a torn last line from a crash is cut) and

@@ -15,6 +15,7 @@ Steps(steps=3)
 from __future__ import annotations
 
 import argparse
+import os
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -23,6 +24,33 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
 from tokenizer_service.settings import rule_of
+
+
+def free_text(value: str) -> str:
+    r"""A text option's value (argparse ``type``): UTF-8, as every command reads text. The shell
+    hands Python bytes that are no UTF-8 as lone surrogates, which no tokenizer can encode; they are
+    refused here, with where they are, rather than deep in a command.
+
+    >>> free_text("héllo")
+    'héllo'
+    >>> free_text(os.fsdecode(b"ab\xff"))
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be UTF-8 text, got the byte 0xff at byte 2
+    """
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        os.fsencode(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"must be UTF-8 text, got the byte 0x{exc.object[exc.start]:02x} at byte "
+                                         f"{exc.start}") from None
+    except UnicodeEncodeError:  # a surrogate that stands for no byte the shell gave
+        pass
+    raise argparse.ArgumentTypeError("must be UTF-8 text")
 
 
 def _shown(value: Any) -> str:

@@ -52,6 +52,46 @@ from trainer.settings import Zip2zipSettings
 CONFIG, WEIGHTS = "zip2zip.json", "zip2zip.safetensors"  # what a zip2zip model adds to a model folder
 
 
+def _read_config(path: Path, *, d: int) -> dict[str, Any]:
+    """A zip2zip folder's ``zip2zip.json`` (for a model of width ``d``), every field checked; a
+    :class:`TokmaintError` names each one missing or wrong.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / CONFIG
+    >>> _ = path.write_text('{"max_merge": 3, "layers": 1, "heads": 5}')
+    >>> _read_config(path, d=32)
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.TokmaintError: ...zip2zip.json is no zip2zip config: no 'reconstruct'; heads 5 does not \
+divide the model's width 32
+    """
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokmaintError(f"{path} is no zip2zip config: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise TokmaintError(f"{path} is no zip2zip config: not a JSON object")
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    reasons = [f"no {key!r}" for key in ("max_merge", "layers", "heads", "reconstruct") if key not in config]
+    if "max_merge" in config and not (whole(config["max_merge"]) and 1 <= config["max_merge"] <= 64):
+        reasons.append(f"max_merge must be a whole number in [1, 64], got {config['max_merge']!r}")
+    if "layers" in config and not (whole(config["layers"]) and config["layers"] in (0, 1, 2)):
+        reasons.append(f"layers must be 0, 1 or 2, got {config['layers']!r}")
+    if "heads" in config and not (whole(config["heads"]) and config["heads"] >= 1):
+        reasons.append(f"heads must be a whole number ≥ 1, got {config['heads']!r}")
+    elif "heads" in config and d % config["heads"]:
+        reasons.append(f"heads {config['heads']} does not divide the model's width {d}")
+    reconstruct = config.get("reconstruct", 0)
+    if not (isinstance(reconstruct, int | float) and not isinstance(reconstruct, bool) and math.isfinite(reconstruct)
+            and reconstruct >= 0):
+        reasons.append(f"reconstruct must be a number ≥ 0, got {reconstruct!r}")
+    if reasons:
+        raise TokmaintError(f"{path} is no zip2zip config: {'; '.join(reasons)}")
+    return config
+
+
 class HyperEncoder(nn.Module):
     """f_φ: a hypertoken's embedding from its base tokens' rows (``[K, M, d]``, ``lengths`` of
     them real): their mean, plus what the transformer layers add (zero at the start: their
@@ -141,6 +181,7 @@ class Zip2zipLM(nn.Module):
         """A folder :meth:`save` wrote, or any model ``trainer.export.load_model`` reads (a folder
         or a checkpoint) with an untrained hyper-encoder: mean pooling, the zero-parameter
         baseline, of ``max_merge`` (default 3) base tokens a hypertoken."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         from trainer.export import load_model
@@ -149,7 +190,7 @@ class Zip2zipLM(nn.Module):
         config_path = Path(path) / CONFIG
         if not config_path.is_file():
             return cls(base, max_merge=max_merge or 3, layers=0, bos_token_id=base.config.bos_token_id).eval(), tokenizer
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = _read_config(config_path, d=base.get_input_embeddings().weight.shape[1])
         if max_merge is not None and max_merge != config["max_merge"]:
             raise TokmaintError(f"{path} was trained with hypertokens of at most {config['max_merge']} base tokens, "
                                 f"not {max_merge}: leave the merge size out, or give {config['max_merge']}")
@@ -157,10 +198,15 @@ class Zip2zipLM(nn.Module):
                     bos_token_id=base.config.bos_token_id)
         model.hyper = HyperEncoder(model.decoder.in_features, config["max_merge"], layers=config["layers"],
                                    heads=config["heads"])
-        weights = load_file(str(Path(path) / WEIGHTS))
-        model.hyper.load_state_dict({k.removeprefix("hyper."): v for k, v in weights.items() if k.startswith("hyper.")})
-        model.decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in weights.items()
-                                       if k.startswith("decoder.")})
+        try:
+            weights = load_file(str(Path(path) / WEIGHTS))
+            model.hyper.load_state_dict({k.removeprefix("hyper."): v for k, v in weights.items()
+                                         if k.startswith("hyper.")})
+            model.decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in weights.items()
+                                           if k.startswith("decoder.")})
+        except (SafetensorError, OSError, RuntimeError) as exc:  # truncated, corrupt, or another shape's
+            raise TokmaintError(f"{Path(path) / WEIGHTS} is not the hyper-encoder {CONFIG} describes: "
+                                f"{' '.join(str(exc).split())}") from None
         return model.to(next(base.parameters()).device).eval(), tokenizer
 
     @property

@@ -221,7 +221,14 @@ def cmd_publish_model(args: argparse.Namespace) -> int:
     version = args.version
     if version is None:  # the version the folder says it was trained with
         stamp = folder / "tokmaint.json"
-        version = json.loads(stamp.read_text(encoding="utf-8")).get("version") if stamp.is_file() else None
+        try:
+            recorded = json.loads(stamp.read_text(encoding="utf-8")) if stamp.is_file() else {}
+        except (ValueError, UnicodeDecodeError):
+            recorded = None
+        if not isinstance(recorded, dict):
+            args.parser.error(f"{stamp} is no JSON object (tokmaint trainer export writes one): export the model "
+                              "again, or give --version")
+        version = recorded.get("version")
         if version is None:
             args.parser.error(f"{folder} does not say which version it was trained with (no tokmaint.json): "
                               "give --version")
