@@ -14,7 +14,8 @@ is a hook, not a weight: an exported model scores them as any row of zeros).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,21 @@ from trainer.apply_revision import set_removed
 from trainer.checkpoint import read_checkpoint, state_dict_error
 
 STAMP = "tokmaint.json"  # the lineage, version and sha256 of the tokenizer the model was trained with
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' bars for writing and loading a folder's weights (a line of stderr each time, for
+    a model the command reads or writes in a moment) are off while inside."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
 
 def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = None,
                      bos_id: int | None = None) -> tuple[GPT2LMHeadModel, BPETokenizer, dict[str, Any]]:
@@ -83,7 +99,8 @@ def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: d
     bos, config = model.config.bos_token_id, model.config
 
     def write(folder: Path) -> None:
-        model.save_pretrained(folder)
+        with _no_progress_bars():
+            model.save_pretrained(folder)
         (folder / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
         (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
             tokenizer, model_max_length=config.n_positions, bos_id=bos), indent=2), encoding="utf-8")
@@ -194,7 +211,8 @@ def load_model(path: str | Path, *,
                             "and tokenizer.json: tokmaint trainer export writes one)")
     tokenizer, stamp = check_model_folder(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path)
+        with _no_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(path)
     except (OSError, ValueError, RuntimeError) as exc:  # weights in another form than model.safetensors
         raise TokmaintError(f"{path}: its weights do not load: {' '.join(str(exc).split())}") from None
     return model.to(device).eval(), tokenizer, stamp
