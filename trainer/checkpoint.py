@@ -10,6 +10,7 @@ embedding rows mean other tokens.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 from dataclasses import asdict, dataclass
@@ -83,8 +84,10 @@ written by torch.save (tokmaint trainer run writes one)
         # torch's own message for a corrupt file runs to several lines and asks to file an issue
         # with PyTorch: the user's problem is the file, which this says.
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError, KeyError,
+    except (RuntimeError, OSError, pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError, KeyError,
             IndexError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.EINVAL:  # EINVAL: torch's zip reader on a truncated file
+            raise TokmaintError(f"cannot read {path}: {exc.strerror or exc}") from None
         raise TokmaintError(f"{path} is no trainer checkpoint: truncated, corrupt or not written by torch.save "
                             f"(tokmaint trainer run writes one)") from exc
     if not isinstance(data, dict):
