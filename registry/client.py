@@ -173,11 +173,14 @@ class RegistryClient:
 
     def publish_model(self, name: str, folder: str | Path, *, version: int | str = "latest") -> dict[str, Any]:
         """Publish a model folder (``tokmaint trainer export``'s) beside the version it was
-        trained with; its files go as one tar."""
+        trained with; its files go as one tar (not the marker of the folder's writer, ``.tokmaint.json``:
+        tokmaint's bookkeeping, not the model's)."""
+        from tokenizer_service.output_dir import MARKER
+
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:") as tar:
             for path in sorted(Path(folder).iterdir()):
-                if path.is_file():
+                if path.is_file() and path.name != MARKER:
                     tar.add(path, arcname=path.name)
         return self._request("POST", f"/v1/tokenizers/{name}/models", params={"version": str(version)},
                              content=buffer.getvalue(), headers={"Content-Type": "application/x-tar"},
