@@ -25,12 +25,23 @@ def _zip2zip_model(args: argparse.Namespace) -> tuple:
     return Zip2zipLM.load(args.model[0], max_merge=args.max_merge)
 
 
-def _eval_zip2zip(args: argparse.Namespace) -> int:
+def _scored_texts(args: argparse.Namespace) -> list[str]:
+    """``--corpus``'s first ``--max-documents`` documents; refused when none has a byte to score
+    (bits per byte of no bytes would read as a figure)."""
     from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.errors import CorpusError
+
+    texts = read_corpus(args.corpus).texts[: args.max_documents]
+    if not any(texts):
+        raise CorpusError(args.corpus, "no document with a byte to score")
+    return texts
+
+
+def _eval_zip2zip(args: argparse.Namespace) -> int:
     from trainer.zip2zip import bits_per_byte, byte_lengths
 
     model, tokenizer = _zip2zip_model(args)
-    texts = [args.text] if args.corpus is None else read_corpus(args.corpus).texts[: args.max_documents]
+    texts = [args.text] if args.corpus is None else _scored_texts(args)
     fits = model.positions - 1  # what one context reads after the bos
     encoded = tokenizer.encode_batch(texts)
     result = bits_per_byte(model, [i[:fits] for i in encoded if i], byte_lengths(tokenizer))
@@ -40,7 +51,6 @@ def _eval_zip2zip(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_bytes(args: argparse.Namespace) -> int:
-    from tokenizer_service.corpus import read_corpus
     from trainer.byte_level import ensemble_log_prob, evaluate_texts, fit_text
 
     if (args.text is None) == (args.corpus is None):
@@ -51,7 +61,7 @@ def cmd_eval_bytes(args: argparse.Namespace) -> int:
         return _eval_zip2zip(args)
     models = _models(args)
     if args.corpus is not None:
-        texts = read_corpus(args.corpus).texts[: args.max_documents]
+        texts = _scored_texts(args)
         print_result(evaluate_texts(models, texts, progress=show_progress(args)), as_json=args.json)
         return 0
     if fit_text(models, args.text) != args.text:
