@@ -29,6 +29,7 @@ choose another --out, or pass --force to replace the files tokmaint wrote there
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import re
@@ -118,14 +119,18 @@ class OutputDir:
         if marker.exists():
             try:
                 recorded = json.loads(marker.read_text(encoding="utf-8"))
-                recorded_command, recorded_run = recorded["command"], recorded["run"]
-                if not isinstance(recorded_command, str) or not isinstance(recorded_run, dict):
+                recorded_command = recorded["command"]
+                if not isinstance(recorded_command, str):
+                    raise TypeError
+                # A model folder's marker (write_file_set's) records no run: its command tells it apart.
+                if recorded_command != self.command:
+                    raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; "
+                                      f"choose another {self.option}")
+                recorded_run = recorded["run"]
+                if not isinstance(recorded_run, dict):
                     raise TypeError
             except (ValueError, KeyError, TypeError):
                 raise OutputError(f"{marker} is not a marker tokmaint can read; choose another {self.option}") from None
-            if recorded_command != self.command:
-                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; "
-                                  f"choose another {self.option}")
             if recorded_run == run:
                 self.resumed = True
             elif force:
@@ -321,11 +326,30 @@ def write_file_set(out: str | Path, write: Callable[[Path], None], *, command: s
         if old is None and any(out.iterdir()):
             raise OutputError(f"{out} is not empty and was not written by tokmaint "
                               f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}")
+        lock = os.open(out, os.O_RDONLY)  # released when the function returns (or the process ends)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            raise OutputError(f"another tokmaint command is writing into {out}; wait for it to end") from None
+        try:
+            return _replace_file_set(out, write, command=command, old=old, option=option)
+        finally:
+            os.close(lock)
+    return _replace_file_set(out, write, command=command, old=None, option=option)
+
+
+def _replace_file_set(out: Path, write: Callable[[Path], None], *, command: str, old: dict[str, Any] | None,
+                      option: str) -> list[str]:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fresh = not out.exists()
-        staging = (out.parent / f".{out.name}{_STAGING}{os.getpid()}") if fresh else out / f"{_STAGING}files-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
+        # What a crash left staged (only names of this form are removed: tokmaint's own).
+        for stale in [*out.parent.glob(f".{glob.escape(out.name)}{_STAGING}*"),
+                      *(() if fresh else out.glob(f"{_STAGING}*"))]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        pid = os.getpid()
+        staging = out.parent / f".{out.name}{_STAGING}{pid}" if fresh else out / f"{_STAGING}files-{pid}"
         staging.mkdir()
         try:
             write(staging)

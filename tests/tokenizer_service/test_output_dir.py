@@ -301,6 +301,13 @@ def test_a_file_set_interrupted_is_marked_unfinished_and_completed_by_the_next(t
     write_file_set(out, _private_files({"a": "2", "b": "2"}), command="demo")
     assert file_set_marker(out)["complete"] is True and tree(out)["b"] == b"2"
     assert sorted(p.name for p in out.iterdir()) == [MARKER, "a", "b"]  # its staging folder is gone too
+    for stale in (out / ".tokmaint-staging-files-99999", tmp_path / ".model.tokmaint-staging-99999"):
+        stale.mkdir()  # what a crash (kill -9) of another process left staged
+        (stale / "a").write_text("half")
+    write_file_set(out, _private_files({"a": "3", "b": "3"}), command="demo")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"] and tree(out)["a"] == b"3"
+    with pytest.raises(OutputError, match="holds the output of `tokmaint demo`"):  # evolve --out on a model folder
+        OutputDir.claim(out, command="evolve", run={}, outputs=[])
 
 
 @pytest.mark.parametrize("mask, folder_mode, file_mode", [(0o022, "0o755", "0o644"), (0o027, "0o750", "0o640")])

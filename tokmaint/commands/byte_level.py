@@ -146,8 +146,8 @@ def add_eval(parser: argparse.ArgumentParser) -> None:
     _add_models(evaluate)
     evaluate.add_argument("--text", type=free_text, help="the text (UTF-8, at least one byte)")
     evaluate.add_argument("--corpus", help="or every document of a JSONL(.gz) or .txt(.gz) corpus")
-    evaluate.add_argument("--max-documents", type=whole(1), help="with --corpus: its first N documents; a whole number ≥ 1 "
-                                                                                 "(default: all)")
+    evaluate.add_argument("--max-documents", type=whole(1),
+                          help="with --corpus: its first N documents; a whole number ≥ 1 (default: all)")
     _add_zip2zip(evaluate, "score each text's codes (a document a context, from the start of the text) in bits "
                            "per byte of the same bytes")
     evaluate.add_argument("--json", action="store_true", help="print JSON")

@@ -154,8 +154,8 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
                                                         "checkpoint")
     zip2zip.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to fine-tune on, in order")
     zip2zip.add_argument("--out", required=True, help="the folder to write (the model folder plus zip2zip.json and "
-                                                      "zip2zip.safetensors; new, empty, or one tokmaint wrote: its files "
-                                                      "are replaced, any other file there is kept)")
+                                                      "zip2zip.safetensors; new, empty, or one tokmaint wrote: its "
+                                                      "files are replaced, any other file there is kept)")
     add_settings(zip2zip, Zip2zipSettings)
     zip2zip.add_argument("--json", action="store_true", help="print JSON")
     zip2zip.set_defaults(func=cmd_zip2zip, parser=zip2zip)
