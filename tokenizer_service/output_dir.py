@@ -237,7 +237,12 @@ class OutputDir:
 
 
 def umask() -> int:
-    """The process's umask (POSIX reads it only by setting it: set and put back at once)."""
+    """The process's umask (POSIX reads it only by setting it: set and put back at once).
+
+    >>> previous = os.umask(0o027); mask = umask(); _ = os.umask(previous)
+    >>> oct(mask)
+    '0o27'
+    """
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -262,7 +267,16 @@ def follow_umask(folder: Path) -> None:
 
 def file_set_marker(folder: Path) -> dict[str, Any] | None:
     """The marker of a folder :func:`write_file_set` wrote (``command``, ``files``, ``complete``),
-    None when there is none; :class:`OutputError` when it cannot be read."""
+    None when there is none; :class:`OutputError` when it cannot be read.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> file_set_marker(folder) is None
+    True
+    >>> _ = (folder / MARKER).write_text('{"command": "demo", "files": ["a"], "complete": false}')
+    >>> file_set_marker(folder)["complete"]
+    False
+    """
     marker = folder / MARKER
     if not marker.is_file():
         return None
