@@ -282,10 +282,11 @@ def file_set_marker(folder: Path) -> dict[str, Any] | None:
         return None
     try:
         recorded = json.loads(marker.read_text(encoding="utf-8"))
-        if not (isinstance(recorded, dict) and isinstance(recorded.get("command"), str)
-                and isinstance(recorded.get("files"), list) and all(isinstance(f, str) for f in recorded["files"])):
+        files = recorded.setdefault("files", [])  # OutputDir's markers (evolve's...) name a command, not files
+        if not (isinstance(recorded.get("command"), str) and isinstance(files, list)
+                and all(isinstance(f, str) for f in files)):
             raise TypeError
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, AttributeError):  # AttributeError: JSON, but no object
         raise OutputError(f"{marker} is not a marker tokmaint can read; choose another folder") from None
     return recorded
 

@@ -173,8 +173,10 @@ def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
                                            source=path / "tokenizer.json")
         if rows is not None and tokenizer.id_space > rows:
             reasons.append(f"tokenizer.json has ids up to {tokenizer.id_space - 1}, more than the model's {rows} rows")
-    except (TokmaintError, UnicodeDecodeError) as exc:
+    except TokmaintError as exc:
         reasons.append(str(exc))
+    except UnicodeDecodeError as exc:
+        reasons.append(f"tokenizer.json is no UTF-8 text (byte {exc.start})")
     if (path / STAMP).is_file():
         try:
             stamp = json.loads((path / STAMP).read_text(encoding="utf-8"))

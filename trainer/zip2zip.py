@@ -46,6 +46,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError, TokmaintError
 from tokenizer_service.lzw import LZW, Codebook, contexts
+from tokenizer_service.settings import Number, whole
 from trainer.byte_level import LN2, ContextFull
 from trainer.settings import Zip2zipSettings
 
@@ -71,22 +72,16 @@ divide the model's width 32
         raise TokmaintError(f"{path} is no zip2zip config: not JSON ({exc})") from None
     if not isinstance(config, dict):
         raise TokmaintError(f"{path} is no zip2zip config: not a JSON object")
-    def whole(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    reasons = [f"no {key!r}" for key in ("max_merge", "layers", "heads", "reconstruct") if key not in config]
-    if "max_merge" in config and not (whole(config["max_merge"]) and 1 <= config["max_merge"] <= 64):
-        reasons.append(f"max_merge must be a whole number in [1, 64], got {config['max_merge']!r}")
-    if "layers" in config and not (whole(config["layers"]) and config["layers"] in (0, 1, 2)):
-        reasons.append(f"layers must be 0, 1 or 2, got {config['layers']!r}")
-    if "heads" in config and not (whole(config["heads"]) and config["heads"] >= 1):
-        reasons.append(f"heads must be a whole number ≥ 1, got {config['heads']!r}")
-    elif "heads" in config and d % config["heads"]:
+    # The ranges zip2zip's settings allow (trainer.settings.Zip2zipSettings), checked as the options are.
+    rules = {"max_merge": whole(1, 64), "layers": whole(0, 2), "heads": whole(1), "reconstruct": Number(float, low=0)}
+    reasons = []
+    for key, rule in rules.items():
+        if key not in config:
+            reasons.append(f"no {key!r}")
+        elif not rule.allows(config[key]):
+            reasons.append(f"{key} must be {rule.describe()}, got {config[key]!r}")
+    if rules["heads"].allows(config.get("heads")) and d % config["heads"]:
         reasons.append(f"heads {config['heads']} does not divide the model's width {d}")
-    reconstruct = config.get("reconstruct", 0)
-    if not (isinstance(reconstruct, int | float) and not isinstance(reconstruct, bool) and math.isfinite(reconstruct)
-            and reconstruct >= 0):
-        reasons.append(f"reconstruct must be a number ≥ 0, got {reconstruct!r}")
     if reasons:
         raise TokmaintError(f"{path} is no zip2zip config: {'; '.join(reasons)}")
     return config

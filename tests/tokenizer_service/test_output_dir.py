@@ -273,6 +273,13 @@ def test_a_file_set_is_refused_where_it_would_mix_with_others_files(tmp_path):
     with pytest.raises(OutputError, match="is a file, not a directory"):
         write_file_set(tmp_path / "user" / "notes.txt", _private_files({"weights": "1"}), command="demo")
     assert (tmp_path / "user" / "notes.txt").read_text() == "mine" and tree(tmp_path / "other")["weights"] == b"1"
+    with OutputDir.claim(tmp_path / "evolved", command="evolve", run={"seed": 1}, outputs=[]):
+        pass
+    with pytest.raises(OutputError, match="holds the output of `tokmaint evolve`"):  # export --out on evolve's
+        write_file_set(tmp_path / "evolved", _private_files({"weights": "1"}), command="demo")
+    (tmp_path / "evolved" / MARKER).write_text("[1]")
+    with pytest.raises(OutputError, match="is not a marker tokmaint can read"):
+        write_file_set(tmp_path / "evolved", _private_files({"weights": "1"}), command="demo")
     (tmp_path / "legacy").mkdir()  # written before markers: recognised by a file only the command writes
     (tmp_path / "legacy" / "stamp").write_text("old")
     (tmp_path / "legacy" / "README").write_text("mine")
