@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from tokenizer_service.settings import rule_of
+from tokenizer_service.settings import lineage_name, rule_of
 
 
 def free_text(value: str) -> str:
@@ -51,6 +51,23 @@ def free_text(value: str) -> str:
     except UnicodeEncodeError:  # a surrogate that stands for no byte the shell gave
         pass
     raise argparse.ArgumentTypeError("must be UTF-8 text")
+
+
+def lineage(value: str) -> str:
+    """A ``--lineage`` option's value (argparse ``type``): ``tokenizer_service.settings.lineage_name``'s
+    rule, in argparse's words (a name that is no UTF-8 from the shell is refused so too).
+
+    >>> lineage("git-commits")
+    'git-commits'
+    >>> lineage("../x")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '../x'
+    """
+    try:
+        return lineage_name(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _shown(value: Any) -> str:

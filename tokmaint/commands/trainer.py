@@ -9,7 +9,7 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from tokmaint.options import add_bench_options, add_settings, chosen_settings
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, lineage
 from tokmaint.output import print_result, show_progress
 
 
@@ -112,7 +112,7 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     run = commands.add_parser("run", help="train on a corpus with the lineage's current version, applying each newer "
                                           "version between two optimizer steps")
     run.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
-    run.add_argument("--lineage", required=True, help="the lineage to follow")
+    run.add_argument("--lineage", type=lineage, required=True, help="the lineage to follow")
     run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
     run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
     run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
