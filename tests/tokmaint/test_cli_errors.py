@@ -366,6 +366,10 @@ MODEL_CASES = [
                                     "-1"], None, "argument --bos-id: must be a whole number ≥ 0, got '-1'"),
     ("trainer run --steps -1", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl", "--steps", "-1"], None,
      "argument --steps: must be a whole number ≥ 0, got '-1'"),
+    ("eval bytes --max-documents without --corpus", [*EVAL, "--max-documents", "3"], None,
+     "--max-documents goes with --corpus"),
+    ("generate --max-merge without --zip2zip", ["generate", "--model", "model", "--prompt", "a", "--max-merge", "2"],
+     None, "--max-merge goes with --zip2zip"),
     # model folders
     ("model.safetensors truncated", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 1000),
      "model is no model folder tokmaint can use: model.safetensors is truncated or corrupt"),

@@ -14,6 +14,8 @@ from tokmaint.output import print_result, show_progress
 def _models(args: argparse.Namespace) -> list:
     from trainer.byte_level import ByteLevelModel
 
+    if getattr(args, "max_merge", None) is not None:
+        args.parser.error("--max-merge goes with --zip2zip")
     return [ByteLevelModel.load(path) for path in args.model]
 
 
@@ -57,6 +59,8 @@ def cmd_eval_bytes(args: argparse.Namespace) -> int:
         args.parser.error("evaluate one of --text TEXT or --corpus PATH")
     if args.text == "":
         args.parser.error("argument --text: empty: it has no bytes to score")
+    if args.max_documents is not None and args.corpus is None:
+        args.parser.error("--max-documents goes with --corpus")
     if args.zip2zip:
         return _eval_zip2zip(args)
     models = _models(args)
