@@ -174,11 +174,14 @@ class RegistryClient:
     def publish_model(self, name: str, folder: str | Path, *, version: int | str = "latest") -> dict[str, Any]:
         """Publish a model folder (``tokmaint trainer export``'s) beside the version it was
         trained with; its files go as one tar, a link as the file it points to (a
-        ``snapshot_download`` folder links into the Hub's cache)."""
+        ``snapshot_download`` folder links into the Hub's cache), all but the marker of the
+        folder's writer (``.tokmaint.json``: tokmaint's bookkeeping, not the model's)."""
+        from tokenizer_service.output_dir import MARKER
+
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:", dereference=True) as tar:
             for path in sorted(Path(folder).iterdir()):
-                if path.is_file():
+                if path.is_file() and path.name != MARKER:
                     tar.add(path, arcname=path.name)
         return self._request("POST", f"/v1/tokenizers/{name}/models", params={"version": str(version)},
                              content=buffer.getvalue(), headers={"Content-Type": "application/x-tar"},

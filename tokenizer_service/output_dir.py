@@ -29,6 +29,7 @@ choose another --out, or pass --force to replace the files tokmaint wrote there
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import re
@@ -118,14 +119,18 @@ class OutputDir:
         if marker.exists():
             try:
                 recorded = json.loads(marker.read_text(encoding="utf-8"))
-                recorded_command, recorded_run = recorded["command"], recorded["run"]
-                if not isinstance(recorded_command, str) or not isinstance(recorded_run, dict):
+                recorded_command = recorded["command"]
+                if not isinstance(recorded_command, str):
+                    raise TypeError
+                # A model folder's marker (write_file_set's) records no run: its command tells it apart.
+                if recorded_command != self.command:
+                    raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; "
+                                      f"choose another {self.option}")
+                recorded_run = recorded["run"]
+                if not isinstance(recorded_run, dict):
                     raise TypeError
             except (ValueError, KeyError, TypeError):
                 raise OutputError(f"{marker} is not a marker tokmaint can read; choose another {self.option}") from None
-            if recorded_command != self.command:
-                raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; "
-                                  f"choose another {self.option}")
             if recorded_run == run:
                 self.resumed = True
             elif force:
@@ -229,6 +234,165 @@ class OutputDir:
             raise OutputError(f"cannot write into {self.path}: {exc.strerror or exc}") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def umask() -> int:
+    """The process's umask (POSIX reads it only by setting it: set and put back at once).
+
+    >>> previous = os.umask(0o027); mask = umask(); _ = os.umask(previous)
+    >>> oct(mask)
+    '0o27'
+    """
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(folder: Path) -> None:
+    """Give ``folder`` and the files in it the modes a new folder and file get under the umask
+    (0755 and 0644 under 022), whatever the writer chose: ``tempfile`` and some libraries'
+    writers leave 0700 folders and 0600 files, which other users and tools cannot read.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())  # 0700
+    >>> (folder / "f").touch(mode=0o600)
+    >>> mask = os.umask(0o022); follow_umask(folder); _ = os.umask(mask)
+    >>> oct(folder.stat().st_mode & 0o777), oct((folder / "f").stat().st_mode & 0o777)
+    ('0o755', '0o644')
+    """
+    mask = umask()
+    for path in [folder, *folder.iterdir()]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def file_set_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of a folder :func:`write_file_set` wrote (``command``, ``files``, ``complete``),
+    None when there is none; :class:`OutputError` when it cannot be read.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> file_set_marker(folder) is None
+    True
+    >>> _ = (folder / MARKER).write_text('{"command": "demo", "files": ["a"], "complete": false}')
+    >>> file_set_marker(folder)["complete"]
+    False
+    """
+    marker = folder / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+        files = recorded.setdefault("files", [])  # OutputDir's markers (evolve's...) name a command, not files
+        if not (isinstance(recorded.get("command"), str) and isinstance(files, list)
+                and all(isinstance(f, str) for f in files)):
+            raise TypeError
+    except (ValueError, TypeError, AttributeError):  # AttributeError: JSON, but no object
+        raise OutputError(f"{marker} is not a marker tokmaint can read; choose another folder") from None
+    return recorded
+
+
+def _write_marker(folder: Path, command: str, files: Sequence[str], *, complete: bool) -> None:
+    staged = folder / f"{_STAGING}marker-{os.getpid()}"
+    write_file(staged, json.dumps({"command": command, "files": sorted(files), "complete": complete},
+                                  indent=2).encode("utf-8"))
+    staged.chmod(0o666 & ~umask())
+    os.replace(staged, folder / MARKER)
+    fsync_directory(folder)
+
+
+def write_file_set(out: str | Path, write: Callable[[Path], None], *, command: str, legacy: str | None = None,
+                   option: str = "--out") -> list[str]:
+    """Write the files ``write`` puts into a folder (a model folder: a set that only makes sense
+    whole) as the folder ``out``, beside any file of the user's there; the names written.
+
+    * A new or empty ``out``: the set is staged beside it and renamed into place (atomic).
+    * An ``out`` this ``command`` wrote (its marker, ``.tokmaint.json``, names the files; or,
+      written before markers, a folder holding ``legacy``): the marker is first rewritten to say
+      the set is unfinished, the files of the old set that the new one lacks are removed, the new
+      files renamed over the old, and the marker rewritten complete. A crash between leaves a
+      folder marked unfinished, which readers refuse (:func:`file_set_marker`) and the same
+      command completes. A file the marker does not name is never touched: a user's README or
+      folder beside the model stays.
+    * Anything else is refused before anything is written.
+
+    Folders and files get the modes of the umask.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "model"
+    >>> write_file_set(out, lambda d: (d / "weights").write_text("1"), command="demo")
+    ['weights']
+    >>> (out / "README").write_text("mine")
+    4
+    >>> write_file_set(out, lambda d: (d / "config").write_text("2"), command="demo")
+    ['config']
+    >>> sorted(p.name for p in out.iterdir())
+    ['.tokmaint.json', 'README', 'config']
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{option} {out} is a file, not a directory")
+    old = None
+    if out.is_dir():
+        old = file_set_marker(out)
+        if old is not None and old["command"] != command:
+            raise OutputError(f"{out} holds the output of `tokmaint {old['command']}`; choose another {option}")
+        if old is None and legacy is not None and (out / legacy).is_file():
+            old = {"command": command, "files": []}  # written before markers: only the names written now are ours
+        if old is None and any(out.iterdir()):
+            raise OutputError(f"{out} is not empty and was not written by tokmaint "
+                              f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}")
+        lock = os.open(out, os.O_RDONLY)  # released when the function returns (or the process ends)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            raise OutputError(f"another tokmaint command is writing into {out}; wait for it to end") from None
+        try:
+            return _replace_file_set(out, write, command=command, old=old, option=option)
+        finally:
+            os.close(lock)
+    return _replace_file_set(out, write, command=command, old=None, option=option)
+
+
+def _replace_file_set(out: Path, write: Callable[[Path], None], *, command: str, old: dict[str, Any] | None,
+                      option: str) -> list[str]:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not out.exists()
+        # What a crash left staged (only names of this form are removed: tokmaint's own).
+        for stale in [*out.parent.glob(f".{glob.escape(out.name)}{_STAGING}*"),
+                      *(() if fresh else out.glob(f"{_STAGING}*"))]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        pid = os.getpid()
+        staging = out.parent / f".{out.name}{_STAGING}{pid}" if fresh else out / f"{_STAGING}files-{pid}"
+        staging.mkdir()
+        try:
+            write(staging)
+            names = sorted(p.name for p in staging.iterdir())
+            for name in names:
+                if not (staging / name).is_file() or name == MARKER:
+                    raise ValueError(f"a file set holds files only, not {name}")
+                with open(staging / name, "rb") as f:
+                    os.fsync(f.fileno())
+            follow_umask(staging)
+            if fresh:
+                _write_marker(staging, command, names, complete=True)
+                os.rename(staging, out)
+                fsync_directory(out.parent)
+                return names
+            old = old or {"files": []}  # an empty folder
+            owned = set(old["files"]) | set(names)
+            _write_marker(out, command, owned, complete=False)
+            for name in sorted(set(old["files"]) - set(names)):
+                (out / name).unlink(missing_ok=True)
+            for name in names:
+                os.replace(staging / name, out / name)
+            _write_marker(out, command, names, complete=True)
+            return names
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {option} {out}: {exc.strerror or exc}") from None
 
 
 class StepLog:

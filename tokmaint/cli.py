@@ -101,6 +101,16 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # argparse drops a "--" from every option's values (on the command line it ends the
+        # options), so `--text=--` reached the command as an empty list: given to an option of one
+        # value, "--" is that value, checked by the option's type like any other.
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            value = self._get_value(action, "--")
+            self._check_value(action, value)
+            return value
+        return super()._get_values(action, arg_strings)
+
 
 class LazyCommands(argparse._SubParsersAction):
     """Subcommands whose module is imported, and whose options are added, when one is chosen

@@ -15,6 +15,7 @@ Steps(steps=3)
 from __future__ import annotations
 
 import argparse
+import os
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,7 +23,51 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from tokenizer_service.settings import rule_of
+from tokenizer_service.settings import lineage_name, rule_of
+
+
+def free_text(value: str) -> str:
+    r"""A text option's value (argparse ``type``): UTF-8, as every command reads text. The shell
+    hands Python bytes that are no UTF-8 as lone surrogates, which no tokenizer can encode; they are
+    refused here, with where they are, rather than deep in a command.
+
+    >>> free_text("héllo")
+    'héllo'
+    >>> free_text(os.fsdecode(b"ab\xff"))
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be UTF-8 text, got the byte 0xff at byte 2
+    """
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        os.fsencode(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"must be UTF-8 text, got the byte 0x{exc.object[exc.start]:02x} at byte "
+                                         f"{exc.start}") from None
+    except UnicodeEncodeError:  # a surrogate that stands for no byte the shell gave
+        pass
+    raise argparse.ArgumentTypeError("must be UTF-8 text")
+
+
+def lineage(value: str) -> str:
+    """A ``--lineage`` option's value (argparse ``type``): ``tokenizer_service.settings.lineage_name``'s
+    rule, in argparse's words (a name that is no UTF-8 from the shell is refused so too).
+
+    >>> lineage("git-commits")
+    'git-commits'
+    >>> lineage("../x")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '../x'
+    """
+    try:
+        return lineage_name(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _shown(value: Any) -> str:

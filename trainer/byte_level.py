@@ -622,6 +622,8 @@ def generate(models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, s
         try:
             distribution = ensemble_next_byte(models, data + bytes(out))
         except ContextFull:  # what a model reads at once is full: the text ends here
+            if not out:  # the prompt alone fills it: nothing could be sampled
+                raise
             break
         out.append(int(rng.choice(256, p=distribution)))
     return bytes(out)

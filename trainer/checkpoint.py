@@ -10,7 +10,9 @@ embedding rows mean other tokens.
 
 from __future__ import annotations
 
+import errno
 import os
+import pickle
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,71 @@ def save_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     fsync_directory(path.parent)
 
 
+# What every checkpoint holds, and what a resume reads besides (``save_checkpoint`` writes all of them).
+EXPORTED_KEYS = ("model", "tokenizer", "rows")
+RESUMED_KEYS = (*EXPORTED_KEYS, "optimizer", "position", "removed", "rng", "cuda_rng")
+
+
+def read_checkpoint(path: str | Path, *, keys: tuple[str, ...] = EXPORTED_KEYS) -> dict[str, Any]:
+    """A trainer checkpoint's contents (on the CPU), holding ``keys``; a file that is none (not
+    there, truncated, corrupt, another program's, or missing a part) is a
+    :class:`TokmaintError` saying so in one line, with every reason.
+
+    >>> import tempfile
+    >>> bad = Path(tempfile.mkdtemp()) / "checkpoint.pt"
+    >>> _ = bad.write_bytes(b"PK not a checkpoint")
+    >>> read_checkpoint(bad)
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.TokmaintError: ...checkpoint.pt is no trainer checkpoint: truncated, corrupt or not \
+written by torch.save (tokmaint trainer run writes one)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TokmaintError(f"no checkpoint at {path}")
+    try:
+        # torch's own message for a corrupt file runs to several lines and asks to file an issue
+        # with PyTorch: the user's problem is the file, which this says.
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError, KeyError,
+            IndexError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.EINVAL:  # EINVAL: torch's zip reader on a truncated file
+            raise TokmaintError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise TokmaintError(f"{path} is no trainer checkpoint: truncated, corrupt or not written by torch.save "
+                            f"(tokmaint trainer run writes one)") from exc
+    if not isinstance(data, dict):
+        raise TokmaintError(f"{path} is no trainer checkpoint: it holds a {type(data).__name__}, not a dictionary")
+    reasons = [f"no {key!r} in it" for key in keys if key not in data]
+    stamp = data.get("tokenizer")
+    if "tokenizer" in data and not (isinstance(stamp, dict) and isinstance(stamp.get("lineage"), str)
+                                    and isinstance(stamp.get("version"), int)
+                                    and isinstance(stamp.get("sha256"), str)):
+        reasons.append("'tokenizer' is no version stamp (lineage, version, sha256)")
+    if "model" in data and not (isinstance(data["model"], dict)
+                                and all(isinstance(v, torch.Tensor) for v in data["model"].values())):
+        reasons.append("'model' is no state dict of tensors")
+    if "rows" in data and not (isinstance(data["rows"], int) and data["rows"] >= 1):
+        reasons.append(f"'rows' is {data['rows']!r}, not a whole number ≥ 1")
+    if not isinstance(data.get("removed", []), list):
+        reasons.append("'removed' is no list of ids")
+    if not isinstance(data.get("config", {}), dict):
+        reasons.append("'config' is no dictionary of model settings")
+    if not isinstance(data.get("tokenizer_json"), str | None):
+        reasons.append("'tokenizer_json' is no text")
+    if reasons:
+        raise TokmaintError(f"{path} is no trainer checkpoint: {'; '.join(reasons)}")
+    return data
+
+
+def state_dict_error(exc: Exception) -> str:
+    """torch's ``load_state_dict`` error (a line for each tensor) on one line.
+
+    >>> state_dict_error(RuntimeError("Error(s) in loading state_dict for M:\\n\\tsize mismatch for w."))
+    'Error(s) in loading state_dict for M: size mismatch for w.'
+    """
+    return " ".join(str(exc).split())
+
+
 def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                     tokenizer: TokenizerStamp) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``model`` and ``optimizer`` (resized to its rows) and
@@ -63,7 +130,7 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     tokenizer version than ``tokenizer``."""
     # On the CPU: torch.set_rng_state takes a CPU ByteTensor (a GPU's resume crashed), and
     # load_state_dict copies each tensor to its parameter's device (Adam's step stays on the CPU).
-    data = torch.load(Path(path), map_location="cpu", weights_only=True)
+    data = read_checkpoint(path, keys=RESUMED_KEYS)
     theirs = TokenizerStamp(**data["tokenizer"])
     if theirs.sha256 != tokenizer.sha256:
         raise CheckpointMismatch(
@@ -76,8 +143,11 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
                                  "build the model with as many")
     if data["rows"] > rows:  # the vocabulary grew while it trained
         grow(model, optimizer, data["rows"])
-    model.load_state_dict(data["model"])
-    optimizer.load_state_dict(data["optimizer"])
+    try:
+        model.load_state_dict(data["model"])
+        optimizer.load_state_dict(data["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointMismatch(f"{path} does not fit the model: {state_dict_error(exc)}") from None
     set_removed(model, data["removed"])
     torch.set_rng_state(data["rng"])
     if data["cuda_rng"] and torch.cuda.is_available():

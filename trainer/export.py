@@ -14,10 +14,8 @@ is a hook, not a weight: an exported model scores them as any row of zeros).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +25,25 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id, special_tokens_map, tokenizer_config
-from tokenizer_service.output_dir import fsync_directory
+from tokenizer_service.output_dir import file_set_marker, write_file_set
 from trainer.apply_revision import set_removed
+from trainer.checkpoint import read_checkpoint, state_dict_error
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A trainer checkpoint's contents (on the CPU), refused with the reason when it is none."""
-    path = Path(path)
-    if not path.is_file():
-        raise TokmaintError(f"no checkpoint at {path}")
+STAMP = "tokmaint.json"  # the lineage, version and sha256 of the tokenizer the model was trained with
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' bars for writing and loading a folder's weights (a line of stderr each time, for
+    a model the command reads or writes in a moment) are off while inside."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: torch's own words
-        raise TokmaintError(f"{path} is no trainer checkpoint: {exc}") from None
-    if not isinstance(data, dict) or "model" not in data or "tokenizer" not in data:
-        raise TokmaintError(f"{path} is no trainer checkpoint (no model or tokenizer version in it)")
-    return data
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = None,
@@ -66,17 +68,24 @@ def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = Non
                             f"from ({', '.join(BOS_TOKENS)}): give one id with --bos-id")
     if not 0 <= bos < rows:
         raise TokmaintError(f"--bos-id {bos} is no row of the model (0 to {rows - 1})")
-    config = GPT2Config(**{**data.get("config", {}), "vocab_size": rows, "bos_token_id": bos, "eos_token_id": bos})
-    model = GPT2LMHeadModel(config)
-    model.load_state_dict(data["model"])
+    if tokenizer.id_space > rows:
+        raise TokmaintError(f"{checkpoint}: its tokenizer has ids up to {tokenizer.id_space - 1}, more than the "
+                            f"model's {rows} rows")
+    try:
+        config = GPT2Config(**{**data.get("config", {}), "vocab_size": rows, "bos_token_id": bos,
+                               "eos_token_id": bos})
+        model = GPT2LMHeadModel(config)
+        model.load_state_dict(data["model"])
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TokmaintError(f"{checkpoint}: its weights do not fit its model config: {state_dict_error(exc)}") from None
     set_removed(model, data.get("removed", []))  # as the trainer scores it (an exported folder cannot hold this)
     return model, tokenizer, {**stamp, "removed": data.get("removed", [])}
 
 
 def export_model(checkpoint: str | Path, out: str | Path, *, tokenizer_json: str | None = None,
                  bos_id: int | None = None) -> dict[str, Any]:
-    """Write the checkpoint's model as a Hugging Face folder at ``out`` (replaced whole when it
-    is one tokmaint exported already); what was written (``checkpoint_model``'s options)."""
+    """Write the checkpoint's model as a Hugging Face folder at ``out`` (:func:`write_model_folder`);
+    what was written (``checkpoint_model``'s options)."""
     model, tokenizer, stamp = checkpoint_model(checkpoint, tokenizer_json=tokenizer_json, bos_id=bos_id)
     return write_model_folder(model, tokenizer, stamp, out)
 
@@ -85,44 +94,113 @@ def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: d
                        extra: Callable[[Path], None] | None = None) -> dict[str, Any]:
     """``model`` (its config's ``bos_token_id`` set) and its version as a Hugging Face folder at
     ``out``, with ``stamp`` (lineage, version) in ``tokmaint.json`` and what ``extra`` writes
-    into the folder; the folder is staged beside ``out`` and renamed into place, replacing one
-    tokmaint wrote, never anything else."""
+    into the folder (``tokenizer_service.output_dir.write_file_set``: a new folder is renamed into
+    place whole; in one tokmaint wrote, its files are replaced and a user's files kept)."""
     bos, config = model.config.bos_token_id, model.config
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(staging)
-        (staging / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
-        (staging / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
+
+    def write(folder: Path) -> None:
+        with _no_progress_bars():
+            model.save_pretrained(folder)
+        (folder / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
+        (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
             tokenizer, model_max_length=config.n_positions, bos_id=bos), indent=2), encoding="utf-8")
-        (staging / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(tokenizer, bos_id=bos),
-                                                                    indent=2), encoding="utf-8")
-        (staging / "tokmaint.json").write_text(json.dumps(stamp, indent=2), encoding="utf-8")
+        (folder / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(tokenizer, bos_id=bos),
+                                                                   indent=2), encoding="utf-8")
+        (folder / STAMP).write_text(json.dumps({**stamp, "sha256": tokenizer.sha256}, indent=2), encoding="utf-8")
         if extra is not None:
-            extra(staging)
-        for path in staging.iterdir():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-        if out.exists():
-            if not (out / "tokmaint.json").is_file():
-                raise TokmaintError(f"{out} exists and is no folder tokmaint exported: choose another --out")
-            shutil.rmtree(out)
-        staging.rename(out)
-        fsync_directory(out.parent)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            extra(folder)
+
+    # Folders exported before the marker are recognised by their tokmaint.json.
+    files = write_file_set(out, write, command="trainer export", legacy=STAMP)
     return {"out": str(out), "lineage": stamp.get("lineage"), "version": stamp.get("version"), "rows": config.vocab_size,
-            "bos_token_id": bos, "files": sorted(p.name for p in out.iterdir())}
+            "bos_token_id": bos, "files": files}
+
+
+def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
+    """A model folder's tokenizer and stamp, once the folder is checked whole before any weight
+    is read: ``config.json`` makes a model whose tensors are the ones ``model.safetensors``
+    holds, shape for shape; the config has a ``bos_token_id`` among its rows; ``tokenizer.json``
+    is a valid version with no more ids than the model has rows; ``tokmaint.json``, when there,
+    is an object whose ``sha256`` is the folder's tokenizer's (another lineage's tokenizer.json
+    of the same size would be scored silently otherwise); the export into it finished. A
+    :class:`TokmaintError` names every reason."""
+    from safetensors import SafetensorError, safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    reasons: list[str] = []
+    rows = tokenizer = stamp = None
+    try:
+        marker = file_set_marker(path)
+        if marker is not None and not marker.get("complete", True):
+            reasons.append("an export into it did not finish (run it again)")
+    except TokmaintError as exc:
+        reasons.append(str(exc))
+    try:
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):  # shapes only: no memory, no time
+            made = AutoModelForCausalLM.from_config(config)
+        expected = {k: tuple(v.shape) for k, v in made.state_dict().items()}
+        # Tied weights (GPT-2's output layer is its embedding) are saved once.
+        tied = set(made._tied_weights_keys or ()) if getattr(config, "tie_word_embeddings", False) else set()
+        rows = config.vocab_size
+        bos = config.bos_token_id
+        if not isinstance(bos, int) or not 0 <= bos < rows:
+            reasons.append(f"config.json's bos_token_id is {bos}, not one of the model's {rows} rows (the context "
+                           "its text starts from)")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        reasons.append(f"config.json is no model config: {' '.join(str(exc).split())}")
+        expected = None
+    weights = path / "model.safetensors"
+    if weights.is_file():
+        try:
+            with safe_open(str(weights), "pt") as f:
+                found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        except (SafetensorError, OSError) as exc:
+            reasons.append(f"model.safetensors is truncated or corrupt ({' '.join(str(exc).split())})")
+            found = None
+        if expected is not None and found is not None:
+            missing = [k for k in expected if k not in found and k not in tied]
+            wrong = [f"{k} {list(found[k])} where config.json makes {list(shape)}" for k, shape in expected.items()
+                     if k in found and found[k] != shape]
+            if missing:
+                reasons.append(f"model.safetensors lacks {len(missing)} tensors config.json's model has "
+                               f"(e.g. {missing[0]})")
+            if wrong:
+                reasons.append(f"model.safetensors disagrees with config.json: {'; '.join(wrong[:3])}"
+                               + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""))
+    try:
+        tokenizer = BPETokenizer.from_json((path / "tokenizer.json").read_text(encoding="utf-8"),
+                                           source=path / "tokenizer.json")
+        if rows is not None and tokenizer.id_space > rows:
+            reasons.append(f"tokenizer.json has ids up to {tokenizer.id_space - 1}, more than the model's {rows} rows")
+    except TokmaintError as exc:
+        reasons.append(str(exc))
+    except UnicodeDecodeError as exc:
+        reasons.append(f"tokenizer.json is no UTF-8 text (byte {exc.start})")
+    if (path / STAMP).is_file():
+        try:
+            stamp = json.loads((path / STAMP).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            stamp = None
+        if not isinstance(stamp, dict):
+            reasons.append(f"{STAMP} is no JSON object")
+            stamp = {}
+        elif tokenizer is not None and stamp.get("sha256", tokenizer.sha256) != tokenizer.sha256:
+            reasons.append(f"tokenizer.json is not the version the model was trained with ({STAMP}: "
+                           f"{stamp.get('lineage')} version {stamp.get('version')}, sha256 "
+                           f"{str(stamp['sha256'])[:12]}; tokenizer.json's: {tokenizer.sha256[:12]})")
+    if reasons:
+        raise TokmaintError(f"{path} is no model folder tokmaint can use: {'; '.join(reasons)}")
+    return tokenizer, stamp or {}
 
 
 def load_model(path: str | Path, *,
                device: str | None = None) -> tuple[torch.nn.Module, BPETokenizer, dict[str, Any]]:
     """A Hugging Face model folder (``tokmaint trainer export``'s: the model, its
-    ``tokenizer.json`` and its config's ``bos_token_id``) or a trainer checkpoint, on ``device``
-    (default: CUDA when there is one), in eval mode, with its tokenizer version and its stamp
-    (lineage and version; empty for a folder tokmaint did not write)."""
+    ``tokenizer.json`` and its config's ``bos_token_id``, checked by :func:`check_model_folder`)
+    or a trainer checkpoint, on ``device`` (default: CUDA when there is one), in eval mode, with
+    its tokenizer version and its stamp (lineage, version, sha256; empty for a folder tokmaint
+    did not write)."""
     path = Path(path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if path.is_file():
@@ -133,11 +211,10 @@ def load_model(path: str | Path, *,
     if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
         raise TokmaintError(f"{path} is neither a trainer checkpoint nor a model folder (config.json, the weights "
                             "and tokenizer.json: tokmaint trainer export writes one)")
-    model = AutoModelForCausalLM.from_pretrained(path)
-    if model.config.bos_token_id is None:
-        raise TokmaintError(f"{path}/config.json has no bos_token_id: the context the model's text starts from")
-    tokenizer = BPETokenizer.from_json((path / "tokenizer.json").read_text(encoding="utf-8"),
-                                       source=path / "tokenizer.json")
-    written = path / "tokmaint.json"
-    stamp = json.loads(written.read_text(encoding="utf-8")) if written.is_file() else {}
+    tokenizer, stamp = check_model_folder(path)
+    try:
+        with _no_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError, RuntimeError) as exc:  # weights in another form than model.safetensors
+        raise TokmaintError(f"{path}: its weights do not load: {' '.join(str(exc).split())}") from None
     return model.to(device).eval(), tokenizer, stamp

@@ -32,6 +32,7 @@ from registry.client import RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from trainer.apply_revision import apply_revision, set_removed
 from trainer.byte_level import ByteLevelModel, evaluate_texts
@@ -212,5 +213,16 @@ def token_batch(tokenizer: BPETokenizer, texts: list[str], *, seq_len: int) -> t
 
 
 def read_model_config(path: str | None) -> dict[str, Any]:
-    """``--model-config``: a JSON object of GPT2Config fields over the tiny default."""
-    return {} if path is None else json.loads(Path(path).read_text(encoding="utf-8"))
+    """``--model-config``: a JSON object of GPT2Config fields over the tiny default; anything else
+    (no JSON, no object, a field GPT2Config does not have) is a :class:`TokmaintError`."""
+    if path is None:
+        return {}
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokmaintError(f"--model-config {path} is no JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise TokmaintError(f"--model-config {path} is no JSON object of GPT2Config fields")
+    if unknown := sorted(set(config) - set(GPT2Config().to_dict()) - set(GPT2Config.attribute_map)):
+        raise TokmaintError(f"--model-config {path}: GPT2Config has no field {', '.join(unknown)}")
+    return config

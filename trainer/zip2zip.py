@@ -46,10 +46,45 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import CorpusError, TokmaintError
 from tokenizer_service.lzw import LZW, Codebook, contexts
+from tokenizer_service.settings import Number, whole
 from trainer.byte_level import LN2, ContextFull
 from trainer.settings import Zip2zipSettings
 
 CONFIG, WEIGHTS = "zip2zip.json", "zip2zip.safetensors"  # what a zip2zip model adds to a model folder
+
+
+def _read_config(path: Path, *, d: int) -> dict[str, Any]:
+    """A zip2zip folder's ``zip2zip.json`` (for a model of width ``d``), every field checked; a
+    :class:`TokmaintError` names each one missing or wrong.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / CONFIG
+    >>> _ = path.write_text('{"max_merge": 3, "layers": 1, "heads": 5}')
+    >>> _read_config(path, d=32)
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.TokmaintError: ...zip2zip.json is no zip2zip config: no 'reconstruct'; heads 5 does not \
+divide the model's width 32
+    """
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokmaintError(f"{path} is no zip2zip config: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise TokmaintError(f"{path} is no zip2zip config: not a JSON object")
+    # The ranges zip2zip's settings allow (trainer.settings.Zip2zipSettings), checked as the options are.
+    rules = {"max_merge": whole(1, 64), "layers": whole(0, 2), "heads": whole(1), "reconstruct": Number(float, low=0)}
+    reasons = []
+    for key, rule in rules.items():
+        if key not in config:
+            reasons.append(f"no {key!r}")
+        elif not rule.allows(config[key]):
+            reasons.append(f"{key} must be {rule.describe()}, got {config[key]!r}")
+    if rules["heads"].allows(config.get("heads")) and d % config["heads"]:
+        reasons.append(f"heads {config['heads']} does not divide the model's width {d}")
+    if reasons:
+        raise TokmaintError(f"{path} is no zip2zip config: {'; '.join(reasons)}")
+    return config
 
 
 class HyperEncoder(nn.Module):
@@ -141,6 +176,7 @@ class Zip2zipLM(nn.Module):
         """A folder :meth:`save` wrote, or any model ``trainer.export.load_model`` reads (a folder
         or a checkpoint) with an untrained hyper-encoder: mean pooling, the zero-parameter
         baseline, of ``max_merge`` (default 3) base tokens a hypertoken."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         from trainer.export import load_model
@@ -149,7 +185,7 @@ class Zip2zipLM(nn.Module):
         config_path = Path(path) / CONFIG
         if not config_path.is_file():
             return cls(base, max_merge=max_merge or 3, layers=0, bos_token_id=base.config.bos_token_id).eval(), tokenizer
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = _read_config(config_path, d=base.get_input_embeddings().weight.shape[1])
         if max_merge is not None and max_merge != config["max_merge"]:
             raise TokmaintError(f"{path} was trained with hypertokens of at most {config['max_merge']} base tokens, "
                                 f"not {max_merge}: leave the merge size out, or give {config['max_merge']}")
@@ -157,10 +193,15 @@ class Zip2zipLM(nn.Module):
                     bos_token_id=base.config.bos_token_id)
         model.hyper = HyperEncoder(model.decoder.in_features, config["max_merge"], layers=config["layers"],
                                    heads=config["heads"])
-        weights = load_file(str(Path(path) / WEIGHTS))
-        model.hyper.load_state_dict({k.removeprefix("hyper."): v for k, v in weights.items() if k.startswith("hyper.")})
-        model.decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in weights.items()
-                                       if k.startswith("decoder.")})
+        try:
+            weights = load_file(str(Path(path) / WEIGHTS))
+            model.hyper.load_state_dict({k.removeprefix("hyper."): v for k, v in weights.items()
+                                         if k.startswith("hyper.")})
+            model.decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in weights.items()
+                                           if k.startswith("decoder.")})
+        except (SafetensorError, OSError, RuntimeError) as exc:  # truncated, corrupt, or another shape's
+            raise TokmaintError(f"{Path(path) / WEIGHTS} is not the hyper-encoder {CONFIG} describes: "
+                                f"{' '.join(str(exc).split())}") from None
         return model.to(next(base.parameters()).device).eval(), tokenizer
 
     @property

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ctrl_c_works
 from tokmaint.cli import main
 from tokenizer_service.errors import OutputError
-from tokenizer_service.output_dir import MARKER, OutputDir, StepLog
+from tokenizer_service.output_dir import MARKER, OutputDir, StepLog, file_set_marker, write_file_set
 
 EVOLVE_OPTIONS = ["--vocab-size", "300", "--horizon-docs", "20", "--interval-docs", "10", "--warmup-docs", "0",
                   "--batch-size", "5",
@@ -236,3 +236,97 @@ def test_step_log_keeps_the_whole_records_and_checks_replays(tmp_path):
     log.write({"step": 9})
     log.close()
     assert path.read_bytes() == b'{"step": 9}\n'
+
+
+def _private_files(names: dict[str, str]):
+    """A writer as tempfile and transformers' weights writer are: a 0600 file (and a 0700 folder)."""
+    def write(folder: Path) -> None:
+        for name, text in names.items():
+            (folder / name).write_text(text)
+            (folder / name).chmod(0o600)
+    return write
+
+
+def test_a_file_set_written_again_keeps_the_users_files(tmp_path):
+    out = tmp_path / "model"
+    assert write_file_set(out, _private_files({"weights": "1", "old-only": "x"}), command="demo") == ["old-only",
+                                                                                                      "weights"]
+    (out / "README.md").write_text("my notes")
+    (out / "runs").mkdir()
+    (out / "runs" / "eval.txt").write_text("my eval")
+    assert write_file_set(out, _private_files({"weights": "2", "config": "c"}), command="demo") == ["config",
+                                                                                                   "weights"]
+    assert tree(out) == {"README.md": b"my notes", "runs/eval.txt": b"my eval", "weights": b"2", "config": b"c",
+                         MARKER: (out / MARKER).read_bytes()}  # old-only was ours: gone
+    assert file_set_marker(out) == {"command": "demo", "files": ["config", "weights"], "complete": True}
+    assert not [p for p in tmp_path.iterdir() if p.name != "model"]  # no staging left beside it
+
+
+def test_a_file_set_is_refused_where_it_would_mix_with_others_files(tmp_path):
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="user is not empty and was not written by tokmaint"):
+        write_file_set(tmp_path / "user", _private_files({"weights": "1"}), command="demo")
+    write_file_set(tmp_path / "other", _private_files({"weights": "1"}), command="other command")
+    with pytest.raises(OutputError, match="holds the output of `tokmaint other command`"):
+        write_file_set(tmp_path / "other", _private_files({"weights": "2"}), command="demo")
+    with pytest.raises(OutputError, match="is a file, not a directory"):
+        write_file_set(tmp_path / "user" / "notes.txt", _private_files({"weights": "1"}), command="demo")
+    assert (tmp_path / "user" / "notes.txt").read_text() == "mine" and tree(tmp_path / "other")["weights"] == b"1"
+    with OutputDir.claim(tmp_path / "evolved", command="evolve", run={"seed": 1}, outputs=[]):
+        pass
+    with pytest.raises(OutputError, match="holds the output of `tokmaint evolve`"):  # export --out on evolve's
+        write_file_set(tmp_path / "evolved", _private_files({"weights": "1"}), command="demo")
+    (tmp_path / "evolved" / MARKER).write_text("[1]")
+    with pytest.raises(OutputError, match="is not a marker tokmaint can read"):
+        write_file_set(tmp_path / "evolved", _private_files({"weights": "1"}), command="demo")
+    (tmp_path / "legacy").mkdir()  # written before markers: recognised by a file only the command writes
+    (tmp_path / "legacy" / "stamp").write_text("old")
+    (tmp_path / "legacy" / "README").write_text("mine")
+    write_file_set(tmp_path / "legacy", _private_files({"stamp": "new"}), command="demo", legacy="stamp")
+    assert (tmp_path / "legacy" / "README").read_text() == "mine"
+
+
+def test_a_file_set_interrupted_is_marked_unfinished_and_completed_by_the_next(tmp_path, monkeypatch):
+    import tokenizer_service.output_dir as output_dir
+
+    out = tmp_path / "model"
+    write_file_set(out, _private_files({"a": "1", "b": "1"}), command="demo")
+    replaced = []
+
+    def crash_after_one(source, target):  # a crash between two files of the set
+        if replaced:
+            raise KeyboardInterrupt
+        replaced.append(target)
+        os.rename(source, target)
+    monkeypatch.setattr(output_dir.os, "replace", lambda s, t, _real=os.replace: (
+        _real(s, t) if Path(t).name == MARKER else crash_after_one(s, t)))
+    with pytest.raises(KeyboardInterrupt):
+        write_file_set(out, _private_files({"a": "2", "b": "2"}), command="demo")
+    monkeypatch.undo()
+    assert file_set_marker(out)["complete"] is False  # readers refuse it (trainer.export.check_model_folder)
+    write_file_set(out, _private_files({"a": "2", "b": "2"}), command="demo")
+    assert file_set_marker(out)["complete"] is True and tree(out)["b"] == b"2"
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "a", "b"]  # its staging folder is gone too
+    for stale in (out / ".tokmaint-staging-files-99999", tmp_path / ".model.tokmaint-staging-99999"):
+        stale.mkdir()  # what a crash (kill -9) of another process left staged
+        (stale / "a").write_text("half")
+    write_file_set(out, _private_files({"a": "3", "b": "3"}), command="demo")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"] and tree(out)["a"] == b"3"
+    with pytest.raises(OutputError, match="holds the output of `tokmaint demo`"):  # evolve --out on a model folder
+        OutputDir.claim(out, command="evolve", run={}, outputs=[])
+
+
+@pytest.mark.parametrize("mask, folder_mode, file_mode", [(0o022, "0o755", "0o644"), (0o027, "0o750", "0o640")])
+def test_a_file_set_follows_the_umask(tmp_path, mask, folder_mode, file_mode):
+    previous = os.umask(mask)
+    try:
+        write_file_set(tmp_path / "new", _private_files({"weights": "1"}), command="demo")
+        (tmp_path / "empty").mkdir()
+        write_file_set(tmp_path / "empty", _private_files({"weights": "1"}), command="demo")
+        write_file_set(tmp_path / "new", _private_files({"weights": "2", "config": "c"}), command="demo")
+    finally:
+        os.umask(previous)
+    for out in (tmp_path / "new", tmp_path / "empty"):
+        assert oct(out.stat().st_mode & 0o777) == folder_mode or out.name == "empty"
+        assert {oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {file_mode}

@@ -277,3 +277,202 @@ def test_settings_come_from_the_environment_under_the_options(scratch, capsys, m
         assert (code, again) == (0, 0) and json.loads(out)["steps"] == json.loads(out_env)["steps"]
         steps[docs] = json.loads(out)["steps"]
     assert steps[1] > steps[2] > 1
+
+
+# The byte-level and trainer commands: model folders, checkpoints and zip2zip folders, and their
+# options. Each case copies good models into a scratch folder, breaks one thing, and runs the command.
+MODEL_TEXTS = ["the theme then 12 123 1234", "héllo hé hélène", "a  b   c", "don't it's we've"] * 4
+OTHER_TEXTS = ["zyx wvu tsr 98 987 9876", "ñoño ña ñuñez", "q  r   s", "won't can't shan't"] * 4
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A trainer checkpoint of a tiny GPT-2, its exported folder, a zip2zip folder of it, and two
+    other tokenizers: one of the same size (another lineage's), one larger than the model's rows."""
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from trainer.checkpoint import TokenizerStamp, save_checkpoint
+    from trainer.export import export_model
+    from trainer.loop import tiny_gpt2_config
+    from trainer.zip2zip import Zip2zipLM
+
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = BPETokenizer.train(MODEL_TEXTS, vocab_size=280, special_tokens=["<|endoftext|>"])
+    torch.manual_seed(0)
+    gpt = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_embd=32))
+    save_checkpoint(root / "checkpoint.pt", model=gpt, optimizer=torch.optim.AdamW(gpt.parameters()),
+                    tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256), position={"step": 0},
+                    tokenizer_json=tokenizer.to_json())
+    export_model(root / "checkpoint.pt", root / "model")
+    Zip2zipLM(gpt, max_merge=3, layers=1, bos_token_id=0).save(root / "z2z", tokenizer, {"lineage": "demo",
+                                                                                       "version": 3})
+    other = BPETokenizer.train(OTHER_TEXTS, vocab_size=280, special_tokens=["<|endoftext|>"])
+    assert other.id_space == tokenizer.id_space and other.sha256 != tokenizer.sha256
+    (root / "other.json").write_bytes(other.to_json_bytes())
+    larger = BPETokenizer.train(MODEL_TEXTS + OTHER_TEXTS, vocab_size=320, special_tokens=["<|endoftext|>"])
+    assert larger.id_space > tokenizer.id_space
+    (root / "larger.json").write_bytes(larger.to_json_bytes())
+    return root
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _cut(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+NOT_UTF8 = os.fsdecode(b"ab\xff")  # what Python makes of the bytes a\x62\xff the shell passes
+EVAL = ["eval", "bytes", "--model", "model", "--text", "the th"]
+MODEL_CASES = [
+    # free text: UTF-8, and "--" is a value
+    ("eval bytes --text not UTF-8", ["eval", "bytes", "--model", "model", "--text", NOT_UTF8], None,
+     "argument --text: must be UTF-8 text, got the byte 0xff at byte 2"),
+    ("eval bytes --zip2zip --text not UTF-8", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", NOT_UTF8],
+     None, "argument --text: must be UTF-8 text, got the byte 0xff at byte 2"),
+    ("eval next-byte --text not UTF-8", ["eval", "next-byte", "--model", "model", "--text", NOT_UTF8], None,
+     "argument --text: must be UTF-8 text"),
+    ("generate --prompt not UTF-8", ["generate", "--model", "model", "--prompt", NOT_UTF8], None,
+     "argument --prompt: must be UTF-8 text"),
+    ("generate --zip2zip --prompt not UTF-8", ["generate", "--model", "z2z", "--zip2zip", "--prompt", NOT_UTF8], None,
+     "argument --prompt: must be UTF-8 text"),
+    ("eval bytes --text empty", ["eval", "bytes", "--model", "model", "--text", ""], None,
+     "argument --text: empty: it has no bytes to score"),
+    ("stats hypertokens --version not UTF-8", ["stats", "hypertokens", "--lineage", "x", "--version", NOT_UTF8,
+                                               "--corpus", "corpus.jsonl", "--registry", "http://127.0.0.1:9"], None,
+     "argument --version: must be UTF-8 text, got the byte 0xff at byte 2"),
+    ("stats hypertokens --lineage not UTF-8", ["stats", "hypertokens", "--lineage", NOT_UTF8, "--corpus",
+                                               "corpus.jsonl", "--registry", "http://127.0.0.1:9"], None,
+     "argument --lineage: must be 1-64 letters"),
+    ("trainer run --lineage=--", ["trainer", "run", "--lineage=--", "--data", "corpus.jsonl"], None,
+     "argument --lineage: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '--'"),
+    ("revise --lineage not UTF-8", ["revise", "--lineage", NOT_UTF8], None, "argument --lineage: must be 1-64"),
+    # ranges
+    ("generate --max-bytes -1", ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "-1"], None,
+     "argument --max-bytes: must be a whole number ≥ 1, got '-1'"),
+    ("generate --max-bytes 0", ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "0"], None,
+     "argument --max-bytes: must be a whole number ≥ 1, got '0'"),
+    ("generate --seed -1", ["generate", "--model", "model", "--prompt", "a", "--seed", "-1"], None,
+     "argument --seed: must be a whole number ≥ 0"),
+    ("eval next-byte --top 0", ["eval", "next-byte", "--model", "model", "--text", "a", "--top", "0"], None,
+     "argument --top: must be a whole number in [1, 256], got '0'"),
+    ("eval bytes --max-documents 0", ["eval", "bytes", "--model", "model", "--corpus", "corpus.jsonl",
+                                      "--max-documents", "0"], None, "argument --max-documents: must be a whole"),
+    ("trainer export --bos-id -1", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o", "--bos-id",
+                                    "-1"], None, "argument --bos-id: must be a whole number ≥ 0, got '-1'"),
+    ("trainer run --steps -1", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl", "--steps", "-1"], None,
+     "argument --steps: must be a whole number ≥ 0, got '-1'"),
+    ("eval bytes --max-documents without --corpus", [*EVAL, "--max-documents", "3"], None,
+     "--max-documents goes with --corpus"),
+    ("generate --max-merge without --zip2zip", ["generate", "--model", "model", "--prompt", "a", "--max-merge", "2"],
+     None, "--max-merge goes with --zip2zip"),
+    # model folders
+    ("model.safetensors truncated", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 1000),
+     "model is no model folder tokmaint can use: model.safetensors is truncated or corrupt"),
+    ("model.safetensors cut short", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 50_000),
+     "model.safetensors is truncated or corrupt"),
+    ("model.safetensors random", EVAL, lambda d: (d / "model" / "model.safetensors").write_bytes(os.urandom(4096)),
+     "model.safetensors is truncated or corrupt"),
+    ("model.safetensors empty", EVAL, lambda d: (d / "model" / "model.safetensors").write_bytes(b""),
+     "model.safetensors is truncated or corrupt"),
+    ("config.json disagrees", EVAL, lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(n_embd=64)),
+     "model.safetensors disagrees with config.json: transformer.wte.weight [280, 32] where config.json makes "
+     "[280, 64]"),
+    ("config.json broken", EVAL, lambda d: (d / "model" / "config.json").write_text("{"), "config.json is no model"),
+    ("config.json bos outside", EVAL,
+     lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(bos_token_id=10**6)),
+     "config.json's bos_token_id is 1000000, not one of the model's 280 rows"),
+    ("tokenizer.json larger than the rows", EVAL,
+     lambda d: (d / "model" / "tokenizer.json").write_bytes((d / "larger.json").read_bytes()),
+     "tokenizer.json has ids up to"),
+    ("another lineage's tokenizer.json", EVAL,
+     lambda d: (d / "model" / "tokenizer.json").write_bytes((d / "other.json").read_bytes()),
+     "tokenizer.json is not the version the model was trained with (tokmaint.json: demo version 3"),
+    ("generate on a broken folder", ["generate", "--model", "model", "--prompt", "a"],
+     lambda d: _cut(d / "model" / "model.safetensors", 1000), "model.safetensors is truncated or corrupt"),
+    ("trainer zip2zip from a broken folder", ["trainer", "zip2zip", "--model", "model", "--corpus", "corpus.jsonl",
+                                              "--out", "z"],
+     lambda d: _cut(d / "model" / "model.safetensors", 1000), "model.safetensors is truncated or corrupt"),
+    # zip2zip folders
+    ("zip2zip.safetensors corrupt", ["generate", "--model", "z2z", "--zip2zip", "--prompt", "a"],
+     lambda d: _cut(d / "z2z" / "zip2zip.safetensors", 100), "zip2zip.safetensors is not the hyper-encoder"),
+    ("zip2zip.json missing a field", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
+     lambda d: _edit_json(d / "z2z" / "zip2zip.json", lambda c: c.pop("heads")),
+     "zip2zip.json is no zip2zip config: no 'heads'"),
+    ("zip2zip.json not an object", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
+     lambda d: (d / "z2z" / "zip2zip.json").write_text("[3]"), "zip2zip.json is no zip2zip config: not a JSON object"),
+    # checkpoints
+    ("checkpoint truncated", ["eval", "bytes", "--model", "checkpoint.pt", "--text", "a"],
+     lambda d: _cut(d / "checkpoint.pt", 100), "checkpoint.pt is no trainer checkpoint: truncated, corrupt"),
+    ("checkpoint random", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o"],
+     lambda d: (d / "checkpoint.pt").write_bytes(os.urandom(4096)), "checkpoint.pt is no trainer checkpoint"),
+    # what the commands read besides
+    ("generate --prompt longer than the context", ["generate", "--model", "model", "--prompt", "the theme " * 200],
+     None, "the text needs"),
+    ("eval bytes --corpus without a byte", ["eval", "bytes", "--model", "model", "--corpus", "blank.jsonl"],
+     lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'), "blank.jsonl: no document with a byte to score"),
+    ("eval bytes --zip2zip --corpus without a byte", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--corpus",
+                                                      "blank.jsonl"],
+     lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'), "blank.jsonl: no document with a byte to score"),
+    ("trainer export --tokenizer not UTF-8", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o",
+                                              "--tokenizer", "latin1.jsonl"], None,
+     "argument --tokenizer: latin1.jsonl is no UTF-8 text"),
+    ("trainer run --model-config a list", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl",
+                                           "--registry", "http://127.0.0.1:9", "--model-config", "list.json"], None,
+     "--model-config list.json is no JSON object of GPT2Config fields"),
+    ("trainer run --model-config unknown field", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl",
+                                                  "--registry", "http://127.0.0.1:9", "--model-config", "mc.json"],
+     lambda d: (d / "mc.json").write_text('{"n_layers": 2}'), "GPT2Config has no field n_layers"),
+    # publish-model reads the folder's tokmaint.json
+    ("publish-model tokmaint.json a list", ["registry", "publish-model", "demo", "--model", "model", "--registry",
+                                            "http://127.0.0.1:9"],
+     lambda d: (d / "model" / "tokmaint.json").write_text("[3]"), "model/tokmaint.json is no JSON object"),
+]
+
+
+@pytest.fixture
+def model_scratch(scratch, models):
+    import shutil
+
+    for name in ("model", "z2z"):
+        shutil.copytree(models / name, scratch / name)
+    for name in ("checkpoint.pt", "other.json", "larger.json"):
+        shutil.copy(models / name, scratch / name)
+    return scratch
+
+
+@pytest.mark.parametrize("case, argv, edit, message", MODEL_CASES, ids=[c[0] for c in MODEL_CASES])
+def test_bad_models_and_options_are_one_line_exit_2(model_scratch, capsys, case, argv, edit, message):
+    if edit is not None:
+        edit(model_scratch)
+    before = snapshot(model_scratch)
+    code, out, err = run(argv, capsys)
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err and err.startswith("tokmaint"), err
+    assert message in err, err
+    assert "issue" not in err  # no library asking to file one
+    assert out == ""
+    assert snapshot(model_scratch) == before
+
+
+def test_a_value_of_two_dashes_reaches_the_command(model_scratch, capsys):
+    code, out, err = run(["eval", "bytes", "--model", "model", "--text=--", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["bytes"] == 2
+    code, out, err = run(["generate", "--model", "model", "--prompt=--", "--max-bytes", "3", "--json"], capsys)
+    assert code == 0 and json.loads(out)["prompt"] == "--", err
+
+
+def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
+    """The real thing: the bytes go through exec and Python's own decoding of argv."""
+    argv = [sys.executable.encode(), b"-m", b"tokmaint.cli", b"eval", b"bytes", b"--model", b"model", b"--text",
+            b"caf\xe9"]
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's code, from the scratch folder
+    done = subprocess.run(argv, capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
+    err = done.stderr.decode("utf-8", errors="replace")
+    assert done.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "argument --text: must be UTF-8 text, got the byte 0xe9 at byte 3" in err

@@ -183,11 +183,11 @@ def test_the_exported_folder_loads_in_transformers_and_gives_the_checkpoints_log
     inputs = torch.tensor([[0, *ids]])
     with torch.no_grad():
         assert torch.allclose(loaded(input_ids=inputs).logits, gpt.eval()(input_ids=inputs).logits, atol=1e-6)
-    export_model(path, tmp_path / "model")  # again: replaced whole
+    export_model(path, tmp_path / "model")  # again: its files replaced
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("a user's")
     from tokenizer_service.errors import TokmaintError
-    with pytest.raises(TokmaintError, match="no folder tokmaint exported"):
+    with pytest.raises(TokmaintError, match="mine is not empty and was not written by tokmaint"):
         export_model(path, tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "a user's"
 

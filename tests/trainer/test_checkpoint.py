@@ -62,3 +62,35 @@ def test_a_resume_continues_exactly_and_another_version_is_refused(tmp_path):
     with pytest.raises(CheckpointMismatch, match=r"ck version 2 \(sha256 bbbbbbbbbbbb\), not ck version 3"):
         load_checkpoint(path, model=other, optimizer=other_optimizer,
                         tokenizer=TokenizerStamp(lineage="ck", version=3, sha256="c" * 64))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random", "empty", "not a dict", "no optimizer"])
+def test_a_damaged_checkpoint_is_refused_in_one_line(tmp_path, damage):
+    """A resume (and tokmaint eval, export) from a file that is no checkpoint says so in one line,
+    with no PyTorch message asking to file an issue."""
+    from tokenizer_service.errors import TokmaintError
+
+    model, optimizer = _model_and_optimizer()
+    stamp = TokenizerStamp(lineage="ck", version=1, sha256="a" * 64)
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model=model, optimizer=optimizer, tokenizer=stamp, position={"step": 1})
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "random":
+        path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
+                                       dtype=torch.uint8).numpy().tobytes())
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "not a dict":
+        torch.save([1, 2], path)
+    else:
+        saved = torch.load(path, weights_only=True)
+        del saved["optimizer"]
+        torch.save(saved, path)
+    with pytest.raises(TokmaintError) as refused:
+        load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=stamp)
+    message = str(refused.value)
+    assert message.startswith(f"{path} is no trainer checkpoint") and "\n" not in message and "issue" not in message
+    if damage == "no optimizer":
+        assert message.endswith("no 'optimizer' in it")

@@ -221,3 +221,35 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
     with pytest.raises(SystemExit) as refused:
         main(["generate", "--model", str(tmp_path / "z2z"), "--model", str(tmp_path / "z2z"), "--zip2zip", "--prompt", "a"])
     assert refused.value.code == 2 and "reads one --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("weights truncated", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
+    ("weights of another shape", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
+    ("config missing a field", "zip2zip.json is no zip2zip config: no 'layers'"),
+    ("config not JSON", "zip2zip.json is no zip2zip config: not JSON"),
+    ("config out of range", "zip2zip.json is no zip2zip config: max_merge must be a whole number in [1, 64], got 0"),
+])
+def test_a_damaged_zip2zip_folder_is_refused_in_one_line(corpus_ids, trained, tmp_path, damage, message):
+    from safetensors.torch import save_file
+
+    from tokenizer_service.errors import TokmaintError
+
+    tokenizer, _ = corpus_ids
+    folder = tmp_path / "z2z"
+    trained.save(folder, tokenizer, {"lineage": "demo", "version": 3})
+    config = json.loads((folder / "zip2zip.json").read_text())
+    if damage == "weights truncated":
+        (folder / "zip2zip.safetensors").write_bytes((folder / "zip2zip.safetensors").read_bytes()[:200])
+    elif damage == "weights of another shape":
+        save_file({"decoder.weight": torch.zeros(3, 3), "decoder.bias": torch.zeros(3)},
+                  str(folder / "zip2zip.safetensors"))
+    elif damage == "config missing a field":
+        (folder / "zip2zip.json").write_text(json.dumps({k: v for k, v in config.items() if k != "layers"}))
+    elif damage == "config not JSON":
+        (folder / "zip2zip.json").write_text("{")
+    else:
+        (folder / "zip2zip.json").write_text(json.dumps({**config, "max_merge": 0}))
+    with pytest.raises(TokmaintError) as refused:
+        Zip2zipLM.load(folder, device="cpu")
+    assert message in str(refused.value) and "\n" not in str(refused.value)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from tokmaint.options import add_bench_options, chosen_settings
+from tokmaint.options import add_bench_options, chosen_settings, free_text
 from tokmaint.output import print_result, show_progress
 
 
 def _models(args: argparse.Namespace) -> list:
     from trainer.byte_level import ByteLevelModel
 
+    if getattr(args, "max_merge", None) is not None:
+        args.parser.error("--max-merge goes with --zip2zip")
     return [ByteLevelModel.load(path) for path in args.model]
 
 
@@ -25,12 +27,23 @@ def _zip2zip_model(args: argparse.Namespace) -> tuple:
     return Zip2zipLM.load(args.model[0], max_merge=args.max_merge)
 
 
-def _eval_zip2zip(args: argparse.Namespace) -> int:
+def _scored_texts(args: argparse.Namespace) -> list[str]:
+    """``--corpus``'s first ``--max-documents`` documents; refused when none has a byte to score
+    (bits per byte of no bytes would read as a figure)."""
     from tokenizer_service.corpus import read_corpus
+    from tokenizer_service.errors import CorpusError
+
+    texts = read_corpus(args.corpus).texts[: args.max_documents]
+    if not any(texts):
+        raise CorpusError(args.corpus, "no document with a byte to score")
+    return texts
+
+
+def _eval_zip2zip(args: argparse.Namespace) -> int:
     from trainer.zip2zip import bits_per_byte, byte_lengths
 
     model, tokenizer = _zip2zip_model(args)
-    texts = [args.text] if args.corpus is None else read_corpus(args.corpus).texts[: args.max_documents]
+    texts = [args.text] if args.corpus is None else _scored_texts(args)
     fits = model.positions - 1  # what one context reads after the bos
     encoded = tokenizer.encode_batch(texts)
     result = bits_per_byte(model, [i[:fits] for i in encoded if i], byte_lengths(tokenizer))
@@ -40,16 +53,19 @@ def _eval_zip2zip(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_bytes(args: argparse.Namespace) -> int:
-    from tokenizer_service.corpus import read_corpus
     from trainer.byte_level import ensemble_log_prob, evaluate_texts, fit_text
 
     if (args.text is None) == (args.corpus is None):
         args.parser.error("evaluate one of --text TEXT or --corpus PATH")
+    if args.text == "":
+        args.parser.error("argument --text: empty: it has no bytes to score")
+    if args.max_documents is not None and args.corpus is None:
+        args.parser.error("--max-documents goes with --corpus")
     if args.zip2zip:
         return _eval_zip2zip(args)
     models = _models(args)
     if args.corpus is not None:
-        texts = read_corpus(args.corpus).texts[: args.max_documents]
+        texts = _scored_texts(args)
         print_result(evaluate_texts(models, texts, progress=show_progress(args)), as_json=args.json)
         return 0
     if fit_text(models, args.text) != args.text:
@@ -126,30 +142,39 @@ def _add_zip2zip(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_eval(parser: argparse.ArgumentParser) -> None:
+    from tokenizer_service.settings import whole
+
     commands = parser.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
     evaluate = commands.add_parser("bytes", help="the exact probability that the model's text begins with TEXT's "
                                                  "bytes (ByteSampler), and bits per byte")
     _add_models(evaluate)
-    evaluate.add_argument("--text", help="the text")
+    evaluate.add_argument("--text", type=free_text, help="the text (UTF-8, at least one byte)")
     evaluate.add_argument("--corpus", help="or every document of a JSONL(.gz) or .txt(.gz) corpus")
-    evaluate.add_argument("--max-documents", type=int, help="with --corpus: its first N documents (default: all)")
+    evaluate.add_argument("--max-documents", type=whole(1),
+                          help="with --corpus: its first N documents; a whole number ≥ 1 (default: all)")
     _add_zip2zip(evaluate, "score each text's codes (a document a context, from the start of the text) in bits "
                            "per byte of the same bytes")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(func=cmd_eval_bytes, parser=evaluate)
     next_byte = commands.add_parser("next-byte", help="the distribution of the byte that follows TEXT")
     _add_models(next_byte)
-    next_byte.add_argument("--text", required=True, help="the text so far (it may end inside a word)")
-    next_byte.add_argument("--top", type=int, default=10, help="the most likely bytes shown (default: 10)")
+    next_byte.add_argument("--text", type=free_text, required=True,
+                           help="the text so far (UTF-8; it may end inside a word, or be empty)")
+    next_byte.add_argument("--top", type=whole(1, 256), default=10,
+                           help="the most likely bytes shown; a whole number in [1, 256] (default: 10)")
     next_byte.add_argument("--json", action="store_true", help="print JSON (every byte's probability)")
     next_byte.set_defaults(func=cmd_eval_next_byte, parser=next_byte)
 
 
 def add_generate(parser: argparse.ArgumentParser) -> None:
+    from tokenizer_service.settings import whole
+
     _add_models(parser)
-    parser.add_argument("--prompt", required=True, help="the text to continue (it may end inside a word)")
-    parser.add_argument("--max-bytes", type=int, default=64, help="bytes to sample (default: 64)")
-    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: 0)")
+    parser.add_argument("--prompt", type=free_text, required=True,
+                        help="the text to continue (UTF-8; it may end inside a word, or be empty)")
+    parser.add_argument("--max-bytes", type=whole(1), default=64,
+                        help="bytes to sample; a whole number ≥ 1 (default: 64)")
+    parser.add_argument("--seed", type=whole(0), default=0, help="the sampler's seed; a whole number ≥ 0 (default: 0)")
     _add_zip2zip(parser, "sample codes after the prompt's tokens (it ends on a token boundary there), the codebook "
                          "growing with the output, and print their text")
     parser.add_argument("--json", action="store_true", help="print JSON")

@@ -8,7 +8,7 @@ import json
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
 from tokenizer_service.settings import whole
-from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, free_text, lineage, settings_errors
 from tokmaint.output import print_result, show_progress
 
 
@@ -246,7 +246,7 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", help="Redis URL, of a server or of any node of a Redis Cluster (default: "
                                         "TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
     parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
-    parser.add_argument("--lineage", required=True, help="the registry lineage")
+    parser.add_argument("--lineage", type=lineage, required=True, help="the registry lineage")
     _add_wait_option(parser)
 
 
@@ -348,8 +348,9 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
                                                           "stream's documents, with how many are tokens of the "
                                                           "lineage's version already (candidates for Ted-Tok's merges)")
     hyper.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
-    hyper.add_argument("--lineage", required=True, help="the registry lineage")
-    hyper.add_argument("--version", help="the version whose tokens LZW runs over (default: latest)")
+    hyper.add_argument("--lineage", type=lineage, required=True, help="the registry lineage")
+    hyper.add_argument("--version", type=free_text, help="the version whose tokens LZW runs over: a number, latest "
+                                                         "or an alias (default: latest)")
     hyper.add_argument("--corpus", help="read the documents from this JSONL(.gz) or .txt(.gz) corpus instead of the "
                                         "docs topic")
     hyper.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")

@@ -9,7 +9,7 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from tokmaint.options import add_bench_options, add_settings, chosen_settings
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, lineage
 from tokmaint.output import print_result, show_progress
 
 
@@ -68,7 +68,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from trainer.export import export_model
 
-    tokenizer_json = Path(args.tokenizer).read_text(encoding="utf-8") if args.tokenizer else None
+    try:
+        tokenizer_json = Path(args.tokenizer).read_text(encoding="utf-8") if args.tokenizer else None
+    except UnicodeDecodeError as exc:
+        args.parser.error(f"argument --tokenizer: {args.tokenizer} is no UTF-8 text (byte {exc.start})")
     print_result(export_model(args.checkpoint, args.out, tokenizer_json=tokenizer_json, bos_id=args.bos_id),
                  as_json=args.json)
     return 0
@@ -102,13 +105,14 @@ def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
 
 
 def add_trainer(trainer: argparse.ArgumentParser) -> None:
+    from tokenizer_service.settings import whole
     from trainer.settings import TrainerSettings, Zip2zipSettings
 
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="train on a corpus with the lineage's current version, applying each newer "
                                           "version between two optimizer steps")
     run.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
-    run.add_argument("--lineage", required=True, help="the lineage to follow")
+    run.add_argument("--lineage", type=lineage, required=True, help="the lineage to follow")
     run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
     run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
     run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
@@ -120,9 +124,10 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
                      help="learn of new versions by the registry's watch (default) or the revision events topic")
     run.add_argument("--revisions-topic", help="the revision events' topic (default: "
                                                "TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)")
-    run.add_argument("--steps", type=int, default=1000,
+    run.add_argument("--steps", type=whole(0), default=1000,
                      help="optimizer steps in all: a run resumed from --checkpoint-dir trains until the model has "
-                          "taken this many, so running the same command again does nothing more (default: 1000)")
+                          "taken this many, so running the same command again does nothing more; a whole number ≥ 0 "
+                          "(default: 1000)")
     run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
     run.add_argument("--report", help="write the whole report here as JSON (every step's loss and version, the "
@@ -135,10 +140,11 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     export = commands.add_parser("export", help="write a checkpoint as a Hugging Face model folder (config, safetensors "
                                                 "weights, the version's tokenizer.json) that from_pretrained loads")
     export.add_argument("--checkpoint", required=True, help="the trainer's checkpoint (checkpoint.pt)")
-    export.add_argument("--out", required=True, help="the folder to write (replaced whole when tokmaint exported it)")
+    export.add_argument("--out", required=True, help="the folder to write (new, empty, or one tokmaint exported: its "
+                                                     "files are replaced, any other file there is kept)")
     export.add_argument("--tokenizer", help="the version's tokenizer.json, for a checkpoint that does not hold it")
-    export.add_argument("--bos-id", type=int, help="the id a text starts from (default: the version's special token "
-                                                   "for it, such as <|endoftext|>)")
+    export.add_argument("--bos-id", type=whole(0), help="the id a text starts from; a whole number ≥ 0 (default: the "
+                                                        "version's special token for it, such as <|endoftext|>)")
     export.add_argument("--json", action="store_true", help="print JSON")
     export.set_defaults(func=cmd_export, parser=export)
     zip2zip = commands.add_parser("zip2zip", help="fine-tune a model on a corpus's LZW-compressed contexts (zip2zip "
@@ -148,7 +154,8 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
                                                         "checkpoint")
     zip2zip.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to fine-tune on, in order")
     zip2zip.add_argument("--out", required=True, help="the folder to write (the model folder plus zip2zip.json and "
-                                                      "zip2zip.safetensors; replaced whole when tokmaint wrote it)")
+                                                      "zip2zip.safetensors; new, empty, or one tokmaint wrote: its "
+                                                      "files are replaced, any other file there is kept)")
     add_settings(zip2zip, Zip2zipSettings)
     zip2zip.add_argument("--json", action="store_true", help="print JSON")
     zip2zip.set_defaults(func=cmd_zip2zip, parser=zip2zip)
