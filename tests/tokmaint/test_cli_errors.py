@@ -430,7 +430,7 @@ MODEL_CASES = [
     # publish-model reads the folder's tokmaint.json
     ("publish-model tokmaint.json a list", ["registry", "publish-model", "demo", "--model", "model", "--registry",
                                             "http://127.0.0.1:9"],
-     lambda d: (d / "model" / "tokmaint.json").write_text("[3]"), "model/tokmaint.json is no JSON object"),
+     lambda d: (d / "model" / "tokmaint.json").write_text("[3]"), "model/tokmaint.json is not a JSON object"),
 ]
 
 
