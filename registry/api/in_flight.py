@@ -163,6 +163,15 @@ class InFlight:
                 "saturated": saturated, "refused": self.refused}
 
 
+def is_watch(path: str) -> bool:
+    """Whether a request is a watch (counted apart from the places).
+
+    >>> is_watch("/v1/tokenizers/git/watch"), is_watch("/git/resolve/main/watch")
+    (True, False)
+    """
+    return path.startswith("/v1/tokenizers/") and path.endswith("/watch")
+
+
 def _clients(scope: Scope) -> tuple[tuple[str, Any], ...]:
     """Who a request counts against: its peer address, and its bearer token where it sends one.
 
@@ -195,7 +204,7 @@ class InFlightLimit:
             await self.app(scope, receive, send)
             return
         state, limits = self.state, self.state.limits
-        watch = scope["path"].endswith("/watch")
+        watch = is_watch(scope["path"])
         clients = _clients(scope)
         if self.sends.watcher is None or self.sends.watcher.done():
             self.sends.start()
