@@ -55,8 +55,11 @@ def _array_items(body: bytes, limit: int) -> list[Any]:
     """A JSON array's elements, read one at a time: refused (413) at the ``limit + 1``-th, before
     the rest is parsed (``[{}, {}, ...]`` of 64 MB would be 20 million dicts).
 
-    >>> _array_items(b' [1, {"a": [2]} ] ', 5)
-    [1, {'a': [2]}]
+    >>> _array_items(b' [1, {"a": [2]} ] ', 5), _array_items(b"[]", 5)
+    ([1, {'a': [2]}], [])
+    >>> _array_items(b"[1,]", 5)
+    Traceback (most recent call last):
+    fastapi.exceptions.HTTPException: 422: the body is not JSON (Expecting value: line 1 column 4 (char 3))
     """
     try:
         text = body.decode("utf-8")
@@ -68,17 +71,20 @@ def _array_items(body: bytes, limit: int) -> list[Any]:
         raise HTTPException(422, detail="a JSON body must be an array of documents")
     at = _skip_space(text, at + 1)
     try:
-        while not text.startswith("]", at):
-            if items:
-                if not text.startswith(",", at):
-                    raise json.JSONDecodeError("expected ',' or ']'", text, at)
-                at = _skip_space(text, at + 1)
+        while not text.startswith("]", at):  # an element, then a comma and another, or the end
             if len(items) == limit:
                 raise HTTPException(413, detail=f"the array has more than {limit:,} documents; a request takes at "
                                                 f"most {limit:,} records (send them in smaller requests)")
             item, at = decoder.raw_decode(text, at)
             items.append(item)
             at = _skip_space(text, at)
+            if not text.startswith(",", at):
+                break
+            at = _skip_space(text, at + 1)
+            if text.startswith("]", at):
+                raise json.JSONDecodeError("Expecting value", text, at)
+        if not text.startswith("]", at):
+            raise json.JSONDecodeError("expected ',' or ']'", text, at)
         if _skip_space(text, at + 1) != len(text):
             raise json.JSONDecodeError("extra data after the array", text, at + 1)
     except (json.JSONDecodeError, RecursionError) as exc:
