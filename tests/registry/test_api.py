@@ -307,7 +307,6 @@ def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp
     SQLAlchemy listener counts its queries): the database is read a handful of times a second
     for all of them, not five times a second for each; /healthz counts them, one past
     max_watches is refused 503, and a publish wakes every one."""
-    import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     import uvicorn
@@ -358,4 +357,3 @@ def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-        asyncio.set_event_loop(None)
