@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -111,23 +110,27 @@ class StalledSends:
 
 class InFlight:
     """The counts of one server, read by its ``/healthz``; they live on the event loop's one
-    thread (no lock).
+    thread (no lock). A request counts against its peer address and, where it sends one, its
+    bearer token (``Authorization``'s value): both must be under ``Limits.per_client``.
 
     >>> state = InFlight(Limits(requests=2, per_client=1))
-    >>> state.take(("peer", "a")), state.take(("peer", "a")), state.take(("peer", "b")), state.take(("peer", "c"))
+    >>> state.take("a"), state.take("a"), state.take("b", b"Bearer t"), state.take("c", b"Bearer t")
     (None, 'held', None, 'full')
-    >>> state.health()["saturated"]
-    True
+    >>> state.give_back("a"); state.take("c", b"Bearer t")
+    'held'
+    >>> state.health()["in_flight"], state.health()["saturated"]
+    (1, False)
     """
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.requests = self.watches = 0
-        self.by_client: Counter[tuple[str, Any]] = Counter()
+        self.by_peer: dict[str | None, int] = {}
+        self.by_token: dict[bytes, int] = {}
         self.refused = 0
 
-    def take(self, *clients: tuple[str, Any], watch: bool = False) -> str | None:
-        """Take a place for a request of these clients; None, or why not (``full``, ``held``)."""
+    def take(self, peer: str | None, token: bytes | None = None, *, watch: bool = False) -> str | None:
+        """Take a place for a request; None, or why not (``full``, ``held``: the client's share)."""
         limits = self.limits
         if watch:  # bounded apart, and by their own deadline: a client's share is for requests it works on
             if self.watches >= limits.watches:
@@ -136,24 +139,30 @@ class InFlight:
             return None
         if self.requests >= limits.requests:
             return "full"
-        by_client = self.by_client
-        if any(by_client[client] >= limits.per_client for client in clients):
+        by_peer, by_token = self.by_peer, self.by_token
+        held = by_peer.get(peer, 0)
+        if held >= limits.per_client or (token is not None and by_token.get(token, 0) >= limits.per_client):
             return "held"
-        for client in clients:
-            by_client[client] += 1
+        by_peer[peer] = held + 1
+        if token is not None:
+            by_token[token] = by_token.get(token, 0) + 1
         self.requests += 1
         return None
 
-    def give_back(self, *clients: tuple[str, Any], watch: bool = False) -> None:
+    def give_back(self, peer: str | None, token: bytes | None = None, *, watch: bool = False) -> None:
         if watch:
             self.watches -= 1
             return
-        for client in clients:
-            if (left := self.by_client[client] - 1) > 0:
-                self.by_client[client] = left
-            else:
-                del self.by_client[client]
         self.requests -= 1
+        if (held := self.by_peer[peer] - 1) > 0:
+            self.by_peer[peer] = held
+        else:
+            del self.by_peer[peer]
+        if token is not None:
+            if (held := self.by_token[token] - 1) > 0:
+                self.by_token[token] = held
+            else:
+                del self.by_token[token]
 
     def health(self) -> dict[str, Any]:
         """What ``/healthz`` says of the load: ``saturated`` once every request place is taken."""
@@ -172,17 +181,22 @@ def is_watch(path: str) -> bool:
     return path.startswith("/v1/tokenizers/") and path.endswith("/watch")
 
 
-def _clients(scope: Scope) -> tuple[tuple[str, Any], ...]:
-    """Who a request counts against: its peer address, and its bearer token where it sends one.
+def read_headers(scope: Scope) -> tuple[bytes | None, bool]:
+    """A request's bearer token (``Authorization``'s value, if any) and whether it may have a
+    body, in one scan of its headers.
 
-    >>> _clients({"client": ("10.0.0.1", 5), "headers": [(b"authorization", b"Bearer x")]})
-    (('peer', '10.0.0.1'), ('token', b'Bearer x'))
+    >>> read_headers({"method": "GET", "headers": [(b"authorization", b"Bearer x")]})
+    (b'Bearer x', False)
+    >>> read_headers({"method": "GET", "headers": [(b"content-length", b"5")]})
+    (None, True)
     """
-    peer = ("peer", scope["client"][0] if scope.get("client") else None)
+    token, body = None, scope["method"] not in ("GET", "HEAD")
     for name, value in scope["headers"]:
         if name == b"authorization":
-            return peer, ("token", value)
-    return (peer,)
+            token = value
+        elif name == b"content-length" or name == b"transfer-encoding":
+            body = body or value != b"0"
+    return token, body
 
 
 def _refusal(status: int, code: str, reason: str, *headers: tuple[bytes, bytes]) -> tuple[Message, Message]:
@@ -203,22 +217,23 @@ class InFlightLimit:
         if scope["type"] != "http" or scope["path"] in UNCOUNTED:
             await self.app(scope, receive, send)
             return
-        state, limits = self.state, self.state.limits
+        state, sends = self.state, self.sends
         watch = is_watch(scope["path"])
-        clients = _clients(scope)
-        if self.sends.watcher is None or self.sends.watcher.done():
-            self.sends.start()
-        if why := state.take(*clients, watch=watch):
+        peer = scope["client"][0] if scope.get("client") else None
+        token, body = read_headers(scope)
+        if sends.watcher is None or sends.watcher.done():
+            sends.start()
+        if why := state.take(peer, token, watch=watch):
             await self._refuse(scope, send, why, watch)
             return
         started = False
-        sends = self.sends
+        waiting = sends.waiting
 
         async def sending(message: Message) -> None:
             nonlocal started
             started = True
             task = asyncio.current_task()  # a streaming response sends from a task of its own
-            sends.waiting[task] = time.monotonic()
+            waiting[task] = time.monotonic()
             try:
                 await send(message)
             except asyncio.CancelledError:
@@ -226,21 +241,22 @@ class InFlightLimit:
                     raise SendTimeout from None
                 raise
             finally:
-                sends.waiting.pop(task, None)
+                del waiting[task]
 
         try:
-            await self.app(scope, self._receiving(receive), sending)
+            # A request without a body has nothing to time: its receive is left as it is.
+            await self.app(scope, self._receiving(receive) if body else receive, sending)
         except BaseException as exc:  # an ExceptionGroup of a streaming response's tasks, too
             if _holds(exc, SendTimeout):
                 log.warning("%s %s: the client took nothing for %g s; its connection is closed",
-                            scope["method"], scope["path"], limits.send_timeout)
+                            scope["method"], scope["path"], state.limits.send_timeout)
             elif _holds(exc, BodyTimeout) and not started:
                 await send_refusal(send, 408, "request_timeout", str(_find(exc, BodyTimeout)),
                                    (b"connection", b"close"))
             else:
                 raise
         finally:
-            state.give_back(*clients, watch=watch)
+            state.give_back(peer, token, watch=watch)
 
     def _receiving(self, receive: Receive) -> Receive:
         """``receive`` with the body's deadlines: no ``receive_timeout`` seconds without a byte,
