@@ -3,7 +3,9 @@
 The shape of Confluent's REST Proxy, kept small: a body of NDJSON (``application/x-ndjson``, one
 document a line) or a JSON array of documents; each record is checked with the stream's own
 rules (``schemas.document``); the good ones go to the topic keyed by id, the refused ones to the
-dead-letter topic with the reason, and the answer counts both and gives every refusal's reason.
+dead-letter topic with the reason, and the answer counts both and gives the first 100 refusals'
+reasons (``refusals_left_out``: how many more). A request takes at most 10,000 records
+(``--max-records``); one over it is refused whole (413) before any is checked.
 Answers come once the broker has acknowledged every record (``acks=all``). Writes need the
 registry's bearer token (``TOKMAINT_REGISTRY_TOKEN``), or ``--insecure-dev``.
 
@@ -19,28 +21,86 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 
 from pipeline.kafka import Producer, Record
 from pipeline.topics import PipelineSettings, dead_letter
 from registry.api.deps import WriterDep, read_body
 from registry.api.errors import install_error_shape
-from registry.api.in_flight import InFlightLimit
+from registry.api.in_flight import NO_TELEMETRY, InFlight, InFlightLimit, Limits
 from registry.config import RegistrySettings
 from schemas.document import RecordError, decode_document
 
 
-def _records(body: bytes, content_type: str) -> list[bytes]:
-    """The body's records as bytes: NDJSON lines, or a JSON array's elements (each re-encoded)."""
+def _records(body: bytes, content_type: str, limit: int) -> list[bytes]:
+    """The body's records as bytes: NDJSON lines, or a JSON array's elements (each re-encoded);
+    a body of more than ``limit`` is refused whole (413) before any is checked: NDJSON by its
+    lines, blank ones included (counted in C), an array as it is read.
+
+    >>> _records(b'{"a": 1}\\n\\n{"b": 2}\\n', "application/x-ndjson", 3)
+    [b'{"a": 1}', b'{"b": 2}']
+    >>> _records(b'[{"a": 1}, [2]]', "application/json", 2)
+    [b'{"a": 1}', b'[2]']
+    """
     if content_type.split(";")[0].strip() == "application/json":
-        try:
-            items = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise HTTPException(422, detail=f"the body is not JSON ({str(exc)[:80]})") from None
-        if not isinstance(items, list):
-            raise HTTPException(422, detail="a JSON body must be an array of documents")
-        return [_record_bytes(item) for item in items]
+        return [_record_bytes(item) for item in _array_items(body, limit)]
+    if (lines := body.count(b"\n") + (not body.endswith(b"\n"))) > limit:
+        raise HTTPException(413, detail=f"the body has {lines:,} lines; a request takes at most {limit:,} records "
+                                        "(send them in smaller requests)")
     return [line for line in body.split(b"\n") if line.strip()]
+
+
+def _array_items(body: bytes, limit: int) -> list[Any]:
+    """A JSON array's elements, read one at a time: refused (413) at the ``limit + 1``-th, before
+    the rest is parsed (``[{}, {}, ...]`` of 64 MB would be 20 million dicts).
+
+    >>> _array_items(b' [1, {"a": [2]} ] ', 5), _array_items(b"[]", 5)
+    ([1, {'a': [2]}], [])
+    >>> _array_items(b"[1,]", 5)
+    Traceback (most recent call last):
+    fastapi.exceptions.HTTPException: 422: the body is not JSON (Expecting value: line 1 column 4 (char 3))
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPException(422, detail=f"the body is not JSON ({str(exc)[:80]})") from None
+    decoder, items = json.JSONDecoder(), []
+    at = _skip_space(text, 0)
+    if not text.startswith("[", at):
+        raise HTTPException(422, detail="a JSON body must be an array of documents")
+    at = _skip_space(text, at + 1)
+    try:
+        while not text.startswith("]", at):  # an element, then a comma and another, or the end
+            if len(items) == limit:
+                raise HTTPException(413, detail=f"the array has more than {limit:,} documents; a request takes at "
+                                                f"most {limit:,} records (send them in smaller requests)")
+            item, at = decoder.raw_decode(text, at)
+            items.append(item)
+            at = _skip_space(text, at)
+            if not text.startswith(",", at):
+                break
+            at = _skip_space(text, at + 1)
+            if text.startswith("]", at):
+                raise json.JSONDecodeError("Expecting value", text, at)
+        if not text.startswith("]", at):
+            raise json.JSONDecodeError("expected ',' or ']'", text, at)
+        if _skip_space(text, at + 1) != len(text):
+            raise json.JSONDecodeError("extra data after the array", text, at + 1)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise HTTPException(422, detail=f"the body is not JSON ({str(exc)[:80]})") from None
+    return items
+
+
+def _skip_space(text: str, at: int) -> int:
+    """The index of the first non-whitespace character (JSON's four) from ``at``.
+
+    >>> _skip_space(" \\t\\n x", 0)
+    4
+    """
+    while at < len(text) and text[at] in " \t\n\r":
+        at += 1
+    return at
 
 
 def _record_bytes(item: Any) -> bytes:
@@ -57,10 +117,13 @@ def _record_bytes(item: Any) -> bytes:
 
 
 def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure_dev: bool = False,
-                      max_body_bytes: int = 64 << 20, max_in_flight: int = 64) -> FastAPI:
-    """The ingest app for ``settings`` (its docs topic only) behind the bearer ``token``; past
-    ``max_in_flight`` requests at once, one more is answered 503 with Retry-After (nothing of it
-    produced)."""
+                      max_body_bytes: int = 64 << 20, max_records: int = 10_000, max_reasons: int = 100,
+                      limits: Limits = Limits()) -> FastAPI:
+    """The ingest app for ``settings`` (its docs topic only) behind the bearer ``token``. A body
+    of more than ``max_records`` records is refused whole (413); an answer names the first
+    ``max_reasons`` refusals (and counts them all). Past ``limits.requests`` requests at once (or
+    a client's share of them), one more is answered 503 with Retry-After (nothing of it produced);
+    a slow upload 408 (``registry.api.in_flight``)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -69,15 +132,23 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         yield
         app.state.producer.close()
 
-    app = FastAPI(title="tokmaint ingest", version="1", lifespan=lifespan)
+    app = FastAPI(title="tokmaint ingest", version="1", lifespan=lifespan, telemetry=NO_TELEMETRY)
     install_error_shape(app)
-    app.add_middleware(InFlightLimit, limit=max_in_flight)
+    app.state.in_flight = InFlight(limits)
+    app.add_middleware(InFlightLimit, state=app.state.in_flight)
     # The registry's writer check reads its settings: the same token, the same rule.
     app.state.settings = RegistrySettings(token=token, insecure_dev=insecure_dev)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def healthz() -> dict[str, Any]:
+        """200 while the server answers; ``saturated`` once every request place is taken."""
+        return app.state.in_flight.health()
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        """As ``/healthz``, but 503 while saturated (for a readiness probe)."""
+        health = app.state.in_flight.health()
+        return JSONResponse(health, status_code=503 if health["saturated"] else 200)
 
     @app.post("/v1/streams/{topic}/documents")
     async def post_documents(topic: str, request: Request, writer: WriterDep) -> dict[str, Any]:
@@ -85,7 +156,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         if topic != settings.docs_topic:
             raise HTTPException(404, detail=f"no stream {topic!r} here (this one takes {settings.docs_topic!r})")
         body = await read_body(request, max_body_bytes)
-        records = _records(body, request.headers.get("content-type", "application/x-ndjson"))
+        records = _records(body, request.headers.get("content-type", "application/x-ndjson"), max_records)
         return await run_in_threadpool(_produce, request.app.state.producer, records)
 
     def _produce(producer: Producer, records: list[bytes]) -> dict[str, Any]:
@@ -118,8 +189,10 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
         if lost:
             raise HTTPException(503, detail=f"{len(lost)} records reached neither {settings.docs_topic!r} nor "
                                             f"{settings.dlq_topic!r} (send them again): " + "; ".join(lost[:5]))
+        shown = sorted(reasons.items())[:max_reasons]
         return {"accepted": len(records) - len(reasons), "refused": len(reasons),
-                "refusals": [{"record": k, "reason": reason} for k, reason in sorted(reasons.items())]}
+                "refusals": [{"record": k, "reason": reason} for k, reason in shown],
+                "refusals_left_out": len(reasons) - len(shown)}
 
     return app
 

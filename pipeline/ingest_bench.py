@@ -64,7 +64,9 @@ def run_ingest_bench(corpus: str | Path, settings: IngestBenchSettings | None = 
     try:
         with tempfile.TemporaryDirectory(prefix="tokmaint-bench-ingest-") as root:
             server, url = start_service(["ingest-server", "--bootstrap", bootstrap, "--topic", TOPIC,
-                                         "--max-in-flight", str(settings.max_in_flight)],
+                                         "--max-in-flight", str(settings.max_in_flight),
+                                         # every client of the benchmark is this one address
+                                         "--max-in-flight-per-client", str(settings.max_in_flight)],
                                         env={"TOKMAINT_REGISTRY_TOKEN": token}, log=Path(root) / "ingest.log",
                                         what="the ingest server")
             try:

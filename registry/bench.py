@@ -157,8 +157,10 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | Non
                 bar.update()
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-registry-") as root:
-        process, url = start_server(Path(root), env={"TOKMAINT_REGISTRY_TOKEN": token,
-                                                     "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": str(settings.max_in_flight)})
+        # Every client of the benchmark is this one address: its share is the whole server.
+        process, url = start_server(Path(root), env={
+            "TOKMAINT_REGISTRY_TOKEN": token, "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": str(settings.max_in_flight),
+            "TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT": str(settings.max_in_flight)})
         try:
             client = RegistryClient(url, token=token)
             client.create("bench", tokenizer.to_json())

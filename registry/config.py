@@ -57,6 +57,17 @@ class RegistrySettings(RegistryStoreSettings):
     max_watch_seconds: float = Field(60.0, ge=0)
     # Requests served at once; one more is answered 503 with Retry-After (registry.api.in_flight).
     max_in_flight: int = Field(64, ge=1)
+    # Of those, what one client (its peer address; its bearer token, where it sends one) may hold;
+    # None: a quarter of max_in_flight.
+    max_in_flight_per_client: int | None = Field(None, ge=1)
+    # Watches waiting at once (counted apart: they wait, and hold no worker).
+    max_watches: int = Field(256, ge=1)
+    # Seconds a response may wait for the client to read it before it is given up (its connection closed).
+    send_timeout: float = Field(30.0, gt=0)
+    # Seconds a request body may go without a byte, and the bytes a second it must average once
+    # that grace has passed (0: no floor), before it is answered 408.
+    receive_timeout: float = Field(15.0, gt=0)
+    min_upload_kib_per_second: float = Field(64.0, ge=0)
     # Artifacts kept in memory for downloads, in MB; one over a sixteenth of it (a model's
     # weights) is streamed from the store instead.
     cache_mb: float = Field(256.0, gt=0)
@@ -76,6 +87,13 @@ class RegistrySettings(RegistryStoreSettings):
         if self.token is None and not self.insecure_dev:
             raise ValueError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
                              "unauthenticated writes (development only)")
+        return self
+
+    @model_validator(mode="after")
+    def _share_within_the_limit(self) -> Self:
+        if self.max_in_flight_per_client is not None and self.max_in_flight_per_client > self.max_in_flight:
+            raise ValueError(f"TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT ({self.max_in_flight_per_client}) is over "
+                             f"TOKMAINT_REGISTRY_MAX_IN_FLIGHT ({self.max_in_flight})")
         return self
 
     @property

@@ -1,57 +1,325 @@
-"""At most ``limit`` requests in flight; one more is refused at once with 503 and
+"""At most ``Limits.requests`` requests in flight, at most ``Limits.per_client`` of them from one
+client, and at most ``Limits.watches`` watches; one more is refused at once with 503 and
 ``Retry-After`` (``{error_code: "overloaded", ...}``) instead of waiting in a queue that grows
 without bound: past its capacity a server keeps answering in time the requests it takes, and a
-client knows to come back. Health checks, metrics and watches (which wait, and hold no worker)
-are not counted.
+client knows to come back.
 
-    app.add_middleware(InFlightLimit, limit=64)
+A place is held only while the request is served in time: a response the client does not read
+for ``send_timeout`` seconds is given up (its connection closed) and a request body that stalls
+for ``receive_timeout`` seconds, or arrives slower than ``min_upload_rate`` bytes a second past
+that grace, is answered 408: slow clients cannot keep the places. Health checks and metrics are
+not counted (``/healthz`` reports the count and whether the server is saturated).
+
+    app.add_middleware(InFlightLimit, state=InFlight(Limits(requests=64)))
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.api.errors import error_body
 
-UNCOUNTED = ("/healthz", "/metrics")
+UNCOUNTED = frozenset(("/healthz", "/readyz", "/metrics"))
 SHED_ROUTE = SimpleNamespace(path="overloaded")  # the route label a refused request is counted under
+log = logging.getLogger("tokmaint.in_flight")
+# FastAPI(telemetry=NO_TELEMETRY): FastAPI's own OpenTelemetry asks the environment for providers
+# on every request (a quarter of a revalidation's time); the servers count requests with Prometheus.
+NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 
 
-def counted(path: str) -> bool:
-    """Whether a request to ``path`` takes one of the places.
+@dataclass(frozen=True)
+class Limits:
+    """What a server takes at once, and how long it waits for a slow client.
 
-    >>> counted("/v1/tokenizers/git/versions/latest"), counted("/healthz"), counted("/v1/tokenizers/git/watch")
-    (True, False, False)
+    >>> Limits(requests=8).per_client, Limits(requests=64).per_client
+    (2, 16)
     """
-    return path not in UNCOUNTED and not path.endswith("/watch")
+
+    requests: int = 64
+    # One client's share (its peer address, and its bearer token where it sends one); None: a quarter.
+    per_client: int | None = None
+    watches: int = 256
+    send_timeout: float = 30.0
+    receive_timeout: float = 15.0
+    min_upload_rate: float = 64 * 1024  # bytes/s once receive_timeout has passed; 0: no floor
+
+    def __post_init__(self) -> None:
+        if self.per_client is None:
+            object.__setattr__(self, "per_client", max(1, self.requests // 4))
+
+
+class BodyTimeout(Exception):
+    """A request body stalled or came too slowly (answered 408)."""
+
+
+class SendTimeout(Exception):
+    """The client did not take the response in time (the connection is closed)."""
+
+
+class StalledSends:
+    """The requests whose response waits for its client to read, and since when. One watcher
+    task gives up (cancels) those past ``timeout``: a timer per send would cost a revalidation
+    a third of its time.
+
+    >>> async def demo():
+    ...     sends = StalledSends(0.05)
+    ...     sends.start()
+    ...     stalled = asyncio.ensure_future(asyncio.sleep(10))
+    ...     await asyncio.sleep(0)
+    ...     sends.waiting[stalled] = time.monotonic()
+    ...     await asyncio.sleep(0.2)
+    ...     return stalled.cancelled(), sends.gave_up(stalled)
+    >>> asyncio.run(demo())
+    (True, True)
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.waiting: dict[asyncio.Task, float] = {}
+        self._given_up: set[asyncio.Task] = set()
+        self.watcher: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.watcher = asyncio.ensure_future(self._watch())
+
+    def gave_up(self, task: asyncio.Task) -> bool:
+        """Whether ``task`` was cancelled here (then it is no longer cancelled: it ends as it chooses)."""
+        if task not in self._given_up:
+            return False
+        self._given_up.discard(task)
+        task.uncancel()
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.timeout / 4))
+            now = time.monotonic()
+            for task, since in list(self.waiting.items()):
+                if now - since > self.timeout and task not in self._given_up:
+                    self._given_up.add(task)
+                    task.cancel()
+
+
+class InFlight:
+    """The counts of one server, read by its ``/healthz``; they live on the event loop's one
+    thread (no lock). A request counts against its peer address and, where it sends one, its
+    bearer token (``Authorization``'s value): both must be under ``Limits.per_client``.
+
+    >>> state = InFlight(Limits(requests=2, per_client=1))
+    >>> state.take("a"), state.take("a"), state.take("b", b"Bearer t"), state.take("c", b"Bearer t")
+    (None, 'held', None, 'full')
+    >>> state.give_back("a"); state.take("c", b"Bearer t")
+    'held'
+    >>> state.health()["in_flight"], state.health()["saturated"]
+    (1, False)
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.requests = self.watches = 0
+        self.by_peer: dict[str | None, int] = {}
+        self.by_token: dict[bytes, int] = {}
+        self.refused = 0
+
+    def take(self, peer: str | None, token: bytes | None = None, *, watch: bool = False) -> str | None:
+        """Take a place for a request; None, or why not (``full``, ``held``: the client's share)."""
+        limits = self.limits
+        if watch:  # bounded apart, and by their own deadline: a client's share is for requests it works on
+            if self.watches >= limits.watches:
+                return "full"
+            self.watches += 1
+            return None
+        if self.requests >= limits.requests:
+            return "full"
+        by_peer, by_token = self.by_peer, self.by_token
+        held = by_peer.get(peer, 0)
+        if held >= limits.per_client or (token is not None and by_token.get(token, 0) >= limits.per_client):
+            return "held"
+        by_peer[peer] = held + 1
+        if token is not None:
+            by_token[token] = by_token.get(token, 0) + 1
+        self.requests += 1
+        return None
+
+    def give_back(self, peer: str | None, token: bytes | None = None, *, watch: bool = False) -> None:
+        if watch:
+            self.watches -= 1
+            return
+        self.requests -= 1
+        if (held := self.by_peer[peer] - 1) > 0:
+            self.by_peer[peer] = held
+        else:
+            del self.by_peer[peer]
+        if token is not None:
+            if (held := self.by_token[token] - 1) > 0:
+                self.by_token[token] = held
+            else:
+                del self.by_token[token]
+
+    def health(self) -> dict[str, Any]:
+        """What ``/healthz`` says of the load: ``saturated`` once every request place is taken."""
+        saturated = self.requests >= self.limits.requests
+        return {"status": "saturated" if saturated else "ok", "in_flight": self.requests,
+                "limit": self.limits.requests, "watches": self.watches, "max_watches": self.limits.watches,
+                "saturated": saturated, "refused": self.refused}
+
+
+def is_watch(path: str) -> bool:
+    """Whether a request is a watch (counted apart from the places).
+
+    >>> is_watch("/v1/tokenizers/git/watch"), is_watch("/git/resolve/main/watch")
+    (True, False)
+    """
+    return path.startswith("/v1/tokenizers/") and path.endswith("/watch")
+
+
+def read_headers(scope: Scope) -> tuple[bytes | None, bool]:
+    """A request's bearer token (``Authorization``'s value, if any) and whether it may have a
+    body, in one scan of its headers.
+
+    >>> read_headers({"method": "GET", "headers": [(b"authorization", b"Bearer x")]})
+    (b'Bearer x', False)
+    >>> read_headers({"method": "GET", "headers": [(b"content-length", b"5")]})
+    (None, True)
+    """
+    token, body = None, scope["method"] not in ("GET", "HEAD")
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            token = value
+        elif name == b"content-length" or name == b"transfer-encoding":
+            body = body or value != b"0"
+    return token, body
+
+
+def _refusal(status: int, code: str, reason: str, *headers: tuple[bytes, bytes]) -> tuple[Message, Message]:
+    body = json.dumps(error_body(code, [reason])).encode()
+    return ({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]},
+            {"type": "http.response.body", "body": body})
 
 
 class InFlightLimit:
-    """A plain ASGI middleware: the count lives on the event loop's one thread."""
+    """A plain ASGI middleware (no per-request objects beyond two small closures)."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, retry_after: int = 1) -> None:
-        self.app, self.limit, self.retry_after = app, limit, retry_after
-        self.in_flight = 0
+    def __init__(self, app: ASGIApp, *, state: InFlight, retry_after: int = 1) -> None:
+        self.app, self.state, self.retry_after = app, state, retry_after
+        self.sends = StalledSends(state.limits.send_timeout)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not counted(scope["path"]):
+        if scope["type"] != "http" or scope["path"] in UNCOUNTED:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit:
-            scope["route"] = SHED_ROUTE
-            body = json.dumps(error_body("overloaded", [
-                f"{self.in_flight} requests are in flight, the most this server takes at once; "
-                f"try again in {self.retry_after} s"])).encode()
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(self.retry_after).encode())]})
-            await send({"type": "http.response.body", "body": body})
+        state, sends = self.state, self.sends
+        watch = is_watch(scope["path"])
+        peer = scope["client"][0] if scope.get("client") else None
+        token, body = read_headers(scope)
+        if sends.watcher is None or sends.watcher.done():
+            sends.start()
+        if why := state.take(peer, token, watch=watch):
+            await self._refuse(scope, send, why, watch)
             return
-        self.in_flight += 1
+        started = False
+        waiting = sends.waiting
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            task = asyncio.current_task()  # a streaming response sends from a task of its own
+            waiting[task] = time.monotonic()
+            try:
+                await send(message)
+            except asyncio.CancelledError:
+                if sends.gave_up(task):
+                    raise SendTimeout from None
+                raise
+            finally:
+                del waiting[task]
+
         try:
-            await self.app(scope, receive, send)
+            # A request without a body has nothing to time: its receive is left as it is.
+            await self.app(scope, self._receiving(receive) if body else receive, sending)
+        except BaseException as exc:  # an ExceptionGroup of a streaming response's tasks, too
+            if _holds(exc, SendTimeout):
+                log.warning("%s %s: the client took nothing for %g s; its connection is closed",
+                            scope["method"], scope["path"], state.limits.send_timeout)
+            elif _holds(exc, BodyTimeout) and not started:
+                await send_refusal(send, 408, "request_timeout", str(_find(exc, BodyTimeout)),
+                                   (b"connection", b"close"))
+            else:
+                raise
         finally:
-            self.in_flight -= 1
+            state.give_back(peer, token, watch=watch)
+
+    def _receiving(self, receive: Receive) -> Receive:
+        """``receive`` with the body's deadlines: no ``receive_timeout`` seconds without a byte,
+        and ``min_upload_rate`` bytes a second on average past that grace."""
+        limits = self.state.limits
+        began, got, done = time.monotonic(), 0, False
+
+        async def receiving() -> Message:
+            nonlocal got, done
+            if done:  # the body is in: what follows is the disconnect a watch waits for
+                return await receive()
+            wait = limits.receive_timeout
+            if limits.min_upload_rate:
+                wait = min(wait, began + limits.receive_timeout + got / limits.min_upload_rate - time.monotonic())
+            try:
+                async with asyncio.timeout(max(wait, 0)):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(f"the request body stalled or came slower than {limits.min_upload_rate:,.0f} "
+                                  f"bytes/s after {got:,} bytes (no byte may wait {limits.receive_timeout:g} s); "
+                                  "send it again faster") from None
+            got += len(message.get("body", b""))
+            done = not message.get("more_body", False)
+            return message
+
+        return receiving
+
+    async def _refuse(self, scope: Scope, send: Send, why: str, watch: bool) -> None:
+        state, limits = self.state, self.state.limits
+        state.refused += 1
+        scope["route"] = SHED_ROUTE
+        if why == "held":
+            reason = (f"this client has {limits.per_client} requests in flight, its share of the server's "
+                      f"{limits.requests}; try again in {self.retry_after} s")
+        elif watch:
+            reason = f"{state.watches} watches are waiting, the most this server holds; try again in " \
+                     f"{self.retry_after} s"
+        else:
+            reason = (f"{state.requests} requests are in flight, the most this server takes at once; "
+                      f"try again in {self.retry_after} s")
+        await send_refusal(send, 503, "overloaded", reason, (b"retry-after", str(self.retry_after).encode()))
+
+
+async def send_refusal(send: Send, status: int, code: str, reason: str, *headers: tuple[bytes, bytes]) -> None:
+    """Answer ``status`` with the one error shape."""
+    start, body = _refusal(status, code, reason, *headers)
+    await send(start)
+    await send(body)
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` or the first of its kind inside an exception group.
+
+    >>> _find(ExceptionGroup("g", [ValueError("v"), KeyError("k")]), KeyError)
+    KeyError('k')
+    """
+    if isinstance(exc, kind):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        if (found := _find(inner, kind)) is not None:
+            return found
+    return None
+
+
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    return _find(exc, kind) is not None

@@ -11,6 +11,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -18,9 +19,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.api.errors import error_body, install_error_shape
-from registry.api.in_flight import InFlightLimit
+from registry.api.in_flight import NO_TELEMETRY, InFlight, InFlightLimit, Limits
 from registry.api.routes import hub, pages
 from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
+from registry.api.watches import LatestNumbers
 from registry.artifacts import LocalArtifactStore
 from registry.config import RegistrySettings
 from registry.db import make_engine, migrate
@@ -57,6 +59,8 @@ class RequestMetrics:
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
+        # (method, route, status) -> its latency and count children: as many as routes x statuses.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,8 +78,12 @@ class RequestMetrics:
             await self.app(scope, receive, sending)
         finally:
             template = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.latency.labels(scope["method"], template).observe(time.perf_counter() - started)
-            self.metrics.requests.labels(scope["method"], template, str(status)).inc()
+            key = (scope["method"], template, status)
+            if (children := self._children.get(key)) is None:  # labels() costs more than the rest together
+                children = self._children[key] = (self.metrics.latency.labels(key[0], template),
+                                                  self.metrics.requests.labels(key[0], template, str(status)))
+            children[0].observe(time.perf_counter() - started)
+            children[1].inc()
 
 
 DOWNLOAD_ROUTE = SimpleNamespace(path="/v1/tokenizers/{name}/versions/{ref}/tokenizer.json")
@@ -89,24 +97,28 @@ class CachedDownloads:
 
     def __init__(self, app: ASGIApp, cache: ArtifactCache) -> None:
         self.app, self.cache = app, cache
+        self._headers: dict[str, list[tuple[bytes, bytes]]] = {}  # a sha's ETag and caching, made once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _NUMBERED_DOWNLOAD.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "GET" \
-            else None
+        path = scope.get("path", "")
+        match = _NUMBERED_DOWNLOAD.fullmatch(path) if path.endswith("/tokenizer.json") and \
+            scope["type"] == "http" and scope["method"] == "GET" else None
         sha = self.cache.shas.get((match[1], int(match[2]))) if match else None
         body = self.cache.blobs.get(sha) if sha is not None else None  # once: a request's thread may let it go
         if sha is None or body is None:
             await self.app(scope, receive, send)
             return
         scope["route"] = DOWNLOAD_ROUTE
-        headers = [(k.lower().encode(), v.encode()) for k, v in download_headers(sha, immutable=True).items()]
+        if (headers := self._headers.get(sha)) is None:
+            headers = self._headers[sha] = [(k.lower().encode(), v.encode())
+                                            for k, v in download_headers(sha, immutable=True).items()]
         asked = b",".join(value for name, value in scope["headers"] if name == b"if-none-match")
         if not_modified(sha, asked.decode("latin-1")):
             await send({"type": "http.response.start", "status": 304, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
-        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.start", "status": 200, "headers": headers + [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -119,17 +131,22 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         engine = make_engine(settings.db)
         app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts),
                                       check_process=settings.check_process, cache_tokens=settings.cache_tokens)
+        app.state.latest_numbers = LatestNumbers(app.state.registry.lineages)
         yield
         app.state.registry.close()
         engine.dispose()
 
-    app = FastAPI(title="tokmaint registry", version="1", lifespan=lifespan,
+    app = FastAPI(title="tokmaint registry", version="1", lifespan=lifespan, telemetry=NO_TELEMETRY,
                   description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch; the "
                               "Hugging Face Hub protocol (read-only) at the root.")
     app.state.settings = settings
     app.state.cache = ArtifactCache(max_bytes=int(settings.cache_mb * 1024 * 1024))
     app.state.metrics = Metrics.create()
     app.state.hub = hub.HubFiles(model_max_length=settings.model_max_length)
+    app.state.in_flight = InFlight(Limits(
+        requests=settings.max_in_flight, per_client=settings.max_in_flight_per_client, watches=settings.max_watches,
+        send_timeout=settings.send_timeout, receive_timeout=settings.receive_timeout,
+        min_upload_rate=settings.min_upload_kib_per_second * 1024))
     app.include_router(router)
     app.include_router(pages.router)
     app.include_router(hub.router)  # last: its paths start with any lineage's name
@@ -143,13 +160,23 @@ def create_app(settings: RegistrySettings) -> FastAPI:
 
     # RequestMetrics, added last, is the outermost: cached downloads and refusals of overload are counted too.
     app.add_middleware(CachedDownloads, cache=app.state.cache)
-    app.add_middleware(InFlightLimit, limit=settings.max_in_flight)
+    app.add_middleware(InFlightLimit, state=app.state.in_flight)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
 
     @app.get("/healthz", tags=["operations"])
-    def healthz() -> dict[str, str]:
+    def healthz() -> dict[str, Any]:
+        """Liveness: 200 while the server and its database answer, saturated or not (restarting a
+        busy server helps no one); ``saturated`` once every request place is taken."""
         app.state.registry.lineages()  # the database answers
-        return {"status": "ok"}
+        return app.state.in_flight.health()
+
+    @app.get("/readyz", tags=["operations"])
+    def readyz() -> JSONResponse:
+        """Readiness: as ``/healthz``, but 503 while saturated (a replica taken out of its Service
+        until places free up)."""
+        app.state.registry.lineages()
+        health = app.state.in_flight.health()
+        return JSONResponse(health, status_code=503 if health["saturated"] else 200)
 
     @app.get("/metrics", tags=["operations"])
     def metrics() -> Response:

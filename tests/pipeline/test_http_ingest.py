@@ -4,6 +4,7 @@ both; writes need the token; and a bounded loopback load test reports documents 
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -144,3 +145,53 @@ def test_a_bounded_load_test_reports_documents_per_second(server, broker, capsys
     with capsys.disabled():
         print(f"\ningest-server: {batches * size} documents in {batches} requests, {rate:,.0f} documents/s")
     assert len(consume(broker, "docs.http", expected=8 + batches * size, timeout=60)) >= batches * size
+
+
+def test_a_body_of_more_records_than_a_request_takes_is_refused_whole_and_at_once(server, broker):
+    """At the default limits (64 MiB bodies, 10,000 records): 1 MB of 500,000 one-byte lines, and
+    an array of 10,001 documents, are refused whole (413, nothing produced or dead-lettered),
+    not checked one by one; and an answer names the first 100 refusals, counting them all."""
+    dead_before = len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=3))
+    for body, content_type in [(b"x\n" * 500_000, "application/x-ndjson"),
+                               (("[" + ",".join([json.dumps(_doc(0))] * 10_001) + "]").encode(), "application/json")]:
+        response = _post(server, body, content_type)
+        assert response.status_code == 413, response.text[:300]
+        answer = response.json()
+        assert answer["error_code"] == "too_large" and "at most 10,000 records" in answer["message"], answer
+    assert len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=3)) == dead_before
+
+    answer = _post(server, b"not json\n" * 150).json()
+    assert (answer["accepted"], answer["refused"], answer["refusals_left_out"]) == (0, 150, 50)
+    assert [r["record"] for r in answer["refusals"]] == list(range(100))
+    assert len(consume(broker, "docs.http.dlq", expected=dead_before + 150, timeout=10)) == dead_before + 150
+
+
+def test_a_stalled_upload_is_answered_408_and_frees_its_place(broker, tmp_path):
+    """A server of two places, receive timeout 1 s: two posts whose bodies stop after a byte (the
+    token sent) are each answered 408, and their places come back."""
+    from registry.local_server import start_service
+
+    process, url = start_service(["ingest-server", "--bootstrap", broker, "--topic", "docs.http",
+                                  "--dlq-topic", "docs.http.dlq", "--max-in-flight", "2",
+                                  "--max-in-flight-per-client", "2", "--receive-timeout", "1"],
+                                 env={"TOKMAINT_REGISTRY_TOKEN": TOKEN}, log=tmp_path / "ingest.log")
+    port = int(url.rsplit(":", 1)[1])
+    head = (f"POST /v1/streams/docs.http/documents HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/x-ndjson\r\nContent-Length: 1000\r\n\r\n{").encode()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as first, \
+                socket.create_connection(("127.0.0.1", port), timeout=30) as second:
+            first.sendall(head)
+            second.sendall(head)
+            for sock in (first, second):
+                answer = b"".join(iter(lambda: sock.recv(65536), b""))  # to its end: the server closes
+                assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+                assert b'"error_code":"request_timeout"' in answer.replace(b" ", b"")
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(f"{url}/healthz").json()).get("in_flight") != 0:
+            assert time.monotonic() < deadline, health
+            time.sleep(0.05)
+        assert _post(url, json.dumps(_doc(0)).encode()).json()["accepted"] == 1
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

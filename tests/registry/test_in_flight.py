@@ -4,6 +4,7 @@ one error shape) and serves the rest: tried on a real registry server holding on
 import re
 import secrets
 import socket
+import threading
 import time
 
 import httpx
@@ -37,6 +38,145 @@ def test_a_request_past_the_limit_is_refused_at_once_and_the_held_one_completes(
         shed = re.search(r'tokmaint_registry_requests_total\{method="GET",route="overloaded",status="503"\} (\S+)',
                          metrics)
         assert shed and float(shed[1]) >= 1
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _status(sock: socket.socket) -> int:
+    """The status of the answer a raw socket reads (its first line)."""
+    return int(sock.recv(65536).split(b"\r\n", 1)[0].split()[1])
+
+
+def _elsewhere(url: str, path: str) -> httpx.Response:
+    """A GET from another loopback address (127.0.0.2): another client than the raw sockets'."""
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as client:
+        return client.get(f"{url}{path}")
+
+
+def _until(check, what: str, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    return result
+
+
+def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_path, monkeypatch, capsys):
+    """Eight clients ask for a model's weights (3.6 MB, streamed) and never read them, from one
+    address, on a server of eight places: they hold at most their share (two) until the send
+    timeout gives them up; a client elsewhere is served meanwhile, /healthz counts the places,
+    and they all come back while the readers still sit on their sockets."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from registry.client import RegistryClient
+    from tests.conftest import sentences
+    from tokenizer_service.bpe import BPETokenizer
+    from tokmaint.cli import main
+    from trainer.export import write_model_folder
+
+    process, url = start_server(tmp_path / "registry", env={
+        "TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8",
+        "TOKMAINT_REGISTRY_SEND_TIMEOUT": "1", "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    slow: list[socket.socket] = []
+    try:
+        tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
+        RegistryClient(url, token=TOKEN).create("big", tokenizer.to_json())
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=256, n_positions=64,
+                                           vocab_size=tokenizer.id_space))
+        write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
+        assert (tmp_path / "model" / "model.safetensors").stat().st_size > 3 << 20  # several pieces of 1 MB
+        monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
+        assert main(["registry", "publish-model", "big", "--model", str(tmp_path / "model"), "--registry", url]) == 0
+        capsys.readouterr()
+
+        for _ in range(8):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that takes nothing
+            sock.connect(("127.0.0.1", httpx.URL(url).port))
+            sock.sendall(b"GET /big-models/resolve/main/model.safetensors HTTP/1.1\r\nHost: test\r\n\r\n")
+            slow.append(sock)
+        _until(lambda: httpx.get(f"{url}/v1/tokenizers").status_code == 503, "the readers took no place")
+        assert _elsewhere(url, "/v1/tokenizers").status_code == 200  # another client: served meanwhile
+        held = httpx.get(f"{url}/healthz").json()
+        assert held["limit"] == 8 and held["in_flight"] <= 2 and held["saturated"] is False
+        # Given up after the send timeout: every place comes back while the readers still sit there.
+        _until(lambda: httpx.get(f"{url}/v1/tokenizers").status_code == 200, "the readers kept their places")
+        assert httpx.get(f"{url}/healthz").json()["in_flight"] == 0
+        assert b"the client took nothing for 1 s" in (tmp_path / "registry" / "server.log").read_bytes()
+    finally:
+        for sock in slow:
+            sock.close()
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_stalled_and_trickling_uploads_are_answered_408_and_free_their_places(tmp_path):
+    """A publish whose body stops after a byte, and one sent a byte every 0.1 s (too slow, never
+    quite stalled), each with the token, on a server of two places: both are answered 408 after
+    the receive timeout (2 s here) and their places come back; meanwhile a client elsewhere is
+    served."""
+    process, url = start_server(tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
+                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "2",
+                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT": "2",
+                                               "TOKMAINT_REGISTRY_RECEIVE_TIMEOUT": "2"})
+    head = (f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n").encode()
+    port = httpx.URL(url).port
+    trickled = threading.Event()
+
+    def trickle(sock: socket.socket) -> None:
+        try:
+            while not trickled.is_set():
+                sock.sendall(b" ")
+                time.sleep(0.1)
+        except OSError:  # the server answered and closed
+            pass
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled, \
+                socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+            stalled.sendall(head + b"{")
+            slow.sendall(head)
+            sender = threading.Thread(target=trickle, args=(slow,), daemon=True)
+            sender.start()
+            _until(lambda: _elsewhere(url, "/v1/tokenizers").status_code == 503, "the uploads took no place")
+            for sock in (stalled, slow):
+                answer = b"".join(iter(lambda: sock.recv(65536), b""))  # to its end: the server closes
+                assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+                assert b'"error_code":"request_timeout"' in answer.replace(b" ", b"")
+            trickled.set()
+            sender.join(timeout=30)
+        _until(lambda: _elsewhere(url, "/v1/tokenizers").status_code == 200, "an upload kept its place")
+        assert httpx.get(f"{url}/healthz").json()["in_flight"] == 0
+        assert httpx.get(f"{url}/v1/tokenizers").status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_health_says_when_the_server_is_saturated(tmp_path):
+    """A server of one place holding an upload: /healthz stays 200 (liveness) and says
+    saturated; /readyz answers 503 until the place is free, then 200."""
+    process, url = start_server(tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
+                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "1"})
+    try:
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        with socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30) as held:
+            held.sendall(f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{".encode())
+            health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json().get("saturated") and r,
+                            "the held upload did not saturate the server")
+            assert health.status_code == 200
+            assert health.json() | {"refused": 0} == {"status": "saturated", "in_flight": 1, "limit": 1, "watches": 0,
+                                                      "max_watches": 256, "saturated": True, "refused": 0}
+            ready = httpx.get(f"{url}/readyz")
+            assert ready.status_code == 503 and ready.json()["saturated"] is True
+            held.sendall(b"}")
+            assert _status(held) == 422
+        _until(lambda: httpx.get(f"{url}/readyz").status_code == 200, "readiness did not come back")
     finally:
         process.terminate()
         process.wait(timeout=30)

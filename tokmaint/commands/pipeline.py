@@ -7,7 +7,7 @@ import argparse
 import json
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
-from tokenizer_service.settings import whole
+from tokenizer_service.settings import Number, whole
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, free_text, lineage, settings_errors
 from tokmaint.output import print_result, show_progress
 
@@ -229,6 +229,7 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from pipeline.http_ingest import create_ingest_app
+    from registry.api.in_flight import Limits
     from registry.config import RegistrySettings
     from tokenizer_service.errors import TokmaintError
 
@@ -236,8 +237,14 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
         registry = RegistrySettings(insecure_dev=args.insecure_dev)
     except ValidationError as exc:
         raise TokmaintError(settings_errors(exc, RegistrySettings)) from None
+    if args.max_in_flight_per_client is not None and args.max_in_flight_per_client > args.max_in_flight:
+        raise TokmaintError(f"--max-in-flight-per-client ({args.max_in_flight_per_client}) is over --max-in-flight "
+                            f"({args.max_in_flight})")
+    limits = Limits(requests=args.max_in_flight, per_client=args.max_in_flight_per_client,
+                    send_timeout=args.send_timeout, receive_timeout=args.receive_timeout,
+                    min_upload_rate=args.min_upload_kib_per_second * 1024)
     app = create_ingest_app(_pipeline_settings(args), token=registry.token, insecure_dev=args.insecure_dev,
-                            max_in_flight=args.max_in_flight)
+                            max_records=args.max_records, limits=limits)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -287,6 +294,19 @@ def add_ingest_server(server: argparse.ArgumentParser) -> None:
                         help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)")
     server.add_argument("--max-in-flight", type=whole(1), default=64,
                         help="requests served at once; one more is answered 503 with Retry-After (default: 64)")
+    server.add_argument("--max-in-flight-per-client", type=whole(1),
+                        help="of those, what one client (its address; its token) may hold (default: a quarter of "
+                             "--max-in-flight)")
+    server.add_argument("--max-records", type=whole(1), default=10_000,
+                        help="records a request may hold; one with more is refused whole, 413 (default: 10,000)")
+    server.add_argument("--send-timeout", type=Number(float, low=0, low_open=True), default=30.0, metavar="SECONDS",
+                        help="a response the client does not read for this long is given up (default: 30)")
+    server.add_argument("--receive-timeout", type=Number(float, low=0, low_open=True), default=15.0,
+                        metavar="SECONDS", help="a request body that sends nothing for this long is answered 408 "
+                                                "(default: 15)")
+    server.add_argument("--min-upload-kib-per-second", type=Number(float, low=0), default=64.0,
+                        help="past --receive-timeout, a body must average this rate or be answered 408; 0: no floor "
+                             "(default: 64)")
     server.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     server.set_defaults(func=cmd_ingest_server, parser=server)
 

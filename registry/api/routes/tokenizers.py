@@ -10,12 +10,10 @@ without touching the database.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import re
 import tarfile
 import threading
-import time
 from collections import Counter, OrderedDict
 from typing import Any
 
@@ -24,6 +22,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
+from registry.api.watches import LatestNumbers, disconnected
 from registry.model_folder import MAX_MODEL_FILES
 from registry.refs import version_number
 from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
@@ -322,16 +321,16 @@ def composed_diff(name: str, registry: RegistryDep, start: int = Query(..., alia
 async def watch(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
                 after: int = Query(0, ge=0), timeout: float = Query(30.0, ge=0)) -> Any:
     """Long-poll: the latest version as soon as it is newer than ``after``; 204 on timeout (and,
-    unread, once the client has gone: a shutdown need not wait for watches nobody waits for)."""
-    deadline = time.monotonic() + min(timeout, settings.max_watch_seconds)
-    while True:
-        latest = await run_in_threadpool(registry.version, name)
-        if latest.number > after:
-            return VersionPublic.of(latest)
-        left = deadline - time.monotonic()
-        if left <= 0 or await request.is_disconnected():
+    unread, once the client has gone: a shutdown need not wait for watches nobody waits for).
+    The watches of a process are woken by one poller of the database (``registry.api.watches``)."""
+    latest = await run_in_threadpool(registry.version, name)  # a lineage that does not exist: 404
+    if latest.number <= after:
+        numbers: LatestNumbers = request.app.state.latest_numbers
+        if not await numbers.wait_newer(name, after=after, seconds=min(timeout, settings.max_watch_seconds),
+                                        gone=disconnected(request.receive)):
             return Response(status_code=204)
-        await asyncio.sleep(min(0.2, left))
+        latest = await run_in_threadpool(registry.version, name)
+    return VersionPublic.of(latest)
 
 
 @router.put("/{name}/aliases/{alias}", response_model=AliasPublic,
