@@ -85,7 +85,7 @@ def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_pat
         RegistryClient(url, token=TOKEN).create("big", tokenizer.to_json())
         torch.manual_seed(0)
         model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=256, n_positions=64,
-                                           vocab_size=tokenizer.id_space))
+                                           vocab_size=tokenizer.id_space, bos_token_id=0, eos_token_id=0))
         write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
         assert (tmp_path / "model" / "model.safetensors").stat().st_size > 3 << 20  # several pieces of 1 MB
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)

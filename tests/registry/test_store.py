@@ -313,6 +313,7 @@ def exported_model(tokenizer: BPETokenizer, stamp: dict, *, rows: int | None = N
 
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from tokenizer_service.output_dir import MARKER
     from trainer.export import write_model_folder
 
     model = GPT2LMHeadModel(GPT2Config(**{"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 64,
@@ -320,7 +321,7 @@ def exported_model(tokenizer: BPETokenizer, stamp: dict, *, rows: int | None = N
                                           "eos_token_id": 0, **config}))
     with tempfile.TemporaryDirectory() as folder:
         write_model_folder(model, tokenizer, stamp, Path(folder) / "model")
-        return {path.name: path.read_bytes() for path in (Path(folder) / "model").iterdir()}
+        return {path.name: path.read_bytes() for path in (Path(folder) / "model").iterdir() if path.name != MARKER}
 
 
 def model_variant(folder: dict[str, bytes], n: int) -> dict[str, bytes]:
