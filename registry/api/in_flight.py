@@ -4,7 +4,9 @@ client, and at most ``Limits.watches`` watches; one more is refused at once with
 without bound: past its capacity a server keeps answering in time the requests it takes, and a
 client knows to come back.
 
-A place is held only while the request is served in time: a response the client does not read
+A place is held only while the request is served in time: a response that waits for its client
+to read keeps no place from other clients (up to four times the places in all: each costs a
+socket and a piece of its body), and one the client does not read
 for ``send_timeout`` seconds is given up (its connection closed) and a request body that stalls
 for ``receive_timeout`` seconds, or arrives slower than ``min_upload_rate`` bytes a second past
 that grace, is answered 408: slow clients cannot keep the places. Health checks and metrics are
@@ -28,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from registry.api.errors import error_body
 
 UNCOUNTED = frozenset(("/healthz", "/readyz", "/metrics"))
+STALLED_PER_PLACE = 4  # requests held in all (stalled sends included), per place
 SHED_ROUTE = SimpleNamespace(path="overloaded")  # the route label a refused request is counted under
 log = logging.getLogger("tokmaint.in_flight")
 # FastAPI(telemetry=NO_TELEMETRY): FastAPI's own OpenTelemetry asks the environment for providers
@@ -81,9 +84,9 @@ class StalledSends:
     (True, True)
     """
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, waiting: dict[asyncio.Task, float] | None = None) -> None:
         self.timeout = timeout
-        self.waiting: dict[asyncio.Task, float] = {}
+        self.waiting: dict[asyncio.Task, float] = {} if waiting is None else waiting
         self._given_up: set[asyncio.Task] = set()
         self.watcher: asyncio.Task | None = None
 
@@ -125,6 +128,8 @@ class InFlight:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.requests = self.watches = 0
+        # The requests whose response waits for its client to read, and since when (StalledSends').
+        self.stalled: dict[asyncio.Task, float] = {}
         self.by_peer: dict[str | None, int] = {}
         self.by_token: dict[bytes, int] = {}
         self.refused = 0
@@ -137,7 +142,11 @@ class InFlight:
                 return "full"
             self.watches += 1
             return None
-        if self.requests >= limits.requests:
+        # A response that waits for its client to read costs a socket and one piece of its body,
+        # not a worker: it keeps no place from other clients (a few hosts of slow readers would
+        # otherwise take them all), up to STALLED_PER_PLACE times the places in all; a client's
+        # share counts it still.
+        if self.requests - len(self.stalled) >= limits.requests or self.requests >= limits.requests * STALLED_PER_PLACE:
             return "full"
         by_peer, by_token = self.by_peer, self.by_token
         held = by_peer.get(peer, 0)
@@ -166,9 +175,10 @@ class InFlight:
 
     def health(self) -> dict[str, Any]:
         """What ``/healthz`` says of the load: ``saturated`` once every request place is taken."""
-        saturated = self.requests >= self.limits.requests
+        working = self.requests - len(self.stalled)
+        saturated = working >= self.limits.requests or self.requests >= self.limits.requests * STALLED_PER_PLACE
         return {"status": "saturated" if saturated else "ok", "in_flight": self.requests,
-                "limit": self.limits.requests, "watches": self.watches, "max_watches": self.limits.watches,
+                "stalled": len(self.stalled), "limit": self.limits.requests, "watches": self.watches, "max_watches": self.limits.watches,
                 "saturated": saturated, "refused": self.refused}
 
 
@@ -211,7 +221,7 @@ class InFlightLimit:
 
     def __init__(self, app: ASGIApp, *, state: InFlight, retry_after: int = 1) -> None:
         self.app, self.state, self.retry_after = app, state, retry_after
-        self.sends = StalledSends(state.limits.send_timeout)
+        self.sends = StalledSends(state.limits.send_timeout, state.stalled)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in UNCOUNTED:

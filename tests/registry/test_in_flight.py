@@ -62,11 +62,9 @@ def _until(check, what: str, seconds: float = 30):
     return result
 
 
-def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_path, monkeypatch, capsys):
-    """Eight clients ask for a model's weights (3.6 MB, streamed) and never read them, from one
-    address, on a server of eight places: they hold at most their share (two) until the send
-    timeout gives them up; a client elsewhere is served meanwhile, /healthz counts the places,
-    and they all come back while the readers still sit on their sockets."""
+def _serve_weights(tmp_path, monkeypatch, capsys, env: dict[str, str]):
+    """A registry server (``env`` on top of its token) with a model of 3.6 MB of weights
+    published beside lineage ``big``'s first version: the process and its URL."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -76,10 +74,7 @@ def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_pat
     from tokmaint.cli import main
     from trainer.export import write_model_folder
 
-    process, url = start_server(tmp_path / "registry", env={
-        "TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8",
-        "TOKMAINT_REGISTRY_SEND_TIMEOUT": "1", "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
-    slow: list[socket.socket] = []
+    process, url = start_server(tmp_path / "registry", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, **env})
     try:
         tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
         RegistryClient(url, token=TOKEN).create("big", tokenizer.to_json())
@@ -91,13 +86,33 @@ def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_pat
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
         assert main(["registry", "publish-model", "big", "--model", str(tmp_path / "model"), "--registry", url]) == 0
         capsys.readouterr()
+    except BaseException:
+        process.terminate()
+        raise
+    return process, url
 
-        for _ in range(8):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that takes nothing
-            sock.connect(("127.0.0.1", httpx.URL(url).port))
-            sock.sendall(b"GET /big-models/resolve/main/model.safetensors HTTP/1.1\r\nHost: test\r\n\r\n")
-            slow.append(sock)
+
+def _slow_reader(url: str, *, source: str = "127.0.0.1") -> socket.socket:
+    """A client from ``source`` that asks for the model's weights and takes nothing."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window is agreed then
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", httpx.URL(url).port))
+    sock.sendall(b"GET /big-models/resolve/main/model.safetensors HTTP/1.1\r\nHost: test\r\n\r\n")
+    return sock
+
+
+def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_path, monkeypatch, capsys):
+    """Eight clients ask for a model's weights (3.6 MB, streamed) and never read them, from one
+    address, on a server of eight places: they hold at most their share (two) until the send
+    timeout gives them up; a client elsewhere is served meanwhile, /healthz counts the places,
+    and they all come back while the readers still sit on their sockets."""
+    process, url = _serve_weights(tmp_path, monkeypatch, capsys, {
+        "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8", "TOKMAINT_REGISTRY_SEND_TIMEOUT": "1",
+        "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    slow: list[socket.socket] = []
+    try:
+        slow += [_slow_reader(url) for _ in range(8)]
         _until(lambda: httpx.get(f"{url}/v1/tokenizers").status_code == 503, "the readers took no place")
         assert _elsewhere(url, "/v1/tokenizers").status_code == 200  # another client: served meanwhile
         held = httpx.get(f"{url}/healthz").json()
@@ -106,6 +121,32 @@ def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_pat
         _until(lambda: httpx.get(f"{url}/v1/tokenizers").status_code == 200, "the readers kept their places")
         assert httpx.get(f"{url}/healthz").json()["in_flight"] == 0
         assert b"the client took nothing for 1 s" in (tmp_path / "registry" / "server.log").read_bytes()
+    finally:
+        for sock in slow:
+            sock.close()
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_slow_readers_of_many_hosts_keep_no_place_from_others(tmp_path, monkeypatch, capsys):
+    """Slow readers from four addresses, each at its share (two of eight places): all eight
+    places would be theirs until the send timeout (30 s here); a response that waits for its
+    client keeps no place, so a fifth client is served at once, and /healthz counts them as
+    stalled, not saturated."""
+    process, url = _serve_weights(tmp_path, monkeypatch, capsys, {
+        "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8", "TOKMAINT_REGISTRY_SEND_TIMEOUT": "30",
+        "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    slow: list[socket.socket] = []
+    try:
+        for host in range(3, 7):
+            slow += [_slow_reader(url, source=f"127.0.0.{host}") for _ in range(2)]
+        _until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 8, "the readers took no place")
+        time.sleep(0.5)  # each reader's first piece of the weights is sent, and then it waits
+        for _ in range(5):
+            assert _elsewhere(url, "/v1/tokenizers").status_code == 200
+            assert _elsewhere(url, "/big/resolve/main/tokenizer.json").status_code == 200
+        health = httpx.get(f"{url}/healthz").json()
+        assert (health["in_flight"], health["stalled"], health["saturated"]) == (8, 8, False)
     finally:
         for sock in slow:
             sock.close()
@@ -170,7 +211,7 @@ def test_health_says_when_the_server_is_saturated(tmp_path):
             health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json().get("saturated") and r,
                             "the held upload did not saturate the server")
             assert health.status_code == 200
-            assert health.json() | {"refused": 0} == {"status": "saturated", "in_flight": 1, "limit": 1, "watches": 0,
+            assert health.json() | {"refused": 0} == {"status": "saturated", "in_flight": 1, "stalled": 0, "limit": 1, "watches": 0,
                                                       "max_watches": 256, "saturated": True, "refused": 0}
             ready = httpx.get(f"{url}/readyz")
             assert ready.status_code == 503 and ready.json()["saturated"] is True
