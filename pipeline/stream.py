@@ -32,6 +32,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -373,13 +374,18 @@ class ReadAhead:
 
 
 
+def topic_steps(settings: PipelineSettings, size: int, *, seconds: float | None = None, wait: float = 2.0
+                ) -> Iterator[Step]:
+    """The docs topic's steps from its start, read to its end (until the topic has been quiet for
+    ``wait`` seconds): the offline replay a live job's steps equal, whenever it read them."""
+    with StepReader(settings, wait=wait) as reader:
+        position: dict[int, int] = {}
+        while (read := reader.read(position, size, seconds=seconds)).documents or read.dead:
+            yield read
+            position = read.end
+
+
 def topic_texts(settings: PipelineSettings, *, wait: float = 2.0, step: int = 1000) -> list[str]:
     """Every document's text on the docs topic, in the pipeline's step order, read to its end
     (what ``tokmaint stats hypertokens`` reads; records that are no document are passed over)."""
-    texts: list[str] = []
-    with StepReader(settings, wait=wait) as reader:
-        position: dict[int, int] = {}
-        while (read := reader.read(position, step)).documents or read.dead:
-            texts += [d.text for d in read.documents]
-            position = read.end
-    return texts
+    return [d.text for read in topic_steps(settings, step, wait=wait) for d in read.documents]

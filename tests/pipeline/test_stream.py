@@ -9,12 +9,10 @@ import threading
 import time
 
 from pipeline import stream
-from pipeline.kafka import Producer, Record, create_topic
-from pipeline.stream import ReadAhead, StepReader
+from pipeline.kafka import Record
+from pipeline.stream import ReadAhead, StepReader, topic_steps
 from pipeline.topics import PipelineSettings
-from schemas.document import StreamDocument, encode_document
-from tests.conftest import produce
-from tokenizer_service.corpus import read_corpus
+from tests.conftest import produce, trickle
 from tokmaint.cli import main
 
 
@@ -108,29 +106,6 @@ def test_a_topic_nobody_wrote_to_yet_gives_empty_steps_until_records_come(broker
         assert [d.id for d in reader.read({}, 8).documents] == ["first"]
 
 
-def trickle(bootstrap: str, topic: str, corpus, *, per_round=(10, 6, 3, 1), pause: float = 0.02) -> threading.Thread:
-    """A slow producer, started: the corpus's records onto partition k % 4 (each partition in time
-    order), partition p getting ``per_round[p]`` more each round, a short pause (well under the
-    readers' wait) between rounds: partitions at different speeds, records arriving across many
-    of a reader's polls. ``join`` it for the end of the stream."""
-    create_topic(bootstrap, topic, partitions=4)
-    values = [encode_document(StreamDocument(id=f"doc-{k:03d}", text=doc.text, ts=doc.ts))
-              for k, doc in enumerate(read_corpus(corpus).documents)]
-    queues = [values[p::4] for p in range(4)]
-
-    def send() -> None:
-        with Producer(bootstrap) as producer:
-            while any(queues):
-                for p, count in enumerate(per_round):
-                    chunk, queues[p] = queues[p][:count], queues[p][count:]
-                    producer.send_all(topic, [Record(value, partition=p) for value in chunk])
-                time.sleep(pause)
-
-    thread = threading.Thread(target=send, name="trickle", daemon=True)
-    thread.start()
-    return thread
-
-
 def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_topics(broker, drifting_corpus,
                                                                                         monkeypatch):
     """The reader slowed down too (a few records taken from the client at a time): what a step
@@ -145,7 +120,7 @@ def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_t
                 live.append(step)
                 start = step.end
     producer.join()
-    replayed = _steps(settings, {}, 32)
+    replayed = list(topic_steps(settings, 32, wait=1.0))
     assert [[d.id for d in s.documents] for s in live] == [[d.id for d in s.documents] for s in replayed]
     assert [s.end for s in live] == [s.end for s in replayed]
     assert [len(s.documents) for s in live] == [32] * 18 + [24]
