@@ -64,7 +64,7 @@ for step in topic_steps(PipelineSettings(), stream.step_docs):
     if step.documents:  # a step of dead records alone is none (as the job counts them)
         replay.observe_texts([d.text for d in step.documents])
         steps, documents = steps + 1, documents + len(step.documents)
-ids = np.fromiter(replay.tokenizer.vocab.values(), np.int64)
+ids = np.sort(np.fromiter(replay.tokenizer.vocab.values(), np.int64))
 keys, values = replay.store.top_pairs(500)
 print(json.dumps({"versions": [initial.sha256] + [r.tokenizer.sha256 for r in replay.revisions], "step": steps,
                   "documents": documents, "tokens": replay.store.token(ids).tolist(),
@@ -129,7 +129,7 @@ class Project:
         versions = self.versions()
         store = self.store()
         tokenizer = RegistryClient(self.registry).tokenizer(LINEAGE, versions[-1]["number"])
-        ids = np.fromiter(tokenizer.vocab.values(), np.int64)
+        ids = np.sort(np.fromiter(tokenizer.vocab.values(), np.int64))  # by id, as the replay has them
         keys, values = store.top_pairs(500)
         meta = store.meta()
         return {"versions": [v["sha256"] for v in versions], "step": meta["step"], "documents": meta["documents"],
