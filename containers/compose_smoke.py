@@ -3,11 +3,15 @@
 
 Run A: ``up --wait``; the shipped git sample posted to the ingest server; the pipeline counts it
 all and publishes versions; the trainer applies them; the registry's page and ``/metrics``
-answer. Run B, a project of its own: the same, but the pipeline's container is killed once two
+answer. Run B, a project of its own: the same, but the pipeline's container is killed once three
 versions are out, and ``up`` starts it again. Both end with the lineage's versions and the Redis
-statistics of every step; B's must equal A's (``restart_identical``). Each project is taken down
-with its volumes. The last line printed is one JSON object: ``versions``, ``trainer_applied``,
-``restart_identical``, ``seconds`` (and what they rest on).
+statistics of every step. Each must equal the offline replay of its own docs topic
+(``matches_replay``): Ted-Tok run uninterrupted, in a container of the project's network, over
+the steps ``pipeline.stream.topic_steps`` reads from the finished topic, from the lineage's
+version 1; a step is a function of the topic alone, whenever the job read it. And B's must equal
+A's (``restart_identical``). Each project is taken down with its volumes. The last line printed
+is one JSON object: ``versions``, ``trainer_applied``, ``restart_identical``, ``matches_replay``,
+``seconds`` (and what they rest on).
 
     DOCKER_HOST=... .venv/bin/python containers/compose_smoke.py
 """
@@ -37,6 +41,35 @@ LINEAGE = "news"
 COMPOSE = [str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
                / "compose" / "docker-compose"), "-f", str(ROOT / "docker-compose.yml"),
            "-f", str(ROOT / "containers" / "compose.standins.yml")]
+
+
+# Run with the image's Python in a container of the project (its network, its environment): the
+# offline replay of the docs topic, as JSON on stdout's last line.
+REPLAY = """
+import json, os
+import numpy as np
+from pipeline.stream import topic_steps
+from pipeline.topics import PipelineSettings
+from registry.client import RegistryClient
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.stats_store import MemoryStatsStore
+from tokenizer_service.tedtok import TedTok
+
+lineage, stream = os.environ["TOKMAINT_LINEAGE"], StreamSettings()
+initial = RegistryClient(os.environ["TOKMAINT_REGISTRY_URL"]).tokenizer(lineage, 1)
+config = stream.tedtok_config()
+replay = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=lineage)
+steps = documents = 0
+for step in topic_steps(PipelineSettings(), stream.step_docs):
+    if step.documents:  # a step of dead records alone is none (as the job counts them)
+        replay.observe_texts([d.text for d in step.documents])
+        steps, documents = steps + 1, documents + len(step.documents)
+ids = np.sort(np.fromiter(replay.tokenizer.vocab.values(), np.int64))
+keys, values = replay.store.top_pairs(500)
+print(json.dumps({"versions": [initial.sha256] + [r.tokenizer.sha256 for r in replay.revisions], "step": steps,
+                  "documents": documents, "tokens": replay.store.token(ids).tolist(),
+                  "pairs": [[int(k), float(v)] for k, v in zip(keys, values)]}))
+"""
 
 
 class Project:
@@ -96,11 +129,18 @@ class Project:
         versions = self.versions()
         store = self.store()
         tokenizer = RegistryClient(self.registry).tokenizer(LINEAGE, versions[-1]["number"])
-        ids = np.fromiter(tokenizer.vocab.values(), np.int64)
+        ids = np.sort(np.fromiter(tokenizer.vocab.values(), np.int64))  # by id, as the replay has them
         keys, values = store.top_pairs(500)
         meta = store.meta()
         return {"versions": [v["sha256"] for v in versions], "step": meta["step"], "documents": meta["documents"],
                 "tokens": store.token(ids), "pairs": dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist()))}
+
+    def replay(self) -> dict:
+        """The offline replay of the project's docs topic (``REPLAY``), as ``statistics`` has a run."""
+        out = self.compose("run", "--rm", "--no-deps", "-T", "--entrypoint", "python", "pipeline", "-c", REPLAY,
+                           capture=True)
+        replayed = json.loads(out.strip().splitlines()[-1])
+        return {**replayed, "tokens": np.array(replayed["tokens"]), "pairs": dict(map(tuple, replayed["pairs"]))}
 
     def trainer_following(self, *, timeout: float = 300) -> None:
         """Wait until the trainer has said it trains (and follows the lineage's versions)."""
@@ -116,10 +156,28 @@ class Project:
         return self.compose("logs", "trainer", capture=True).count("trainer: took version")
 
 
-def same(a: dict, b: dict) -> bool:
-    return (a["versions"] == b["versions"] and (a["step"], a["documents"]) == (b["step"], b["documents"])
-            and bool(np.allclose(a["tokens"], b["tokens"], rtol=1e-9, atol=1e-12)) and a["pairs"].keys() == b["pairs"].keys()
-            and bool(np.allclose([a["pairs"][k] for k in a["pairs"]], [b["pairs"][k] for k in a["pairs"]], rtol=1e-9)))
+def differences(a: dict, b: dict) -> list[str]:
+    """How two runs' (or a run's and a replay's) versions and statistics differ; none when equal."""
+    found = []
+    if a["versions"] != b["versions"]:
+        first = next((k for k, (x, y) in enumerate(zip(a["versions"], b["versions"])) if x != y),
+                     min(len(a["versions"]), len(b["versions"])))
+        found.append(f"versions: {len(a['versions'])} and {len(b['versions'])}, apart from version {first + 1}")
+    if (a["step"], a["documents"]) != (b["step"], b["documents"]):
+        found.append(f"steps and documents: {a['step']}, {a['documents']} and {b['step']}, {b['documents']}")
+    elif len(a["tokens"]) != len(b["tokens"]) or not np.allclose(a["tokens"], b["tokens"], rtol=1e-9, atol=1e-12):
+        found.append("token statistics")
+    if a["pairs"].keys() != b["pairs"].keys() or not np.allclose(
+            [a["pairs"][k] for k in a["pairs"]], [b["pairs"][k] for k in a["pairs"]], rtol=1e-9):
+        found.append("the top 500 pairs")
+    return found
+
+
+def same(a: dict, b: dict, *, what: str) -> bool:
+    """True when ``a`` and ``b`` are equal; else False, having said how they differ (stderr)."""
+    for difference in (found := differences(a, b)):
+        print(f"compose-smoke: {what}: {difference} differ", file=sys.stderr)
+    return not found
 
 
 def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
@@ -147,7 +205,10 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
         time.sleep(2)
     if not applied:  # what the trainer said, for the report (it took no version)
         print(project.compose("logs", "--tail", "20", "trainer", capture=True), file=sys.stderr)
-    return {**project.statistics(), **({"killed_at": killed_at} if crash else {})}, applied, posted
+    statistics = project.statistics()
+    statistics["matches_replay"] = same(statistics, project.replay(),
+                                        what=f"{project.name} and the replay of its topic")
+    return {**statistics, **({"killed_at": killed_at} if crash else {})}, applied, posted
 
 
 def main() -> int:
@@ -161,11 +222,14 @@ def main() -> int:
         crashed, _, _ = run(b, crash=True)
     finally:
         b.compose("down", "-v", "--remove-orphans")
-    result = {"versions": len(plain["versions"]), "trainer_applied": applied, "restart_identical": same(plain, crashed),
+    result = {"versions": len(plain["versions"]), "trainer_applied": applied,
+              "restart_identical": same(plain, crashed, what="the uninterrupted and the restarted run"),
+              "matches_replay": plain["matches_replay"] and crashed["matches_replay"],
               "seconds": round(time.perf_counter() - started, 1), "documents": posted, "steps": plain["step"],
               "versions_after_restart": len(crashed["versions"]), "killed_after_documents": crashed["killed_at"]}
     print(json.dumps(result))
-    return 0 if result["versions"] >= 2 and applied >= 1 and result["restart_identical"] else 1
+    return 0 if (result["versions"] >= 2 and applied >= 1 and result["restart_identical"]
+                 and result["matches_replay"]) else 1
 
 
 if __name__ == "__main__":

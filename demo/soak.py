@@ -18,8 +18,9 @@ each step's atomic write, equals the unique documents on the topic; a step count
 kill or a resend counted again would show), refused records are dead-lettered, versions are
 gapless and none published twice, the trainer took the latest version, no 5xx came from a server
 that was up, and no process is left. That statistics equal an uninterrupted run's is the
-pipeline's crash test (a topic written before the job reads it: steps of a live topic end where
-the topic did at that moment, so a replay cuts them elsewhere). Everything is seeded, and the
+pipeline's crash test (a topic written before the job reads it: the soak's producers pause while
+the ingest server is down, longer than the reader waits for a quiet topic, and a step ends there,
+so a replay of the finished topic cuts it elsewhere). Everything is seeded, and the
 schedule printed, so that a failing run can be replayed.
 
 With ``hostile`` (``bench soak --hostile``), hostile clients come too (``demo/hostile.py``): slow

@@ -3,10 +3,14 @@
 A step is the next ``size`` documents in event-time order across the topic's partitions (or
 those of the next window of ``seconds`` of event time: ``read(..., seconds=...)``): a merge
 of the partitions' sequences that always takes the earliest head (by ``ts``, then partition), so
-each step consumes a prefix of every partition and the same start offsets always give the same
-step, whether the process ran on or restarted. Records that are no Document are consumed where
-they stand, into the step's ``dead`` list, and never stop the stream. A step ends early when every
-partition is read up to its end (as far as the broker has it after ``wait`` seconds).
+each step consumes a prefix of every partition. The merge takes a document only once it knows
+every partition's head: a partition read to its end is waited for until it has a record, or
+until the topic has not grown for ``wait`` seconds (then it has ended, for now). So a step is a
+function of the topic's contents and the start offsets alone, not of when records arrived, how
+fast the job or the producer is, or whether the job restarted: the step a live job reads is the
+step an offline replay of the finished topic reads. Only a producer that pauses longer than
+``wait`` (the end of the stream, for now) ends a step short of ``size``. Records that are no
+Document are consumed where they stand, into the step's ``dead`` list, and never stop the stream.
 
     with StepReader(settings) as reader:
         step = reader.read(start={0: 0, 1: 0, 2: 0, 3: 0}, size=64)
@@ -28,6 +32,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -109,6 +114,9 @@ class StepReader:
         self._tps = {p: TopicPartition(settings.docs_topic, p) for p in self.partitions}
         self._buffers: dict[int, deque[tuple[int, bytes | None]]] = {p: deque() for p in self.partitions}
         self._next: dict[int, int] = {}  # the offset after the last record buffered, a partition each
+        # The partitions' high watermarks as last seen, and when one last moved (the topic grew).
+        self._highs: dict[int, int | None] = {}
+        self._grew = time.monotonic()
 
     def _partitions(self) -> list[int]:
         """The docs topic's partitions, as the broker's metadata has them (none: no such topic yet)."""
@@ -159,6 +167,25 @@ class StepReader:
         high = self._highwater(p)
         return high is not None and self._next[p] >= high
 
+    def _quiet(self) -> bool:
+        """True when no partition's high watermark has moved for ``wait`` seconds (the topic has
+        not grown: a partition read to its end has ended, for now)."""
+        for p in self.partitions:
+            if (high := self._highwater(p)) != self._highs.get(p):
+                self._highs[p] = high
+                self._grew = time.monotonic()
+        return time.monotonic() - self._grew >= self.wait
+
+    def _await_head(self, p: int) -> None:
+        """Fetch until partition p has a record buffered, or it is read to its end and the topic
+        is quiet (``_quiet``). The merge takes a document only once every partition's head is
+        known, so that a partition whose records came later than the others' (a producer's
+        batch reaches the partitions one by one) cannot change what a step holds."""
+        while not self._buffers[p]:
+            if (self._at_end(p) or self._highwater(p) is None) and self._quiet():
+                return
+            self._poll()
+
     def _poll(self) -> None:
         """Buffer what the client has fetched (waiting a little for it when it has nothing)."""
         messages = self.consumer.consume(POLL_RECORDS, timeout=0)
@@ -208,7 +235,7 @@ class StepReader:
             buffer = self._buffers[p]
             while True:
                 if not buffer:  # read on: a merge that skipped a partition with more would not repeat
-                    self._fill([p], 1)
+                    self._await_head(p)
                     if not buffer:
                         return
                 offset, value = buffer[0]
@@ -347,13 +374,18 @@ class ReadAhead:
 
 
 
+def topic_steps(settings: PipelineSettings, size: int, *, seconds: float | None = None, wait: float = 2.0
+                ) -> Iterator[Step]:
+    """The docs topic's steps from its start, read to its end (until the topic has been quiet for
+    ``wait`` seconds): the offline replay a live job's steps equal, whenever it read them."""
+    with StepReader(settings, wait=wait) as reader:
+        position: dict[int, int] = {}
+        while (read := reader.read(position, size, seconds=seconds)).documents or read.dead:
+            yield read
+            position = read.end
+
+
 def topic_texts(settings: PipelineSettings, *, wait: float = 2.0, step: int = 1000) -> list[str]:
     """Every document's text on the docs topic, in the pipeline's step order, read to its end
     (what ``tokmaint stats hypertokens`` reads; records that are no document are passed over)."""
-    texts: list[str] = []
-    with StepReader(settings, wait=wait) as reader:
-        position: dict[int, int] = {}
-        while (read := reader.read(position, step)).documents or read.dead:
-            texts += [d.text for d in read.documents]
-            position = read.end
-    return texts
+    return [d.text for read in topic_steps(settings, step, wait=wait) for d in read.documents]

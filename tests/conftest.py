@@ -10,6 +10,8 @@ import json
 import os
 import random
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,33 @@ def produce(bootstrap: str, topic: str, records: list) -> None:
 
     with Producer(bootstrap, max_record_bytes=4 << 20) as producer:
         producer.send_all(topic, records)
+
+
+def trickle(bootstrap: str, topic: str, corpus: Path, *, per_round: tuple[int, ...] = (10, 6, 3, 1),
+            pause: float = 0.02) -> threading.Thread:
+    """A slow producer, started: the corpus's documents onto partition k % 4 of a new topic (each
+    partition in time order), partition p getting ``per_round[p]`` more each round, a short pause
+    (well under the readers' wait) between rounds: partitions at different speeds, records coming
+    across many of a reader's polls. ``join`` it for the end of the stream."""
+    from pipeline.kafka import Producer, Record, create_topic
+    from schemas.document import StreamDocument, encode_document
+
+    create_topic(bootstrap, topic, partitions=4)
+    values = [encode_document(StreamDocument(id=f"doc-{k:03d}", text=doc.text, ts=doc.ts))
+              for k, doc in enumerate(read_corpus(corpus).documents)]
+    queues = [values[p::4] for p in range(4)]
+
+    def send() -> None:
+        with Producer(bootstrap) as producer:
+            while any(queues):
+                for p, count in enumerate(per_round):
+                    chunk, queues[p] = queues[p][:count], queues[p][count:]
+                    producer.send_all(topic, [Record(value, partition=p) for value in chunk])
+                time.sleep(pause)
+
+    thread = threading.Thread(target=send, name="trickle", daemon=True)
+    thread.start()
+    return thread
 
 
 def ctrl_c_works() -> None:

@@ -1,14 +1,18 @@
 """Time steps out of the docs topic on a real broker: every record is in exactly one step, as a
 document or a dead record; a step is the same whether the reader ran on or started afresh at its
-offsets; documents come in event-time order; read ahead on a thread, the same steps."""
+offsets; documents come in event-time order; read ahead on a thread, the same steps; steps read
+while a slow producer trickles the records in, partitions at different speeds, are the steps of
+the finished topic."""
 
 import json
+import threading
 import time
 
+from pipeline import stream
 from pipeline.kafka import Record
-from pipeline.stream import ReadAhead, StepReader
+from pipeline.stream import ReadAhead, StepReader, topic_steps
 from pipeline.topics import PipelineSettings
-from tests.conftest import produce
+from tests.conftest import produce, trickle
 from tokmaint.cli import main
 
 
@@ -100,3 +104,23 @@ def test_a_topic_nobody_wrote_to_yet_gives_empty_steps_until_records_come(broker
         assert reader.partitions and reader.read({}, 8).documents == []
         produce(broker, "docs.not-yet", [Record(json.dumps({"id": "first", "text": "hello", "ts": "2024"}).encode())])
         assert [d.id for d in reader.read({}, 8).documents] == ["first"]
+
+
+def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_topics(broker, drifting_corpus,
+                                                                                        monkeypatch):
+    """The reader slowed down too (a few records taken from the client at a time): what a step
+    holds depends on the topic's contents alone, not on what had arrived when it was read."""
+    settings = PipelineSettings(bootstrap=broker, docs_topic="docs.trickle")
+    monkeypatch.setattr(stream, "POLL_RECORDS", 3)
+    producer = trickle(broker, "docs.trickle", drifting_corpus)
+    live, start = [], {}
+    with StepReader(settings, wait=1.0) as reader:
+        while (step := reader.read(start, 32)).documents or producer.is_alive():
+            if step.documents:
+                live.append(step)
+                start = step.end
+    producer.join()
+    replayed = list(topic_steps(settings, 32, wait=1.0))
+    assert [[d.id for d in s.documents] for s in live] == [[d.id for d in s.documents] for s in replayed]
+    assert [s.end for s in live] == [s.end for s in replayed]
+    assert [len(s.documents) for s in live] == [32] * 18 + [24]
