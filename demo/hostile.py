@@ -128,7 +128,7 @@ class HostileClients:
     db: str
     artifacts: str
     model: Path
-    slow_readers: int = 12
+    slow_readers: int = 80  # past the registry's 64 places, from four hosts
     slow_writers: int = 4
     hold: float = 20.0
     stop_event: threading.Event = field(default_factory=threading.Event)
