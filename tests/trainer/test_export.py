@@ -6,30 +6,13 @@ import os
 import shutil
 
 import pytest
-import torch
-from transformers import GPT2LMHeadModel
 
+from tests.trainer.test_byte_level import TEXTS, checkpoint  # noqa: F401 (the tiny checkpoint both use)
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.output_dir import MARKER
 from tokmaint.cli import main
-from trainer.checkpoint import TokenizerStamp, save_checkpoint
 from trainer.export import check_model_folder, export_model, load_model
-from trainer.loop import tiny_gpt2_config
-
-TEXTS = ["the theme then 12 123 1234", "héllo hé hélène", "a  b   c"] * 4
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    tokenizer = BPETokenizer.train(TEXTS, vocab_size=280, special_tokens=["<|endoftext|>"])
-    torch.manual_seed(0)
-    gpt = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_embd=32))
-    path = tmp_path_factory.mktemp("ckpt") / "checkpoint.pt"
-    save_checkpoint(path, model=gpt, optimizer=torch.optim.AdamW(gpt.parameters()),
-                    tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256), position={"step": 0},
-                    tokenizer_json=tokenizer.to_json())
-    return path, tokenizer
 
 
 def _files(root):
@@ -37,7 +20,7 @@ def _files(root):
 
 
 def test_export_again_keeps_the_users_readme_and_folder(checkpoint, tmp_path, capsys):
-    path, _ = checkpoint
+    path, _, _ = checkpoint
     out = tmp_path / "model"
     argv = ["trainer", "export", "--checkpoint", str(path), "--out", str(out), "--json"]
     assert main(argv) == 0
@@ -54,7 +37,7 @@ def test_export_again_keeps_the_users_readme_and_folder(checkpoint, tmp_path, ca
 
 
 def test_zip2zip_again_keeps_the_users_files(checkpoint, tmp_path, capsys):
-    path, _ = checkpoint
+    path, _, _ = checkpoint
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(TEXTS) + "\n")
     argv = ["trainer", "zip2zip", "--model", str(path), "--corpus", str(corpus), "--out", str(tmp_path / "z2z"),
@@ -71,7 +54,7 @@ def test_zip2zip_again_keeps_the_users_files(checkpoint, tmp_path, capsys):
 
 
 def test_an_exported_folder_follows_the_umask(checkpoint, tmp_path):
-    path, _ = checkpoint
+    path, _, _ = checkpoint
     previous = os.umask(0o022)
     try:
         export_model(path, tmp_path / "model")
@@ -84,7 +67,7 @@ def test_an_exported_folder_follows_the_umask(checkpoint, tmp_path):
 
 
 def test_a_folder_exported_before_the_marker_is_replaced_in_place(checkpoint, tmp_path):
-    path, _ = checkpoint
+    path, _, _ = checkpoint
     out = tmp_path / "model"
     export_model(path, out)
     (out / MARKER).unlink()  # as the exports before it wrote them: tokmaint.json only
@@ -94,7 +77,7 @@ def test_a_folder_exported_before_the_marker_is_replaced_in_place(checkpoint, tm
 
 
 def test_a_folder_is_checked_whole_with_every_reason(checkpoint, tmp_path):
-    path, tokenizer = checkpoint
+    path, _, tokenizer = checkpoint
     out = tmp_path / "model"
     export_model(path, out)
     assert check_model_folder(out)[0].sha256 == tokenizer.sha256
@@ -108,7 +91,9 @@ def test_a_folder_is_checked_whole_with_every_reason(checkpoint, tmp_path):
         load_model(bad, device="cpu")
     message = str(refused.value)
     assert "model.safetensors lacks 12 tensors config.json's model has (e.g. transformer.h.2" in message
-    assert f"tokenizer.json has ids up to {larger.id_space - 1}, more than the model's 280 rows" in message
+    assert larger.id_space > tokenizer.id_space
+    rows = tokenizer.id_space  # the checkpoint's model has a row for each of its version's ids
+    assert f"tokenizer.json has ids up to {larger.id_space - 1}, more than the model's {rows} rows" in message
     assert "tokenizer.json is not the version the model was trained with" in message
     assert "\n" not in message
     stamp = json.loads((out / "tokmaint.json").read_text())
@@ -116,7 +101,7 @@ def test_a_folder_is_checked_whole_with_every_reason(checkpoint, tmp_path):
 
 
 def test_an_unfinished_export_is_refused_until_run_again(checkpoint, tmp_path):
-    path, _ = checkpoint
+    path, _, _ = checkpoint
     out = tmp_path / "model"
     export_model(path, out)
     marker = json.loads((out / MARKER).read_text())
