@@ -7,11 +7,14 @@ answer. Run B, a project of its own: the same, but the pipeline's container is k
 versions are out, and ``up`` starts it again. Both end with the lineage's versions and the Redis
 statistics of every step. Each must equal the offline replay of its own docs topic
 (``matches_replay``): Ted-Tok run uninterrupted, in a container of the project's network, over
-the steps ``pipeline.stream.topic_steps`` reads from the finished topic, from the lineage's
-version 1; a step is a function of the topic alone, whenever the job read it. And B's must equal
-A's (``restart_identical``). Each project is taken down with its volumes. The last line printed
-is one JSON object: ``versions``, ``trainer_applied``, ``restart_identical``, ``matches_replay``,
-``seconds`` (and what they rest on).
+the complete steps ``pipeline.stream.topic_steps`` reads from the finished topic, from the
+lineage's version 1; a step is a function of the topic alone, whenever the job read it. The
+pipeline runs live (not told the stream ends), so it leaves the last step, short of
+``step_docs``, for more documents: that step is neither counted nor replayed
+(``documents_waiting``). And B's must equal A's (``restart_identical``). Each project is taken
+down with its volumes. The last line printed is one JSON object: ``versions``,
+``trainer_applied``, ``restart_identical``, ``matches_replay``, ``seconds`` (and what they rest
+on: ``documents`` posted, ``documents_waiting``, ``steps``, ...).
 
     DOCKER_HOST=... .venv/bin/python containers/compose_smoke.py
 """
@@ -44,7 +47,8 @@ COMPOSE = [str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.
 
 
 # Run with the image's Python in a container of the project (its network, its environment): the
-# offline replay of the docs topic, as JSON on stdout's last line.
+# offline replay of the docs topic's complete steps (those the live pipeline counts), as JSON on
+# stdout's last line.
 REPLAY = """
 import json, os
 import numpy as np
@@ -60,7 +64,7 @@ initial = RegistryClient(os.environ["TOKMAINT_REGISTRY_URL"]).tokenizer(lineage,
 config = stream.tedtok_config()
 replay = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=lineage)
 steps = documents = 0
-for step in topic_steps(PipelineSettings(), stream.step_docs):
+for step in topic_steps(PipelineSettings(), stream.step_docs, complete_only=True):
     if step.documents:  # a step of dead records alone is none (as the job counts them)
         replay.observe_texts([d.text for d in step.documents])
         steps, documents = steps + 1, documents + len(step.documents)
@@ -112,7 +116,8 @@ class Project:
         return RedisStatsStore.open(redis.Redis.from_url(self.redis), lineage=LINEAGE)
 
     def counted(self, documents: int, *, timeout: float = 600) -> dict:
-        """Wait until the pipeline has counted ``documents`` and applied its last step; its meta."""
+        """Wait until the pipeline has counted ``documents`` (those of the complete steps) and
+        applied its last step; its meta."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -136,7 +141,8 @@ class Project:
                 "tokens": store.token(ids), "pairs": dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist()))}
 
     def replay(self) -> dict:
-        """The offline replay of the project's docs topic (``REPLAY``), as ``statistics`` has a run."""
+        """The offline replay of the project's docs topic's complete steps (``REPLAY``), as
+        ``statistics`` has a run."""
         out = self.compose("run", "--rm", "--no-deps", "-T", "--entrypoint", "python", "pipeline", "-c", REPLAY,
                            capture=True)
         replayed = json.loads(out.strip().splitlines()[-1])
@@ -182,8 +188,9 @@ def same(a: dict, b: dict, *, what: str) -> bool:
 
 def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
     """Up, the sample posted (the pipeline killed and started again mid-stream with ``crash``:
-    the statistics say how far it had counted, ``killed_at``), everything counted; the
-    statistics, the trainer's versions applied, the documents posted."""
+    the statistics say how far it had counted, ``killed_at``), every complete step counted; the
+    statistics (with ``documents_waiting``: posted, in the last step, not complete, and not
+    counted), the trainer's versions applied, the documents posted."""
     project.compose("up", "-d", "--wait")
     for path in ("/", "/metrics"):
         httpx.get(f"{project.registry}{path}", timeout=10).raise_for_status()
@@ -198,7 +205,8 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
         project.compose("kill", "pipeline")
         killed_at = project.store().meta()["documents"]
         project.compose("up", "-d", "--wait")
-    project.counted(posted)
+    replayed = project.replay()  # the finished topic's complete steps: what the live pipeline counts
+    project.counted(replayed["documents"])
     # The trainer takes the newest version between two steps (one composed diff for all it missed).
     deadline = time.monotonic() + 300
     while not (applied := project.trainer_applied()) and time.monotonic() < deadline:
@@ -206,8 +214,8 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
     if not applied:  # what the trainer said, for the report (it took no version)
         print(project.compose("logs", "--tail", "20", "trainer", capture=True), file=sys.stderr)
     statistics = project.statistics()
-    statistics["matches_replay"] = same(statistics, project.replay(),
-                                        what=f"{project.name} and the replay of its topic")
+    statistics["matches_replay"] = same(statistics, replayed, what=f"{project.name} and the replay of its topic")
+    statistics["documents_waiting"] = posted - replayed["documents"]
     return {**statistics, **({"killed_at": killed_at} if crash else {})}, applied, posted
 
 
@@ -226,6 +234,7 @@ def main() -> int:
               "restart_identical": same(plain, crashed, what="the uninterrupted and the restarted run"),
               "matches_replay": plain["matches_replay"] and crashed["matches_replay"],
               "seconds": round(time.perf_counter() - started, 1), "documents": posted, "steps": plain["step"],
+              "documents_waiting": plain["documents_waiting"],
               "versions_after_restart": len(crashed["versions"]), "killed_after_documents": crashed["killed_at"]}
     print(json.dumps(result))
     return 0 if (result["versions"] >= 2 and applied >= 1 and result["restart_identical"]

@@ -179,7 +179,9 @@ def _run_job(registry: RegistryClient, client: redis.Redis, pipeline: PipelineSe
     job = PipelineJob(settings=pipeline, stream=stream, redis_client=client, registry=registry, lineage=lineage,
                       wait=1.0)
     try:
-        report = job.run(max_steps=steps)
+        # The topic is whole: its last step counts, complete or not (the last partition to end
+        # can run out before that step's last document).
+        report = job.run(max_steps=steps, until_idle=True)
     finally:
         job.close()
     if report["documents"] != documents:

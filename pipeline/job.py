@@ -105,6 +105,7 @@ class PipelineJob:
         self.lineage_stats.outdated()  # the registry's watch starts now, not in a step's time
         # Steps are read ahead while the job waits for its counting process or for Redis.
         self.reader = ReadAhead(StepReader(settings, wait=wait), size=self.step_docs, seconds=settings.step_seconds)
+        self.wait = wait
         self.dead_letters = Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes)
         self._counted: list[_Counted] = []  # steps counted and not yet written
         self._step, self._offsets = 0, {}  # the last step counted and the offsets it ends at
@@ -317,6 +318,9 @@ class PipelineJob:
 
     def run(self, *, max_steps: int | None = None, until_idle: bool = False) -> dict[str, Any]:
         """Steps until ``max_steps`` are done (or, with ``until_idle``, the topic has no more).
+        Only ``complete`` steps count: one the topic went quiet in is read again from the same
+        offsets after the reader's wait, until it is whole; with ``until_idle`` the topic has
+        ended, and its last step counts as it stands.
 
         A step is read and decoded here while the one before it is counted. A revision due after
         step R is made once step R+1 is read, which is counted with the planned version while
@@ -372,6 +376,13 @@ class PipelineJob:
                 self._catch_up()
                 self.lineage_stats.follow()
             step = self.reader.read(read_from)
+            if step.documents and not step.complete and not until_idle:
+                # The topic went quiet mid-step: a replay of it would cut this step elsewhere once
+                # more documents come. Nothing of it is counted, dead-lettered or taken as seen;
+                # it is read again from the same offsets after the reader's wait.
+                self._catch_up()
+                time.sleep(self.wait)
+                continue
             resent = self._skip_resends(step)
             self._dead_letter(step)
             dead += len(step.dead)

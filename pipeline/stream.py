@@ -9,12 +9,14 @@ until the topic has not grown for ``wait`` seconds (then it has ended, for now).
 function of the topic's contents and the start offsets alone, not of when records arrived, how
 fast the job or the producer is, or whether the job restarted: the step a live job reads is the
 step an offline replay of the finished topic reads. Only a producer that pauses longer than
-``wait`` (the end of the stream, for now) ends a step short of ``size``. Records that are no
+``wait`` (the end of the stream, for now) ends a step short of ``size``, or has the merge go on
+without a partition: such a step is not ``complete`` (a replay of the finished topic may cut it
+elsewhere), and a live job reads it again later rather than count it. Records that are no
 Document are consumed where they stand, into the step's ``dead`` list, and never stop the stream.
 
     with StepReader(settings) as reader:
         step = reader.read(start={0: 0, 1: 0, 2: 0, 3: 0}, size=64)
-        step.documents, step.end, step.dead
+        step.documents, step.end, step.dead, step.complete
 
 ``ReadAhead`` reads the steps that follow on a thread of its own, so that reading and decoding
 go on while the job waits (for its counting process, for Redis); a step asked for from other
@@ -81,12 +83,16 @@ class DeadRecord:
 @dataclass
 class Step:
     """One time step: its documents in merge order, the offsets it ends at (the next to read, a
-    partition each) and the records it dead-lettered."""
+    partition each) and the records it dead-lettered. ``complete``: the step is the one any
+    reader of the topic from the same offsets reads, whenever (it holds ``size`` documents, or
+    its window was closed by a later document, and no partition ran dry before its last
+    document was taken); not so when the topic ran out or went quiet before that."""
 
     documents: list[StreamDocument] = field(default_factory=list)
     end: dict[int, int] = field(default_factory=dict)
     dead: list[DeadRecord] = field(default_factory=list)
     lag: int = 0  # records after ``end``, as the last fetch saw the partitions (``StepReader.lag``)
+    complete: bool = True
 
 
 class StepReader:
@@ -222,13 +228,17 @@ class StepReader:
         """The step of ``size`` documents that begins at ``start`` (partition → next offset);
         with ``seconds``, the documents of one window of that many seconds of event time (the
         first document's; windows aligned to the epoch, as Beam's ``FixedWindows``), at most
-        ``size`` of them (a fuller window goes on in the next step)."""
+        ``size`` of them (a fuller window goes on in the next step). The step is ``complete``
+        when it holds ``size`` documents or a later document closed its window, every document
+        taken while every partition's head was known: a partition that ran dry (the topic quiet
+        for ``wait``) could still get a record that belongs before the step's next document."""
         self._position(start)
         share = math.ceil(FILL_MARGIN * size / len(self.partitions))
         self._fill(self.partitions, min(size, share, FILL_RECORDS), refresh=True)
         step = Step(end={p: start.get(p, 0) for p in self.partitions})
         heads: list[tuple] = []
         window_end: datetime | None = None
+        dry = False  # a partition ran dry: the merge went on without its head
 
         def advance(p: int) -> None:
             """Consume partition p's dead records at its head, then queue its next document."""
@@ -237,6 +247,8 @@ class StepReader:
                 if not buffer:  # read on: a merge that skipped a partition with more would not repeat
                     self._await_head(p)
                     if not buffer:
+                        nonlocal dry
+                        dry = True
                         return
                 offset, value = buffer[0]
                 try:
@@ -253,18 +265,23 @@ class StepReader:
 
         for p in self.partitions:
             advance(p)
+        exact, closed = True, False  # every document taken with every head known; the window closed
         while heads and len(step.documents) < size:
             if seconds is not None:
                 if window_end is None:
                     window_end = _window_end(heads[0][0], seconds)
                 elif heads[0][0] >= window_end:
+                    closed = True
                     break
+            exact = exact and not dry
             _, p, offset, doc = heapq.heappop(heads)
             self._buffers[p].popleft()
             step.documents.append(doc)
             step.end[p] = offset + 1
             advance(p)
         step.lag = self.lag(step.end)
+        # The last document's partition running dry after it changes no document of the step.
+        step.complete = exact and (len(step.documents) == size or (closed and not dry))
         return step
 
 
@@ -294,8 +311,8 @@ class ReadAhead:
 
     def read(self, start: dict[int, int]) -> Step:
         """The step that begins at ``start`` (partition → next offset). A step with nothing in
-        it says the topic had nothing more when it was read: one read before this call is
-        dropped for a fresh one (records may have come since)."""
+        it, or not ``complete``, says the topic had nothing more when it was read: one read
+        before this call is dropped for a fresh one from ``start`` (records may have come since)."""
         asked = time.monotonic()
         if self._thread is None or start != self._next:
             self._restart(start)
@@ -308,9 +325,11 @@ class ReadAhead:
                 self._thread = None  # ended: the next read starts it again
                 raise item
             read_at, step = item
-            if step.documents or step.dead or read_at >= asked:
+            if read_at >= asked or step.complete or (step.dead and not step.documents):
                 self._next = step.end
                 return step
+            if step.documents:  # a partial step read ahead: again from its start (the thread read on)
+                self._restart(start)
 
     def _restart(self, start: dict[int, int]) -> None:
         self._halt()
@@ -325,7 +344,8 @@ class ReadAhead:
             put = 0
             while self._put((time.monotonic(), step := self.reader.read(start, self.size, seconds=self.seconds))):
                 start, put = step.end, put + 1
-                if step.lag == 0 and not self._asked_beyond(put):  # at the topic's end: read on when asked
+                # At the topic's end (a step not complete is, or was for a while): read on when asked.
+                if (step.lag == 0 or not step.complete) and not self._asked_beyond(put):
                     return
         except BaseException as exc:  # the reader's error is the job's, at its next read
             self._put(exc)
@@ -374,13 +394,17 @@ class ReadAhead:
 
 
 
-def topic_steps(settings: PipelineSettings, size: int, *, seconds: float | None = None, wait: float = 2.0
-                ) -> Iterator[Step]:
+def topic_steps(settings: PipelineSettings, size: int, *, seconds: float | None = None, wait: float = 2.0,
+                complete_only: bool = False) -> Iterator[Step]:
     """The docs topic's steps from its start, read to its end (until the topic has been quiet for
-    ``wait`` seconds): the offline replay a live job's steps equal, whenever it read them."""
+    ``wait`` seconds): the offline replay a live job's steps equal, whenever it read them.
+    ``complete_only``: up to the first step with documents that is not ``complete`` (what a live
+    job counts, one not told that the topic ended: it leaves that step for more documents)."""
     with StepReader(settings, wait=wait) as reader:
         position: dict[int, int] = {}
         while (read := reader.read(position, size, seconds=seconds)).documents or read.dead:
+            if complete_only and read.documents and not read.complete:
+                return
             yield read
             position = read.end
 

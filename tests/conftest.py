@@ -184,11 +184,13 @@ def produce(bootstrap: str, topic: str, records: list) -> None:
 
 
 def trickle(bootstrap: str, topic: str, corpus: Path, *, per_round: tuple[int, ...] = (10, 6, 3, 1),
-            pause: float = 0.02) -> threading.Thread:
+            pause: float = 0.02, stall: tuple[int, float] | None = None) -> threading.Thread:
     """A slow producer, started: the corpus's documents onto partition k % 4 of a new topic (each
     partition in time order), partition p getting ``per_round[p]`` more each round, a short pause
     (well under the readers' wait) between rounds: partitions at different speeds, records coming
-    across many of a reader's polls. ``join`` it for the end of the stream."""
+    across many of a reader's polls. ``stall``: (round, seconds), a pause that long after that
+    round (past the readers' wait: a producer stopped for a while, mid-step). ``join`` it for the
+    end of the stream."""
     from pipeline.kafka import Producer, Record, create_topic
     from schemas.document import StreamDocument, encode_document
 
@@ -199,11 +201,13 @@ def trickle(bootstrap: str, topic: str, corpus: Path, *, per_round: tuple[int, .
 
     def send() -> None:
         with Producer(bootstrap) as producer:
+            rounds = 0
             while any(queues):
                 for p, count in enumerate(per_round):
                     chunk, queues[p] = queues[p][:count], queues[p][count:]
                     producer.send_all(topic, [Record(value, partition=p) for value in chunk])
-                time.sleep(pause)
+                rounds += 1
+                time.sleep(stall[1] if stall is not None and rounds == stall[0] else pause)
 
     thread = threading.Thread(target=send, name="trickle", daemon=True)
     thread.start()

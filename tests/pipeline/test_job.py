@@ -195,6 +195,33 @@ def test_a_job_reading_while_a_slow_producer_trickles_the_stream_in_equals_the_t
     _equal_to_the_offline_reference(redis_url, lineage, initial, replayed, versions)
 
 
+def test_a_live_job_whose_producer_stops_mid_step_counts_the_finished_topics_steps(
+        broker, redis_url, registry_url, initial, drifting_corpus, monkeypatch):
+    """The producer stops for longer than the job's wait mid-step, then goes on; the job runs
+    live (not told the topic ends) for 18 steps, then to the topic's end: it counted the step it
+    found short when the topic went quiet only once it was whole, so its steps, statistics and
+    versions are those of the offline replay of the finished topic."""
+    topic = f"docs.stall.{uuid.uuid4().hex[:6]}"
+    monkeypatch.setattr(step_stream, "POLL_RECORDS", 3)
+    producer = trickle(broker, topic, drifting_corpus, stall=(10, 2.5))
+    lineage = _lineage(registry_url, initial)
+    settings = PipelineSettings(bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq")
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = PipelineJob(settings=settings, stream=STREAM, redis_client=redis.Redis.from_url(redis_url),
+                          registry=registry, lineage=lineage, wait=1.0)
+        try:
+            live = job.run(max_steps=18)
+            producer.join()
+            rest = job.run(until_idle=True)
+        finally:
+            job.close()
+        versions = registry.versions(lineage)["data"]
+    replayed = [[d.text for d in step.documents] for step in step_stream.topic_steps(settings, 32, wait=1.0)]
+    assert (live["documents"], live["steps"]) == (18 * 32, 18)
+    assert (rest["documents"], rest["steps"]) == (24, 1) and len(replayed) == 19
+    _equal_to_the_offline_reference(redis_url, lineage, initial, replayed, versions)
+
+
 def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url, registry_url, stream,
                                                               drifting_corpus):
     """A Llama-2-style tokenizer (▁ for spaces, byte fallback) as version 1: the pipeline's

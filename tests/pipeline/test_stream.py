@@ -124,3 +124,37 @@ def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_t
     assert [[d.id for d in s.documents] for s in live] == [[d.id for d in s.documents] for s in replayed]
     assert [s.end for s in live] == [s.end for s in replayed]
     assert [len(s.documents) for s in live] == [32] * 18 + [24]
+
+
+def test_a_step_the_topic_went_quiet_in_is_not_complete_and_the_complete_steps_are_the_finished_topics(
+        broker, drifting_corpus, monkeypatch):
+    """The producer stops for longer than the reader's wait mid-step (then goes on): the step
+    read then is not ``complete`` (short, or merged on without the partition that ran dry), and
+    the complete steps, each read again from the same offsets until it is, are the finished
+    topic's. Its replay ends in a step that is not complete (24 documents), which a replay of the
+    complete steps leaves out."""
+    settings = PipelineSettings(bootstrap=broker, docs_topic="docs.stall")
+    monkeypatch.setattr(stream, "POLL_RECORDS", 3)
+    producer = trickle(broker, "docs.stall", drifting_corpus, stall=(10, 2.5))
+    live, partial, start = [], [], {}
+    with StepReader(settings, wait=1.0) as reader:
+        while True:
+            step = reader.read(start, 32)
+            if step.complete:
+                live.append(step)
+                start = step.end
+            elif producer.is_alive():  # the topic quiet for now: the same step again, later
+                partial.append((dict(start), step))
+            else:
+                break
+    producer.join()
+    replayed = list(topic_steps(settings, 32, wait=1.0))
+    assert [s.complete for s in replayed] == [True] * 18 + [False]
+    complete = list(topic_steps(settings, 32, wait=1.0, complete_only=True))
+    assert [[d.id for d in s.documents] for s in live] == [[d.id for d in s.documents] for s in complete]
+    assert [s.end for s in live] == [s.end for s in complete] == [s.end for s in replayed[:18]]
+    partitions = sorted(replayed[0].end)
+    starts = [{p: 0 for p in partitions}] + [s.end for s in replayed]
+    cut_elsewhere = [step for at, step in partial if step.documents and [d.id for d in step.documents]
+                     != [d.id for d in replayed[starts.index({p: at.get(p, 0) for p in partitions})].documents]]
+    assert cut_elsewhere, "the stall should have met a step mid-way"
