@@ -387,7 +387,7 @@ class Registry:
                              changed_ids=len(diff.entries)))
 
         try:
-            self._store_and_name([data], keep)
+            self._store_and_name({sha: data}, keep)
         except IntegrityError:
             pass  # a concurrent request kept the same diff first
         return diff
@@ -409,7 +409,7 @@ class Registry:
         if any(n == name for n, _ in self.lineages()):
             raise exists  # before any artifact is stored; the transaction below checks again
         blobs = self._version_blobs(name, 1, None, data, tokenizer, [], kind, metrics or {})
-        artifacts = (artifact_name(blobs[0]), artifact_name(blobs[1]))
+        artifacts = tuple(blobs)
 
         def insert(session: Session) -> VersionInfo:
             if session.scalars(select(Lineage).where(Lineage.name == name)).one_or_none() is not None:
@@ -454,7 +454,7 @@ class Registry:
             # the write lock is not held while they are written.
             blobs = self._version_blobs(name, latest.number + 1, latest.sha256, data, child, entries, kind,
                                         metrics or {})
-            artifacts = (artifact_name(blobs[0]), artifact_name(blobs[1]))
+            artifacts = tuple(blobs)
             try:
                 info = self._store_and_name(blobs, lambda session: self._insert_on_top(
                     session, name, latest.number, child, artifacts, changed_ids=len(entries), kind=kind,
@@ -538,7 +538,7 @@ class Registry:
             session.flush()
             return ModelInfo.of(row, name)
 
-        return self._store_and_name([data for _, data in sorted(files.items())], insert)
+        return self._store_and_name({stored[file]["sha256"]: data for file, data in files.items()}, insert)
 
     def models(self, name: str, *, after: int = 0) -> list[ModelInfo]:
         """A lineage's models numbered past ``after`` (all by default), oldest first."""
@@ -606,18 +606,18 @@ class Registry:
             function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
             session.execute(text(f"SELECT {function}(:key)"), {"key": ARTIFACTS_LOCK})
 
-    def _store_and_name(self, blobs: list[bytes], name_them: Callable[[Session], T]) -> T:
-        """Store ``blobs`` and run ``name_them``, the transaction whose rows name them, so that
+    def _store_and_name(self, blobs: dict[str, bytes], name_them: Callable[[Session], T]) -> T:
+        """Store ``blobs`` (by their names, ``artifact_name``'s: hashed once) and run ``name_them``, the transaction whose rows name them, so that
         garbage collection can never remove one in between: their names are pinned (committed)
         before any is put; the naming transaction checks that each is stored and removes the
         pins. One gone by then (deleted by hand, or its pin expired) is put again and the commit
         tried again, up to ``STORE_ATTEMPTS`` times, then refused: a row never names a missing
         artifact. A refused or failed naming removes the pins."""
-        names = list(dict.fromkeys(artifact_name(data) for data in blobs))
+        names = list(blobs)
         pins = self._write(functools.partial(self._pin, names))
         try:
             for _ in range(STORE_ATTEMPTS):
-                for data in blobs:
+                for data in blobs.values():
                     self.artifacts.put(data)
                 try:
                     return self._write(functools.partial(self._name_pinned, names, pins, name_them))
@@ -686,13 +686,16 @@ class Registry:
 
     @staticmethod
     def _version_blobs(name: str, number: int, parent_sha: str | None, data: bytes, child: BPETokenizer,
-                       entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> list[bytes]:
-        """The artifacts of version ``number``: the uploaded tokenizer.json and the registry's diff."""
+                       entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> dict[str, bytes]:
+        """The artifacts of version ``number`` by name: the uploaded tokenizer.json, then the
+        registry's diff."""
+        sha = artifact_name(data)
         diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None,
-                            tokenizer_sha256=artifact_name(data), parent_sha256=parent_sha, vocab_size=len(child),
+                            tokenizer_sha256=sha, parent_sha256=parent_sha, vocab_size=len(child),
                             id_space=child.id_space, entries=entries,
                             config={"kind": kind, **({"metrics": metrics} if metrics else {})})
-        return [data, diff.to_json().encode("utf-8")]
+        diff_data = diff.to_json().encode("utf-8")
+        return {sha: data, artifact_name(diff_data): diff_data}
 
     def _insert_on_top(self, session: Session, name: str, expected: int, child: BPETokenizer,
                        artifacts: tuple[str, str], **row: Any) -> VersionInfo:
