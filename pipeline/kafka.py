@@ -29,12 +29,15 @@ _LOG = logging.getLogger("tokmaint.kafka")
 
 @dataclass(frozen=True)
 class Record:
-    """One record to send: its value, key (its partition's), headers and, when chosen, partition."""
+    """One record to send: its value, key (its partition's), headers and, when chosen, partition
+    and timestamp (ms since the epoch; a document's is its ``ts``: the event time a Flink job's
+    windows read without decoding the record)."""
 
     value: bytes | None  # None: a tombstone
     key: bytes | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     partition: int | None = None
+    timestamp: int | None = None
 
 
 class Producer:
@@ -70,6 +73,8 @@ class Producer:
         for k, record in enumerate(records):
             record = record if isinstance(record, Record) else Record(*record)
             options = {} if record.partition is None else {"partition": record.partition}
+            if record.timestamp is not None:
+                options["timestamp"] = record.timestamp
             outcomes.append(f"not delivered within {timeout:g} s")
             with reported:
                 pending[0] += 1

@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import redis
 
 from pipeline.redis_store import RedisStatsStore
@@ -122,17 +123,38 @@ class LineageStatistics:
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, version), version)
         return True
 
-    def observe(self, counts: StepCounts, *, offsets: dict[Any, int]) -> bool:
-        """The next step: its counts written with the version they were counted with and where
-        the stream ends (nothing when the store has that step: a replay), then the revision, when
-        one is due, made and published (:meth:`revise`); True when a revision was published. What a
-        writer of single steps calls (the Beam variant's); the job writes several steps at once and
-        plans its revisions beside its counting, with :meth:`plan`, :meth:`commit` and :meth:`conclude`."""
+    def observe(self, counts: StepCounts, *, offsets: dict[Any, int], ids: Sequence[str] = (),
+                documents: int = 0, keep_ids_steps: int | None = None) -> bool:
+        """The next step: its counts (neighbours too, when counted) written with the version they
+        were counted with and where the stream ends (nothing when the store has that step: a
+        replay), then the revision, when one is due, made and published (:meth:`revise`); True
+        when a revision was published. ``ids``, ``documents`` and ``keep_ids_steps``: as
+        ``apply_step``'s. What a writer of single steps calls (the Flink job's); the local job
+        writes several steps at once and plans its revisions beside its counting, with
+        :meth:`plan`, :meth:`commit` and :meth:`conclude`."""
         step = self.store.step + 1
+        token_texts = None
+        if counts.neighbour_keys is not None:
+            hf = self.tedtok.tokenizer.hf
+            token_texts = np.array([hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)], dtype=object)
         written = self.store.apply_step(step=step, token_ids=counts.token_ids, token_counts=counts.token_counts,
                                         pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
-                                        version=self.tedtok.version, offsets=offsets)
-        return written and self.config.revision_due(step) and self.revise(step)
+                                        version=self.tedtok.version, offsets=offsets,
+                                        neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts,
+                                        token_texts=token_texts, bytes_per_token=counts.bytes_per_token,
+                                        ids=[(step, i) for i in ids], keep_ids_steps=keep_ids_steps,
+                                        documents=documents)
+        return written and self.config.revision_due(step) and self.revise(
+            step, metrics={"bytes_per_token": counts.bytes_per_token})
+
+    def resume(self, *, metrics: dict[str, Any] | None = None) -> bool:
+        """After a restart: the revision due after the last step written, if a crash came between
+        that step and its revision (the pending one published is :meth:`settle`'s, done already);
+        True when one was published."""
+        meta = self.store.meta()
+        if meta["step"] and self.config.revision_due(meta["step"]) and meta["revised"] < meta["step"]:
+            return self.revise(meta["step"], metrics=metrics)
+        return False
 
     def revise(self, step: int, *, metrics: dict[str, Any] | None = None) -> bool:
         """Ted-Tok's revision after step ``step`` from the statistics: validated here first (the

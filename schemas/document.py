@@ -23,10 +23,12 @@ schemas.document.RecordError: 'id' holds a lone surrogate (not valid Unicode)
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from schemas.json_values import json_kind, json_object, parse_timestamp
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB a record, Kafka's own default limit
 
@@ -43,6 +45,15 @@ class StreamDocument(NamedTuple):
     text: str
     ts: datetime
     source: str = ""
+
+    @property
+    def ts_ms(self) -> int:
+        """``ts`` in whole milliseconds since the epoch (rounded down): the Kafka record's timestamp.
+
+        >>> StreamDocument("a", "x", datetime(1970, 1, 1, 0, 0, 1, 999, tzinfo=timezone.utc)).ts_ms
+        1000
+        """
+        return (self.ts - EPOCH) // timedelta(milliseconds=1)
 
 
 def _string(record: dict[str, Any], key: str, *, required: bool, limit: int | None = None) -> str:

@@ -1,0 +1,219 @@
+"""``tokmaint bench flink``: the scale-out job on a real Flink cluster, end to end, against the
+offline replay and against ``pipeline run`` on the same topic.
+
+It starts a broker, a redis-server, a registry and a Flink cluster (a JobManager and two
+TaskManagers of two slots, :class:`~pipeline.flink_cluster.FlinkCluster`), trains the initial
+tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus (plus a few records that
+are not Documents, and resends), and runs the job bounded at the topic's end offsets. With
+``kill`` one TaskManager is killed with SIGKILL once a third of the steps are written, and a
+replacement started: Flink restores the job from its last checkpoint.
+
+Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered``, ``taskmanager_killed``,
+``equal_to_replay`` (the Redis statistics and every published version equal Ted-Tok run offline
+over the same windows of the same documents), ``flink_mb_s`` (the documents' megabytes over the
+job's run on the cluster), ``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in
+the same run), ``ratio_to_local``, ``serial_fraction`` (the share of the job's time its one writer
+spent adding tallies, counting them with the version, writing steps and revising) and ``seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import redis
+
+from pipeline.flink_cluster import FlinkCluster
+from pipeline.flink_job import FlinkJobSpec, submit
+from pipeline.ingest import ingest
+from pipeline.job import PipelineJob
+from pipeline.kafka import Producer, Record, read_topic
+from pipeline.local_servers import start_broker, start_redis
+from pipeline.redis_store import RedisStatsStore
+from pipeline.topics import PipelineSettings
+from registry.client import RegistryClient
+from registry.local_server import start_server
+from schemas.document import RecordError, decode_document
+from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.corpus import oldest, read_corpus
+from tokenizer_service.errors import TokmaintError
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
+from tokenizer_service.stats_store import MemoryStatsStore
+from tokenizer_service.tedtok import TedTok
+
+LINEAGE, LOCAL_LINEAGE = "flink", "local"
+BAD_RECORDS = [b"not json", b'{"id": "x"}', b"\xff\xfe"]  # each dead-lettered, with its reason
+
+
+class FlinkBenchSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_FLINK_")
+
+    max_mb: float = setting(10.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream")
+    vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
+    init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
+                                                       "trained on")
+    steps: int = setting(40, whole(2), "event-time windows the corpus's time span is cut into (the steps)")
+    interval_steps: int = setting(8, whole(1), "steps between revisions (the first after as many)")
+    kill: bool = setting(True, None, "kill one TaskManager with SIGKILL once a third of the steps are written")
+    taskmanagers: int = setting(2, whole(1), "TaskManagers of the cluster (two slots each)")
+
+
+def _wait_for_job(cluster: FlinkCluster, job_id: str, *, timeout: float, until=None) -> dict[str, Any]:
+    """The job's REST summary once it has ended (or ``until()`` is true, while it runs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = httpx.get(f"{cluster.rest_url}/jobs/{job_id}", timeout=10).json()
+        if job["state"] in ("FINISHED", "FAILED", "CANCELED"):
+            return job
+        if until is not None and until():
+            return job
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"the Flink job {job_id} is still {job['state']} after {timeout:g} s; "
+                                f"see {cluster.log_dir}")
+        time.sleep(0.5)
+
+
+def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
+           ) -> tuple[TedTok, int]:
+    """Ted-Tok run offline over the topic's documents in the job's steps: windows of
+    ``step_seconds`` of event time in order, a document's resends dropped; and the steps."""
+    windows: dict[int, dict[str, str]] = defaultdict(dict)
+    step_ms = round(step_seconds * 1000)
+    for value in records:
+        try:
+            doc = decode_document(value)
+        except RecordError:
+            continue
+        windows[doc.ts_ms // step_ms].setdefault(doc.id, doc.text)
+    config = stream.tedtok_config()
+    tedtok = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=LINEAGE)
+    for window in sorted(windows):
+        tedtok.observe_texts(list(windows[window].values()))
+    return tedtok, len(windows)
+
+
+def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClient, lineage: str) -> dict[str, bool]:
+    """Whether the lineage's statistics in Redis and its versions are the replay's."""
+    store = RedisStatsStore.open(client, lineage=lineage)
+    published = [v["sha256"] for v in sorted(registry.versions(lineage, limit=1000)["data"],
+                                             key=lambda v: v["number"])]
+    ids = np.arange(max(tedtok.tokenizer.id_space, 1))
+    keys, values = tedtok.store.top_pairs(tedtok.store.tracked_pairs)
+    live_keys, live_values = store.top_pairs(tedtok.store.tracked_pairs)
+    return {
+        "versions_equal": [r.tokenizer.sha256 for r in tedtok.revisions] == published[1:],
+        "tokens_equal": bool(np.allclose(store.token(ids), tedtok.store.token(ids), rtol=1e-9, atol=1e-12)),
+        "pairs_equal": set(keys.tolist()) == set(live_keys.tolist())
+        and bool(np.allclose(np.sort(values), np.sort(live_values), rtol=1e-9, atol=1e-12)),
+    }
+
+
+def _serial_seconds(log_dir: Path) -> float:
+    """The writer's seconds over every step it wrote (its lines in the TaskManagers' output)."""
+    seconds: dict[int, float] = {}
+    for out in log_dir.glob("*.out"):
+        for line in out.read_text(errors="replace").splitlines():
+            if '{"window_end_ms"' in line:  # "N> " before it: the printing subtask
+                step = json.loads(line[line.index("{"):])
+                seconds[step["window_end_ms"]] = step["seconds"]
+    return sum(seconds.values())
+
+
+def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = None, *,
+                    progress: bool = True) -> dict[str, Any]:
+    settings = settings or FlinkBenchSettings()
+    started = time.perf_counter()
+    docs = [d for d in oldest(read_corpus(corpus, progress=progress), settings.max_mb) if d.ts is not None]
+    if len(docs) < settings.steps:
+        raise TokmaintError(f"{corpus}: {len(docs)} timestamped documents, fewer than --steps {settings.steps}")
+    texts = [d.text for d in docs]
+    initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
+                                 vocab_size=settings.vocab_size, progress=progress)
+    megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    span = (docs[-1].ts - docs[0].ts).total_seconds()
+    step_seconds = max(1.0, round(span / settings.steps))
+    step_docs = max(1, len(docs) // settings.steps)
+    stream = StreamSettings(step_docs=step_docs, interval_docs=settings.interval_steps * step_docs,
+                            horizon_docs=8 * settings.interval_steps * step_docs,
+                            warmup_docs=settings.interval_steps * step_docs)
+    token = secrets.token_hex(16)
+    servers: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="tokmaint-bench-flink-") as root:
+        try:
+            broker, bootstrap = start_broker()
+            servers.append(broker)
+            redis_server, redis_url = start_redis()
+            servers.append(redis_server)
+            registry_server, registry_url = start_server(Path(root) / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
+            servers.append(registry_server)
+            pipeline = PipelineSettings(bootstrap=bootstrap, redis=redis_url, docs_topic="docs", dlq_topic="docs.dlq",
+                                        step_seconds=step_seconds)
+            stream_file = Path(root) / "stream.jsonl"
+            stream_file.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n"
+                                           for d in docs), encoding="utf-8")
+            ingest(stream_file, pipeline, progress=progress)
+            with Producer(bootstrap) as producer:  # a few records that are not Documents
+                producer.send_all("docs", [Record(value) for value in BAD_RECORDS])
+            # The job stops at each partition's end as read (tansu's listed end offsets are the last
+            # batch's start, not its end).
+            read = read_topic(bootstrap, "docs", expected=len(docs) + len(BAD_RECORDS))
+            ends = {p: 1 + max(r.offset for r in read if r.partition == p) for p in {r.partition for r in read}}
+            records = [r.value for r in read]
+            client = redis.Redis.from_url(redis_url)
+            with RegistryClient(registry_url, token=token) as registry:
+                registry.create(LINEAGE, initial.to_json())
+                with FlinkCluster(Path(root) / "flink", taskmanagers=settings.taskmanagers,
+                                  env={"TOKMAINT_REGISTRY_TOKEN": token}) as cluster:
+                    spec = FlinkJobSpec(lineage=LINEAGE, registry=registry_url, pipeline=pipeline, stream=stream,
+                                        step_seconds=step_seconds, bounded=ends,
+                                        parallelism=settings.taskmanagers)
+                    job_id = submit(cluster, spec)
+                    killed = False
+                    if settings.kill:
+                        def a_third_written() -> bool:
+                            meta = RedisStatsStore(client, lineage=LINEAGE, alpha=stream.tedtok_config().alpha).meta()
+                            return meta["step"] >= settings.steps // 3
+
+                        job = _wait_for_job(cluster, job_id, timeout=600, until=a_third_written)
+                        if job["state"] == "RUNNING":
+                            cluster.kill_taskmanager(0)
+                            cluster.start_taskmanager(wait=False)
+                            killed = True
+                    job = _wait_for_job(cluster, job_id, timeout=900)
+                    if job["state"] != "FINISHED":
+                        raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
+                    flink_seconds = job["duration"] / 1000
+                    serial = _serial_seconds(cluster.log_dir)
+                tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
+                compared = equal_to_replay(tedtok, client, registry, LINEAGE)
+                dead = len({r.key for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
+                            if r.key and r.key.startswith(b"docs:sha256:")})  # the job's (ingest's have no key)
+                versions = registry.version(LINEAGE)["number"]
+                written = RedisStatsStore.open(client, lineage=LINEAGE).meta()
+                registry.create(LOCAL_LINEAGE, initial.to_json())
+                job_local = PipelineJob(settings=pipeline, stream=stream, redis_client=client, registry=registry,
+                                        lineage=LOCAL_LINEAGE, wait=1.0)
+                try:
+                    local = job_local.run(until_idle=True)
+                finally:
+                    job_local.close()
+                local_compared = equal_to_replay(tedtok, client, registry, LOCAL_LINEAGE)
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=30)
+    flink_mb_s = megabytes / flink_seconds
+    return {"documents": written["documents"], "steps": written["step"], "versions": versions,
+            "dead_lettered": dead, "taskmanager_killed": killed, "equal_to_replay": all(compared.values()),
+            **compared, "replay_steps": steps, "local_equal_to_replay": all(local_compared.values()),
+            "flink_mb_s": flink_mb_s, "local_mb_s": local["mb_per_s"], "ratio_to_local": flink_mb_s / local["mb_per_s"],
+            "serial_fraction": serial / flink_seconds, "flink_seconds": flink_seconds,
+            "step_seconds": step_seconds, "megabytes": megabytes, "seconds": time.perf_counter() - started}
