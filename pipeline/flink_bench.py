@@ -175,7 +175,8 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                     spec = FlinkJobSpec(lineage=LINEAGE, registry=registry_url, pipeline=pipeline, stream=stream,
                                         step_seconds=step_seconds, bounded=ends,
                                         parallelism=settings.taskmanagers)
-                    job_id = submit(cluster, spec)
+                    job_id = submit(spec, master=f"127.0.0.1:{cluster.rest_port}", env=cluster.env(),
+                                    log=cluster.log_dir / "submit.log")
                     killed = False
                     if settings.kill:
                         def a_third_written() -> bool:

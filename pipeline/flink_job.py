@@ -19,9 +19,12 @@ What runs where:
   write and revision commit the local job uses. A window ending no later than the last one written
   is a replay after a restore, skipped: a TaskManager killed mid-run changes nothing.
 
-Submitted by :func:`submit` (``flink run -py`` this file, the settings as one JSON argument)::
+Submitted by ``tokmaint pipeline flink LINEAGE --flink-master HOST:PORT --step-seconds S`` (with
+``pipeline run``'s options), which calls :func:`submit`: ``flink run`` of this module, the
+settings as one JSON argument::
 
-    job_id = submit(cluster, FlinkJobSpec(lineage="git", registry="http://...", pipeline=settings, stream=stream))
+    job_id = submit(FlinkJobSpec(lineage="git", registry=url, pipeline=settings, stream=stream, step_seconds=3600),
+                    master="127.0.0.1:8081")
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import sys
 import time
 import zlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -280,25 +284,29 @@ def main(argv: list[str]) -> None:
     env.execute(f"tokmaint-{spec.lineage}")
 
 
-def submit(cluster: Any, spec: FlinkJobSpec) -> str:
-    """Submit the job to ``cluster`` (a :class:`~pipeline.flink_cluster.FlinkCluster`) with
-    Flink's command-line client, detached; its job id."""
+def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None, log: Path | None = None) -> str:
+    """Submit the job to the cluster whose REST address is ``master`` (``HOST:PORT``) with Flink's
+    command-line client, detached; its job id. ``env``: the client's environment (a
+    :class:`~pipeline.flink_cluster.FlinkCluster`'s ``env()``); ``log``: where the client's output goes."""
+    import os
     import re
 
     from pipeline.flink_cluster import FLINK_HOME
     from tokenizer_service.errors import TokmaintError
 
-    done = subprocess.run(["bash", str(FLINK_HOME / "bin" / "flink"), "run", "--detached",
-                           "-m", f"127.0.0.1:{cluster.rest_port}", "-pyexec", sys.executable,
-                           "-pyclientexec", sys.executable, "-pym", "pipeline.flink_job", spec.model_dump_json()],
-                          env=cluster.env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["bash", str(FLINK_HOME / "bin" / "flink"), "run", "--detached", "-m", master,
+                           "-pyexec", sys.executable, "-pyclientexec", sys.executable, "-pym", "pipeline.flink_job",
+                           spec.model_dump_json()],
+                          env=env or {**os.environ, "FLINK_HOME": str(FLINK_HOME)}, capture_output=True, text=True,
+                          timeout=300)
     output = done.stdout + done.stderr
-    (cluster.log_dir / "submit.log").write_text(output)
+    if log is not None:
+        log.write_text(output)
     found = re.search(r"JobID ([0-9a-f]{32})", output)
     if done.returncode or not found:
         # The program's own error (a Python traceback) rather than the client's Java stack around it.
         shown = output[output.find("Traceback"):][:4000] if "Traceback" in output else output[-4000:]
-        raise TokmaintError(f"flink run failed ({done.returncode}; all of it in {cluster.log_dir}/submit.log): {shown}")
+        raise TokmaintError(f"flink run -m {master} failed ({done.returncode}): {shown}")
     return found[1]
 
 

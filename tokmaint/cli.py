@@ -65,6 +65,8 @@ BENCHES = (
      "registry: publish latency (p50/p99) and tokenizer.json downloads/revalidations per second"),
     ("pipeline", "tokmaint.commands.pipeline:add_bench_pipeline",
      "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time"),
+    ("flink", "tokmaint.commands.pipeline:add_bench_flink",
+     "the scale-out job on a Flink cluster here, a TaskManager killed: equal to the replay, MB/s against pipeline run"),
     ("ingest", "tokmaint.commands.pipeline:add_bench_ingest",
      "the request rate the ingest server serves within p99 500 ms, what it answers past it (503), and that "
      "every accepted document reached the topic once"),

@@ -181,7 +181,7 @@ def test_a_command_imports_only_its_own_modules():
     import subprocess
     import sys
 
-    extras = ("torch", "transformers", "apache_beam", "kafka", "confluent_kafka", "redis", "sqlalchemy", "fastapi",
+    extras = ("torch", "transformers", "pyflink", "kafka", "confluent_kafka", "redis", "sqlalchemy", "fastapi",
               "httpx")
     for argv, unwanted in ((["--help"], ("tokmaint.commands.tokenizer", "numpy", *extras)),
                            (["evolve", "--help"], extras), (["trainer", "run", "--help"], ("torch", "transformers"))):

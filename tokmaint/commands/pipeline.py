@@ -326,6 +326,42 @@ def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
     add_settings(run, PipelineSettings, only=("commit_steps", "step_seconds", "max_step_docs", "dedupe_steps"))
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
+    add_flink(commands)
+
+
+def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
+    from pipeline.topics import PipelineSettings
+    from tokenizer_service.evolve import StreamSettings
+
+    flink = pipeline_commands.add_parser(
+        "flink", help="submit the scale-out job to a Flink cluster: pipeline run's steps as event-time windows "
+                      "(--step-seconds), counted on its TaskManagers")
+    _add_stream_options(flink)
+    _add_redis_options(flink)
+    flink.add_argument("--flink-master", required=True, help="the Flink cluster's REST address, HOST:PORT")
+    flink.add_argument("--parallelism", type=whole(1), default=2, help="the job's parallelism (default: 2)")
+    flink.add_argument("--max-lateness-seconds", type=Number(float, low=0), default=60.0,
+                       help="how far a document may be behind its partition's event time; a later one is "
+                            "dead-lettered (default: 60)")
+    add_settings(flink, PipelineSettings, only=("step_seconds", "dedupe_steps"))
+    add_settings(flink, StreamSettings, skip=("vocab_size",))
+    flink.set_defaults(func=cmd_flink, parser=flink)
+
+
+def cmd_flink(args: argparse.Namespace) -> int:
+    from pipeline.flink_job import FlinkJobSpec, submit
+    from registry.config import RegistryClientSettings
+    from tokenizer_service.evolve import StreamSettings
+
+    settings = _pipeline_settings(args)
+    if settings.step_seconds is None:
+        args.parser.error("--step-seconds is required: the Flink job's steps are windows of event time")
+    spec = FlinkJobSpec(lineage=args.lineage, registry=args.registry or RegistryClientSettings().url, pipeline=settings,
+                        stream=chosen_settings(args.parser, args, StreamSettings), step_seconds=settings.step_seconds,
+                        max_lateness_seconds=args.max_lateness_seconds, parallelism=args.parallelism)
+    job_id = submit(spec, master=args.flink_master)
+    print_result({"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job_id}, as_json=args.json)
+    return 0
 
 
 def add_revise(revise: argparse.ArgumentParser) -> None:
@@ -392,6 +428,20 @@ def add_bench_pipeline(bench: argparse.ArgumentParser) -> None:
     from pipeline.bench import PipelineBenchSettings
 
     add_bench_options(bench, PipelineBenchSettings, cmd_bench_pipeline, corpus="JSONL(.gz) or .txt(.gz) to stream")
+
+
+def cmd_bench_flink(args: argparse.Namespace) -> int:
+    from pipeline.flink_bench import FlinkBenchSettings, run_flink_bench
+
+    settings = chosen_settings(args.parser, args, FlinkBenchSettings)
+    print_result(run_flink_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+    return 0
+
+
+def add_bench_flink(bench: argparse.ArgumentParser) -> None:
+    from pipeline.flink_bench import FlinkBenchSettings
+
+    add_bench_options(bench, FlinkBenchSettings, cmd_bench_flink, corpus="timestamped JSONL(.gz) to stream")
 
 
 def add_bench_ingest(load: argparse.ArgumentParser) -> None:

@@ -1,0 +1,17 @@
+"""The scale-out job on a real Flink cluster (a JobManager and two TaskManagers from the wheel),
+a real broker, redis-server and registry: a short stream with bad records, one TaskManager killed
+with SIGKILL mid-run, and the statistics and versions equal to the offline replay."""
+
+from pipeline.flink_bench import FlinkBenchSettings, run_flink_bench
+
+
+def test_the_job_on_flink_survives_a_taskmanager_kill_and_equals_the_replay():
+    report = run_flink_bench("data/git-commits-sample.jsonl.gz",
+                             FlinkBenchSettings(max_mb=0.5, steps=12, interval_steps=3, vocab_size=600, kill=True),
+                             progress=False)
+    assert report["taskmanager_killed"] is True
+    assert report["equal_to_replay"] is True, report
+    assert report["local_equal_to_replay"] is True, report
+    assert report["steps"] == report["replay_steps"] >= 10
+    assert report["versions"] >= 2  # revisions were made and published on the cluster
+    assert report["dead_lettered"] == 3  # each record that is not a Document, once by its content
