@@ -1,4 +1,5 @@
-# The tokmaint image: every command (registry, relay, ingest server, pipeline, revise, trainer).
+# The tokmaint image: every command (registry, relay, ingest server, pipeline, revise, trainer), and
+# Flink's JobManager and TaskManagers for the scale-out job (PyFlink, Java 17, the connector's jars).
 # CPU torch by default; --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 for CUDA.
 # BASE: any image with Python 3.11 and its venv module (the official slim image by default;
 # `make image` uses a Debian bookworm of its own where no image registry can be reached, with
@@ -33,8 +34,14 @@ COPY pipeline pipeline
 COPY trainer trainer
 COPY demo demo
 RUN pip install --quiet --no-index --no-deps --no-build-isolation .
+# Flink's Kafka connector jars, from the pinned package in the wheelhouse (hash and manifests checked).
+RUN --mount=type=bind,from=wheelhouse,source=/wheels,target=/wheels \
+    python -m pipeline.flink_jars install --find-links /wheels >/dev/null
 
 FROM ${BASE} AS runtime
+# Java 17 for Flink's JobManager and TaskManagers (the local base has it already).
+RUN command -v java >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+        openjdk-17-jre-headless && rm -rf /var/lib/apt/lists/*; }
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 MPLCONFIGDIR=/tmp/matplotlib
 COPY --from=build /opt/venv /opt/venv
 COPY data /app/data

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The local base image where no image registry can be reached: Debian bookworm (minbase) with
-# Debian's Python 3.11, made with debootstrap from Debian's packages and imported into the engine.
+# Debian's Python 3.11 (and EXTRA, a comma-separated list of more Debian packages), made with
+# debootstrap from Debian's packages and imported into the engine.
 #
 #   DOCKER_HOST=... containers/base-image.sh tokmaint-base:bookworm
 #
@@ -13,7 +14,7 @@ command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=non
 ROOTFS=$(mktemp -d /var/tmp/tokmaint-base.XXXXXX)
 trap 'rm -rf "$ROOTFS"' EXIT
 echo "base image: debootstrap bookworm with python3 into $ROOTFS (a few minutes)" >&2
-debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
+debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates${EXTRA:+,$EXTRA} \
     bookworm "$ROOTFS" http://deb.debian.org/debian >&2
 rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
 chmod 755 "$ROOTFS"  # mktemp's 0700 would become the image's /, closed to every user but root

@@ -8,12 +8,13 @@
 # Python 3.11; BUILD_ARGS adds docker build arguments.
 set -eu
 IMAGE=${1:?usage: containers/image.sh NAME:TAG}
-BASE=${BASE:-tokmaint-base:bookworm}
+# The project image's base also has Java 17, for Flink (the stand-ins' has none).
+BASE=${BASE:-tokmaint-base:bookworm-jre17}
 DOCKER=/usr/bin/docker
 PIP=${PIP:-.venv/bin/pip}
 HERE=$(dirname "$0")
 
-[ "$BASE" != tokmaint-base:bookworm ] || "$HERE/base-image.sh" "$BASE"
+[ "$BASE" != tokmaint-base:bookworm-jre17 ] || EXTRA=openjdk-17-jre-headless,procps "$HERE/base-image.sh" "$BASE"
 # The wheels of every pin for the image's Python, made here (the host's pip verifies TLS, a build's
 # cannot; the host's pip takes the CPU torch wheel). Debian's 3.11.2 also needs async-timeout
 # (redis asks for it below 3.11.3), and the package's build needs setuptools>=68.
@@ -21,6 +22,7 @@ if [ ! -f wheelhouse/.complete ] || [ requirements.lock -nt wheelhouse/.complete
     echo "image: wheels for requirements.lock into wheelhouse/" >&2
     "$PIP" wheel --quiet --disable-pip-version-check -r requirements.lock "async-timeout>=4.0.3" "setuptools>=68" \
         --wheel-dir wheelhouse
+    "$PIP/../python" -m pipeline.flink_jars download --into wheelhouse >/dev/null
     touch wheelhouse/.complete
 fi
 echo "image: building $IMAGE on $BASE" >&2

