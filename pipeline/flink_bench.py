@@ -13,7 +13,10 @@ Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered``, ``taskmanage
 over the same windows of the same documents), ``flink_mb_s`` (the documents' megabytes over the
 job's run on the cluster), ``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in
 the same run), ``ratio_to_local``, ``serial_fraction`` (the share of the job's time its one writer
-spent adding tallies, counting them with the version, writing steps and revising) and ``seconds``.
+spent adding tallies, counting them with the version, writing steps and revising) and ``seconds``;
+also ``startup_seconds`` (from the job's start to its first step written: tasks deployed, Python
+workers started, the first window filled) and ``flink_steady_mb_s`` (the megabytes of the steps after
+the first over the time between the first and the last step written: the rate once running).
 """
 
 from __future__ import annotations
@@ -82,9 +85,9 @@ def _wait_for_job(cluster: FlinkCluster, job_id: str, *, timeout: float, until=N
 
 
 def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
-           ) -> tuple[TedTok, int]:
+           ) -> tuple[TedTok, list[float]]:
     """Ted-Tok run offline over the topic's documents in the job's steps: windows of
-    ``step_seconds`` of event time in order, a document's resends dropped; and the steps."""
+    ``step_seconds`` of event time in order, a document's resends dropped; and the steps' megabytes."""
     windows: dict[int, dict[str, str]] = defaultdict(dict)
     step_ms = round(step_seconds * 1000)
     for value in records:
@@ -95,9 +98,11 @@ def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, 
         windows[doc.ts_ms // step_ms].setdefault(doc.id, doc.text)
     config = stream.tedtok_config()
     tedtok = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=LINEAGE)
+    sizes = []
     for window in sorted(windows):
-        tedtok.observe_texts(list(windows[window].values()))
-    return tedtok, len(windows)
+        tedtok.observe_texts(texts := list(windows[window].values()))
+        sizes.append(sum(len(t.encode("utf-8")) for t in texts) / 1e6)
+    return tedtok, sizes
 
 
 def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClient, lineage: str) -> dict[str, bool]:
@@ -116,15 +121,15 @@ def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClien
     }
 
 
-def _serial_seconds(log_dir: Path) -> float:
-    """The writer's seconds over every step it wrote (its lines in the TaskManagers' output)."""
-    seconds: dict[int, float] = {}
+def _written(log_dir: Path) -> dict[int, dict[str, Any]]:
+    """What the writer said of each step it wrote (its lines in the TaskManagers' output), by window end."""
+    steps: dict[int, dict[str, Any]] = {}
     for out in log_dir.glob("*.out"):
         for line in out.read_text(errors="replace").splitlines():
             if '{"window_end_ms"' in line:  # "N> " before it: the printing subtask
                 step = json.loads(line[line.index("{"):])
-                seconds[step["window_end_ms"]] = step["seconds"]
-    return sum(seconds.values())
+                steps[step["window_end_ms"]] = step
+    return steps
 
 
 def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = None, *,
@@ -192,8 +197,13 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                     if job["state"] != "FINISHED":
                         raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
                     flink_seconds = job["duration"] / 1000
-                    serial = _serial_seconds(cluster.log_dir)
-                tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
+                    steps_written = _written(cluster.log_dir)
+                    serial = sum(step["seconds"] for step in steps_written.values())
+                    ats = sorted(step["at"] for step in steps_written.values())
+                    # Once the first step is out: the stream's rate with the job's start-up (JVM tasks,
+                    # Python workers, the first window) behind it.
+                    startup = ats[0] - job["start-time"] / 1000
+                tedtok, sizes = replay(records, initial, stream, step_seconds=step_seconds)
                 compared = equal_to_replay(tedtok, client, registry, LINEAGE)
                 dead = len({r.key for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
                             if r.key and r.key.startswith(b"docs:sha256:")})  # the job's (ingest's have no key)
@@ -214,7 +224,9 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
     flink_mb_s = megabytes / flink_seconds
     return {"documents": written["documents"], "steps": written["step"], "versions": versions,
             "dead_lettered": dead, "taskmanager_killed": killed, "equal_to_replay": all(compared.values()),
-            **compared, "replay_steps": steps, "local_equal_to_replay": all(local_compared.values()),
+            **compared, "replay_steps": len(sizes), "local_equal_to_replay": all(local_compared.values()),
             "flink_mb_s": flink_mb_s, "local_mb_s": local["mb_per_s"], "ratio_to_local": flink_mb_s / local["mb_per_s"],
             "serial_fraction": serial / flink_seconds, "flink_seconds": flink_seconds,
+            "startup_seconds": startup,
+            "flink_steady_mb_s": sum(sizes[1:]) / max(ats[-1] - ats[0], 1e-9),
             "step_seconds": step_seconds, "megabytes": megabytes, "seconds": time.perf_counter() - started}

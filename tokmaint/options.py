@@ -86,7 +86,9 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettin
         option, help_text = f"--{name.replace('_', '-')}", (field.description or "").replace("%", "%%")
         variable = f"{prefix}{name}".upper()
         if field.annotation is bool:
-            parser.add_argument(option, action="store_true", default=None, help=f"{help_text} ({variable}=true)")
+            # --NAME and --no-NAME: a setting that is on by default can be turned off.
+            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{help_text} (default: {str(field.default).lower()}; {variable})")
             continue
         rule = rule_of(field)
         choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else None
