@@ -28,7 +28,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from pydantic import Field
@@ -37,7 +37,7 @@ from tqdm import tqdm
 from demo.in_process import InProcessJob
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
-from pipeline.kafka import create_topic
+from pipeline.kafka import create_topic, read_topic
 from pipeline.local_servers import start_broker, start_redis
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
@@ -65,6 +65,8 @@ class DemoSettings(Settings):
     chunks: int = setting(24, whole(1), "parts the stream arrives in")
     pause: float = setting(1.5, Number(float, low=0), "seconds between two parts")
     trainer_steps: int = setting(1000, whole(1), "the trainer's steps while the stream goes on")
+    engine: Literal["local", "flink"] = setting("local", None, "where the pipeline runs: this process "
+                                                 "(pipeline run), or a Flink cluster started here (pipeline flink)")
     redis: bool | None = None  # the statistics in a redis-server (None: when one is installed)
     stream: StreamSettings = Field(default_factory=lambda: StreamSettings(
         step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0))
@@ -83,6 +85,77 @@ def _wait_for_reader(log: Path, trainer: subprocess.Popen, *, timeout: float = 1
         if time.monotonic() > deadline:
             raise TokmaintError(f"the trainer did not start reading the topic in {timeout:.0f} s")
         time.sleep(0.2)
+
+
+class FlinkDemoJob:
+    """The pipeline as a job on a Flink cluster of its own: submitted at once, unbounded, steps of
+    event time as long on average as ``stream.step_docs`` documents; :meth:`finish` stops it with a
+    drain (every window written) once the stream has ended."""
+
+    def __init__(self, work: Path, *, token: str, registry_url: str, redis_url: str, settings: PipelineSettings,
+                 stream: StreamSettings, lineage: str, documents: list) -> None:
+        from pipeline.flink_cluster import FlinkCluster
+        from pipeline.flink_job import FlinkJobSpec, submit
+
+        span = (documents[-1].ts - documents[0].ts).total_seconds()
+        step_seconds = max(1.0, round(span * stream.step_docs / len(documents)))
+        _say(f"starting a Flink cluster (a JobManager and two TaskManagers) and submitting the job: steps of "
+             f"{step_seconds:,.0f} s of event time")
+        self.cluster = FlinkCluster(work, env={"TOKMAINT_REGISTRY_TOKEN": token})
+        self.settings, self.lineage = settings.model_copy(update={"redis": redis_url, "step_seconds": step_seconds}), lineage
+        self.redis_url, self.registry_url = redis_url, registry_url
+        self.job_id = submit(FlinkJobSpec(lineage=lineage, registry=registry_url, pipeline=self.settings,
+                                          stream=stream, step_seconds=step_seconds),
+                             master=f"127.0.0.1:{self.cluster.rest_port}", env=self.cluster.env(),
+                             log=self.cluster.log_dir / "submit.log")
+
+    def finish(self, *, timeout: float = 300.0) -> dict[str, Any]:
+        """Stop the job with a drain (the last windows are written), wait for it; what it did."""
+        import httpx
+
+        from pipeline.redis_store import RedisStatsStore
+
+        rest = self.cluster.rest_url
+        self._wait_until_read(timeout=timeout)
+        httpx.post(f"{rest}/jobs/{self.job_id}/stop", json={"drain": True, "targetDirectory":
+                                                               (self.cluster.work / "savepoints").as_uri()},
+                   timeout=30).raise_for_status()
+        deadline = time.monotonic() + timeout
+        while (state := httpx.get(f"{rest}/jobs/{self.job_id}", timeout=10).json()["state"]) not in (
+                "FINISHED", "FAILED", "CANCELED"):
+            if time.monotonic() > deadline:
+                raise TokmaintError(f"the Flink job did not drain within {timeout:g} s (still {state})")
+            time.sleep(0.5)
+        if state != "FINISHED":
+            raise TokmaintError(f"the Flink job ended {state}: {self.cluster.failure(self.job_id)}")
+        meta = RedisStatsStore.open(redis.Redis.from_url(self.redis_url), lineage=self.lineage).meta()
+        with RegistryClient(self.registry_url) as registry:
+            versions = registry.version(self.lineage)["number"]
+        return {"steps": meta["step"], "documents": meta["documents"], "revisions": versions - 1}
+
+    def _wait_until_read(self, *, timeout: float) -> None:
+        """Until the job's source has read the whole topic (its offsets, committed at each
+        checkpoint): a drain stops the source where it stands."""
+        from confluent_kafka import TopicPartition
+
+        from pipeline.kafka import partitions, reader
+
+        consumer = reader(self.settings.bootstrap, **{"group.id": f"tokmaint-flink-{self.lineage}"})
+        try:
+            topic = self.settings.docs_topic
+            found = [TopicPartition(topic, p) for p in partitions(consumer, topic)]
+            # The fetch's high watermarks (tansu's listed end offsets are the last batch's start).
+            ends = {r.partition: r.offset + 1 for r in read_topic(self.settings.bootstrap, topic, quiet_ms=1000)}
+            deadline = time.monotonic() + timeout
+            while any(tp.offset < ends.get(tp.partition, 0) for tp in consumer.committed(found, timeout=10)):
+                if time.monotonic() > deadline:
+                    raise TokmaintError(f"the Flink job did not read the whole topic within {timeout:g} s")
+                time.sleep(1.0)
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        self.cluster.stop()
 
 
 def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
@@ -155,7 +228,13 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
 
             job_result: dict[str, Any] = {}
             job_error: list[BaseException] = []
-            if use_redis:
+            if settings.engine == "flink":
+                if not use_redis:
+                    raise TokmaintError("--engine flink keeps the statistics in a redis-server: install one")
+                job = FlinkDemoJob(root / "flink", token=token, registry_url=registry_url, redis_url=redis_url,
+                                   settings=topics, stream=settings.stream, lineage=LINEAGE, documents=stream)
+                processes += [job.cluster.jobmanager, *job.cluster.taskmanagers]
+            elif use_redis:
                 job = PipelineJob(settings=topics, stream=settings.stream, redis_client=redis.Redis.from_url(redis_url),
                                   registry=registry, lineage=LINEAGE, wait=2.0 * settings.pause + 1.0)
             else:
@@ -168,6 +247,10 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
                 """Count what the topic holds, again and again, until the stream has ended and
                 every part is counted (``run`` starts where the statistics are)."""
                 try:
+                    if settings.engine == "flink":  # the job runs on the cluster; it drains once streamed
+                        streamed.wait()
+                        job_result.update(job.finish())
+                        return
                     while True:
                         ending = streamed.is_set()
                         report = job.run(until_idle=True)
