@@ -476,3 +476,14 @@ def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
     err = done.stderr.decode("utf-8", errors="replace")
     assert done.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert "argument --text: must be UTF-8 text, got the byte 0xe9 at byte 3" in err
+
+
+def test_pipeline_flink_refuses_a_job_without_windows_or_with_a_negative_lateness(capsys):
+    """The Flink job's steps are windows of event time: no --step-seconds is a usage error (exit
+    2, one line), before any cluster is asked; so is a lateness that is no number ≥ 0."""
+    code, _, err = run(["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1",
+                        "--registry", "http://127.0.0.1:1"], capsys)
+    assert code == 2 and "--step-seconds is required" in err and "Traceback" not in err
+    code, _, err = run(["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1", "--step-seconds",
+                        "60", "--max-lateness-seconds", "-1"], capsys)
+    assert code == 2 and "--max-lateness-seconds" in err and "Traceback" not in err

@@ -356,7 +356,10 @@ def cmd_flink(args: argparse.Namespace) -> int:
     settings = _pipeline_settings(args)
     if settings.step_seconds is None:
         args.parser.error("--step-seconds is required: the Flink job's steps are windows of event time")
-    spec = FlinkJobSpec(lineage=args.lineage, registry=args.registry or RegistryClientSettings().url, pipeline=settings,
+    registry = args.registry or RegistryClientSettings().url
+    if not registry:  # the job's writer reaches it from the TaskManagers: no default to guess
+        args.parser.error("--registry (or TOKMAINT_REGISTRY_URL) is required: the job publishes there")
+    spec = FlinkJobSpec(lineage=args.lineage, registry=registry, pipeline=settings,
                         stream=chosen_settings(args.parser, args, StreamSettings), step_seconds=settings.step_seconds,
                         max_lateness_seconds=args.max_lateness_seconds, parallelism=args.parallelism)
     job_id = submit(spec, master=args.flink_master)
