@@ -107,9 +107,11 @@ def test_the_overlays_differ_where_they_should(overlay):
     if name == "prod":
         assert limits["nvidia.com/gpu"] == 1
         assert ("FlinkDeployment", "tokmaint-flink") in kinds and ("Deployment", "tokmaint-pipeline") not in kinds
-        assert ("CronJob", "tokmaint-residues") not in kinds  # the Flink variant keeps no neighbour statistics
         flink = next(o for o in objects if o["kind"] == "FlinkDeployment")
-        assert flink["apiVersion"] == "flink.apache.org/v1beta1" and flink["spec"]["flinkVersion"] == "v1_19"
+        assert flink["apiVersion"] == "flink.apache.org/v1beta1" and flink["spec"]["flinkVersion"] == "v2_0"
+        # The project image, whose venv holds Flink: the pods start it from there.
+        assert flink["spec"]["image"].startswith("ghcr.io/tokmaint/tokmaint:")
+        assert flink["spec"]["flinkConfiguration"]["kubernetes.entry.path"] == "/usr/bin/env"
         assert {"jobManager", "taskManager", "image", "serviceAccount"} <= set(flink["spec"])
         assert all(o["metadata"]["namespace"] == "tokmaint" for o in objects)
     else:
