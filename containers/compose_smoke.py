@@ -44,6 +44,8 @@ LINEAGE = "news"
 COMPOSE = [str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
                / "compose" / "docker-compose"), "-f", str(ROOT / "docker-compose.yml"),
            "-f", str(ROOT / "containers" / "compose.standins.yml")]
+# --engine flink: the pipeline as a job on a Flink cluster of the project image (docker-compose.flink.yml).
+FLINK = ["-f", str(ROOT / "docker-compose.flink.yml"), "-f", str(ROOT / "containers" / "compose.flink-standins.yml")]
 
 
 # Run with the image's Python in a container of the project (its network, its environment): the
@@ -76,21 +78,47 @@ print(json.dumps({"versions": [initial.sha256] + [r.tokenizer.sha256 for r in re
 """
 
 
+# The Flink job's replay: Ted-Tok over the finished topic's windows of event time (the job's steps,
+# resends dropped), as JSON on stdout's last line; the job was drained, so every window counts.
+REPLAY_FLINK = """
+import json, os
+import numpy as np
+from pipeline.flink_bench import replay
+from pipeline.kafka import read_topic
+from pipeline.topics import PipelineSettings
+from registry.client import RegistryClient
+from tokenizer_service.evolve import StreamSettings
+
+lineage, stream, settings = os.environ["TOKMAINT_LINEAGE"], StreamSettings(), PipelineSettings()
+initial = RegistryClient(os.environ["TOKMAINT_REGISTRY_URL"]).tokenizer(lineage, 1)
+records = [r.value for r in read_topic(settings.bootstrap, settings.docs_topic)]
+tedtok, steps = replay(records, initial, stream, step_seconds=float(os.environ["TOKMAINT_FLINK_STEP_SECONDS"]))
+ids = np.sort(np.fromiter(tedtok.tokenizer.vocab.values(), np.int64))
+keys, values = tedtok.store.top_pairs(500)
+print(json.dumps({"versions": [initial.sha256] + [r.tokenizer.sha256 for r in tedtok.revisions], "step": len(steps),
+                  "documents": sum(n for n, _ in steps), "tokens": tedtok.store.token(ids).tolist(),
+                  "pairs": [[int(k), float(v)] for k, v in zip(keys, values)]}))
+"""
+STEP_SECONDS = 30 * 86400  # the Flink job's steps: 30 days of the sample's event time
+
+
 class Project:
     """One compose project: its name, its ports on loopback, its secrets."""
 
-    def __init__(self, name: str, offset: int) -> None:
-        self.name = name
+    def __init__(self, name: str, offset: int, *, engine: str = "local") -> None:
+        self.name, self.engine = name, engine
+        self.files = COMPOSE + (FLINK if engine == "flink" else [])
         self.env = {**os.environ, "POSTGRES_PASSWORD": secrets.token_hex(8),
                     "TOKMAINT_REGISTRY_TOKEN": secrets.token_hex(16), "TOKMAINT_LINEAGE": LINEAGE,
                     "TOKMAINT_REGISTRY_PORT": str(18000 + offset), "TOKMAINT_INGEST_PORT": str(18100 + offset),
-                    "TOKMAINT_REDIS_PORT": str(16379 + offset)}
+                    "TOKMAINT_REDIS_PORT": str(16379 + offset), "TOKMAINT_FLINK_PORT": str(18081 + offset),
+                    "TOKMAINT_FLINK_STEP_SECONDS": str(STEP_SECONDS)}
         self.registry = f"http://127.0.0.1:{18000 + offset}"
         self.ingest = f"http://127.0.0.1:{18100 + offset}"
         self.redis = f"redis://127.0.0.1:{16379 + offset}/0"
 
     def compose(self, *args: str, capture: bool = False) -> str:
-        done = subprocess.run([*COMPOSE, "-p", self.name, *args], env=self.env, text=True,
+        done = subprocess.run([*self.files, "-p", self.name, *args], env=self.env, text=True,
                               capture_output=True, timeout=600)
         if done.returncode:
             raise TokmaintError(f"docker compose {' '.join(args)}: {done.stderr.strip()[-2000:]}")
@@ -143,10 +171,16 @@ class Project:
     def replay(self) -> dict:
         """The offline replay of the project's docs topic's complete steps (``REPLAY``), as
         ``statistics`` has a run."""
-        out = self.compose("run", "--rm", "--no-deps", "-T", "--entrypoint", "python", "pipeline", "-c", REPLAY,
+        service, script = ("pipeline-flink", REPLAY_FLINK) if self.engine == "flink" else ("pipeline", REPLAY)
+        out = self.compose("run", "--rm", "--no-deps", "-T", "--entrypoint", "python", service, "-c", script,
                            capture=True)
         replayed = json.loads(out.strip().splitlines()[-1])
         return {**replayed, "tokens": np.array(replayed["tokens"]), "pairs": dict(map(tuple, replayed["pairs"]))}
+
+    def drain(self) -> None:
+        """The Flink job stopped with a drain once it has read the whole topic: every window written."""
+        self.compose("run", "--rm", "--no-deps", "-T", "pipeline-flink", "pipeline", "flink", "--lineage", LINEAGE,
+                     "--flink-master", "flink-jobmanager:8081", "--drain")
 
     def trainer_following(self, *, timeout: float = 300) -> None:
         """Wait until the trainer has said it trains (and follows the lineage's versions)."""
@@ -202,9 +236,12 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
         deadline = time.monotonic() + 300
         while len(project.versions()) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
-        project.compose("kill", "pipeline")
+        # Flink: the TaskManager (the job restores from its last checkpoint once it is back).
+        project.compose("kill", "flink-taskmanager" if project.engine == "flink" else "pipeline")
         killed_at = project.store().meta()["documents"]
         project.compose("up", "-d", "--wait")
+    if project.engine == "flink":  # a live job leaves its last windows open until the watermark passes them
+        project.drain()
     replayed = project.replay()  # the finished topic's complete steps: what the live pipeline counts
     project.counted(replayed["documents"])
     # The trainer takes the newest version between two steps (one composed diff for all it missed).
@@ -220,8 +257,14 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
 
 
 def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=["local", "flink"], default="local",
+                        help="the pipeline: one process (pipeline run), or a job on Flink containers")
+    engine = parser.parse_args().engine
     started = time.perf_counter()
-    a, b = Project("tokmaint-smoke-a", 0), Project("tokmaint-smoke-b", 1)
+    a, b = Project("tokmaint-smoke-a", 0, engine=engine), Project("tokmaint-smoke-b", 1, engine=engine)
     try:
         plain, applied, posted = run(a, crash=False)
     finally:
@@ -230,7 +273,7 @@ def main() -> int:
         crashed, _, _ = run(b, crash=True)
     finally:
         b.compose("down", "-v", "--remove-orphans")
-    result = {"versions": len(plain["versions"]), "trainer_applied": applied,
+    result = {"engine": engine, "versions": len(plain["versions"]), "trainer_applied": applied,
               "restart_identical": same(plain, crashed, what="the uninterrupted and the restarted run"),
               "matches_replay": plain["matches_replay"] and crashed["matches_replay"],
               "seconds": round(time.perf_counter() - started, 1), "documents": posted, "steps": plain["step"],

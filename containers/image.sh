@@ -22,7 +22,7 @@ if [ ! -f wheelhouse/.complete ] || [ requirements.lock -nt wheelhouse/.complete
     echo "image: wheels for requirements.lock into wheelhouse/" >&2
     "$PIP" wheel --quiet --disable-pip-version-check -r requirements.lock "async-timeout>=4.0.3" "setuptools>=68" \
         --wheel-dir wheelhouse
-    "$PIP/../python" -m pipeline.flink_jars download --into wheelhouse >/dev/null
+    "$(dirname "$PIP")/python" -m pipeline.flink_jars download --into wheelhouse >/dev/null
     touch wheelhouse/.complete
 fi
 echo "image: building $IMAGE on $BASE" >&2

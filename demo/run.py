@@ -37,7 +37,7 @@ from tqdm import tqdm
 from demo.in_process import InProcessJob
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
-from pipeline.kafka import create_topic, read_topic
+from pipeline.kafka import create_topic
 from pipeline.local_servers import start_broker, start_redis
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
@@ -110,49 +110,15 @@ class FlinkDemoJob:
                              log=self.cluster.log_dir / "submit.log")
 
     def finish(self, *, timeout: float = 300.0) -> dict[str, Any]:
-        """Stop the job with a drain (the last windows are written), wait for it; what it did."""
-        import httpx
-
+        """Stop the job with a drain once it has read the stream (the last windows written); what it did."""
+        from pipeline.flink_job import drain
         from pipeline.redis_store import RedisStatsStore
 
-        rest = self.cluster.rest_url
-        self._wait_until_read(timeout=timeout)
-        httpx.post(f"{rest}/jobs/{self.job_id}/stop", json={"drain": True, "targetDirectory":
-                                                               (self.cluster.work / "savepoints").as_uri()},
-                   timeout=30).raise_for_status()
-        deadline = time.monotonic() + timeout
-        while (state := httpx.get(f"{rest}/jobs/{self.job_id}", timeout=10).json()["state"]) not in (
-                "FINISHED", "FAILED", "CANCELED"):
-            if time.monotonic() > deadline:
-                raise TokmaintError(f"the Flink job did not drain within {timeout:g} s (still {state})")
-            time.sleep(0.5)
-        if state != "FINISHED":
-            raise TokmaintError(f"the Flink job ended {state}: {self.cluster.failure(self.job_id)}")
+        drain(f"127.0.0.1:{self.cluster.rest_port}", self.settings, self.lineage, timeout=timeout)
         meta = RedisStatsStore.open(redis.Redis.from_url(self.redis_url), lineage=self.lineage).meta()
         with RegistryClient(self.registry_url) as registry:
             versions = registry.version(self.lineage)["number"]
         return {"steps": meta["step"], "documents": meta["documents"], "revisions": versions - 1}
-
-    def _wait_until_read(self, *, timeout: float) -> None:
-        """Until the job's source has read the whole topic (its offsets, committed at each
-        checkpoint): a drain stops the source where it stands."""
-        from confluent_kafka import TopicPartition
-
-        from pipeline.kafka import partitions, reader
-
-        consumer = reader(self.settings.bootstrap, **{"group.id": f"tokmaint-flink-{self.lineage}"})
-        try:
-            topic = self.settings.docs_topic
-            found = [TopicPartition(topic, p) for p in partitions(consumer, topic)]
-            # The fetch's high watermarks (tansu's listed end offsets are the last batch's start).
-            ends = {r.partition: r.offset + 1 for r in read_topic(self.settings.bootstrap, topic, quiet_ms=1000)}
-            deadline = time.monotonic() + timeout
-            while any(tp.offset < ends.get(tp.partition, 0) for tp in consumer.committed(found, timeout=10)):
-                if time.monotonic() > deadline:
-                    raise TokmaintError(f"the Flink job did not read the whole topic within {timeout:g} s")
-                time.sleep(1.0)
-        finally:
-            consumer.close()
 
     def close(self) -> None:
         self.cluster.stop()

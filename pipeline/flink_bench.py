@@ -85,9 +85,10 @@ def _wait_for_job(cluster: FlinkCluster, job_id: str, *, timeout: float, until=N
 
 
 def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
-           ) -> tuple[TedTok, list[float]]:
+           ) -> tuple[TedTok, list[tuple[int, float]]]:
     """Ted-Tok run offline over the topic's documents in the job's steps: windows of
-    ``step_seconds`` of event time in order, a document's resends dropped; and the steps' megabytes."""
+    ``step_seconds`` of event time in order, a document's resends dropped; and each step's documents
+    and megabytes."""
     windows: dict[int, dict[str, str]] = defaultdict(dict)
     step_ms = round(step_seconds * 1000)
     for value in records:
@@ -98,11 +99,11 @@ def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, 
         windows[doc.ts_ms // step_ms].setdefault(doc.id, doc.text)
     config = stream.tedtok_config()
     tedtok = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=LINEAGE)
-    sizes = []
+    steps = []
     for window in sorted(windows):
         tedtok.observe_texts(texts := list(windows[window].values()))
-        sizes.append(sum(len(t.encode("utf-8")) for t in texts) / 1e6)
-    return tedtok, sizes
+        steps.append((len(texts), sum(len(t.encode("utf-8")) for t in texts) / 1e6))
+    return tedtok, steps
 
 
 def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClient, lineage: str) -> dict[str, bool]:
@@ -203,7 +204,7 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                     # Once the first step is out: the stream's rate with the job's start-up (JVM tasks,
                     # Python workers, the first window) behind it.
                     startup = ats[0] - job["start-time"] / 1000
-                tedtok, sizes = replay(records, initial, stream, step_seconds=step_seconds)
+                tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
                 compared = equal_to_replay(tedtok, client, registry, LINEAGE)
                 dead = len({r.key for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
                             if r.key and r.key.startswith(b"docs:sha256:")})  # the job's (ingest's have no key)
@@ -224,9 +225,9 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
     flink_mb_s = megabytes / flink_seconds
     return {"documents": written["documents"], "steps": written["step"], "versions": versions,
             "dead_lettered": dead, "taskmanager_killed": killed, "equal_to_replay": all(compared.values()),
-            **compared, "replay_steps": len(sizes), "local_equal_to_replay": all(local_compared.values()),
+            **compared, "replay_steps": len(steps), "local_equal_to_replay": all(local_compared.values()),
             "flink_mb_s": flink_mb_s, "local_mb_s": local["mb_per_s"], "ratio_to_local": flink_mb_s / local["mb_per_s"],
             "serial_fraction": serial / flink_seconds, "flink_seconds": flink_seconds,
             "startup_seconds": startup,
-            "flink_steady_mb_s": sum(sizes[1:]) / max(ats[-1] - ats[0], 1e-9),
+            "flink_steady_mb_s": sum(mb for _, mb in steps[1:]) / max(ats[-1] - ats[0], 1e-9),
             "step_seconds": step_seconds, "megabytes": megabytes, "seconds": time.perf_counter() - started}

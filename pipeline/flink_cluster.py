@@ -33,25 +33,30 @@ FLINK_HOME = Path(pyflink.__file__).parent
 JOBMANAGER_MB, TASKMANAGER_MB = 1024, 1536
 
 
-def flink_conf(work: Path, *, rest_port: int, rpc_port: int, slots: int, python: str) -> dict[str, Any]:
-    """The cluster's ``config.yaml``: loopback only, small JVMs, checkpoints under ``work``.
+def flink_conf(work: Path, *, rest_port: int, rpc_port: int, slots: int, python: str, jobmanager: str = "127.0.0.1",
+               host: str = "127.0.0.1", bind: str = "127.0.0.1") -> dict[str, Any]:
+    """The cluster's ``config.yaml``: small JVMs, checkpoints under ``work`` (shared by every
+    process of the cluster); loopback only, unless ``jobmanager`` (its address), ``host`` (this
+    process's) and ``bind`` say otherwise (containers on one network).
 
     >>> conf = flink_conf(Path("/w"), rest_port=8081, rpc_port=6123, slots=2, python="/v/bin/python")
     >>> conf["rest.port"], conf["taskmanager.numberOfTaskSlots"], conf["python.executable"]
     (8081, 2, '/v/bin/python')
     """
     return {
-        "jobmanager.rpc.address": "127.0.0.1", "jobmanager.rpc.port": rpc_port, "jobmanager.bind-host": "127.0.0.1",
-        "taskmanager.bind-host": "127.0.0.1", "taskmanager.host": "127.0.0.1",
-        "rest.address": "127.0.0.1", "rest.bind-address": "127.0.0.1", "rest.port": rest_port,
+        "jobmanager.rpc.address": jobmanager, "jobmanager.rpc.port": rpc_port, "jobmanager.bind-host": bind,
+        "taskmanager.bind-host": bind, "taskmanager.host": host,
+        "rest.address": jobmanager, "rest.bind-address": bind, "rest.port": rest_port,
         # Every other port any free one (0 or a range): several clusters may run side by side.
         "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": 0,
         "jobmanager.memory.process.size": f"{JOBMANAGER_MB}m", "taskmanager.memory.process.size": f"{TASKMANAGER_MB}m",
         "taskmanager.numberOfTaskSlots": slots, "parallelism.default": slots,
         "python.executable": python, "python.client.executable": python,
         "state.backend.type": "hashmap", "execution.checkpointing.dir": (work / "checkpoints").as_uri(),
+        "execution.checkpointing.savepoint-dir": (work / "savepoints").as_uri(),
         "io.tmp.dirs": str(work / "tmp"), "web.tmpdir": str(work / "tmp"),
-        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 20,
+        # A job whose TaskManager died restarts as soon as slots are back, for as long as it takes.
+        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 1000,
         "restart-strategy.fixed-delay.delay": "1 s",
         # A TaskManager killed is noticed in seconds, not the default 50.
         "heartbeat.interval": 1000, "heartbeat.timeout": 5000,
@@ -183,9 +188,40 @@ class FlinkCluster:
         self.stop()
 
 
+def run_role(role: str, work: Path, *, jobmanager: str, slots: int = 2, rest_port: int = 8081,
+             rpc_port: int = 6123) -> None:
+    """Become one process of a cluster spread over containers (``docker-compose.flink.yml``): write
+    the conf under ``work`` (a volume every process of the cluster shares, for checkpoints) and exec
+    the JobManager's or a TaskManager's JVM in place of this process."""
+    import socket
+
+    conf_dir = work / "conf" / f"{role}-{socket.gethostname()}"
+    for folder in (conf_dir, work / "tmp", work / "checkpoints", work / "log"):
+        folder.mkdir(parents=True, exist_ok=True)
+    conf = flink_conf(work, rest_port=rest_port, rpc_port=rpc_port, slots=slots, python=sys.executable,
+                      jobmanager=jobmanager, host=socket.gethostname(), bind="0.0.0.0")
+    (conf_dir / "config.yaml").write_text(_yaml(conf))
+    for logging in (FLINK_HOME / "conf").glob("log*"):
+        shutil.copy(logging, conf_dir)
+    script = {"jobmanager": "jobmanager.sh", "taskmanager": "taskmanager.sh"}[role]
+    env = {**os.environ, "FLINK_CONF_DIR": str(conf_dir), "FLINK_LOG_DIR": str(work / "log"),
+           "FLINK_HOME": str(FLINK_HOME)}
+    os.execvpe("bash", ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"], env)
+
+
 if __name__ == "__main__":
-    work = Path(sys.argv[1] if len(sys.argv) > 1 else ".flink").resolve()
-    with FlinkCluster(work) as cluster:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.flink_cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("role", nargs="?", default="local", choices=["local", "jobmanager", "taskmanager"],
+                        help="local: a whole cluster here, on loopback ports (make flink); jobmanager, taskmanager: "
+                             "one process of a cluster over containers")
+    parser.add_argument("--work", type=Path, default=Path(".flink"), help="conf, logs, checkpoints (default: .flink)")
+    parser.add_argument("--jobmanager", default="127.0.0.1", help="the JobManager's host name (containers)")
+    args = parser.parse_args()
+    if args.role != "local":
+        run_role(args.role, args.work.resolve(), jobmanager=args.jobmanager)
+    with FlinkCluster(args.work.resolve()) as cluster:
         print(f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
               f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it", flush=True)
         try:

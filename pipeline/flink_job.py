@@ -313,5 +313,48 @@ def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None
     return found[1]
 
 
+def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout: float = 600.0) -> dict[str, Any]:
+    """Stop the lineage's running job once its source has read the docs topic to the end (its
+    offsets, committed at each checkpoint, at the partitions' high watermarks), with a drain:
+    the watermark goes to the end of time, every window left is written, the job finishes. Its
+    REST summary."""
+    import httpx
+    from confluent_kafka import TopicPartition
+
+    from pipeline.kafka import partitions, read_topic, reader
+    from tokenizer_service.errors import TokmaintError
+
+    rest = f"http://{master}"
+    running = [j for j in httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
+               if j["name"] == f"tokmaint-{lineage}" and j["state"] == "RUNNING"]
+    if not running:
+        raise TokmaintError(f"no running job tokmaint-{lineage} at {master}")
+    job_id = running[0]["jid"]
+    topic = spec_settings.docs_topic
+    # The fetch's high watermarks (tansu's listed end offsets are the last batch's start).
+    ends: dict[int, int] = {}
+    for record in read_topic(spec_settings.bootstrap, topic, quiet_ms=1000):
+        ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+    consumer = reader(spec_settings.bootstrap, **{"group.id": f"tokmaint-flink-{lineage}"})
+    deadline = time.monotonic() + timeout
+    try:
+        found = [TopicPartition(topic, p) for p in partitions(consumer, topic)]
+        while any(tp.offset < ends.get(tp.partition, 0) for tp in consumer.committed(found, timeout=10)):
+            if time.monotonic() > deadline:
+                raise TokmaintError(f"the job tokmaint-{lineage} did not read the topic to its end in {timeout:g} s")
+            time.sleep(1.0)
+    finally:
+        consumer.close()
+    httpx.post(f"{rest}/jobs/{job_id}/stop", json={"drain": True}, timeout=30).raise_for_status()
+    while (job := httpx.get(f"{rest}/jobs/{job_id}", timeout=10).json())["state"] not in (
+            "FINISHED", "FAILED", "CANCELED"):
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"the job tokmaint-{lineage} did not drain within {timeout:g} s (still {job['state']})")
+        time.sleep(0.5)
+    if job["state"] != "FINISHED":
+        raise TokmaintError(f"the job tokmaint-{lineage} ended {job['state']} while draining")
+    return job
+
+
 if __name__ == "__main__":
     main(sys.argv[1:])

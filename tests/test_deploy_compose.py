@@ -168,3 +168,21 @@ def test_the_dockerfile_lints_clean():
     assert users and users[-1] not in ("root", "0"), "the image must run as a non-root user"
     (entrypoint,) = [a for i, a in runtime if i == "ENTRYPOINT"]
     assert json.loads(entrypoint) == ["tokmaint"]  # exec form: signals reach tokmaint
+
+
+def test_the_flink_file_adds_a_cluster_of_the_project_image_and_its_commands_parse():
+    """docker-compose.flink.yml: a JobManager and a TaskManager of the project image, the job's
+    submission, and the single-process pipeline out of the way (one writer per lineage)."""
+    flink = interpolate(yaml.safe_load((ROOT / "docker-compose.flink.yml").read_text(encoding="utf-8")),
+                        {"TOKMAINT_REGISTRY_TOKEN": "t" * 32})
+    schema = json.loads((importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+                         / "compose-spec.json").read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert [e.message for e in validator.iter_errors(flink)] == []
+    services = flink["services"]
+    assert services["pipeline"]["profiles"] and "image" not in services["pipeline"]
+    for name, role in (("flink-jobmanager", "jobmanager"), ("flink-taskmanager", "taskmanager")):
+        assert services[name]["image"].startswith("tokmaint:")
+        assert services[name]["entrypoint"][:4] == ["python", "-m", "pipeline.flink_cluster", role]
+    submit = build_parser().parse_args(services["pipeline-flink"]["command"])
+    assert submit.flink_master == "flink-jobmanager:8081" and submit.step_seconds > 0

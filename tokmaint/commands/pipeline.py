@@ -340,6 +340,9 @@ def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
     _add_redis_options(flink)
     flink.add_argument("--flink-master", required=True, help="the Flink cluster's REST address, HOST:PORT")
     flink.add_argument("--parallelism", type=whole(1), default=2, help="the job's parallelism (default: 2)")
+    flink.add_argument("--drain", action="store_true",
+                       help="instead of submitting: once the lineage's running job has read the topic to its end, "
+                            "stop it with a drain (every window left is written)")
     flink.add_argument("--max-lateness-seconds", type=Number(float, low=0), default=60.0,
                        help="how far a document may be behind its partition's event time; a later one is "
                             "dead-lettered (default: 60)")
@@ -354,6 +357,13 @@ def cmd_flink(args: argparse.Namespace) -> int:
     from tokenizer_service.evolve import StreamSettings
 
     settings = _pipeline_settings(args)
+    if args.drain:
+        from pipeline.flink_job import drain
+
+        job = drain(args.flink_master, settings, args.lineage)
+        print_result({"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job["jid"],
+                      "state": job["state"]}, as_json=args.json)
+        return 0
     if settings.step_seconds is None:
         args.parser.error("--step-seconds is required: the Flink job's steps are windows of event time")
     registry = args.registry or RegistryClientSettings().url
