@@ -30,7 +30,6 @@ settings as one JSON argument::
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 import time
@@ -44,7 +43,6 @@ from pydantic import BaseModel, Field
 from pipeline.topics import PipelineSettings
 from tokenizer_service.evolve import StreamSettings
 
-log = logging.getLogger("tokmaint.flink")
 WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)
 
 
