@@ -179,8 +179,13 @@ class Project:
 
     def drain(self) -> None:
         """The Flink job stopped with a drain once it has read the whole topic: every window written."""
-        self.compose("run", "--rm", "--no-deps", "-T", "pipeline-flink", "pipeline", "flink", "--lineage", LINEAGE,
-                     "--flink-master", "flink-jobmanager:8081", "--drain")
+        try:
+            self.compose("run", "--rm", "--no-deps", "-T", "pipeline-flink", "pipeline", "flink", "--lineage", LINEAGE,
+                         "--flink-master", "flink-jobmanager:8081", "--drain")
+        except TokmaintError:  # what the submission and the cluster said
+            print(self.compose("logs", "--tail", "40", "pipeline-flink", "flink-jobmanager", "flink-taskmanager",
+                               capture=True), file=sys.stderr)
+            raise
 
     def trainer_following(self, *, timeout: float = 300) -> None:
         """Wait until the trainer has said it trains (and follows the lineage's versions)."""

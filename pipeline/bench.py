@@ -37,11 +37,10 @@ import redis
 
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
-from pipeline.local_servers import start_broker, start_redis
+from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
-from registry.local_server import start_server
 from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.counting import StepCounter, pack_pair
@@ -52,13 +51,18 @@ from tokenizer_service.settings import Number, Settings, SettingsConfigDict, set
 TOP_PAIRS = 4 * 100 + 64  # what a revision with Ted-Tok's default batch ranks
 
 
-class PipelineBenchSettings(Settings):
-    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_PIPELINE_")
+class CorpusStreamSettings(Settings):
+    """What a benchmark that streams a corpus takes of it (``bench pipeline``'s, ``bench flink``'s)."""
 
     max_mb: float = setting(10.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream")
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
     init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
                                                        "trained on")
+
+
+class PipelineBenchSettings(CorpusStreamSettings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_PIPELINE_")
+
     # A stream's shape in production, not evolve's replay of a small corpus: steps of 1,024
     # documents, a revision every 16 steps, statistics that remember 64 steps.
     step_docs: int = setting(1024, whole(1), "documents per time step")
@@ -128,14 +132,8 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings | Non
         stream_file = Path(root) / "stream.jsonl"
         stream_file.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" if d.ts
                                        else json.dumps({"text": d.text}) + "\n" for d in docs), encoding="utf-8")
-        servers = []
+        servers, bootstrap, redis_url, registry_url = start_stream_servers(Path(root), token=token)
         try:
-            broker, bootstrap = start_broker()
-            servers.append(broker)
-            redis_server, redis_url = start_redis()
-            servers.append(redis_server)
-            registry_server, registry_url = start_server(Path(root) / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
-            servers.append(registry_server)
             pipeline = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq",
                                         commit_steps=settings.commit_steps)
             stream = StreamSettings(step_docs=settings.step_docs, interval_docs=settings.interval_docs,

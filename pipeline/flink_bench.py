@@ -33,22 +33,22 @@ import httpx
 import numpy as np
 import redis
 
+from pipeline.bench import CorpusStreamSettings
 from pipeline.flink_cluster import FlinkCluster
 from pipeline.flink_job import FlinkJobSpec, submit
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.kafka import Producer, Record, read_topic
-from pipeline.local_servers import start_broker, start_redis
+from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
-from registry.local_server import start_server
 from schemas.document import RecordError, decode_document
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
-from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
+from tokenizer_service.settings import SettingsConfigDict, setting, whole
 from tokenizer_service.stats_store import MemoryStatsStore
 from tokenizer_service.tedtok import TedTok
 
@@ -56,13 +56,9 @@ LINEAGE, LOCAL_LINEAGE = "flink", "local"
 BAD_RECORDS = [b"not json", b'{"id": "x"}', b"\xff\xfe"]  # each dead-lettered, with its reason
 
 
-class FlinkBenchSettings(Settings):
+class FlinkBenchSettings(CorpusStreamSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_FLINK_")
 
-    max_mb: float = setting(10.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream")
-    vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
-    init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
-                                                       "trained on")
     steps: int = setting(40, whole(2), "event-time windows the corpus's time span is cut into (the steps)")
     interval_steps: int = setting(8, whole(1), "steps between revisions (the first after as many)")
     kill: bool = setting(True, None, "kill one TaskManager with SIGKILL once a third of the steps are written")
@@ -151,15 +147,9 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                             horizon_docs=8 * settings.interval_steps * step_docs,
                             warmup_docs=settings.interval_steps * step_docs)
     token = secrets.token_hex(16)
-    servers: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-flink-") as root:
+        servers, bootstrap, redis_url, registry_url = start_stream_servers(Path(root), token=token)
         try:
-            broker, bootstrap = start_broker()
-            servers.append(broker)
-            redis_server, redis_url = start_redis()
-            servers.append(redis_server)
-            registry_server, registry_url = start_server(Path(root) / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
-            servers.append(registry_server)
             pipeline = PipelineSettings(bootstrap=bootstrap, redis=redis_url, docs_topic="docs", dlq_topic="docs.dlq",
                                         step_seconds=step_seconds)
             stream_file = Path(root) / "stream.jsonl"

