@@ -100,6 +100,9 @@ print(json.dumps({"versions": [initial.sha256] + [r.tokenizer.sha256 for r in te
                   "pairs": [[int(k), float(v)] for k, v in zip(keys, values)]}))
 """
 STEP_SECONDS = 30 * 86400  # the Flink job's steps: 30 days of the sample's event time
+# The sample is in git's order, not time order: a commit comes up to 1,211 days after a later one.
+# The job's lateness bound covers that, so no document is late and each window is the topic's.
+MAX_LATENESS_SECONDS = 1300 * 86400
 
 
 class Project:
@@ -112,7 +115,8 @@ class Project:
                     "TOKMAINT_REGISTRY_TOKEN": secrets.token_hex(16), "TOKMAINT_LINEAGE": LINEAGE,
                     "TOKMAINT_REGISTRY_PORT": str(18000 + offset), "TOKMAINT_INGEST_PORT": str(18100 + offset),
                     "TOKMAINT_REDIS_PORT": str(16379 + offset), "TOKMAINT_FLINK_PORT": str(18081 + offset),
-                    "TOKMAINT_FLINK_STEP_SECONDS": str(STEP_SECONDS)}
+                    "TOKMAINT_FLINK_STEP_SECONDS": str(STEP_SECONDS),
+                    "TOKMAINT_FLINK_MAX_LATENESS_SECONDS": str(MAX_LATENESS_SECONDS)}
         self.registry = f"http://127.0.0.1:{18000 + offset}"
         self.ingest = f"http://127.0.0.1:{18100 + offset}"
         self.redis = f"redis://127.0.0.1:{16379 + offset}/0"

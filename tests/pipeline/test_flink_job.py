@@ -2,11 +2,15 @@
 a real broker, redis-server and registry: a short stream with bad records, one TaskManager killed
 with SIGKILL mid-run, and the statistics and versions equal to the offline replay."""
 
+from pathlib import Path
+
 from pipeline.flink_bench import FlinkBenchSettings, run_flink_bench
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "git-commits-sample.jsonl.gz"
 
 
 def test_the_job_on_flink_survives_a_taskmanager_kill_and_equals_the_replay():
-    report = run_flink_bench("data/git-commits-sample.jsonl.gz",
+    report = run_flink_bench(SAMPLE,
                              FlinkBenchSettings(max_mb=0.5, steps=12, interval_steps=3, vocab_size=600, kill=True),
                              progress=False)
     assert report["taskmanager_killed"] is True
