@@ -371,20 +371,30 @@ class StepCounter:
             lengths = np.where(plain, lengths, 0)
             kept_ids, kept_freqs = np.unique(words, return_counts=True)
             inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
-        # Across a word boundary: the last token of a word and the first of the next in one document.
+        # Across a word boundary: each word and the next in one document.
         follows = np.ones(len(words), dtype=bool)
         follows[np.cumsum(lengths)[lengths > 0] - 1] = False
-        before = words[:-1][follows[:-1]]
-        first = self._flat[self._start[words[1:][follows[:-1]]]]
+        boundary_keys, boundary_counts = np.unique(self._boundary_keys(words[:-1][follows[:-1]],
+                                                                       words[1:][follows[:-1]]), return_counts=True)
+        return self._with_neighbours(counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
+                                     [text for text, p in zip(texts, plain) if not p])
+
+    def _boundary_keys(self, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+        """The packed pairs (last token of word ``before[k]``, first token of word ``after[k]``)
+        of encoded words: the pairs across a word boundary."""
         last = self._flat[self._start[before] + self._len[before] - 1]
-        boundary_keys, boundary_counts = np.unique(pack_pair(last, first), return_counts=True)
-        special = [ids for text, p in zip(texts, plain) if not p
-                   for ids in [self.tokenizer.encode(text)] if len(ids) > 1]
-        special_keys = [pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64)) for ids in special]
-        keys = [inner_keys, boundary_keys, *special_keys]
-        weights = np.concatenate([inner_counts, boundary_counts.astype(np.float64),
+        return pack_pair(last, self._flat[self._start[after]])
+
+    def _with_neighbours(self, counts: StepCounts, parts: list[tuple[np.ndarray, np.ndarray]],
+                         special: list[str]) -> StepCounts:
+        """``counts`` with its neighbours: the (keys, counts) of ``parts``, within and across
+        words, and every adjacent pair of the ``special`` texts (those with an added token's
+        text), encoded whole."""
+        special_keys = [pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64))
+                        for text in special for ids in [self.tokenizer.encode(text)] if len(ids) > 1]
+        weights = np.concatenate([*(np.asarray(n, np.float64) for _, n in parts),
                                   *[np.ones(len(k)) for k in special_keys]])
-        neighbour_keys, inverse = unique_runs(keys)
+        neighbour_keys, inverse = unique_runs([*(k for k, _ in parts), *special_keys])
         return replace(counts, neighbour_keys=neighbour_keys,
                        neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
 
@@ -447,18 +457,11 @@ class StepCounter:
         before = self._word_ids([w for w, _ in tally.boundaries])
         after = self._word_ids([w for _, w in tally.boundaries])
         self._ensure_encoded(np.concatenate([before, after]))
-        last = self._flat[self._start[before] + self._len[before] - 1]
-        first = self._flat[self._start[after]]
-        boundary_keys, inverse = np.unique(pack_pair(last, first), return_inverse=True)
+        boundary_keys, inverse = np.unique(self._boundary_keys(before, after), return_inverse=True)
         boundary_counts = np.bincount(inverse, weights=np.fromiter(tally.boundaries.values(), np.float64,
                                                                    len(tally.boundaries)), minlength=len(boundary_keys))
-        special_keys = [pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64))
-                        for text in tally.special for ids in [self.tokenizer.encode(text)] if len(ids) > 1]
-        keys = [inner_keys, boundary_keys, *special_keys]
-        weights = np.concatenate([inner_counts, boundary_counts, *[np.ones(len(k)) for k in special_keys]])
-        neighbour_keys, inverse = unique_runs(keys)
-        return replace(counts, neighbour_keys=neighbour_keys,
-                       neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
+        return self._with_neighbours(counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
+                                     tally.special)
 
     def count_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""
