@@ -29,16 +29,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import redis
 
 from pipeline.bench import CorpusStreamSettings
 from pipeline.flink_cluster import FlinkCluster
-from pipeline.flink_job import FlinkJobSpec, submit
+from pipeline.flink_job import FlinkJobSpec, submit, wait_for_job
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
-from pipeline.kafka import Producer, Record, read_topic
+from pipeline.kafka import Producer, Record, end_offsets, read_topic
 from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
@@ -63,21 +62,6 @@ class FlinkBenchSettings(CorpusStreamSettings):
     interval_steps: int = setting(8, whole(1), "steps between revisions (the first after as many)")
     kill: bool = setting(True, None, "kill one TaskManager with SIGKILL once a third of the steps are written")
     taskmanagers: int = setting(2, whole(1), "TaskManagers of the cluster (two slots each)")
-
-
-def _wait_for_job(cluster: FlinkCluster, job_id: str, *, timeout: float, until=None) -> dict[str, Any]:
-    """The job's REST summary once it has ended (or ``until()`` is true, while it runs)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        job = httpx.get(f"{cluster.rest_url}/jobs/{job_id}", timeout=10).json()
-        if job["state"] in ("FINISHED", "FAILED", "CANCELED"):
-            return job
-        if until is not None and until():
-            return job
-        if time.monotonic() > deadline:
-            raise TokmaintError(f"the Flink job {job_id} is still {job['state']} after {timeout:g} s; "
-                                f"see {cluster.log_dir}")
-        time.sleep(0.5)
 
 
 def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
@@ -161,7 +145,7 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
             # The job stops at each partition's end as read (tansu's listed end offsets are the last
             # batch's start, not its end).
             read = read_topic(bootstrap, "docs", expected=len(docs) + len(BAD_RECORDS))
-            ends = {p: 1 + max(r.offset for r in read if r.partition == p) for p in {r.partition for r in read}}
+            ends = end_offsets(read)
             records = [r.value for r in read]
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
@@ -179,12 +163,12 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                             meta = RedisStatsStore(client, lineage=LINEAGE, alpha=stream.tedtok_config().alpha).meta()
                             return meta["step"] >= settings.steps // 3
 
-                        job = _wait_for_job(cluster, job_id, timeout=600, until=a_third_written)
+                        job = wait_for_job(cluster.rest_url, job_id, timeout=600, until=a_third_written)
                         if job["state"] == "RUNNING":
                             cluster.kill_taskmanager(0)
                             cluster.start_taskmanager(wait=False)
                             killed = True
-                    job = _wait_for_job(cluster, job_id, timeout=900)
+                    job = wait_for_job(cluster.rest_url, job_id, timeout=900)
                     if job["state"] != "FINISHED":
                         raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
                     flink_seconds = job["duration"] / 1000

@@ -84,6 +84,21 @@ def _yaml(conf: dict[str, Any]) -> str:
     return "".join(f"{key}: {value if isinstance(value, int) else repr(str(value))}\n" for key, value in conf.items())
 
 
+def write_conf(work: Path, conf_dir: Path, conf: dict[str, Any]) -> None:
+    """The folders under ``work`` a cluster's processes use, and ``conf`` as ``conf_dir/config.yaml``
+    with the wheel's log4j and logback settings beside it."""
+    for folder in (conf_dir, work / "log", work / "tmp", work / "checkpoints"):
+        folder.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "config.yaml").write_text(_yaml(conf))
+    for logging in (FLINK_HOME / "conf").glob("log*"):
+        shutil.copy(logging, conf_dir)
+
+
+def scripts_env(conf_dir: Path, log_dir: Path) -> dict[str, str]:
+    """The environment Flink's scripts run with: this process's, and where the conf and logs are."""
+    return {**os.environ, "FLINK_CONF_DIR": str(conf_dir), "FLINK_LOG_DIR": str(log_dir), "FLINK_HOME": str(FLINK_HOME)}
+
+
 class FlinkCluster:
     """A JobManager and ``taskmanagers`` TaskManagers of ``slots`` slots each, on free loopback ports."""
 
@@ -95,14 +110,10 @@ class FlinkCluster:
                                 "apt-get install openjdk-17-jre-headless")
         self.work, self.slots, self.timeout, self.extra_env = Path(work), slots, timeout, env or {}
         self.conf_dir, self.log_dir = self.work / "conf", self.work / "log"
-        for folder in (self.conf_dir, self.log_dir, self.work / "tmp", self.work / "checkpoints"):
-            folder.mkdir(parents=True, exist_ok=True)
         self.rest_port = free_port()
         self.rest_url = f"http://127.0.0.1:{self.rest_port}"
-        conf = flink_conf(self.work, rest_port=self.rest_port, rpc_port=free_port(), slots=slots, python=sys.executable)
-        (self.conf_dir / "config.yaml").write_text(_yaml(conf))
-        for logging in (FLINK_HOME / "conf").glob("log*"):  # the wheel's log4j and logback settings
-            shutil.copy(logging, self.conf_dir)
+        write_conf(self.work, self.conf_dir, flink_conf(self.work, rest_port=self.rest_port, rpc_port=free_port(),
+                                                        slots=slots, python=sys.executable))
         self.jobmanager: subprocess.Popen | None = None
         self.taskmanagers: list[subprocess.Popen] = []
         try:
@@ -116,8 +127,7 @@ class FlinkCluster:
 
     def env(self) -> dict[str, str]:
         """The environment of Flink's scripts and its command-line client: this cluster's conf."""
-        return {**os.environ, **self.extra_env, "FLINK_CONF_DIR": str(self.conf_dir), "FLINK_LOG_DIR": str(self.log_dir),
-                "FLINK_HOME": str(FLINK_HOME), "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
+        return {**scripts_env(self.conf_dir, self.log_dir), **self.extra_env, "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
 
     def _start(self, script: str, name: str) -> subprocess.Popen:
         # start-foreground execs the JVM: the process is the JVM, stopped by its PID.
@@ -196,17 +206,12 @@ def run_role(role: str, work: Path, *, jobmanager: str, slots: int = 2, rest_por
     import socket
 
     conf_dir = work / "conf" / f"{role}-{socket.gethostname()}"
-    for folder in (conf_dir, work / "tmp", work / "checkpoints", work / "log"):
-        folder.mkdir(parents=True, exist_ok=True)
-    conf = flink_conf(work, rest_port=rest_port, rpc_port=rpc_port, slots=slots, python=sys.executable,
-                      jobmanager=jobmanager, host=socket.gethostname(), bind="0.0.0.0")
-    (conf_dir / "config.yaml").write_text(_yaml(conf))
-    for logging in (FLINK_HOME / "conf").glob("log*"):
-        shutil.copy(logging, conf_dir)
+    write_conf(work, conf_dir, flink_conf(work, rest_port=rest_port, rpc_port=rpc_port, slots=slots,
+                                          python=sys.executable, jobmanager=jobmanager, host=socket.gethostname(),
+                                          bind="0.0.0.0"))
     script = {"jobmanager": "jobmanager.sh", "taskmanager": "taskmanager.sh"}[role]
-    env = {**os.environ, "FLINK_CONF_DIR": str(conf_dir), "FLINK_LOG_DIR": str(work / "log"),
-           "FLINK_HOME": str(FLINK_HOME)}
-    os.execvpe("bash", ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"], env)
+    os.execvpe("bash", ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"],
+               scripts_env(conf_dir, work / "log"))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +311,22 @@ def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None
     return found[1]
 
 
+def wait_for_job(rest_url: str, job_id: str, *, timeout: float,
+                 until: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """The job's REST summary once it has ended (or, while it runs, once ``until()`` is true)."""
+    import httpx
+
+    from tokenizer_service.errors import TokmaintError
+
+    deadline = time.monotonic() + timeout
+    while (job := httpx.get(f"{rest_url}/jobs/{job_id}", timeout=10).json())["state"] not in (
+            "FINISHED", "FAILED", "CANCELED") and not (until is not None and until()):
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"the Flink job {job_id} at {rest_url} is still {job['state']} after {timeout:g} s")
+        time.sleep(0.5)
+    return job
+
+
 def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout: float = 600.0) -> dict[str, Any]:
     """Stop the lineage's running job once its source has read the docs topic to the end (its
     offsets, committed at each checkpoint, at the partitions' high watermarks), with a drain:
@@ -319,7 +335,7 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
     import httpx
     from confluent_kafka import TopicPartition
 
-    from pipeline.kafka import partitions, read_topic, reader
+    from pipeline.kafka import end_offsets, partitions, read_topic, reader
     from tokenizer_service.errors import TokmaintError
 
     rest = f"http://{master}"
@@ -332,10 +348,7 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
         time.sleep(1.0)
     job_id = running[0]["jid"]
     topic = spec_settings.docs_topic
-    # The fetch's high watermarks (tansu's listed end offsets are the last batch's start).
-    ends: dict[int, int] = {}
-    for record in read_topic(spec_settings.bootstrap, topic, quiet_ms=1000):
-        ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+    ends = end_offsets(read_topic(spec_settings.bootstrap, topic, quiet_ms=1000))
     consumer = reader(spec_settings.bootstrap, **{"group.id": f"tokmaint-flink-{lineage}"})
     try:
         found = [TopicPartition(topic, p) for p in partitions(consumer, topic)]
@@ -346,11 +359,7 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
     finally:
         consumer.close()
     httpx.post(f"{rest}/jobs/{job_id}/stop", json={"drain": True}, timeout=30).raise_for_status()
-    while (job := httpx.get(f"{rest}/jobs/{job_id}", timeout=10).json())["state"] not in (
-            "FINISHED", "FAILED", "CANCELED"):
-        if time.monotonic() > deadline:
-            raise TokmaintError(f"the job tokmaint-{lineage} did not drain within {timeout:g} s (still {job['state']})")
-        time.sleep(0.5)
+    job = wait_for_job(rest, job_id, timeout=max(deadline - time.monotonic(), 0))
     if job["state"] != "FINISHED":
         raise TokmaintError(f"the job tokmaint-{lineage} ended {job['state']} while draining")
     return job

@@ -109,7 +109,6 @@ class PipelineJob:
         self.dead_letters = Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes)
         self._counted: list[_Counted] = []  # steps counted and not yet written
         self._step, self._offsets = 0, {}  # the last step counted and the offsets it ends at
-        self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokmaint-redis-write")
         self._writing: tuple[int, Future] | None = None  # the last step of the write under way, and it
         self.counting = CountingPool(own=self.tedtok.counter)
@@ -177,14 +176,6 @@ class PipelineJob:
                                                offset=dead.offset))
             for dead in step.dead])
 
-    def _token_texts(self) -> np.ndarray:
-        """The current version's token text of every id (added tokens included), by id."""
-        if self._names is None or self._names[0] != self.tedtok.version:
-            hf = self.tedtok.tokenizer.hf
-            names = [hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)]
-            self._names = (self.tedtok.version, np.array(names, dtype=object))
-        return self._names[1]
-
     def _write(self, *, wait: bool = True) -> None:
         """The steps counted since the last write, their last step number, the version they
         counted with and the offsets they end at: one atomic write, sent off to Redis while the
@@ -203,7 +194,7 @@ class PipelineJob:
                 if self.settings.dedupe_steps else []
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
-                offsets=self._offsets, token_texts=self._token_texts(), bytes_per_token=self._bytes_per_token,
+                offsets=self._offsets, token_texts=self.lineage_stats.token_texts(), bytes_per_token=self._bytes_per_token,
                 ids=ids, documents=sum(len(c.texts) for c in self._counted)))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on

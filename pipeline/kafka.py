@@ -165,6 +165,19 @@ def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000, expected: in
         consumer.close()
 
 
+def end_offsets(records: list[TopicRecord]) -> dict[int, int]:
+    """Each partition's offset after the last of ``records`` (:func:`read_topic`'s, read to the
+    end: the fetch's high watermark; tansu's listed end offsets are the last batch's start).
+
+    >>> end_offsets([TopicRecord(0, 4, b"", None, []), TopicRecord(1, 0, b"", None, []), TopicRecord(0, 2, b"", None, [])])
+    {0: 5, 1: 1}
+    """
+    ends: dict[int, int] = {}
+    for record in records:
+        ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+    return ends
+
+
 def create_topic(bootstrap: str, topic: str, *, partitions: int, timeout: float = 30.0) -> None:
     """Make ``topic`` with ``partitions`` partitions (one replica); one there already is no error."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _LOG})  # alive until the answer comes

@@ -55,6 +55,7 @@ class LineageStatistics:
         # The unreachable tokens of the last version validated, by its sha256: the parent of the
         # next revision, whose validation then does not encode the parent's vocabulary again.
         self._unreachable: tuple[str, list[str]] | None = None
+        self._names: tuple[int, np.ndarray] | None = None  # a version and its ids' token texts (token_texts)
         self.config = stream.tedtok_config()
         if existing:
             self.store = RedisStatsStore.open(redis_client, lineage=lineage)
@@ -133,10 +134,7 @@ class LineageStatistics:
         writes several steps at once and plans its revisions beside its counting, with
         :meth:`plan`, :meth:`commit` and :meth:`conclude`."""
         step = self.store.step + 1
-        token_texts = None
-        if counts.neighbour_keys is not None:
-            hf = self.tedtok.tokenizer.hf
-            token_texts = np.array([hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)], dtype=object)
+        token_texts = None if counts.neighbour_keys is None else self.token_texts()
         written = self.store.apply_step(step=step, token_ids=counts.token_ids, token_counts=counts.token_counts,
                                         pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
                                         version=self.tedtok.version, offsets=offsets,
@@ -146,6 +144,15 @@ class LineageStatistics:
                                         documents=documents)
         return written and self.config.revision_due(step) and self.revise(
             step, metrics={"bytes_per_token": counts.bytes_per_token})
+
+    def token_texts(self) -> np.ndarray:
+        """The current version's token text of every id (added tokens included), by id: what a
+        step's neighbour pairs are kept with. Made once a version."""
+        if self._names is None or self._names[0] != self.tedtok.version:
+            hf = self.tedtok.tokenizer.hf
+            names = [hf.id_to_token(i) for i in range(self.tedtok.tokenizer.id_space)]
+            self._names = (self.tedtok.version, np.array(names, dtype=object))
+        return self._names[1]
 
     def resume(self, *, metrics: dict[str, Any] | None = None) -> bool:
         """After a restart: the revision due after the last step written, if a crash came between
