@@ -32,7 +32,8 @@ from tokenizer_service.settings import Number, SettingsConfigDict, setting, whol
 from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_removed
 from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
-from trainer.loop import tiny_gpt2_config, token_batch
+from trainer.follow import token_batch
+from trainer.loop import tiny_gpt2_config
 from trainer.settings import CAUSAL_LM_LOSS
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 

@@ -2,14 +2,11 @@
 with a lineage's current tokenizer, and take each newer version as the registry publishes it,
 between two optimizer steps.
 
-A thread follows the registry's watch (``registry.client.LatestVersion``), the Hub protocol's
-``main`` revision (``--hub``: ``trainer.hub``) or the revision events
-on the ``tokenizer.revisions`` topic (``registry.relay.RevisionEvents``, each event counted once);
-before each step the trainer looks at what it last heard. A newer version is downloaded (verified against its sha256:
-a download that does not match is refused, and training goes on with the version it has, trying
-again ``retry_steps`` later), the diff from the version it has is fetched (one composed diff when
-it skipped versions) and applied to the model and the optimizer (``apply_revision``); the batch
-prepared for the step is tokenised again with the new version. Checkpoints record the version.
+It is a loop on ``trainer.follow.LineageFollower``, as a user's own loop would be: the follower
+hears of versions (the registry's watch, the Hub protocol's ``main`` with ``--hub``, or the
+``tokenizer.revisions`` topic), and before each step, and while the stream has nothing new,
+applies a newer one to the model and the optimizer; the batch prepared for the step is
+tokenised again with the new version. Checkpoints record the version.
 
     trainer = Trainer(registry=client, lineage="news", data=CorpusTexts(texts), settings=TrainerSettings())
     report = trainer.run(steps=100)
@@ -28,16 +25,15 @@ import torch
 from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from registry.client import RegistryClient, RegistryRefused
-from registry.relay import RevisionEvents
-from schemas.revision import RevisionDiff
+from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
-from trainer.apply_revision import apply_revision, set_removed
+from trainer.apply_revision import set_removed
 from trainer.byte_level import ByteLevelModel, evaluate_texts
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
+from trainer.follow import LineageFollower
 from trainer.hub import HubVersions
 from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
 
@@ -78,11 +74,9 @@ class Trainer:
         stamp = (TokenizerStamp(**torch.load(self.checkpoint, map_location="cpu", weights_only=True)["tokenizer"])
                  if resuming else None)
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
-        self.version = stamp.version if stamp else registry.version(lineage)["number"]
-        self.tokenizer = registry.tokenizer(lineage, self.version)
+        self.follower = LineageFollower(registry, lineage, version=stamp.version if stamp else None, events=events,
+                                        strategy=settings.strategy, retry_steps=settings.retry_steps)
         self.position, self.step = data.start, 0  # the next batch's position, the optimizer steps done
-        self.refused: dict[int, int] = {}  # a version refused, and the step it was
-        self.taken: list[dict[str, Any]] = []  # each version taken: its number, the step, the time
         torch.manual_seed(settings.seed)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(self.tokenizer.id_space, **(model_config or {}))).to(self.device)
         self.model.loss_type = CAUSAL_LM_LOSS
@@ -91,46 +85,40 @@ class Trainer:
         if stamp is not None:
             position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
             self.position, self.step = position["position"], position["step"]
-        self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=self.version) if events
-                       else registry.follow(lineage))
         # Said once it follows: a version published from here on is taken (one before is not news).
         log.info("trainer: training %s version %s on %s from step %s", lineage, self.version, self.device, self.step,
                  extra={"lineage": lineage, "step": self.step})
 
-    def close(self) -> None:
-        self.latest.close()
-        self.data.close()
+    @property
+    def version(self) -> int:
+        return self.follower.version
 
-    def _stamp(self) -> TokenizerStamp:
-        return TokenizerStamp(self.lineage, self.version, self.tokenizer.sha256)
+    @property
+    def tokenizer(self) -> BPETokenizer:
+        return self.follower.tokenizer
+
+    @property
+    def latest(self) -> Any:
+        """What the follower hears of the lineage's newest version (its ``number``)."""
+        return self.follower.latest
+
+    def close(self) -> None:
+        self.follower.close()
+        self.data.close()
 
     def _save(self) -> None:
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self._stamp(),
+        save_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self.follower.stamp,
                         position={"position": self.position, "step": self.step}, tokenizer_json=self.tokenizer.to_json())
 
     def _follow(self) -> bool:
-        """Take the registry's latest version if it is newer (and not refused lately); True when taken."""
-        target = self.latest.number
-        if target <= self.version or self.step - self.refused.get(target, -10**9) < self.settings.retry_steps:
-            return False
-        try:
-            tokenizer = self.registry.tokenizer(self.lineage, target)  # RegistryRefused: not its sha256
-            diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, self.version, target))
-        except RegistryRefused as exc:
-            self.refused[target] = self.step
-            log.warning("trainer: version %s refused, training on with version %s: %s", target, self.version, exc,
-                        extra={"lineage": self.lineage, "step": self.step})
-            return False
-        apply_revision(self.model, self.optimizer, diff, strategy=self.settings.strategy, previous=self.tokenizer)
-        self.version, self.tokenizer = target, tokenizer
-        self.taken.append({"version": target, "step": self.step, "time": time.time()})
-        log.info("trainer: took version %s at step %s (%s ids changed)", target, self.step, len(diff.entries),
-                 extra={"lineage": self.lineage, "step": self.step})
-        return True
+        """Take the lineage's newest version if it is due; True when taken."""
+        version = self.version
+        self.model = self.follower.between_steps(self.model, self.optimizer, step=self.step)
+        return self.version != version
 
     def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs, labels = token_batch(self.tokenizer, texts, seq_len=self.settings.seq_len)
+        inputs, labels = self.follower.encode(texts, seq_len=self.settings.seq_len)
         return inputs.to(self.device), labels.to(self.device)
 
     def evaluate(self) -> float | None:
@@ -183,33 +171,10 @@ class Trainer:
         if self.checkpoint is not None:
             self._save()
         return {"lineage": self.lineage, "steps": self.step, "version": self.version, "losses": losses,
-                "versions": versions, "taken": self.taken, "refused": sorted(self.refused),
+                "versions": versions, "taken": self.follower.taken, "refused": sorted(self.follower.refused),
                 "evaluations": list(self.evaluations),
                 "bits_per_byte": self.evaluations[-1]["bits_per_byte"] if self.evaluations else None,
                 "tokens_per_s": tokens / (time.perf_counter() - started), "device": self.device}
-
-
-def token_batch(tokenizer: BPETokenizer, texts: list[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``texts`` tokenised with a version, at most ``seq_len`` ids each: input ids and labels
-    (-100: padding). A version with a special token to start texts from
-    (``export.bos_token_id``) has each text start from it, unlabelled, as the byte-level
-    evaluation reads the model.
-
-    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258, special_tokens=["<|endoftext|>"])
-    >>> inputs, labels = token_batch(tok, ["ab", "a b"], seq_len=8)  # "ab" is id 257
-    >>> inputs.tolist(), labels.tolist()
-    ([[0, 257, 0, 0], [0, 65, 221, 66]], [[-100, 257, -100, -100], [-100, 65, 221, 66]])
-    """
-    bos = bos_token_id(tokenizer)
-    start = [] if bos is None else [bos]
-    encoded = [(start + ids)[:seq_len] for ids in tokenizer.encode_batch(texts)]
-    width = max(2, max(len(ids) for ids in encoded))
-    inputs = torch.zeros((len(texts), width), dtype=torch.long)
-    labels = torch.full((len(texts), width), -100, dtype=torch.long)
-    for row, ids in enumerate(encoded):
-        inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        labels[row, len(start): len(ids)] = inputs[row, len(start): len(ids)]
-    return inputs, labels
 
 
 def read_model_config(path: str | None) -> dict[str, Any]:

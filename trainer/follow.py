@@ -1,0 +1,240 @@
+"""Follow a lineage from any PyTorch training loop: the version the model is on, each newer one
+applied between two optimizer steps, and batches encoded with the version the model has.
+
+    follower = LineageFollower("http://registry:8000", "news")
+    model = GPT2LMHeadModel(tiny_gpt2_config(follower.tokenizer.id_space))
+    optimizer = torch.optim.AdamW(model.parameters())
+    for texts in batches:
+        model = follower.between_steps(model, optimizer)     # a version due is applied here
+        inputs, labels = follower.encode(texts, seq_len=256)  # with the version the model has
+        model(input_ids=inputs, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+The follower learns of versions from the registry's watch (``registry.client.LatestVersion``),
+the Hub protocol's ``main`` (``trainer.hub.HubVersions``) or the ``tokenizer.revisions`` topic
+(``registry.relay.RevisionEvents``). A newer version is downloaded and checked against its
+sha256 (one that does not match is refused: training goes on with the version it has, and tries
+again ``retry_steps`` calls later), the diff from the model's version is fetched (one composed
+diff over skipped versions) and applied to the model and the optimizer (``apply_revision``).
+
+**Many ranks.** Under ``torch.distributed`` every rank calls :meth:`between_steps` at the same
+step (as a loop does before its step's collectives). Rank 0 decides which version is due and
+tells the others; every rank downloads it, and unless every rank has it none applies it (a rank
+that cannot download it never leaves the others a version ahead); after the apply, a checksum
+of the embedding and output matrices is compared across ranks, and a mismatch stops every rank
+with :class:`RanksDiverged`. A ``DistributedDataParallel`` model whose vocabulary grew is
+wrapped again around the resized module (its reducer holds the old matrices): the loop carries
+on with the model :meth:`between_steps` returns.
+
+A checkpoint holds :meth:`state_dict`; a follower made with its ``version`` resumes on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from registry.client import RegistryClient
+from registry.relay import RevisionEvents
+from schemas.revision import RevisionDiff
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.errors import TokmaintError
+from tokenizer_service.hub_files import bos_token_id
+from trainer.apply_revision import AppliedRevision, Strategy, apply_revision, embedding_matrices
+from trainer.checkpoint import TokenizerStamp
+from trainer.hub import HubVersions
+
+log = logging.getLogger("tokmaint.trainer")
+
+
+class RanksDiverged(TokmaintError):
+    """The ranks' embedding or output matrices differ after a version was applied."""
+
+
+def token_batch(tokenizer: BPETokenizer, texts: Sequence[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``texts`` tokenised with a version, at most ``seq_len`` ids each: input ids and labels
+    (-100: padding). A version with a special token to start texts from
+    (``hub_files.bos_token_id``) has each text start from it, unlabelled, as the byte-level
+    evaluation reads the model.
+
+    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258, special_tokens=["<|endoftext|>"])
+    >>> inputs, labels = token_batch(tok, ["ab", "a b"], seq_len=8)  # "ab" is id 257
+    >>> inputs.tolist(), labels.tolist()
+    ([[0, 257, 0, 0], [0, 65, 221, 66]], [[-100, 257, -100, -100], [-100, 65, 221, 66]])
+    """
+    bos = bos_token_id(tokenizer)
+    start = [] if bos is None else [bos]
+    encoded = [(start + ids)[:seq_len] for ids in tokenizer.encode_batch(list(texts))]
+    width = max(2, max(len(ids) for ids in encoded))
+    inputs = torch.zeros((len(texts), width), dtype=torch.long)
+    labels = torch.full((len(texts), width), -100, dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        labels[row, len(start): len(ids)] = inputs[row, len(start): len(ids)]
+    return inputs, labels
+
+
+def matrices_checksum(model: nn.Module) -> torch.Tensor:
+    """Two sums per embedding matrix (plain, and weighted by the row: a row moved shows), in float64.
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))
+    >>> matrices_checksum(model).shape
+    torch.Size([2])
+    """
+    sums = []
+    for matrix in embedding_matrices(model):
+        rows = matrix.detach().to(torch.float64).sum(dim=1)
+        sums += [rows.sum(), (rows * torch.arange(1, len(rows) + 1, dtype=torch.float64, device=rows.device)).sum()]
+    return torch.stack(sums)
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+class LineageFollower:
+    """A lineage's versions for one model: the version it is on (:attr:`version`,
+    :attr:`tokenizer`), and each newer one applied by :meth:`between_steps`."""
+
+    def __init__(self, registry: RegistryClient | HubVersions | str, lineage: str, *, version: int | None = None,
+                 events: tuple[str, str] | None = None, strategy: Strategy = "parents_mean",
+                 retry_steps: int = 10) -> None:
+        """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
+        ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
+        by default the latest (under ``torch.distributed``, rank 0's latest). ``events``:
+        (bootstrap, topic) to learn of versions from the revision events there instead of the
+        registry's watch."""
+        self.registry = RegistryClient(registry) if isinstance(registry, str) else registry
+        self.lineage, self.strategy, self.retry_steps = lineage, strategy, retry_steps
+        self.rank = torch.distributed.get_rank() if _distributed() else 0
+        if version is None:
+            version = self._agreed(self.registry.version(lineage)["number"] if self.rank == 0 else 0)
+        self.version = version
+        self.tokenizer = self.registry.tokenizer(lineage, version)
+        self.steps = 0  # the optimizer steps done (between_steps' calls, or its step)
+        self.refused: dict[int, int] = {}  # a version refused, and the call it was refused at
+        self.taken: list[dict[str, Any]] = []  # each version applied: its number, the call, the time, the seconds
+        self.latest = None if self.rank else (RevisionEvents(events[0], lineage, topic=events[1], number=version)
+                                              if events else self.registry.follow(lineage))
+
+    def close(self) -> None:
+        if self.latest is not None:
+            self.latest.close()
+
+    def __enter__(self) -> LineageFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the lineage, the version and its sha256."""
+        return {"lineage": self.lineage, "version": self.version, "sha256": self.tokenizer.sha256}
+
+    @property
+    def stamp(self) -> TokenizerStamp:
+        return TokenizerStamp(self.lineage, self.version, self.tokenizer.sha256)
+
+    def encode(self, texts: Sequence[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input ids and labels of ``texts`` in the version the model has (:func:`token_batch`)."""
+        return token_batch(self.tokenizer, texts, seq_len=seq_len)
+
+    def due(self) -> int | None:
+        """The version to apply now (rank 0's decision, the same on every rank), or None."""
+        target = 0
+        if self.latest is not None:
+            newest = self.latest.number
+            if newest > self.version and self.steps - self.refused.get(newest, -10**9) >= self.retry_steps:
+                target = newest
+        return self._agreed(target) or None
+
+    def between_steps(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                      step: int | None = None) -> nn.Module:
+        """Apply the version due, if any, to ``model`` (or the module a ``DistributedDataParallel``
+        wraps) and ``optimizer``; the model to train on (``model``, or its new wrapper when the
+        vocabulary grew under ``DistributedDataParallel``). ``step``: the optimizer steps done
+        (by default, this follower's calls before this one)."""
+        self.steps = self.steps if step is None else step
+        try:
+            return self._apply_due(model, optimizer)
+        finally:
+            self.steps += 1
+
+    def _apply_due(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> nn.Module:
+        target = self.due()
+        if target is None:
+            return model
+        began = time.perf_counter()
+        fetched = self._fetch(target)
+        if not self._everywhere(fetched is not None):
+            self.refused[target] = self.steps
+            return model
+        tokenizer, diff = fetched
+        module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        rows_before = module.get_input_embeddings().weight.shape[0]
+        applied = apply_revision(module, optimizer, diff, strategy=self.strategy, previous=self.tokenizer)
+        self.version, self.tokenizer = target, tokenizer
+        self._check_ranks(module)
+        if applied.rows > rows_before and module is not model:
+            model = nn.parallel.DistributedDataParallel(
+                module, device_ids=model.device_ids, output_device=model.output_device,
+                broadcast_buffers=model.broadcast_buffers, find_unused_parameters=model.find_unused_parameters)
+        self._taken(target, applied, time.perf_counter() - began)
+        return model
+
+    def _fetch(self, target: int) -> tuple[BPETokenizer, RevisionDiff] | None:
+        """The version and the diff to it, or None when this rank could not have them."""
+        try:
+            tokenizer = self.registry.tokenizer(self.lineage, target)  # RegistryRefused: not its sha256
+            diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, self.version, target))
+        except (TokmaintError, OSError) as exc:  # RegistryRefused: refused, unreachable or not its sha256
+            log.warning("trainer: version %s refused on rank %s, training on with version %s: %s", target,
+                        self.rank, self.version, exc, extra={"lineage": self.lineage, "step": self.steps})
+            return None
+        return tokenizer, diff
+
+    def _taken(self, target: int, applied: AppliedRevision, seconds: float) -> None:
+        self.taken.append({"version": target, "step": self.steps, "time": time.time(), "seconds": seconds})
+        log.info("trainer: took version %s at step %s (%s ids changed)", target, self.steps,
+                 len(applied.changed) + len(applied.removed), extra={"lineage": self.lineage, "step": self.steps})
+
+    def _device(self) -> torch.device:
+        """Where this process group's collectives take tensors (NCCL: the current GPU)."""
+        if torch.distributed.get_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _agreed(self, value: int) -> int:
+        """Rank 0's ``value`` on every rank (``value`` itself in one process)."""
+        if not _distributed():
+            return value
+        shared = torch.tensor([value], dtype=torch.long, device=self._device())
+        torch.distributed.broadcast(shared, src=0)
+        return int(shared.item())
+
+    def _everywhere(self, ok: bool) -> bool:
+        """Whether ``ok`` holds on every rank."""
+        if not _distributed():
+            return ok
+        flag = torch.tensor([int(ok)], dtype=torch.long, device=self._device())
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def _check_ranks(self, module: nn.Module) -> None:
+        """Stop every rank when their embedding and output matrices differ after an apply."""
+        if not _distributed():
+            return
+        mine = matrices_checksum(module).to(self._device())
+        every = [torch.empty_like(mine) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(every, mine)
+        if differing := [rank for rank, sums in enumerate(every) if not torch.equal(sums, every[0])]:
+            raise RanksDiverged(f"lineage {self.lineage!r}: after version {self.version} at step {self.steps}, "
+                                f"the embedding matrices of rank(s) {differing} differ from rank 0's: "
+                                "stopped rather than train on")
