@@ -72,6 +72,9 @@ BENCHES = (
      "every accepted document reached the topic once"),
     ("apply", "tokmaint.commands.trainer:add_bench_apply",
      "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state"),
+    ("distributed", "tokmaint.commands.trainer:add_bench_distributed",
+     "distributed: ranks of one DistributedDataParallel job following a lineage while versions are published: each "
+     "version applied at the same step on every rank, embeddings identical, and the steps per second it costs"),
     ("arithmetic-train", "tokmaint.commands.trainer:add_bench_arithmetic_train",
      "arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and evolving "
      "tokenizers, and each init strategy's loss jump after a revision"),

@@ -13,14 +13,16 @@ applied between two optimizer steps, and batches encoded with the version the mo
 
 The follower learns of versions from the registry's watch (``registry.client.LatestVersion``),
 the Hub protocol's ``main`` (``trainer.hub.HubVersions``) or the ``tokenizer.revisions`` topic
-(``registry.relay.RevisionEvents``). A newer version is downloaded and checked against its
-sha256 (one that does not match is refused: training goes on with the version it has, and tries
-again ``retry_steps`` calls later), the diff from the model's version is fetched (one composed
-diff over skipped versions) and applied to the model and the optimizer (``apply_revision``).
+(``registry.relay.RevisionEvents``). A thread downloads a newer version while the loop trains
+(checked against its sha256: one that does not match is refused, training goes on with the
+version it has and tries again ``retry_steps`` steps later) with the diff from the model's
+version (one composed diff over skipped versions); the first step after it has both applies
+them to the model and the optimizer (``apply_revision``): a step waits for no download.
 
 **Many ranks.** Under ``torch.distributed`` every rank calls :meth:`between_steps` at the same
-step (as a loop does before its step's collectives). Rank 0 decides which version is due and
-tells the others; every rank downloads it, and unless every rank has it none applies it (a rank
+step (as a loop does before its step's collectives). Rank 0 decides which version is due (one
+it has downloaded) and tells the others; every rank has it (downloaded already, or now), and
+unless every rank has it none applies it (a rank
 that cannot download it never leaves the others a version ahead); after the apply, a checksum
 of the embedding and output matrices is compared across ranks, and a mismatch stops every rank
 with :class:`RanksDiverged`. A ``DistributedDataParallel`` model whose vocabulary grew is
@@ -33,6 +35,7 @@ A checkpoint holds :meth:`state_dict`; a follower made with its ``version`` resu
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -121,12 +124,18 @@ class LineageFollower:
         self.steps = 0  # the optimizer steps done (between_steps' calls, or its step)
         self.refused: dict[int, int] = {}  # a version refused, and the call it was refused at
         self.taken: list[dict[str, Any]] = []  # each version applied: its number, the call, the time, the seconds
-        self.latest = None if self.rank else (RevisionEvents(events[0], lineage, topic=events[1], number=version)
-                                              if events else self.registry.follow(lineage))
+        # Every rank hears of versions, to download them ahead; rank 0's hearing decides.
+        self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=version) if events
+                       else self.registry.follow(lineage))
+        self._downloaded: dict[int, tuple[int, BPETokenizer, RevisionDiff] | None] = {}  # target: (from, ...)
+        self._closed = threading.Event()
+        self._downloader = threading.Thread(target=self._download_ahead, name="tokmaint-follower", daemon=True)
+        self._downloader.start()
 
     def close(self) -> None:
-        if self.latest is not None:
-            self.latest.close()
+        self._closed.set()
+        self._downloader.join(timeout=30)
+        self.latest.close()
 
     def __enter__(self) -> LineageFollower:
         return self
@@ -147,12 +156,18 @@ class LineageFollower:
         return token_batch(self.tokenizer, texts, seq_len=seq_len)
 
     def due(self) -> int | None:
-        """The version to apply now (rank 0's decision, the same on every rank), or None."""
+        """The version to apply now (rank 0's decision, the same on every rank), or None: rank
+        0's newest, once downloaded, unless refused less than ``retry_steps`` steps ago."""
         target = 0
-        if self.latest is not None:
+        if self.rank == 0:
             newest = self.latest.number
-            if newest > self.version and self.steps - self.refused.get(newest, -10**9) >= self.retry_steps:
-                target = newest
+            if (newest > self.version and self.steps - self.refused.get(newest, -10**9) >= self.retry_steps
+                    and newest in self._downloaded):
+                if self._downloaded[newest] is None:  # could not be had: refused for now
+                    self.refused[newest] = self.steps
+                    del self._downloaded[newest]
+                else:
+                    target = newest
         return self._agreed(target) or None
 
     def between_steps(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
@@ -172,11 +187,13 @@ class LineageFollower:
         if target is None:
             return model
         began = time.perf_counter()
-        fetched = self._fetch(target)
+        fetched = self._downloaded.pop(target, None)
+        if fetched is None or fetched[0] != self.version:  # not downloaded here, or from another version
+            fetched = self._fetch(target)
         if not self._everywhere(fetched is not None):
             self.refused[target] = self.steps
             return model
-        tokenizer, diff = fetched
+        _, tokenizer, diff = fetched
         module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         rows_before = module.get_input_embeddings().weight.shape[0]
         applied = apply_revision(module, optimizer, diff, strategy=self.strategy, previous=self.tokenizer)
@@ -189,16 +206,33 @@ class LineageFollower:
         self._taken(target, applied, time.perf_counter() - began)
         return model
 
-    def _fetch(self, target: int) -> tuple[BPETokenizer, RevisionDiff] | None:
-        """The version and the diff to it, or None when this rank could not have them."""
+    def _fetch(self, target: int) -> tuple[int, BPETokenizer, RevisionDiff] | None:
+        """The version the diff starts from, the version ``target`` and the diff; None when this
+        rank could not have them."""
+        start = self.version
         try:
             tokenizer = self.registry.tokenizer(self.lineage, target)  # RegistryRefused: not its sha256
-            diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, self.version, target))
+            diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, start, target))
         except (TokmaintError, OSError) as exc:  # RegistryRefused: refused, unreachable or not its sha256
             log.warning("trainer: version %s refused on rank %s, training on with version %s: %s", target,
-                        self.rank, self.version, exc, extra={"lineage": self.lineage, "step": self.steps})
+                        self.rank, start, exc, extra={"lineage": self.lineage, "step": self.steps})
             return None
-        return tokenizer, diff
+        return start, tokenizer, diff
+
+    def _download_ahead(self) -> None:
+        """The thread: the newest version heard of is downloaded with the diff to it from the
+        model's version, and kept for the step that applies it (None: it could not be had; tried
+        again ``retry_steps`` steps after it was refused)."""
+        while not self._closed.wait(0.05):
+            try:
+                newest = self.latest.number
+            except Exception:  # the registry away past the watch's patience: the loop hears of it
+                continue
+            if newest <= self.version or self.steps - self.refused.get(newest, -10**9) < self.retry_steps:
+                continue
+            kept = self._downloaded.get(newest, ())
+            if kept == () or (kept is not None and kept[0] != self.version):
+                self._downloaded[newest] = self._fetch(newest)
 
     def _taken(self, target: int, applied: AppliedRevision, seconds: float) -> None:
         self.taken.append({"version": target, "step": self.steps, "time": time.time(), "seconds": seconds})

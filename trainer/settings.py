@@ -83,6 +83,21 @@ class ApplyBenchSettings(Settings):
         return self
 
 
+class DistributedBenchSettings(Settings):
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_DISTRIBUTED_")
+
+    ranks: int = setting(2, whole(1), "processes of one DistributedDataParallel job (gloo on CPU, NCCL on GPUs)")
+    device: Literal["cpu", "cuda"] = setting("cpu", None, "where each rank trains (cuda: one GPU a rank)")
+    steps: int = setting(300, whole(2), "optimizer steps of each model (the following one and the other)")
+    block: int = setting(25, whole(1), "steps of one model before the other's (the two alternate)")
+    versions: int = setting(3, whole(1), "versions published while the ranks train")
+    batch_size: int = setting(8, whole(1), "documents a rank's batch")
+    seq_len: int = setting(128, whole(2), "tokens a document, at most")
+    vocab_size: int = setting(400, whole(300), "the first version's vocabulary")
+    seed: int = setting(0, whole(0), "the models' initial weights")
+    timeout: float = setting(600.0, Number(float, low=0, low_open=True), "seconds the ranks may take in all")
+
+
 class ArithmeticTrainSettings(ArithmeticSettings):
     """``bench arithmetic``'s settings (the data, the tokenizers, Ted-Tok's), a shorter schedule,
     and the models'. The defaults fit 30 minutes on two CPU cores (``trainer.arithmetic_train``

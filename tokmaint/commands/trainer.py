@@ -95,6 +95,15 @@ def cmd_bench_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_distributed(args: argparse.Namespace) -> int:
+    from trainer.distributed_bench import run_distributed_bench
+    from trainer.settings import DistributedBenchSettings
+
+    settings = chosen_settings(args.parser, args, DistributedBenchSettings)
+    print_result(run_distributed_bench(settings, corpus=args.corpus), as_json=args.json)
+    return 0
+
+
 def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
     from trainer.arithmetic_train import run_arithmetic_train
     from trainer.settings import ArithmeticTrainSettings
@@ -165,6 +174,14 @@ def add_bench_apply(bench: argparse.ArgumentParser) -> None:
     from trainer.settings import ApplyBenchSettings
 
     add_bench_options(bench, ApplyBenchSettings, cmd_bench_apply)
+
+
+def add_bench_distributed(bench: argparse.ArgumentParser) -> None:
+    from trainer.settings import DistributedBenchSettings
+
+    bench.add_argument("--corpus", help="the texts the ranks train on and the versions are made from (default: the "
+                                        "repo's data/git-commits-sample.jsonl.gz)")
+    add_bench_options(bench, DistributedBenchSettings, cmd_bench_distributed)
 
 
 def add_bench_arithmetic_train(bench: argparse.ArgumentParser) -> None:

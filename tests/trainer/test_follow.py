@@ -1,0 +1,247 @@
+"""``trainer.follow.LineageFollower`` against real registry servers: in one process, and as the
+ranks of a ``DistributedDataParallel`` job (processes on the gloo backend, a free loopback port):
+every rank applies every version at the same step, a version one rank cannot download is applied
+by none, ranks whose embeddings differ after an apply stop, and a job whose rank was killed
+resumes from its checkpoint on the checkpoint's version."""
+
+import datetime
+import multiprocessing
+import os
+import queue
+import signal
+import time
+import uuid
+
+import pytest
+import torch
+
+from registry.client import RegistryClient
+from registry.local_server import free_port, start_server
+from tests.conftest import REGISTRY_TOKEN as TOKEN
+from trainer.distributed_bench import lineage_revisions, run_distributed_bench
+from trainer.follow import LineageFollower, RanksDiverged, matrices_checksum, token_batch
+from trainer.settings import DistributedBenchSettings
+
+TEXTS = [f"commit {i}: fix the parser of the stream reader and the {['cache', 'queue', 'index'][i % 3]} of it"
+         for i in range(600)]
+
+
+@pytest.fixture(scope="module")
+def revisions():
+    return lineage_revisions(TEXTS, vocab_size=300, versions=3)
+
+
+def _lineage(urls: list[str], initial) -> str:
+    name = f"follow-{uuid.uuid4().hex[:8]}"
+    for url in urls:
+        RegistryClient(url, token=TOKEN).create(name, initial.to_json())
+    return name
+
+
+def _publish(url: str, name: str, revision) -> int:
+    return RegistryClient(url, token=TOKEN).publish(name, revision.tokenizer.to_json(),
+                                                    diff_json=revision.diff.to_json(), kind="tedtok")["number"]
+
+
+def _model(tokenizer, seed: int = 0):
+    from transformers import GPT2LMHeadModel
+
+    from trainer.apply_revision import set_removed
+    from trainer.loop import tiny_gpt2_config
+
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_layer=1, n_embd=32, n_positions=32))
+    set_removed(model, tokenizer.free_ids)
+    return model
+
+
+def _step(model, optimizer, follower, texts) -> None:
+    inputs, labels = follower.encode(texts, seq_len=32)
+    model(input_ids=inputs, labels=labels).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(registry_server, revisions):
+    url, _ = registry_server
+    initial, made = revisions
+    name = _lineage([url], initial)
+    with LineageFollower(url, name) as follower:
+        model = _model(follower.tokenizer)
+        optimizer = torch.optim.AdamW(model.parameters())
+        assert follower.version == 1 and follower.encode(TEXTS[:2], seq_len=32)[0].tolist() == \
+            token_batch(initial, TEXTS[:2], seq_len=32)[0].tolist()
+        published = _publish(url, name, made[0])
+        deadline = time.monotonic() + 30
+        step = 0
+        while follower.version != published:
+            assert time.monotonic() < deadline, "the version was never applied"
+            model = follower.between_steps(model, optimizer)
+            _step(model, optimizer, follower, TEXTS[step * 4: step * 4 + 4])
+            step += 1
+        # Applied between two steps: the next batch is the version's ids, and the model has its rows.
+        assert follower.encode(TEXTS[:2], seq_len=32)[0].tolist() == \
+            token_batch(made[0].tokenizer, TEXTS[:2], seq_len=32)[0].tolist()
+        assert model.get_input_embeddings().weight.shape[0] >= made[0].tokenizer.id_space
+        assert [t["version"] for t in follower.taken] == [published] and follower.taken[0]["step"] == step - 1
+        assert follower.state_dict() == {"lineage": name, "version": published, "sha256": made[0].tokenizer.sha256}
+    # A follower made from a checkpoint's version is on it, whatever came since.
+    _publish(url, name, made[1])
+    with LineageFollower(url, name, version=published) as resumed:
+        assert resumed.version == published and resumed.tokenizer.sha256 == made[0].tokenizer.sha256
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_rank_applies_every_version_at_the_same_step(ranks):
+    report = run_distributed_bench(DistributedBenchSettings(ranks=ranks, steps=45, block=5, versions=2,
+                                                            batch_size=2, seq_len=32, timeout=300))
+    assert report["versions_applied"] == report["versions_published"] == 2, report
+    assert report["same_step_all_ranks"] is True and report["identical_across_ranks"] is True
+    assert [v for v, _ in report["taken"]] == [2, 3]
+
+
+def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: dict, shared, results) -> None:
+    """One rank of a small DDP job: ``plan["steps"]`` steps following ``urls[rank]``'s lineage;
+    with ``plan["checkpoint"]`` it saves there every few steps (rank 0) and starts from it when
+    it is there; ``plan["perturb_rank"]`` changes that rank's embedding before the first apply;
+    ``plan["until_version"]``: the ranks stop a few steps after that version is applied (at the
+    same step everywhere, as the version is)."""
+    from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                         timeout=datetime.timedelta(seconds=20))
+    try:
+        checkpoint = plan.get("checkpoint")
+        stamp = (TokenizerStamp(**torch.load(checkpoint, weights_only=True)["tokenizer"])
+                 if checkpoint and os.path.exists(checkpoint) else None)
+        follower = LineageFollower(urls[rank], name, version=stamp.version if stamp else None, retry_steps=3)
+        model = _model(follower.tokenizer)
+        optimizer = torch.optim.AdamW(model.parameters())
+        start = 0
+        if stamp is not None:
+            start = load_checkpoint(checkpoint, model=model, optimizer=optimizer, tokenizer=stamp)["step"]
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        first_version = follower.version
+        for step in range(start, plan["steps"]):
+            if rank == plan.get("perturb_rank") and follower.version == first_version:
+                with torch.no_grad():
+                    model.module.get_input_embeddings().weight[0] += 1.0
+            model = follower.between_steps(model, optimizer, step=step)
+            if rank == 0:
+                shared["step"] = step
+                shared["refused"] = sorted(follower.refused)
+            _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500:][:4])
+            if checkpoint and rank == 0 and step % 5 == 4:
+                save_checkpoint(checkpoint, model=model.module, optimizer=optimizer, tokenizer=follower.stamp,
+                                position={"step": step + 1}, tokenizer_json=follower.tokenizer.to_json())
+            time.sleep(plan.get("pause", 0))
+            if follower.version == plan.get("until_version") and step >= follower.taken[-1]["step"] + 3:
+                break
+        results.put({"rank": rank, "start": start, "first_version": first_version,
+                     "taken": [(t["version"], t["step"]) for t in follower.taken],
+                     "refused": sorted(follower.refused.items()), "version": follower.version,
+                     "checksum": matrices_checksum(model.module).tolist()})
+        follower.close()
+    except Exception as exc:
+        results.put({"rank": rank, "error": type(exc).__name__, "message": str(exc)})
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _start(urls, name, plan, *, world: int = 2):
+    context = multiprocessing.get_context("spawn")
+    manager = context.Manager()
+    shared, results, port = manager.dict({"step": -1, "refused": []}), context.Queue(), free_port()
+    processes = [context.Process(target=_rank, args=(rank, world, port, urls, name, plan, shared, results))
+                 for rank in range(world)]
+    for process in processes:
+        process.start()
+    return processes, shared, results, manager
+
+
+def _reports(processes, results, *, expected: int = 2, timeout: float = 120.0) -> list[dict]:
+    """What the ranks put on ``results`` (``expected`` of them, by rank), once they have ended."""
+    reports = []
+    deadline = time.monotonic() + timeout
+    while len(reports) < expected:
+        try:
+            reports.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
+        except queue.Empty:
+            break
+    for process in processes:
+        process.join(timeout=30)
+    return sorted(reports, key=lambda r: r["rank"])
+
+
+def _wait(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_version_one_rank_cannot_download_is_applied_by_none(registry_server, revisions, tmp_path):
+    """Rank 1 reads a second registry (a replica behind the first): a version only the first has
+    is refused at the same step on both ranks, and applied on both once the second has it."""
+    url, _ = registry_server
+    replica, replica_url = start_server(tmp_path / "replica", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
+    try:
+        initial, made = revisions
+        name = _lineage([url, replica_url], initial)
+        processes, shared, results, manager = _start([url, replica_url], name,
+                                                     {"steps": 1000, "pause": 0.01, "until_version": 2})
+        _wait(lambda: shared["step"] >= 5, "the ranks never started")
+        published = _publish(url, name, made[0])
+        _wait(lambda: shared["refused"] == [published], "rank 0 never refused the version rank 1 could not have")
+        assert _publish(replica_url, name, made[0]) == published
+        reports = _reports(processes, results)
+        manager.shutdown()
+    finally:
+        replica.terminate()
+        replica.wait(timeout=30)
+    assert [r["rank"] for r in reports] == [0, 1] and not any("error" in r for r in reports), reports
+    assert reports[0]["refused"] == reports[1]["refused"] and reports[0]["refused"][0][0] == published
+    assert reports[0]["taken"] == reports[1]["taken"] and [v for v, _ in reports[0]["taken"]] == [published]
+    assert reports[0]["taken"][0][1] > reports[0]["refused"][0][1]  # applied after the refusal, on both
+    assert reports[0]["checksum"] == reports[1]["checksum"]
+
+
+def test_ranks_whose_embeddings_differ_after_an_apply_stop_all(registry_server, revisions):
+    url, _ = registry_server
+    initial, made = revisions
+    name = _lineage([url], initial)
+    processes, shared, results, manager = _start([url, url], name, {"steps": 400, "pause": 0.01, "perturb_rank": 1})
+    _wait(lambda: shared["step"] >= 5, "the ranks never started")
+    _publish(url, name, made[0])
+    reports = _reports(processes, results)
+    manager.shutdown()
+    assert [r.get("error") for r in reports] == [RanksDiverged.__name__] * 2, reports
+    assert "rank(s) [1] differ from rank 0's" in reports[0]["message"]
+
+
+def test_a_job_whose_rank_was_killed_resumes_on_its_checkpoint_s_version(registry_server, revisions, tmp_path):
+    url, _ = registry_server
+    initial, made = revisions
+    name = _lineage([url], initial)
+    checkpoint = str(tmp_path / "checkpoint.pt")
+    plan = {"steps": 2000, "pause": 0.01, "checkpoint": checkpoint}
+    processes, shared, results, manager = _start([url, url], name, plan)
+    _wait(lambda: shared["step"] >= 5, "the ranks never started")
+    published = _publish(url, name, made[0])
+    # Killed once a checkpoint holds the new version.
+    _wait(lambda: os.path.exists(checkpoint) and torch.load(checkpoint, weights_only=True)["tokenizer"]["version"]
+          == published, "no checkpoint of the new version")
+    os.kill(processes[1].pid, signal.SIGKILL)
+    survivor = _reports(processes, results, expected=1, timeout=60)
+    manager.shutdown()
+    assert [r["rank"] for r in survivor] == [0] and "error" in survivor[0]  # rank 0 stopped: its peer was gone
+    saved = torch.load(checkpoint, weights_only=True)
+    # The job started again: every rank resumes on the checkpoint's version, at its step.
+    processes, shared, results, manager = _start([url, url], name, {**plan, "steps": saved["position"]["step"] + 10})
+    reports = _reports(processes, results)
+    manager.shutdown()
+    assert not any("error" in r for r in reports), reports
+    assert [r["first_version"] for r in reports] == [published, published]
+    assert [r["start"] for r in reports] == [saved["position"]["step"]] * 2
+    assert reports[0]["checksum"] == reports[1]["checksum"]
