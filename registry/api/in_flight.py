@@ -169,6 +169,9 @@ class InFlight:
     """The counts of one server, read by its ``/healthz``; they live on the event loop's one
     thread (no lock). A request counts against its client's share of the places
     (``Limits.per_client``), a watch against its share of the watches (``Limits.watches_per_client``).
+    The server's own write token (``write_token``) is every writer's: it names no client, so a
+    request that sends it counts by its address alone (else all writers together would hold one
+    client's share).
 
     >>> state = InFlight(Limits(requests=2, per_client=1))
     >>> state.take("a"), state.take("a"), state.take("b", b"Bearer t"), state.take("c", b"Bearer t")
@@ -179,8 +182,9 @@ class InFlight:
     (1, False)
     """
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, *, write_token: str | None = None) -> None:
         self.limits = limits
+        self.write_token = None if write_token is None else f"Bearer {write_token}".encode()
         self.requests = self.watches = 0
         # The requests whose response waits for its client to read, and since when (StalledSends').
         self.stalled: dict[asyncio.Task, float] = {}
@@ -282,6 +286,8 @@ class InFlightLimit:
         watch = is_watch(scope["path"])
         peer = scope["client"][0] if scope.get("client") else None
         token, body = read_headers(scope)
+        if token == state.write_token:
+            token = None
         if sends.watcher is None or sends.watcher.done():
             sends.start()
         if why := state.take(peer, token, watch=watch):

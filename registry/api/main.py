@@ -147,7 +147,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
         requests=settings.max_in_flight, per_client=settings.max_in_flight_per_client, watches=settings.max_watches,
         watches_per_client=settings.max_watches_per_client,
         send_timeout=settings.send_timeout, receive_timeout=settings.receive_timeout,
-        min_upload_rate=settings.min_upload_kib_per_second * 1024))
+        min_upload_rate=settings.min_upload_kib_per_second * 1024), write_token=settings.token)
     app.include_router(router)
     app.include_router(pages.router)
     app.include_router(hub.router)  # last: its paths start with any lineage's name
