@@ -134,7 +134,7 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
 
     app = FastAPI(title="tokmaint ingest", version="1", lifespan=lifespan, telemetry=NO_TELEMETRY)
     install_error_shape(app)
-    app.state.in_flight = InFlight(limits)
+    app.state.in_flight = InFlight(limits, write_token=token)
     app.add_middleware(InFlightLimit, state=app.state.in_flight)
     # The registry's writer check reads its settings: the same token, the same rule.
     app.state.settings = RegistrySettings(token=token, insecure_dev=insecure_dev)

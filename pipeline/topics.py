@@ -35,7 +35,7 @@ class PipelineSettings(BaseSettings):
     docs_topic: str = "docs"
     dlq_topic: str = "docs.dlq"
     revisions_topic: str = REVISIONS_TOPIC
-    max_record_bytes: int = DEFAULT_MAX_BYTES
+    max_record_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1, description="larger records are dead-lettered")
     # How the job steps through the stream (``PipelineJob``): ``pipeline run``'s options.
     commit_steps: int = Field(16, ge=1, description=(
         "steps counted between writes to Redis, at most (a revision, another version and an idle topic write at "

@@ -62,6 +62,8 @@ class RegistrySettings(RegistryStoreSettings):
     max_in_flight_per_client: int | None = Field(None, ge=1)
     # Watches waiting at once (counted apart: they wait, and hold no worker).
     max_watches: int = Field(256, ge=1)
+    # Of those, what one client may hold (counted as max_in_flight_per_client is); None: a quarter.
+    max_watches_per_client: int | None = Field(None, ge=1)
     # Seconds a response may wait for the client to read it before it is given up (its connection closed).
     send_timeout: float = Field(30.0, gt=0)
     # Seconds a request body may go without a byte, and the bytes a second it must average once
@@ -90,10 +92,11 @@ class RegistrySettings(RegistryStoreSettings):
         return self
 
     @model_validator(mode="after")
-    def _share_within_the_limit(self) -> Self:
-        if self.max_in_flight_per_client is not None and self.max_in_flight_per_client > self.max_in_flight:
-            raise ValueError(f"TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT ({self.max_in_flight_per_client}) is over "
-                             f"TOKMAINT_REGISTRY_MAX_IN_FLIGHT ({self.max_in_flight})")
+    def _shares_within_their_limits(self) -> Self:
+        for share, limit in (("max_in_flight_per_client", "max_in_flight"), ("max_watches_per_client", "max_watches")):
+            if getattr(self, share) is not None and getattr(self, share) > getattr(self, limit):
+                raise ValueError(f"TOKMAINT_REGISTRY_{share.upper()} ({getattr(self, share)}) is over "
+                                 f"TOKMAINT_REGISTRY_{limit.upper()} ({getattr(self, limit)})")
         return self
 
     @property

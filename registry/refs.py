@@ -5,6 +5,8 @@ alias names would be read as something else.
 An alias must not be a name the REST API or the Hugging Face Hub protocol reads as another
 reference (``api/routes/hub.py``): ``latest``, ``main`` (the Hub's newest version), digits or
 ``v`` and digits (a version number, served ``immutable``), 40 hex characters (a commit hash).
+Both read such a name so, never as an alias a registry older than the rule stored under it
+(``registry migrate`` renames those: migration 0005).
 """
 
 from __future__ import annotations
@@ -20,20 +22,37 @@ _COMMIT_NAME = re.compile(r"[0-9a-fA-F]{40}")
 
 
 def version_number(ref: int | str) -> int | None:
-    """The version number a reference names, or None for ``latest`` or an alias. Only ASCII
-    digits count: ``"²".isdigit()`` is True, but no version is called that.
+    """The version number a reference names (digits, or ``v`` and digits, as the Hub reads a
+    revision), or None for ``latest`` or an alias. Only ASCII digits count: ``"²".isdigit()`` is
+    True, but no version is called that.
 
-    >>> version_number("12"), version_number(3), version_number("latest"), version_number("²")
-    (12, 3, None, None)
+    >>> version_number("12"), version_number("v12"), version_number(3), version_number("latest"), version_number("²")
+    (12, 12, 3, None, None)
     >>> version_number("9" * 5000) > MAX_VERSION
     True
     """
     if isinstance(ref, int):
         return ref
-    if not (ref.isascii() and ref.isdigit()):
+    digits = ref[1:] if ref[:1] in ("v", "V") else ref
+    if not (digits.isascii() and digits.isdigit()):
         return None
     # Past 19 digits no version is meant (and int() refuses a string past 4,300 of them).
-    return int(ref) if len(ref) <= 19 else MAX_VERSION + 1
+    return int(digits) if len(digits) <= 19 else MAX_VERSION + 1
+
+
+def version_reference(name: str) -> str | None:
+    """How ``name`` reads as a version reference rather than an alias (None: it is no such reference).
+
+    >>> version_reference("serving") is None, version_reference("main"), version_reference("v2")
+    (True, "'main' names the newest version", 'a number, or v and a number, names a version')
+    """
+    if name in ("latest", "main"):
+        return f"{name!r} names the newest version"
+    if _VERSION_NAME.fullmatch(name) or name.isdigit():  # any digits: "²" would confuse a reader too
+        return "a number, or v and a number, names a version"
+    if _COMMIT_NAME.fullmatch(name):
+        return "40 hex characters name a commit (the Hub's)"
+    return None
 
 
 def alias_problem(alias: str) -> str | None:
@@ -49,10 +68,5 @@ def alias_problem(alias: str) -> str | None:
     >>> print(alias_problem("ab" * 20).split(": ")[1])
     40 hex characters name a commit (the Hub's)
     """
-    if alias in ("latest", "main"):
-        return f"alias {alias!r} would shadow a version reference: {alias!r} names the newest version"
-    if _VERSION_NAME.fullmatch(alias) or alias.isdigit():  # any digits: "²" would confuse a reader too
-        return f"alias {alias!r} would shadow a version reference: a number, or v and a number, names a version"
-    if _COMMIT_NAME.fullmatch(alias):
-        return f"alias {alias!r} would shadow a version reference: 40 hex characters name a commit (the Hub's)"
-    return None
+    reading = version_reference(alias)
+    return None if reading is None else f"alias {alias!r} would shadow a version reference: {reading}"

@@ -58,7 +58,7 @@ from registry.checker import EncodingChecker
 from registry.model_folder import MAX_MODEL_FILES, model_folder_problems
 from registry.models import (VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PendingArtifact, PublishedModel,
                              Version, utcnow)
-from registry.refs import MAX_VERSION, alias_problem, version_number
+from registry.refs import MAX_VERSION, alias_problem, version_number, version_reference
 from schemas.json_values import json_kind
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -350,8 +350,11 @@ class Registry:
             if not 0 < number <= MAX_VERSION:
                 raise RegistryError("version_not_found", [f"lineage {lineage.name!r} has no version {number}"])
             return number
-        if ref == "latest":
+        if ref in ("latest", "main"):  # main: as the Hub reads it
             return lineage.latest
+        if (reading := version_reference(ref)) is not None:  # never an old alias of that name
+            raise RegistryError("version_not_found", [f"lineage {lineage.name!r} has no version {ref!r} here: "
+                                                      f"{reading}"])
         alias = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == ref)).one_or_none()
         if alias is None:
             raise RegistryError("alias_not_found", [f"lineage {lineage.name!r} has no alias {ref!r}"])

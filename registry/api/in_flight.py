@@ -1,5 +1,6 @@
 """At most ``Limits.requests`` requests in flight, at most ``Limits.per_client`` of them from one
-client, and at most ``Limits.watches`` watches; one more is refused at once with 503 and
+client, and at most ``Limits.watches`` watches, at most ``Limits.watches_per_client`` of them from
+one client; one more is refused at once with 503 and
 ``Retry-After`` (``{error_code: "overloaded", ...}``) instead of waiting in a queue that grows
 without bound: past its capacity a server keeps answering in time the requests it takes, and a
 client knows to come back.
@@ -10,7 +11,8 @@ socket and a piece of its body), and one the client does not read
 for ``send_timeout`` seconds is given up (its connection closed) and a request body that stalls
 for ``receive_timeout`` seconds, or arrives slower than ``min_upload_rate`` bytes a second past
 that grace, is answered 408: slow clients cannot keep the places. Health checks and metrics are
-not counted (``/healthz`` reports the count and whether the server is saturated).
+not counted (``/healthz`` reports the counts and whether the server is saturated: every request
+place, or every watch, taken).
 
     app.add_middleware(InFlightLimit, state=InFlight(Limits(requests=64)))
 """
@@ -42,14 +44,16 @@ NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False}
 class Limits:
     """What a server takes at once, and how long it waits for a slow client.
 
-    >>> Limits(requests=8).per_client, Limits(requests=64).per_client
-    (2, 16)
+    >>> Limits(requests=8).per_client, Limits(requests=64).per_client, Limits(watches=8).watches_per_client
+    (2, 16, 2)
     """
 
     requests: int = 64
     # One client's share (its peer address, and its bearer token where it sends one); None: a quarter.
     per_client: int | None = None
     watches: int = 256
+    # One client's share of the watches, counted as per_client is; None: a quarter.
+    watches_per_client: int | None = None
     send_timeout: float = 30.0
     receive_timeout: float = 15.0
     min_upload_rate: float = 64 * 1024  # bytes/s once receive_timeout has passed; 0: no floor
@@ -57,6 +61,8 @@ class Limits:
     def __post_init__(self) -> None:
         if self.per_client is None:
             object.__setattr__(self, "per_client", max(1, self.requests // 4))
+        if self.watches_per_client is None:
+            object.__setattr__(self, "watches_per_client", max(1, self.watches // 4))
 
 
 class BodyTimeout(Exception):
@@ -111,10 +117,61 @@ class StalledSends:
                     task.cancel()
 
 
+class Shares:
+    """What each client holds of one kind of place: a client is its peer address and, where it
+    sends one, its bearer token (``Authorization``'s value); it may take one more while both hold
+    under ``share`` (a token used from many hosts is one client, as is a host of many tokens).
+
+    >>> shares = Shares(1)
+    >>> shares.take("a"), shares.take("a"), shares.take("b", b"Bearer t"), shares.take("c", b"Bearer t")
+    (True, False, True, False)
+    >>> shares.give_back("a"); shares.take("a")
+    True
+    """
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self.by_peer: dict[str | None, int] = {}
+        self.by_token: dict[bytes, int] = {}
+
+    def take(self, peer: str | None, token: bytes | None = None) -> bool:
+        by_peer, by_token = self.by_peer, self.by_token
+        held = by_peer.get(peer, 0)
+        if held >= self.share or (token is not None and by_token.get(token, 0) >= self.share):
+            return False
+        by_peer[peer] = held + 1
+        if token is not None:
+            by_token[token] = by_token.get(token, 0) + 1
+        return True
+
+    def give_back(self, peer: str | None, token: bytes | None = None) -> None:
+        _drop_one(self.by_peer, peer)
+        if token is not None:
+            _drop_one(self.by_token, token)
+
+
+def _drop_one(held: dict, key: Any) -> None:
+    """One fewer held by ``key`` (none left: no entry, so the dict holds only who holds places).
+
+    >>> held = {"a": 2}
+    >>> _drop_one(held, "a"); held
+    {'a': 1}
+    >>> _drop_one(held, "a"); held
+    {}
+    """
+    if (left := held[key] - 1) > 0:
+        held[key] = left
+    else:
+        del held[key]
+
+
 class InFlight:
     """The counts of one server, read by its ``/healthz``; they live on the event loop's one
-    thread (no lock). A request counts against its peer address and, where it sends one, its
-    bearer token (``Authorization``'s value): both must be under ``Limits.per_client``.
+    thread (no lock). A request counts against its client's share of the places
+    (``Limits.per_client``), a watch against its share of the watches (``Limits.watches_per_client``).
+    The server's own write token (``write_token``) is every writer's: it names no client, so a
+    request that sends it counts by its address alone (else all writers together would hold one
+    client's share).
 
     >>> state = InFlight(Limits(requests=2, per_client=1))
     >>> state.take("a"), state.take("a"), state.take("b", b"Bearer t"), state.take("c", b"Bearer t")
@@ -125,21 +182,24 @@ class InFlight:
     (1, False)
     """
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, *, write_token: str | None = None) -> None:
         self.limits = limits
+        self.write_token = None if write_token is None else f"Bearer {write_token}".encode()
         self.requests = self.watches = 0
         # The requests whose response waits for its client to read, and since when (StalledSends').
         self.stalled: dict[asyncio.Task, float] = {}
-        self.by_peer: dict[str | None, int] = {}
-        self.by_token: dict[bytes, int] = {}
+        self.working = Shares(limits.per_client)
+        self.watching = Shares(limits.watches_per_client)
         self.refused = 0
 
     def take(self, peer: str | None, token: bytes | None = None, *, watch: bool = False) -> str | None:
         """Take a place for a request; None, or why not (``full``, ``held``: the client's share)."""
         limits = self.limits
-        if watch:  # bounded apart, and by their own deadline: a client's share is for requests it works on
+        if watch:  # bounded apart from the requests (a watch waits, and holds no worker), with a share of its own
             if self.watches >= limits.watches:
                 return "full"
+            if not self.watching.take(peer, token):
+                return "held"
             self.watches += 1
             return None
         # A response that waits for its client to read costs a socket and one piece of its body,
@@ -148,35 +208,30 @@ class InFlight:
         # share counts it still.
         if self.requests - len(self.stalled) >= limits.requests or self.requests >= limits.requests * STALLED_PER_PLACE:
             return "full"
-        by_peer, by_token = self.by_peer, self.by_token
-        held = by_peer.get(peer, 0)
-        if held >= limits.per_client or (token is not None and by_token.get(token, 0) >= limits.per_client):
+        if not self.working.take(peer, token):
             return "held"
-        by_peer[peer] = held + 1
-        if token is not None:
-            by_token[token] = by_token.get(token, 0) + 1
         self.requests += 1
         return None
 
     def give_back(self, peer: str | None, token: bytes | None = None, *, watch: bool = False) -> None:
         if watch:
             self.watches -= 1
+            self.watching.give_back(peer, token)
             return
         self.requests -= 1
-        if (held := self.by_peer[peer] - 1) > 0:
-            self.by_peer[peer] = held
-        else:
-            del self.by_peer[peer]
-        if token is not None:
-            if (held := self.by_token[token] - 1) > 0:
-                self.by_token[token] = held
-            else:
-                del self.by_token[token]
+        self.working.give_back(peer, token)
 
     def health(self) -> dict[str, Any]:
-        """What ``/healthz`` says of the load: ``saturated`` once every request place is taken."""
-        working = self.requests - len(self.stalled)
-        saturated = working >= self.limits.requests or self.requests >= self.limits.requests * STALLED_PER_PLACE
+        """What ``/healthz`` says of the load: ``saturated`` once every request place, or every
+        watch, is taken (one more of either would be refused).
+
+        >>> state = InFlight(Limits(watches=1))
+        >>> state.take("a", watch=True), state.health()["saturated"]
+        (None, True)
+        """
+        limits, working = self.limits, self.requests - len(self.stalled)
+        saturated = (working >= limits.requests or self.requests >= limits.requests * STALLED_PER_PLACE
+                     or self.watches >= limits.watches)
         return {"status": "saturated" if saturated else "ok", "in_flight": self.requests,
                 "stalled": len(self.stalled), "limit": self.limits.requests, "watches": self.watches, "max_watches": self.limits.watches,
                 "saturated": saturated, "refused": self.refused}
@@ -231,6 +286,8 @@ class InFlightLimit:
         watch = is_watch(scope["path"])
         peer = scope["client"][0] if scope.get("client") else None
         token, body = read_headers(scope)
+        if token == state.write_token:
+            token = None
         if sends.watcher is None or sends.watcher.done():
             sends.start()
         if why := state.take(peer, token, watch=watch):
@@ -298,7 +355,10 @@ class InFlightLimit:
         state, limits = self.state, self.state.limits
         state.refused += 1
         scope["route"] = SHED_ROUTE
-        if why == "held":
+        if why == "held" and watch:
+            reason = (f"this client has {limits.watches_per_client} watches waiting, its share of the server's "
+                      f"{limits.watches}; try again in {self.retry_after} s")
+        elif why == "held":
             reason = (f"this client has {limits.per_client} requests in flight, its share of the server's "
                       f"{limits.requests}; try again in {self.retry_after} s")
         elif watch:

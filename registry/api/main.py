@@ -145,8 +145,9 @@ def create_app(settings: RegistrySettings) -> FastAPI:
     app.state.hub = hub.HubFiles(model_max_length=settings.model_max_length)
     app.state.in_flight = InFlight(Limits(
         requests=settings.max_in_flight, per_client=settings.max_in_flight_per_client, watches=settings.max_watches,
+        watches_per_client=settings.max_watches_per_client,
         send_timeout=settings.send_timeout, receive_timeout=settings.receive_timeout,
-        min_upload_rate=settings.min_upload_kib_per_second * 1024))
+        min_upload_rate=settings.min_upload_kib_per_second * 1024), write_token=settings.token)
     app.include_router(router)
     app.include_router(pages.router)
     app.include_router(hub.router)  # last: its paths start with any lineage's name
@@ -166,7 +167,7 @@ def create_app(settings: RegistrySettings) -> FastAPI:
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict[str, Any]:
         """Liveness: 200 while the server and its database answer, saturated or not (restarting a
-        busy server helps no one); ``saturated`` once every request place is taken."""
+        busy server helps no one); ``saturated`` once every request place, or every watch, is taken."""
         app.state.registry.lineages()  # the database answers
         return app.state.in_flight.health()
 

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -166,25 +167,57 @@ def test_a_body_of_more_records_than_a_request_takes_is_refused_whole_and_at_onc
     assert len(consume(broker, "docs.http.dlq", expected=dead_before + 150, timeout=10)) == dead_before + 150
 
 
+def _start(broker: str, tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
+    """An ingest server of its own (topic docs.http) with these options: the process and its URL."""
+    from registry.local_server import start_service
+
+    return start_service(["ingest-server", "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic",
+                          "docs.http.dlq", *options], env={"TOKMAINT_REGISTRY_TOKEN": TOKEN}, log=tmp_path / "ingest.log")
+
+
+def _upload_head(length: int) -> bytes:
+    """A post's head (with the token) announcing a body of ``length`` bytes."""
+    return (f"POST /v1/streams/docs.http/documents HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/x-ndjson\r\nContent-Length: {length}\r\n\r\n").encode()
+
+
+HELD_BODY = json.dumps(_doc(1)).encode().ljust(1000)  # one document, padded
+
+
+def _held_upload(url: str) -> socket.socket:
+    """A post of ``HELD_BODY`` of which only the first byte has come: in flight until the rest does."""
+    sock = socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30)
+    sock.sendall(_upload_head(len(HELD_BODY)) + HELD_BODY[:1])
+    return sock
+
+
+def _until(check, what: str, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    return result
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the server sends on ``sock`` until it closes it."""
+    return b"".join(iter(lambda: sock.recv(65536), b""))
+
+
 def test_a_stalled_upload_is_answered_408_and_frees_its_place(broker, tmp_path):
     """A server of two places, receive timeout 1 s: two posts whose bodies stop after a byte (the
     token sent) are each answered 408, and their places come back."""
-    from registry.local_server import start_service
-
-    process, url = start_service(["ingest-server", "--bootstrap", broker, "--topic", "docs.http",
-                                  "--dlq-topic", "docs.http.dlq", "--max-in-flight", "2",
-                                  "--max-in-flight-per-client", "2", "--receive-timeout", "1"],
-                                 env={"TOKMAINT_REGISTRY_TOKEN": TOKEN}, log=tmp_path / "ingest.log")
+    process, url = _start(broker, tmp_path, "--max-in-flight", "2", "--max-in-flight-per-client", "2",
+                          "--receive-timeout", "1")
     port = int(url.rsplit(":", 1)[1])
-    head = (f"POST /v1/streams/docs.http/documents HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
-            "Content-Type: application/x-ndjson\r\nContent-Length: 1000\r\n\r\n{").encode()
+    head = _upload_head(1000) + b"{"
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as first, \
                 socket.create_connection(("127.0.0.1", port), timeout=30) as second:
             first.sendall(head)
             second.sendall(head)
             for sock in (first, second):
-                answer = b"".join(iter(lambda: sock.recv(65536), b""))  # to its end: the server closes
+                answer = _answer(sock)
                 assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
                 assert b'"error_code":"request_timeout"' in answer.replace(b" ", b"")
         deadline = time.monotonic() + 30
@@ -192,6 +225,78 @@ def test_a_stalled_upload_is_answered_408_and_frees_its_place(broker, tmp_path):
             assert time.monotonic() < deadline, health
             time.sleep(0.05)
         assert _post(url, json.dumps(_doc(0)).encode()).json()["accepted"] == 1
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_health_says_when_the_ingest_server_is_saturated(broker, tmp_path):
+    """A server of one place holding an upload: /healthz stays 200 and says saturated, /readyz
+    answers 503 until the upload is in, then 200."""
+    process, url = _start(broker, tmp_path, "--max-in-flight", "1")
+    try:
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        with _held_upload(url) as held:
+            health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json()["saturated"] and r,
+                            "the held upload did not saturate the server")
+            assert health.status_code == 200 and health.json()["in_flight"] == 1
+            ready = httpx.get(f"{url}/readyz")
+            assert ready.status_code == 503 and ready.json()["saturated"] is True
+            held.sendall(HELD_BODY[1:])
+            assert held.recv(65536).startswith(b"HTTP/1.1 200")
+        _until(lambda: httpx.get(f"{url}/readyz").status_code == 200, "readiness did not come back")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_client_past_its_share_is_refused_while_another_is_served(broker, tmp_path):
+    """A server of four places, so one a client: a client holding an upload is refused a second
+    post at once (503, Retry-After, overloaded), while a post from another address, with the same
+    write token every writer holds, is served."""
+    process, url = _start(broker, tmp_path, "--max-in-flight", "4")
+    try:
+        with _held_upload(url):
+            _until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 1, "the upload took no place")
+            refused = _post(url, json.dumps(_doc(2)).encode())
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error_code"] == "overloaded" and "its share" in refused.json()["reasons"][0]
+            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as other:
+                served = other.post(f"{url}/v1/streams/docs.http/documents", content=json.dumps(_doc(3)).encode(),
+                                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-ndjson"})
+            assert served.status_code == 200 and served.json()["accepted"] == 1, served.text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_an_upload_trickled_under_the_rate_floor_is_answered_408(broker, tmp_path):
+    """A body sent a byte every 0.1 s (never stalled for the receive timeout of 1 s, but far under
+    the 64 KiB/s floor) is answered 408 once the grace has passed, and its place comes back."""
+    process, url = _start(broker, tmp_path, "--receive-timeout", "1")
+    trickled = threading.Event()
+
+    def trickle(sock: socket.socket) -> None:
+        try:
+            while not trickled.is_set():
+                sock.sendall(b" ")
+                time.sleep(0.1)
+        except OSError:  # the server answered and closed
+            pass
+
+    try:
+        with socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30) as slow:
+            slow.sendall(_upload_head(100_000))
+            sender = threading.Thread(target=trickle, args=(slow,), daemon=True)
+            sender.start()
+            began = time.monotonic()
+            answer = _answer(slow)
+            trickled.set()
+            sender.join(timeout=30)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b'"error_code":"request_timeout"' in answer.replace(b" ", b"") and b"slower than 65,536" in answer
+        assert time.monotonic() - began < 10
+        _until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 0, "the upload kept its place")
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -470,7 +470,8 @@ def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp
 
     initial, made = revisions
     app = create_app(RegistrySettings(token=TOKEN, db=f"sqlite:///{tmp_path / 'registry.db'}",
-                                      artifacts=str(tmp_path / "artifacts"), max_watches=40, max_watch_seconds=60))
+                                      artifacts=str(tmp_path / "artifacts"), max_watches=40, max_watches_per_client=40,
+                                      max_watch_seconds=60))  # one client here: all forty are its
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -222,3 +222,56 @@ def test_health_says_when_the_server_is_saturated(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def _watch(url: str, *, source: str, token: str | None = None) -> socket.socket:
+    """A client from ``source`` (with ``token`` as its bearer token, if any) watching lineage
+    ``watched`` for a version after its first, for 30 s: it holds a watch until it closes."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", httpx.URL(url).port))
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    sock.sendall(f"GET /v1/tokenizers/watched/watch?after=1&timeout=30 HTTP/1.1\r\nHost: test\r\n{auth}\r\n".encode())
+    return sock
+
+
+def test_a_client_holds_its_share_of_the_watches_and_a_full_pool_is_saturated(tmp_path):
+    """Eight watches at most, so two a client (its address; its token, where it sends one): a
+    third from one address, or from anywhere with a token that holds two, is refused 503 at
+    once while another client's watch is taken; once all eight are held /healthz says
+    saturated and /readyz answers 503, until one goes."""
+    from registry.client import RegistryClient
+    from tests.conftest import sentences
+    from tokenizer_service.bpe import BPETokenizer
+
+    process, url = start_server(tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_WATCHES": "8"})
+    watches: list[socket.socket] = []
+    try:
+        RegistryClient(url, token=TOKEN).create("watched", BPETokenizer.train(sentences(200), vocab_size=290).to_json())
+        watches += [_watch(url, source="127.0.0.1") for _ in range(2)]
+        _until(lambda: httpx.get(f"{url}/healthz").json()["watches"] == 2, "the watches were not taken")
+        refused = httpx.get(f"{url}/v1/tokenizers/watched/watch", params={"after": 1, "timeout": 1})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error_code"] == "overloaded"
+        assert "this client has 2 watches waiting, its share of the server's 8" in refused.json()["reasons"][0]
+        assert _elsewhere(url, "/v1/tokenizers/watched/watch?after=1&timeout=1").status_code == 204  # another client
+        watches += [_watch(url, source="127.0.0.3", token="shared") for _ in range(2)]
+        _until(lambda: httpx.get(f"{url}/healthz").json()["watches"] == 4, "the token's watches were not taken")
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.4"), timeout=30) as client:
+            by_token = client.get(f"{url}/v1/tokenizers/watched/watch", params={"after": 1, "timeout": 1},
+                                  headers={"Authorization": "Bearer shared"})
+        assert by_token.status_code == 503 and by_token.json()["error_code"] == "overloaded"
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        watches += [_watch(url, source=f"127.0.0.{host}") for host in (5, 6) for _ in range(2)]
+        health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json()["watches"] == 8 and r,
+                        "the pool did not fill")
+        assert health.status_code == 200 and health.json()["saturated"] is True and health.json()["in_flight"] == 0
+        ready = httpx.get(f"{url}/readyz")
+        assert ready.status_code == 503 and ready.json()["saturated"] is True
+        watches.pop().close()
+        _until(lambda: httpx.get(f"{url}/readyz").status_code == 200, "readiness did not come back")
+    finally:
+        for sock in watches:
+            sock.close()
+        process.terminate()
+        process.wait(timeout=30)

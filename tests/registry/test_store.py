@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from registry.artifacts import LocalArtifactStore, artifact_name
 from registry.db import alembic_config, make_engine, migrate
-from registry.models import Diff, PendingArtifact, utcnow
+from registry.models import Alias, Diff, Lineage, PendingArtifact, utcnow
 from registry.store import PIN_EXPIRY_SECONDS, Registry, RegistryError
 from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
@@ -140,6 +140,45 @@ def test_aliases_and_rollback(registry, lineage):
     assert caught.value.status == 404
     with pytest.raises(RegistryError, match="shadow"):
         registry.set_alias("demo", "latest", 2)
+
+
+def _store_aliases(registry, names: dict[str, int]) -> None:
+    """Aliases as a registry older than the alias-name rule stored them (not checked)."""
+    with Session(registry.engine) as session:
+        lineage_id = session.scalars(select(Lineage.id).where(Lineage.name == "demo")).one()
+        session.add_all(Alias(lineage_id=lineage_id, name=name, number=number) for name, number in names.items())
+        session.commit()
+
+
+def test_a_name_the_hub_reads_as_a_version_is_resolved_so_never_as_an_old_alias(registry, lineage):
+    """Aliases stored before the rule (``main``, ``v1``, a commit's 40 hex characters) are read
+    as the Hub reads those names: the newest version, version 1, no version here; never as the
+    alias of that name."""
+    published = publish_lineage(registry, lineage)
+    _store_aliases(registry, {"main": 1, "v1": 3, "V2": 4, "ab" * 20: 2})
+    assert registry.version("demo", "main").number == published[-1].number
+    assert registry.resolve("demo", "v1") == 1 and registry.resolve("demo", "V2") == 2
+    with pytest.raises(RegistryError) as caught:
+        registry.resolve("demo", "ab" * 20)
+    assert caught.value.code == "version_not_found" and "commit" in caught.value.reasons[0]
+
+
+def test_migrating_renames_old_aliases_that_shadow_a_version_and_keeps_them_readable(
+        database_url, registry, lineage, caplog):
+    """A database at schema 0004 holding aliases the Hub reads as versions: migrating renames
+    each to ``alias-NAME`` (``-2`` where that is taken), pointing where it pointed, logs each,
+    and leaves every other alias as it was."""
+    publish_lineage(registry, lineage)
+    config = alembic_config(database_url)
+    command.downgrade(config, "0004")
+    _store_aliases(registry, {"main": 1, "v1": 3, "ab" * 20: 2, "alias-main": 4, "serving": 5})
+    with caplog.at_level("WARNING", logger="tokmaint.migrations"):
+        command.upgrade(config, "head")
+    assert registry.aliases("demo") == {"alias-main": 4, "alias-main-2": 1, "alias-v1": 3, f"alias-{'ab' * 20}": 2,
+                                        "serving": 5}
+    assert registry.resolve("demo", "alias-main-2") == 1
+    renamed = [r.getMessage() for r in caplog.records if r.name == "tokmaint.migrations"]
+    assert len(renamed) == 3 and any("lineage 'demo': alias 'main' is now 'alias-main-2'" in r for r in renamed)
 
 
 def test_every_publish_writes_one_event(registry, lineage):

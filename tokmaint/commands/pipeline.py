@@ -260,18 +260,19 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
 def _add_wait_option(parser: argparse.ArgumentParser) -> None:
     if any(action.dest == "wait" for action in parser._actions):
         return
-    parser.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+    parser.add_argument("--wait", type=Number(float, low=0), default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
                         help="how long to wait for Redis and the Kafka broker before stopping with the part's name "
                              f"and address (default: {DEFAULT_WAIT_SECONDS:g})")
 
 
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
+    from pipeline.topics import PipelineSettings
+
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
     parser.add_argument("--topic", help="the documents' topic (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
     parser.add_argument("--dlq-topic", help="the dead-letter topic (default: TOKMAINT_PIPELINE_DLQ_TOPIC or "
                                             "docs.dlq)")
-    parser.add_argument("--max-record-bytes", type=int, help="larger records are dead-lettered (default: "
-                                                             "TOKMAINT_PIPELINE_MAX_RECORD_BYTES or 1 MiB)")
+    add_settings(parser, PipelineSettings, only=("max_record_bytes",))
     parser.add_argument("--json", action="store_true", help="print JSON")
     _add_wait_option(parser)
 
@@ -404,7 +405,7 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
     show = stats_commands.add_parser("show", help="step, version, offsets, table sizes; top tokens and pairs by "
                                                   "τ, weakest sinks")
     _add_redis_options(show)
-    show.add_argument("--top", type=int, default=20, help="how many tokens, pairs and sinks (default: 20)")
+    show.add_argument("--top", type=whole(1), default=20, help="how many tokens, pairs and sinks (default: 20)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_stats_show, parser=show)
     snapshot = stats_commands.add_parser("snapshot", help="all of the statistics at one step to Parquet, for audit "

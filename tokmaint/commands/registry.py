@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
-from tokenizer_service.settings import Number
+from tokenizer_service.settings import Number, whole
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -292,8 +292,8 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--parent", type=int, help="the version it was made from (refused if no longer the latest)")
     p = client_parser("list", "list lineages, or a lineage's versions", cmd_list)
     p.add_argument("name", nargs="?")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--offset", type=whole(0), default=0)
+    p.add_argument("--limit", type=whole(1), default=100)
     p = client_parser("show", "one version's record", cmd_show)
     p.add_argument("name")
     p.add_argument("version", nargs="?", default="latest", help="a number, latest or an alias (default: latest)")
@@ -374,8 +374,9 @@ def add_relay(commands: argparse._SubParsersAction) -> None:
     relay.add_argument("--topic", help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or "
                                        "tokenizer.revisions)")
     relay.add_argument("--once", action="store_true", help="send what is pending, then stop")
-    relay.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the outbox")
-    relay.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
+    relay.add_argument("--interval", type=Number(float, low=0, low_open=True), default=1.0,
+                       help="seconds between polls of the outbox (default: 1)")
+    relay.add_argument("--wait", type=Number(float, low=0), default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
                        help="how long to wait for the registry server to create its database's schema "
                             f"(default: {DEFAULT_WAIT_SECONDS:g})")
     relay.add_argument("--json", action="store_true", help="print JSON")

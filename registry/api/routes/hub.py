@@ -198,7 +198,7 @@ class HubFiles:
             if COMMIT.fullmatch(revision):
                 number = self._commit(registry, repo, revision)
             else:
-                number = _number(revision) or registry.resolve(repo, _ref(revision))
+                number = _number(revision) or registry.resolve(repo, revision)
             kept = self._revisions.get((repo, "tokenizer", number))
             if kept is not None:
                 return kept
@@ -227,7 +227,7 @@ class HubFiles:
             elif revision in ("main", "latest"):
                 chosen = models
             else:
-                version = _number(revision) or registry.resolve(lineage, _ref(revision))
+                version = _number(revision) or registry.resolve(lineage, revision)
                 chosen = [m for m in models if m.version == version]
             if not chosen:
                 raise RegistryError("version_not_found", [])
@@ -314,11 +314,6 @@ def _number(revision: str) -> int | None:
     """The version number ``12`` or ``v12`` names (None for a name)."""
     numbered = _NUMBERED.fullmatch(revision)
     return int(numbered[1]) if numbered else None
-
-
-def _ref(revision: str) -> str:
-    """The registry's name for a revision name: ``main`` is the latest version."""
-    return "latest" if revision == "main" else revision
 
 
 def file_media_type(name: str) -> str:
