@@ -16,7 +16,9 @@ For each entry of the revision diff (``schemas.revision.RevisionDiff``):
 * the optimizer's per-row state (Adam's moments) of every changed row is zeroed.
 
 A vocabulary that grows resizes the model (its config follows) and moves the optimizer's
-parameters and state to the new matrices; old rows keep their values bit for bit.
+parameters and state to the new matrices; old rows keep their values bit for bit. A model
+sharded by ``fully_shard`` (FSDP) has its rows changed where they live (``trainer.ranks``) and
+cannot grow: it is built with room for the versions to come.
 
     applied = apply_revision(model, optimizer, diff)
     applied.changed        # the ids whose rows were made anew
@@ -33,6 +35,8 @@ from torch import nn
 
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.errors import TokmaintError
+from trainer.ranks import is_sharded, whole_rows
 from trainer.settings import STRATEGIES
 
 Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]  # trainer.settings.STRATEGIES
@@ -213,6 +217,10 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
     removed_before = removed_ids(model)  # (a resize may replace the output layer, and its mask with it)
     rows_before = model.get_input_embeddings().weight.shape[0]
     if rows > rows_before:
+        if any(is_sharded(m) for m in embedding_matrices(model)):
+            raise TokmaintError(f"the version needs {rows} embedding rows and the model has {rows_before}: a model "
+                                "sharded by fully_shard cannot grow; build it with room for the versions to come "
+                                "(LineageFollower.prepare masks the rows no version uses yet)")
         grow(model, optimizer, rows)
     changed = sorted(e.id for e in entries if e.kind != "removed")
     filled = set(changed)
@@ -220,14 +228,17 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
                      {i for i in range(rows_before, rows) if i not in filled})
     with torch.no_grad():
         for matrix in embedding_matrices(model):
-            made = _new_rows(matrix, entries, strategy, previous)  # all from the rows before any is written
-            for i, values in made.items():
-                matrix[i] = values
-            if removed:
-                matrix[removed] = 0
+            # Sharded (FSDP): gathered, made alike on every rank, each rank keeping its rows.
+            with whole_rows(matrix, what=f"version {diff.version}'s rows") as whole:
+                made = _new_rows(whole, entries, strategy, previous)  # all from the rows before any is written
+                for i, values in made.items():
+                    whole[i] = values
+                if removed:
+                    whole[removed] = 0
             state = optimizer.state.get(matrix) if optimizer is not None else None
             for value in (state or {}).values():
                 if torch.is_tensor(value) and value.shape == matrix.shape:
-                    value[changed + removed] = 0
+                    with whole_rows(value, what=f"version {diff.version}'s optimizer state") as whole:
+                        whole[changed + removed] = 0
     set_removed(model, (set(removed_before) - set(changed)) | set(removed))
     return AppliedRevision(changed=changed, removed=removed, rows=rows)

@@ -25,9 +25,11 @@ it has downloaded) and tells the others; every rank has it (downloaded already, 
 unless every rank has it none applies it (a rank
 that cannot download it never leaves the others a version ahead); after the apply, a checksum
 of the embedding and output matrices is compared across ranks, and a mismatch stops every rank
-with :class:`RanksDiverged`. A ``DistributedDataParallel`` model whose vocabulary grew is
-wrapped again around the resized module (its reducer holds the old matrices): the loop carries
-on with the model :meth:`between_steps` returns.
+with ``trainer.ranks.RanksDiverged``. A ``DistributedDataParallel`` model whose vocabulary grew
+is wrapped again around the resized module (its reducer holds the old matrices): the loop
+carries on with the model :meth:`between_steps` returns. A model sharded by ``fully_shard``
+(FSDP) has the rows changed where they live (``trainer.ranks``); it cannot grow, so it is built
+with room for the versions to come, and :meth:`prepare` masks the rows no version uses yet.
 
 A checkpoint holds :meth:`state_dict`; a follower made with its ``version`` resumes on it.
 """
@@ -49,15 +51,12 @@ from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import bos_token_id
-from trainer.apply_revision import AppliedRevision, Strategy, apply_revision, embedding_matrices
+from trainer.apply_revision import AppliedRevision, Strategy, apply_revision, embedding_matrices, set_removed
 from trainer.checkpoint import TokenizerStamp
+from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
 from trainer.hub import HubVersions
 
 log = logging.getLogger("tokmaint.trainer")
-
-
-class RanksDiverged(TokmaintError):
-    """The ranks' embedding or output matrices differ after a version was applied."""
 
 
 def token_batch(tokenizer: BPETokenizer, texts: Sequence[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,22 +83,14 @@ def token_batch(tokenizer: BPETokenizer, texts: Sequence[str], *, seq_len: int) 
 
 
 def matrices_checksum(model: nn.Module) -> torch.Tensor:
-    """Two sums per embedding matrix (plain, and weighted by the row: a row moved shows), in float64.
+    """:func:`~trainer.ranks.row_sums` of the embedding and output matrices (a sharded one whole).
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))
     >>> matrices_checksum(model).shape
     torch.Size([2])
     """
-    sums = []
-    for matrix in embedding_matrices(model):
-        rows = matrix.detach().to(torch.float64).sum(dim=1)
-        sums += [rows.sum(), (rows * torch.arange(1, len(rows) + 1, dtype=torch.float64, device=rows.device)).sum()]
-    return torch.stack(sums)
-
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.cat([row_sums(m.full_tensor() if is_sharded(m) else m) for m in embedding_matrices(model)])
 
 
 class LineageFollower:
@@ -116,7 +107,7 @@ class LineageFollower:
         registry's watch."""
         self.registry = RegistryClient(registry) if isinstance(registry, str) else registry
         self.lineage, self.strategy, self.retry_steps = lineage, strategy, retry_steps
-        self.rank = torch.distributed.get_rank() if _distributed() else 0
+        self.rank = torch.distributed.get_rank() if distributed() else 0
         if version is None:
             version = self._agreed(self.registry.version(lineage)["number"] if self.rank == 0 else 0)
         self.version = version
@@ -150,6 +141,16 @@ class LineageFollower:
     @property
     def stamp(self) -> TokenizerStamp:
         return TokenizerStamp(self.lineage, self.version, self.tokenizer.sha256)
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """A new model made ready for the version: the logits of the ids it does not use (its
+        free ids, and the rows past its id space: room for the versions to come) held at −inf."""
+        rows = model.get_input_embeddings().weight.shape[0]
+        if rows < self.tokenizer.id_space:
+            raise TokmaintError(f"the model has {rows} embedding rows, fewer than version {self.version}'s "
+                                f"{self.tokenizer.id_space} ids")
+        set_removed(model, [*self.tokenizer.free_ids, *range(self.tokenizer.id_space, rows)])
+        return model
 
     def encode(self, texts: Sequence[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Input ids and labels of ``texts`` in the version the model has (:func:`token_batch`)."""
@@ -239,36 +240,23 @@ class LineageFollower:
         log.info("trainer: took version %s at step %s (%s ids changed)", target, self.steps,
                  len(applied.changed) + len(applied.removed), extra={"lineage": self.lineage, "step": self.steps})
 
-    def _device(self) -> torch.device:
-        """Where this process group's collectives take tensors (NCCL: the current GPU)."""
-        if torch.distributed.get_backend() == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-
     def _agreed(self, value: int) -> int:
         """Rank 0's ``value`` on every rank (``value`` itself in one process)."""
-        if not _distributed():
+        if not distributed():
             return value
-        shared = torch.tensor([value], dtype=torch.long, device=self._device())
+        shared = torch.tensor([value], dtype=torch.long, device=collective_device())
         torch.distributed.broadcast(shared, src=0)
         return int(shared.item())
 
     def _everywhere(self, ok: bool) -> bool:
         """Whether ``ok`` holds on every rank."""
-        if not _distributed():
+        if not distributed():
             return ok
-        flag = torch.tensor([int(ok)], dtype=torch.long, device=self._device())
+        flag = torch.tensor([int(ok)], dtype=torch.long, device=collective_device())
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
         return bool(flag.item())
 
     def _check_ranks(self, module: nn.Module) -> None:
         """Stop every rank when their embedding and output matrices differ after an apply."""
-        if not _distributed():
-            return
-        mine = matrices_checksum(module).to(self._device())
-        every = [torch.empty_like(mine) for _ in range(torch.distributed.get_world_size())]
-        torch.distributed.all_gather(every, mine)
-        if differing := [rank for rank, sums in enumerate(every) if not torch.equal(sums, every[0])]:
-            raise RanksDiverged(f"lineage {self.lineage!r}: after version {self.version} at step {self.steps}, "
-                                f"the embedding matrices of rank(s) {differing} differ from rank 0's: "
-                                "stopped rather than train on")
+        same_on_every_rank(matrices_checksum(module), f"lineage {self.lineage!r}: after version {self.version} "
+                                                      f"at step {self.steps}")

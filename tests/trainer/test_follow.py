@@ -19,7 +19,8 @@ from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
 from tests.conftest import REGISTRY_TOKEN as TOKEN
 from trainer.distributed_bench import lineage_revisions, run_distributed_bench
-from trainer.follow import LineageFollower, RanksDiverged, matrices_checksum, token_batch
+from trainer.follow import LineageFollower, matrices_checksum, token_batch
+from trainer.ranks import RanksDiverged
 from trainer.settings import DistributedBenchSettings
 
 TEXTS = [f"commit {i}: fix the parser of the stream reader and the {['cache', 'queue', 'index'][i % 3]} of it"
@@ -43,15 +44,16 @@ def _publish(url: str, name: str, revision) -> int:
                                                     diff_json=revision.diff.to_json(), kind="tedtok")["number"]
 
 
-def _model(tokenizer, seed: int = 0):
+def _model(tokenizer, seed: int = 0, *, room: int = 0):
+    """A tiny GPT-2 for ``tokenizer``, with ``room`` rows past its id space (masked)."""
     from transformers import GPT2LMHeadModel
 
     from trainer.apply_revision import set_removed
     from trainer.loop import tiny_gpt2_config
 
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_layer=1, n_embd=32, n_positions=32))
-    set_removed(model, tokenizer.free_ids)
+    model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space + room, n_layer=1, n_embd=32, n_positions=32))
+    set_removed(model, [*tokenizer.free_ids, *range(tokenizer.id_space, tokenizer.id_space + room)])
     return model
 
 
@@ -105,7 +107,9 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
     with ``plan["checkpoint"]`` it saves there every few steps (rank 0) and starts from it when
     it is there; ``plan["perturb_rank"]`` changes that rank's embedding before the first apply;
     ``plan["until_version"]``: the ranks stop a few steps after that version is applied (at the
-    same step everywhere, as the version is)."""
+    same step everywhere, as the version is); ``plan["fsdp"]``: the model is sharded by
+    ``fully_shard`` (with room for the versions), and rank 0 reports its embedding whole before
+    and after the apply, with Adam's first moment after."""
     from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 
     torch.set_num_threads(1)
@@ -116,24 +120,40 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
         stamp = (TokenizerStamp(**torch.load(checkpoint, weights_only=True)["tokenizer"])
                  if checkpoint and os.path.exists(checkpoint) else None)
         follower = LineageFollower(urls[rank], name, version=stamp.version if stamp else None, retry_steps=3)
-        model = _model(follower.tokenizer)
+        fsdp = plan.get("fsdp", False)
+        model = _model(follower.tokenizer, room=64 if fsdp else 0)
+        if fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            for block in model.transformer.h:
+                fully_shard(block)
+            fully_shard(model)
         optimizer = torch.optim.AdamW(model.parameters())
         start = 0
         if stamp is not None:
             start = load_checkpoint(checkpoint, model=model, optimizer=optimizer, tokenizer=stamp)["step"]
-        model = torch.nn.parallel.DistributedDataParallel(model)
-        first_version = follower.version
+        if not fsdp:
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        module = model.module if not fsdp else model
+        first_version, sharded = follower.version, {}
         for step in range(start, plan["steps"]):
+            if fsdp and follower.version == first_version:  # what the apply starts from
+                sharded["before"] = module.get_input_embeddings().weight.full_tensor().tolist()
             if rank == plan.get("perturb_rank") and follower.version == first_version:
                 with torch.no_grad():
-                    model.module.get_input_embeddings().weight[0] += 1.0
+                    module.get_input_embeddings().weight[0] += 1.0
             model = follower.between_steps(model, optimizer, step=step)
+            module = model.module if not fsdp else model
+            if fsdp and follower.version != first_version and "after" not in sharded:
+                weight = module.get_input_embeddings().weight
+                sharded["after"] = weight.full_tensor().tolist()
+                sharded["moment"] = optimizer.state[weight]["exp_avg"].full_tensor().tolist()
             if rank == 0:
                 shared["step"] = step
                 shared["refused"] = sorted(follower.refused)
             _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500:][:4])
             if checkpoint and rank == 0 and step % 5 == 4:
-                save_checkpoint(checkpoint, model=model.module, optimizer=optimizer, tokenizer=follower.stamp,
+                save_checkpoint(checkpoint, model=module, optimizer=optimizer, tokenizer=follower.stamp,
                                 position={"step": step + 1}, tokenizer_json=follower.tokenizer.to_json())
             time.sleep(plan.get("pause", 0))
             if follower.version == plan.get("until_version") and step >= follower.taken[-1]["step"] + 3:
@@ -141,7 +161,7 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
         results.put({"rank": rank, "start": start, "first_version": first_version,
                      "taken": [(t["version"], t["step"]) for t in follower.taken],
                      "refused": sorted(follower.refused.items()), "version": follower.version,
-                     "checksum": matrices_checksum(model.module).tolist()})
+                     "checksum": matrices_checksum(module).tolist(), **(sharded if rank == 0 else {})})
         follower.close()
     except Exception as exc:
         results.put({"rank": rank, "error": type(exc).__name__, "message": str(exc)})
@@ -245,3 +265,33 @@ def test_a_job_whose_rank_was_killed_resumes_on_its_checkpoint_s_version(registr
     assert [r["first_version"] for r in reports] == [published, published]
     assert [r["start"] for r in reports] == [saved["position"]["step"]] * 2
     assert reports[0]["checksum"] == reports[1]["checksum"]
+
+
+def test_a_model_sharded_by_fsdp_has_its_rows_changed_where_they_live(registry_server, revisions):
+    """Two ranks, the embedding split between them (``fully_shard``, gloo on CPU): the version's
+    rows are those ``apply_revision`` makes on the whole matrix, bit for bit, and Adam's state of
+    every changed row is zero."""
+    from transformers import GPT2LMHeadModel
+
+    from trainer.apply_revision import apply_revision, embedding_matrices
+
+    url, _ = registry_server
+    initial, made = revisions
+    name = _lineage([url], initial)
+    processes, shared, results, manager = _start([url, url], name,
+                                                 {"steps": 1000, "pause": 0.01, "fsdp": True, "until_version": 2})
+    _wait(lambda: shared["step"] >= 5, "the ranks never started")
+    published = _publish(url, name, made[0])
+    reports = _reports(processes, results)
+    manager.shutdown()
+    assert not any("error" in r for r in reports), reports
+    assert reports[0]["taken"] == reports[1]["taken"] and [v for v, _ in reports[0]["taken"]] == [published]
+    assert reports[0]["checksum"] == reports[1]["checksum"]
+    reference = _model(initial, room=64)
+    with torch.no_grad():
+        reference.get_input_embeddings().weight.copy_(torch.tensor(reports[0]["before"]))
+    applied = apply_revision(reference, None, made[0].diff, previous=initial)
+    assert isinstance(reference, GPT2LMHeadModel) and applied.rows == len(reports[0]["after"])
+    assert torch.equal(torch.tensor(reports[0]["after"]), embedding_matrices(reference)[0])
+    moment = torch.tensor(reports[0]["moment"])
+    assert applied.changed and not moment[applied.changed + applied.removed].any() and moment.any()
