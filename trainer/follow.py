@@ -2,7 +2,7 @@
 applied between two optimizer steps, and batches encoded with the version the model has.
 
     follower = LineageFollower("http://registry:8000", "news")
-    model = GPT2LMHeadModel(tiny_gpt2_config(follower.tokenizer.id_space))
+    model = follower.prepare(GPT2LMHeadModel(tiny_gpt2_config(follower.tokenizer.id_space)))
     optimizer = torch.optim.AdamW(model.parameters())
     for texts in batches:
         model = follower.between_steps(model, optimizer)     # a version due is applied here
@@ -22,10 +22,9 @@ them to the model and the optimizer (``apply_revision``): a step waits for no do
 **Many ranks.** Under ``torch.distributed`` every rank calls :meth:`between_steps` at the same
 step (as a loop does before its step's collectives). Rank 0 decides which version is due (one
 it has downloaded) and tells the others; every rank has it (downloaded already, or now), and
-unless every rank has it none applies it (a rank
-that cannot download it never leaves the others a version ahead); after the apply, a checksum
-of the embedding and output matrices is compared across ranks, and a mismatch stops every rank
-with ``trainer.ranks.RanksDiverged``. A ``DistributedDataParallel`` model whose vocabulary grew
+unless every rank has it none applies it (a rank that cannot download it never leaves the others
+a version ahead); after the apply, a checksum of the embedding and output matrices is compared
+across ranks, and a mismatch stops every rank with ``trainer.ranks.RanksDiverged``. A ``DistributedDataParallel`` model whose vocabulary grew
 is wrapped again around the resized module (its reducer holds the old matrices): the loop
 carries on with the model :meth:`between_steps` returns. A model sharded by ``fully_shard``
 (FSDP) has the rows changed where they live (``trainer.ranks``); it cannot grow, so it is built
@@ -53,8 +52,8 @@ from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import bos_token_id
 from trainer.apply_revision import AppliedRevision, Strategy, apply_revision, embedding_matrices, set_removed
 from trainer.checkpoint import TokenizerStamp
-from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
 from trainer.hub import HubVersions
+from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
 
 log = logging.getLogger("tokmaint.trainer")
 
@@ -105,7 +104,8 @@ class LineageFollower:
         by default the latest (under ``torch.distributed``, rank 0's latest). ``events``:
         (bootstrap, topic) to learn of versions from the revision events there instead of the
         registry's watch."""
-        self.registry = RegistryClient(registry) if isinstance(registry, str) else registry
+        self._own_client = isinstance(registry, str)
+        self.registry = RegistryClient(registry) if self._own_client else registry
         self.lineage, self.strategy, self.retry_steps = lineage, strategy, retry_steps
         self.rank = torch.distributed.get_rank() if distributed() else 0
         if version is None:
@@ -127,6 +127,8 @@ class LineageFollower:
         self._closed.set()
         self._downloader.join(timeout=30)
         self.latest.close()
+        if self._own_client:
+            self.registry.close()
 
     def __enter__(self) -> LineageFollower:
         return self

@@ -1,8 +1,9 @@
 """``trainer.follow.LineageFollower`` against real registry servers: in one process, and as the
 ranks of a ``DistributedDataParallel`` job (processes on the gloo backend, a free loopback port):
 every rank applies every version at the same step, a version one rank cannot download is applied
-by none, ranks whose embeddings differ after an apply stop, and a job whose rank was killed
-resumes from its checkpoint on the checkpoint's version."""
+by none, ranks whose embeddings differ after an apply stop, a job whose rank was killed resumes
+from its checkpoint on the checkpoint's version, and a model sharded by FSDP (``fully_shard``,
+on CPU) has its rows changed where they live, as ``apply_revision`` makes them whole."""
 
 import datetime
 import multiprocessing
