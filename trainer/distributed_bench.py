@@ -12,7 +12,10 @@ Printed: ``ranks``; ``versions_applied`` (by rank 0); ``same_step_all_ranks`` (e
 every version at the same step); ``identical_across_ranks`` (after each apply, every rank's
 embedding checksum equals rank 0's: the bench's own check, beside the follower's); ``apply_seconds_p50``
 (an apply's time on rank 0, the diff downloaded ahead); ``steps_per_second`` as ``{"following": …,
-"not_following": …}`` (rank 0's) and ``overhead`` (1 − their ratio); ``device``, ``seconds``.
+"not_following": …}`` (rank 0's) and ``overhead`` (1 − their ratio); ``between_steps_share`` (of the
+following model's time, the share in ``between_steps``: deciding, applying, checking);
+``rows`` (both models are built with ``room`` rows past the first version's ids, so that they
+have one shape and only following tells them apart), ``device``, ``seconds``.
 """
 
 from __future__ import annotations
@@ -63,7 +66,6 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
     """One rank: the two models trained in alternating blocks; what it saw, put on ``results``."""
     from transformers import GPT2LMHeadModel
 
-    from trainer.apply_revision import set_removed
     from trainer.follow import LineageFollower, matrices_checksum, token_batch
     from trainer.loop import tiny_gpt2_config
     from trainer.settings import CAUSAL_LM_LOSS
@@ -81,14 +83,16 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
 
         def fresh() -> tuple[nn.Module, torch.optim.Optimizer]:
             torch.manual_seed(settings.seed)  # every rank starts from the same weights
-            model = GPT2LMHeadModel(tiny_gpt2_config(first.id_space, n_positions=settings.seq_len)).to(device)
+            # Both with room for the versions: the same shape, so that only following costs.
+            rows = first.id_space + settings.room
+            model = follower.prepare(GPT2LMHeadModel(tiny_gpt2_config(rows, n_positions=settings.seq_len))).to(device)
             model.loss_type = CAUSAL_LM_LOSS
-            set_removed(model, first.free_ids)
             return (nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None),
                     torch.optim.AdamW(model.parameters(), lr=1e-3))
 
         models = {"following": fresh(), "not_following": fresh()}
         seconds = {arm: 0.0 for arm in models}
+        following = 0.0  # of which in between_steps
         checksums: list[tuple[int, int, list[float]]] = []
         step = 0
         while step < settings.steps:
@@ -101,8 +105,9 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
                     at = (s * world + rank) * settings.batch_size % len(texts)
                     batch = (texts + texts)[at: at + settings.batch_size]
                     if arm == "following":
-                        version = follower.version
+                        version, asked = follower.version, time.perf_counter()
                         model = follower.between_steps(model, optimizer, step=s)
+                        following += time.perf_counter() - asked
                         inputs, labels = follower.encode(batch, seq_len=settings.seq_len)
                         if follower.version != version:
                             checksums.append((follower.version, s, matrices_checksum(model.module).tolist()))
@@ -122,7 +127,8 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
         follower.close()
         results.put({"rank": rank, "taken": [(t["version"], t["step"]) for t in follower.taken],
                      "apply_seconds": [t["seconds"] for t in follower.taken], "checksums": checksums,
-                     "seconds": seconds, "version": follower.version})
+                     "seconds": seconds, "between_steps_seconds": following, "version": follower.version,
+                     "rows": model.module.get_input_embeddings().weight.shape[0]})
     except BaseException as exc:
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
         raise
@@ -207,5 +213,7 @@ def run_distributed_bench(settings: DistributedBenchSettings | None = None, *,
             "identical_across_ranks": all(r["checksums"] == first["checksums"] for r in seen),
             "apply_seconds_p50": statistics.median(first["apply_seconds"]) if first["apply_seconds"] else None,
             "steps_per_second": rates, "overhead": 1 - rates["following"] / rates["not_following"],
+            "between_steps_share": first["between_steps_seconds"] / first["seconds"]["following"],
+            "rows": first["rows"],
             "taken": first["taken"], "version": first["version"], "device": settings.device,
             "steps": settings.steps, "seconds": time.perf_counter() - started}
