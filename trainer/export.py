@@ -101,12 +101,7 @@ def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: d
     def write(folder: Path) -> None:
         with _no_progress_bars():
             model.save_pretrained(folder)
-        (folder / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
-        (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
-            tokenizer, model_max_length=config.n_positions, bos_id=bos), indent=2), encoding="utf-8")
-        (folder / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(tokenizer, bos_id=bos),
-                                                                   indent=2), encoding="utf-8")
-        (folder / STAMP).write_text(json.dumps({**stamp, "sha256": tokenizer.sha256}, indent=2), encoding="utf-8")
+        write_tokenizer_files(folder, tokenizer, stamp, model_max_length=config.n_positions, bos_id=bos)
         if extra is not None:
             extra(folder)
 
@@ -114,6 +109,30 @@ def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: d
     files = write_file_set(out, write, command="trainer export", legacy=STAMP)
     return {"out": str(out), "lineage": stamp.get("lineage"), "version": stamp.get("version"), "rows": config.vocab_size,
             "bos_token_id": bos, "files": files}
+
+
+def write_tokenizer_files(folder: Path, tokenizer: BPETokenizer, stamp: dict[str, Any], *,
+                          model_max_length: int | None = None, bos_id: int | None = None) -> None:
+    """A version's files beside a model's weights in ``folder``: ``tokenizer.json``,
+    ``tokenizer_config.json`` and ``special_tokens_map.json`` (``AutoTokenizer.from_pretrained``
+    reads them), and ``stamp`` (lineage, version) with the version's sha256 in ``tokmaint.json``.
+    ``bos_id``: the model's context to start texts from (by default the version's own).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258, special_tokens=["<|endoftext|>"])
+    >>> write_tokenizer_files(folder, tok, {"lineage": "news", "version": 3})
+    >>> sorted(p.name for p in folder.iterdir())
+    ['special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json', 'tokmaint.json']
+    >>> json.loads((folder / "tokmaint.json").read_text())["sha256"] == tok.sha256
+    True
+    """
+    (folder / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
+        tokenizer, model_max_length=model_max_length, bos_id=bos_id), indent=2), encoding="utf-8")
+    (folder / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(tokenizer, bos_id=bos_id),
+                                                               indent=2), encoding="utf-8")
+    (folder / STAMP).write_text(json.dumps({**stamp, "sha256": tokenizer.sha256}, indent=2), encoding="utf-8")
 
 
 def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:

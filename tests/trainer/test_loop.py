@@ -30,10 +30,10 @@ from trainer.settings import TrainerSettings
 SETTINGS = TrainerSettings(batch_size=4, seq_len=32, retry_steps=5)
 
 
-def _versions(drifting_corpus, vocab_size: int):
+def _versions(drifting_corpus, vocab_size: int, *, special_tokens: tuple[str, ...] = ()):
     """The corpus's texts, an initial tokenizer and Ted-Tok's revisions of it."""
     docs = read_corpus(drifting_corpus).documents
-    initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=vocab_size)
+    initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=vocab_size, special_tokens=special_tokens)
     tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
                                                    batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
     for texts in batches(docs, 32):
