@@ -158,6 +158,13 @@ class LineageFollower:
         """Input ids and labels of ``texts`` in the version the model has (:func:`token_batch`)."""
         return token_batch(self.tokenizer, texts, seq_len=seq_len)
 
+    def fetched(self, version: int) -> bool:
+        """Whether ``version`` is settled here: downloaded (or found not to download), so that
+        the next step applies it (or refuses it), or the model is on it already. A loop that
+        needs a version at a given step waits for this before it."""
+        kept = self._downloaded.get(version, ())
+        return self.version >= version or kept is None or (kept != () and kept[0] == self.version)
+
     def due(self) -> int | None:
         """The version to apply now (rank 0's decision, the same on every rank), or None: rank
         0's newest, once downloaded, unless refused less than ``retry_steps`` steps ago."""

@@ -76,7 +76,7 @@ class Recorder(TrainerCallback):
 
 
 class PublishAfter(TrainerCallback):
-    """Publish a version after each given step, and wait until the callback has heard of it."""
+    """Publish a version after each given step, and wait until the callback has downloaded it."""
 
     def __init__(self, callback: TokmaintCallback, url: str, plan: dict[int, BPETokenizer]) -> None:
         self.callback, self.url, self.plan = callback, url, plan
@@ -87,8 +87,8 @@ class PublishAfter(TrainerCallback):
         published = RegistryClient(self.url, token=TOKEN).publish(self.callback.follower.lineage, version.to_json(),
                                                                    kind="tedtok")["number"]
         deadline = time.monotonic() + 10
-        while self.callback.follower.latest.number != published:
-            assert time.monotonic() < deadline, "the registry's watch never said"
+        while not self.callback.follower.fetched(published):
+            assert time.monotonic() < deadline, "the version was never downloaded"
             time.sleep(0.02)
 
 

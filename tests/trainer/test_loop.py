@@ -102,7 +102,7 @@ def test_a_tampered_download_is_refused_and_training_goes_on(registry_server, dr
             artifact = LocalArtifactStore(root / "artifacts").path(revisions[0].tokenizer.sha256)
             artifact.write_bytes(artifact.read_bytes().replace(b'"merges"', b'"merges" ', 1))  # one byte more
             deadline = time.monotonic() + 10
-            while trainer.latest.number != published:
+            while not trainer.follower.fetched(published):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             report = trainer.run(steps=12)
@@ -250,7 +250,7 @@ def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_serve
             first = trainer.run(steps=3)
             _publish(url, name, tedtok.revisions[0])
             deadline = time.monotonic() + 10
-            while trainer.latest.number < 2 and time.monotonic() < deadline:
+            while not trainer.follower.fetched(2) and time.monotonic() < deadline:
                 time.sleep(0.05)
             second = trainer.run(steps=4)
             assert [(e["step"], e["version"]) for e in first["evaluations"]] == [(3, 1)]
