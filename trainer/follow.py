@@ -21,14 +21,16 @@ them to the model and the optimizer (``apply_revision``): a step waits for no do
 
 **Many ranks.** Under ``torch.distributed`` every rank calls :meth:`between_steps` at the same
 step (as a loop does before its step's collectives). Rank 0 decides which version is due (one
-it has downloaded) and tells the others; every rank has it (downloaded already, or now), and
-unless every rank has it none applies it (a rank that cannot download it never leaves the others
-a version ahead); after the apply, a checksum of the embedding and output matrices is compared
-across ranks, and a mismatch stops every rank with ``trainer.ranks.RanksDiverged``. A ``DistributedDataParallel`` model whose vocabulary grew
-is wrapped again around the resized module (its reducer holds the old matrices): the loop
-carries on with the model :meth:`between_steps` returns. A model sharded by ``fully_shard``
-(FSDP) has the rows changed where they live (``trainer.ranks``); it cannot grow, so it is built
-with room for the versions to come, and :meth:`prepare` masks the rows no version uses yet.
+it has downloaded) and tells the others while the ranks train a step (an asynchronous
+broadcast); every rank applies it before the next. Every rank has it (downloaded already, or
+now), and unless every rank has it none applies it: a rank that cannot download it never leaves
+the others a version ahead. After the apply, a checksum of the embedding and output matrices is
+compared across ranks, and a mismatch stops every rank with ``trainer.ranks.RanksDiverged``. A
+``DistributedDataParallel`` model whose vocabulary grew is wrapped again around the resized
+module (its reducer holds the old matrices): the loop carries on with the model
+:meth:`between_steps` returns. A model sharded by ``fully_shard`` (FSDP) has the rows changed
+where they live (``trainer.ranks``); it cannot grow, so it is built with room for the versions to
+come, and :meth:`prepare` masks the rows no version uses yet.
 
 A checkpoint holds :meth:`state_dict`; a follower made with its ``version`` resumes on it.
 """
@@ -119,11 +121,15 @@ class LineageFollower:
         self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=version) if events
                        else self.registry.follow(lineage))
         self._downloaded: dict[int, tuple[int, BPETokenizer, RevisionDiff] | None] = {}  # target: (from, ...)
+        self._pending: tuple[torch.Tensor, Any] | None = None  # rank 0's last decision, on its way
         self._closed = threading.Event()
         self._downloader = threading.Thread(target=self._download_ahead, name="tokmaint-follower", daemon=True)
         self._downloader.start()
 
     def close(self) -> None:
+        if self._pending is not None:  # every rank sent it: it completes
+            self._pending[1].wait()
+            self._pending = None
         self._closed.set()
         self._downloader.join(timeout=30)
         self.latest.close()
@@ -166,8 +172,10 @@ class LineageFollower:
         return self.version >= version or kept is None or (kept != () and kept[0] == self.version)
 
     def due(self) -> int | None:
-        """The version to apply now (rank 0's decision, the same on every rank), or None: rank
-        0's newest, once downloaded, unless refused less than ``retry_steps`` steps ago."""
+        """The version to apply now, the same on every rank, or None: rank 0's newest, once
+        downloaded, unless refused less than ``retry_steps`` steps ago. Under
+        ``torch.distributed`` it is what rank 0 decided at the call before, sent while the ranks
+        trained a step (so that a step waits on no collective of the follower's)."""
         target = 0
         if self.rank == 0:
             newest = self.latest.number
@@ -178,7 +186,12 @@ class LineageFollower:
                     del self._downloaded[newest]
                 else:
                     target = newest
-        return self._agreed(target) or None
+        if distributed():
+            target = self._exchange(target)
+        # Decided a step ago: applied, or refused, since (every rank knows alike).
+        if target <= self.version or self.steps - self.refused.get(target, -10**9) < self.retry_steps:
+            return None
+        return target
 
     def between_steps(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
                       step: int | None = None) -> nn.Module:
@@ -248,6 +261,18 @@ class LineageFollower:
         self.taken.append({"version": target, "step": self.steps, "time": time.time(), "seconds": seconds})
         log.info("trainer: took version %s at step %s (%s ids changed)", target, self.steps,
                  len(applied.changed) + len(applied.removed), extra={"lineage": self.lineage, "step": self.steps})
+
+    def _exchange(self, decision: int) -> int:
+        """Rank 0's decision of the call before, on every rank; this call's goes out meanwhile,
+        asynchronously (0 at the first call)."""
+        outgoing = torch.tensor([decision], dtype=torch.long, device=collective_device())
+        previous, self._pending = self._pending, (outgoing, torch.distributed.broadcast(outgoing, src=0,
+                                                                                        async_op=True))
+        if previous is None:
+            return 0
+        received, work = previous
+        work.wait()
+        return int(received.item())
 
     def _agreed(self, value: int) -> int:
         """Rank 0's ``value`` on every rank (``value`` itself in one process)."""
