@@ -10,6 +10,7 @@ import json
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -181,6 +182,17 @@ def produce(bootstrap: str, topic: str, records: list) -> None:
 
     with Producer(bootstrap, max_record_bytes=4 << 20) as producer:
         producer.send_all(topic, records)
+
+
+def trickle_body(sock: socket.socket, stop: threading.Event) -> None:
+    """A request body sent a byte every 0.1 s on ``sock`` until ``stop`` is set or the server
+    answers and closes: a client far under any upload rate floor that never stalls outright."""
+    try:
+        while not stop.is_set():
+            sock.sendall(b" ")
+            time.sleep(0.1)
+    except OSError:  # the server answered and closed
+        pass
 
 
 def trickle(bootstrap: str, topic: str, corpus: Path, *, per_round: tuple[int, ...] = (10, 6, 3, 1),

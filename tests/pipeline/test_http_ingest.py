@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from registry.local_server import free_port
-from tests.conftest import consume
+from tests.conftest import consume, trickle_body
 
 TOKEN = "i" * 32
 
@@ -276,18 +276,10 @@ def test_an_upload_trickled_under_the_rate_floor_is_answered_408(broker, tmp_pat
     process, url = _start(broker, tmp_path, "--receive-timeout", "1")
     trickled = threading.Event()
 
-    def trickle(sock: socket.socket) -> None:
-        try:
-            while not trickled.is_set():
-                sock.sendall(b" ")
-                time.sleep(0.1)
-        except OSError:  # the server answered and closed
-            pass
-
     try:
         with socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30) as slow:
             slow.sendall(_upload_head(100_000))
-            sender = threading.Thread(target=trickle, args=(slow,), daemon=True)
+            sender = threading.Thread(target=trickle_body, args=(slow, trickled), daemon=True)
             sender.start()
             began = time.monotonic()
             answer = _answer(slow)

@@ -10,6 +10,7 @@ import time
 import httpx
 
 from registry.local_server import start_server
+from tests.conftest import trickle_body
 
 TOKEN = secrets.token_hex(16)
 
@@ -169,20 +170,12 @@ def test_stalled_and_trickling_uploads_are_answered_408_and_free_their_places(tm
     port = httpx.URL(url).port
     trickled = threading.Event()
 
-    def trickle(sock: socket.socket) -> None:
-        try:
-            while not trickled.is_set():
-                sock.sendall(b" ")
-                time.sleep(0.1)
-        except OSError:  # the server answered and closed
-            pass
-
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled, \
                 socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
             stalled.sendall(head + b"{")
             slow.sendall(head)
-            sender = threading.Thread(target=trickle, args=(slow,), daemon=True)
+            sender = threading.Thread(target=trickle_body, args=(slow, trickled), daemon=True)
             sender.start()
             _until(lambda: _elsewhere(url, "/v1/tokenizers").status_code == 503, "the uploads took no place")
             for sock in (stalled, slow):
