@@ -17,7 +17,9 @@ the Hub protocol's ``main`` (``trainer.hub.HubVersions``) or the ``tokenizer.rev
 (checked against its sha256: one that does not match is refused, training goes on with the
 version it has and tries again ``retry_steps`` steps later) with the diff from the model's
 version (one composed diff over skipped versions); the first step after it has both applies
-them to the model and the optimizer (``apply_revision``): a step waits for no download.
+them to the model and the optimizer (``apply_revision``): a step waits for no download. A
+follower made behind the lineage (resumed from a checkpoint) downloads the newest before it
+returns, so that the first step takes it.
 
 **Many ranks.** Under ``torch.distributed`` every rank calls :meth:`between_steps` at the same
 step (as a loop does before its step's collectives). Rank 0 decides which version is due (one
@@ -122,6 +124,8 @@ class LineageFollower:
                        else self.registry.follow(lineage))
         self._downloaded: dict[int, tuple[int, BPETokenizer, RevisionDiff] | None] = {}  # target: (from, ...)
         self._pending: tuple[torch.Tensor, Any] | None = None  # rank 0's last decision, on its way
+        if (newest := self.latest.number) > version:  # behind already (a resume): had before the first step
+            self._downloaded[newest] = self._fetch(newest)
         self._closed = threading.Event()
         self._downloader = threading.Thread(target=self._download_ahead, name="tokmaint-follower", daemon=True)
         self._downloader.start()
