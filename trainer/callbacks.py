@@ -50,7 +50,7 @@ from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import bos_token_id
-from trainer.apply_revision import grow, set_removed
+from trainer.apply_revision import grow
 from trainer.checkpoint import CheckpointMismatch
 from trainer.export import STAMP, write_tokenizer_files
 from trainer.follow import LineageFollower
@@ -158,8 +158,7 @@ class TokmaintCallback(TrainerCallback):
             raise TokmaintError(f"the Trainer resumes at step {state.global_step}, but TokmaintCallback was "
                                 f"{'made at step ' + str(self.resumed.step) if self.resumed else 'not told'}: "
                                 "give it the folder of resume_from_checkpoint (checkpoint=...)")
-        self.model = model
-        set_removed(model, self.tokenizer.free_ids)
+        self.model = self.follower.prepare(model)
         if (bos := bos_token_id(self.tokenizer)) is not None:  # the context token_batch starts texts from
             model.config.bos_token_id = model.config.eos_token_id = bos
         if self._hook is None:
