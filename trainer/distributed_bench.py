@@ -15,7 +15,9 @@ embedding checksum equals rank 0's: the bench's own check, beside the follower's
 "not_following": …}`` (rank 0's) and ``overhead`` (1 − their ratio); ``between_steps_share`` (of the
 following model's time, the share in ``between_steps``: deciding, applying, checking);
 ``rows`` (both models are built with ``room`` rows past the first version's ids, so that they
-have one shape and only following tells them apart), ``device``, ``seconds``.
+have one shape and only following tells them apart); ``settle_steps`` (untimed steps of the
+following model after the timed ones, until the last version published was applied: on a busy
+machine it can come after them), ``device``, ``seconds``.
 """
 
 from __future__ import annotations
@@ -94,41 +96,58 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
         seconds = {arm: 0.0 for arm in models}
         following = 0.0  # of which in between_steps
         checksums: list[tuple[int, int, list[float]]] = []
+
+        def train(arm: str, s: int) -> None:
+            """One optimizer step of ``arm``'s model, at step ``s``."""
+            nonlocal following
+            model, optimizer = models[arm]
+            at = (s * world + rank) * settings.batch_size % len(texts)
+            batch = (texts + texts)[at: at + settings.batch_size]
+            if arm == "following":
+                version, asked = follower.version, time.perf_counter()
+                model = follower.between_steps(model, optimizer, step=s)
+                following += time.perf_counter() - asked
+                inputs, labels = follower.encode(batch, seq_len=settings.seq_len)
+                if follower.version != version:
+                    checksums.append((follower.version, s, matrices_checksum(model.module).tolist()))
+            else:
+                inputs, labels = token_batch(first, batch, seq_len=settings.seq_len)
+            loss = model(input_ids=inputs.to(device), labels=labels.to(device)).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            models[arm] = model, optimizer
+
         step = 0
         while step < settings.steps:
             block = range(step, min(step + settings.block, settings.steps))
-            arms = list(models) if (step // settings.block) % 2 == 0 else list(models)[::-1]
-            for arm in arms:
-                model, optimizer = models[arm]
+            for arm in list(models) if (step // settings.block) % 2 == 0 else list(models)[::-1]:
                 began = time.perf_counter()
                 for s in block:
-                    at = (s * world + rank) * settings.batch_size % len(texts)
-                    batch = (texts + texts)[at: at + settings.batch_size]
-                    if arm == "following":
-                        version, asked = follower.version, time.perf_counter()
-                        model = follower.between_steps(model, optimizer, step=s)
-                        following += time.perf_counter() - asked
-                        inputs, labels = follower.encode(batch, seq_len=settings.seq_len)
-                        if follower.version != version:
-                            checksums.append((follower.version, s, matrices_checksum(model.module).tolist()))
-                    else:
-                        inputs, labels = token_batch(first, batch, seq_len=settings.seq_len)
-                    loss = model(input_ids=inputs.to(device), labels=labels.to(device)).loss
-                    loss.backward()
-                    optimizer.step()
-                    optimizer.zero_grad()
+                    train(arm, s)
                 if cuda:
                     torch.cuda.synchronize()
                 seconds[arm] += time.perf_counter() - began
-                models[arm] = model, optimizer
             step = block.stop
             if rank == 0:
                 rank0_steps.value = step
+        # Untimed: the following model trains on until the last version published is applied (on
+        # a busy machine it may come after the timed steps); rank 0 says when, for every rank.
+        deadline = time.monotonic() + settings.timeout / 2
+        while True:
+            going = torch.tensor([int(follower.version < 1 + settings.versions and time.monotonic() < deadline)],
+                                 device=device if cuda else "cpu")
+            torch.distributed.broadcast(going, src=0)
+            if not going.item():
+                break
+            train("following", step)
+            step += 1
         follower.close()
         results.put({"rank": rank, "taken": [(t["version"], t["step"]) for t in follower.taken],
                      "apply_seconds": [t["seconds"] for t in follower.taken], "checksums": checksums,
                      "seconds": seconds, "between_steps_seconds": following, "version": follower.version,
-                     "rows": model.module.get_input_embeddings().weight.shape[0]})
+                     "rows": models["following"][0].module.get_input_embeddings().weight.shape[0],
+                     "settle_steps": step - settings.steps})
     except BaseException as exc:
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
         raise
@@ -214,6 +233,6 @@ def run_distributed_bench(settings: DistributedBenchSettings | None = None, *,
             "apply_seconds_p50": statistics.median(first["apply_seconds"]) if first["apply_seconds"] else None,
             "steps_per_second": rates, "overhead": 1 - rates["following"] / rates["not_following"],
             "between_steps_share": first["between_steps_seconds"] / first["seconds"]["following"],
-            "rows": first["rows"],
+            "rows": first["rows"], "settle_steps": first["settle_steps"],
             "taken": first["taken"], "version": first["version"], "device": settings.device,
             "steps": settings.steps, "seconds": time.perf_counter() - started}
