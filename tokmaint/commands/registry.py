@@ -289,7 +289,7 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("tokenizer", help="tokenizer.json")
     p.add_argument("--diff", help="its revision diff (default: the registry computes it)")
     p.add_argument("--kind", choices=["tedtok", "litetoken", "import"], default="import")
-    p.add_argument("--parent", type=int, help="the version it was made from (refused if no longer the latest)")
+    p.add_argument("--parent", type=whole(1), help="the version it was made from (refused if no longer the latest)")
     p = client_parser("list", "list lineages, or a lineage's versions", cmd_list)
     p.add_argument("name", nargs="?")
     p.add_argument("--offset", type=whole(0), default=0)
