@@ -70,6 +70,7 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
 
     from trainer.follow import LineageFollower, matrices_checksum, token_batch
     from trainer.loop import tiny_gpt2_config
+    from trainer.ranks import collective_device
     from trainer.settings import CAUSAL_LM_LOSS
 
     torch.set_num_threads(1)  # ranks share the machine's cores
@@ -136,7 +137,7 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
         deadline = time.monotonic() + settings.timeout / 2
         while True:
             going = torch.tensor([int(follower.version < 1 + settings.versions and time.monotonic() < deadline)],
-                                 device=device if cuda else "cpu")
+                                 device=collective_device())
             torch.distributed.broadcast(going, src=0)
             if not going.item():
                 break
