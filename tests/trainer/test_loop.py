@@ -182,6 +182,10 @@ def test_versions_learnt_from_the_revision_events_topic_once_each(registry_serve
             while trainer.latest.number != published[-1]:
                 assert time.monotonic() < deadline, "the events never came"
                 time.sleep(0.05)
+            # Downloaded ahead before the steps: six steps of a tiny model may outrun the download.
+            while not trainer.follower.fetched(published[-1]):
+                assert time.monotonic() < deadline, "version 3 was never downloaded"
+                time.sleep(0.05)
             report = trainer.run(steps=6)
         finally:
             trainer.close()
