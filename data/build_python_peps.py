@@ -1,7 +1,7 @@
 """Build ``python-peps.jsonl.gz``: the Python Enhancement Proposals as a drifting stream.
 
-Reads the ``pep-NNNN.rst`` files of the python/peps repository (design documents, 2000 to
-today) and writes each PEP as a run of documents of a few hundred bytes to ~3 KB (its title, then
+Reads the ``pep-NNNN.rst`` files of the python/peps repository (design documents, 1996 to
+today) and writes each PEP as a run of documents of ~200 to ~700 bytes (its title, then
 its sections split at paragraph boundaries), every one dated by the PEP's ``Created:`` header, as
 ``{"id", "ts", "text"}`` JSON lines in time order (PEPs of one day by number, a PEP's parts in
 order). Only PEPs whose Copyright section places them in the public domain (or under CC0-1.0) are
@@ -32,7 +32,7 @@ NAMING = re.compile(r"(reported|patch|patches|contributed|suggested|written|base
                     r"|thanks to|\bthanks\b.*\bfor\b|\bcredits?\b", re.IGNORECASE)
 DROPPED = re.compile(r"^(copyright|references?|footnotes?|acknowledge?ments?|credits|"
                      r"release manager and crew|authors?)$", re.IGNORECASE)
-MIN_BYTES, MAX_BYTES = 400, 3000
+MIN_BYTES, MAX_BYTES = 200, 700
 
 
 def header(text: str) -> tuple[dict[str, str], list[str]]:
