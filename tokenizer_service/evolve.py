@@ -42,9 +42,14 @@ class StreamSettings(Settings):
     are grouped into time steps (``step_docs``) changes only the granularity: the statistics
     remember about ``horizon_docs`` documents (α per step = 1 − exp(−step_docs / horizon_docs)),
     and revisions come every ``interval_docs`` documents, the first at the first interval
-    boundary once ``warmup_docs`` have passed. The price is in tokens over the horizon, so early
-    in a stream, while the statistics have seen less than a horizon (τ starts at 0), it is
-    stricter: a swap then needs more evidence, deliberately.
+    boundary once ``warmup_docs`` have passed: by default one horizon, so that the first
+    revision decides on statistics that have seen as many documents as they are meant to
+    remember (``docs/algorithms.md``: before that, a stream's first documents are one burst).
+    The price is in tokens over the horizon, so while the statistics have seen less than a
+    horizon (τ starts at 0) it is stricter: a swap then needs more evidence, deliberately.
+
+    >>> StreamSettings().warmup_steps, StreamSettings(horizon_docs=3200).warmup_steps
+    (100, 50)
     """
 
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_STREAM_")
@@ -54,8 +59,9 @@ class StreamSettings(Settings):
     horizon_docs: int = setting(6400, whole(1), "documents the statistics remember (the EMA's time constant; at "
                                                 "least --step-docs)")
     interval_docs: int = setting(640, whole(1), "documents between revisions (rounded to whole steps)")
-    warmup_docs: int = setting(1280, whole(0), "documents before the first revision (which comes at the next "
-                                               "interval boundary)")
+    warmup_docs: int | None = setting(None, whole(0), "documents before the first revision, which comes at the next "
+                                                      "interval boundary (default: --horizon-docs, so that it "
+                                                      "decides on statistics that have seen a horizon)")
     beta: float = setting(1.2, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink]")
     batch_size: int = setting(1000, whole(1), "most swaps (an add and a delete) per revision (K, a safety cap)")
     id_price: float = setting(10.0, Number(float, low=0),
@@ -77,12 +83,18 @@ class StreamSettings(Settings):
         """The EMA factor per time step."""
         return -math.expm1(-self.step_docs / self.horizon_docs)
 
+    @property
+    def warmup_steps(self) -> int:
+        """Time steps before the first revision: ``warmup_docs``, or one horizon when unset."""
+        docs = self.horizon_docs if self.warmup_docs is None else self.warmup_docs
+        return round(docs / self.step_docs)
+
     def tedtok_config(self, **options: Any) -> TedTokConfig:
         """The Ted-Tok config of this stream (no length needed)."""
         return TedTokConfig(
             alpha=self.alpha, beta=self.beta, batch_size=self.batch_size,
             interval=max(1, round(self.interval_docs / self.step_docs)),
-            warmup_steps=round(self.warmup_docs / self.step_docs), id_price=self.id_price,
+            warmup_steps=self.warmup_steps, id_price=self.id_price,
             base_token_cost=self.base_token_cost, **options,
         )
 

@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import pack_pair, unpack_pair
+from tokenizer_service.counting import StepCounts, pack_pair, unpack_pair
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
 from tokenizer_service.tedtok import TedTok, TedTokConfig, build_revision, plan_revision
@@ -368,9 +368,37 @@ def test_stream_settings_count_documents_not_steps():
     fine, coarse = StreamSettings(step_docs=32), StreamSettings(step_docs=64)
     assert (1 - fine.alpha) ** 2 == pytest.approx(1 - coarse.alpha, rel=1e-12)
     a, b = fine.tedtok_config(), coarse.tedtok_config()
-    assert (a.interval * 32, a.warmup_steps * 32) == (b.interval * 64, b.warmup_steps * 64) == (640, 1280)
+    assert (a.interval * 32, a.warmup_steps * 32) == (b.interval * 64, b.warmup_steps * 64) == (640, 6400)
     assert a.total_steps is None and a.revision_due(10**9 // 20 * 20)
     assert a.id_price == b.id_price  # tokens over the horizon: the same evidence either way
+
+
+def pair_step(small, counts: dict[tuple[str, str], float]) -> StepCounts:
+    """One step in which only the given pairs of ``small`` are seen (nothing else is counted)."""
+    v = small.vocab
+    keys = np.array([pack_pair(v[a], v[b]) for a, b in counts], np.int64)
+    order = np.argsort(keys)
+    return StepCounts(np.zeros(0, np.int64), np.zeros(0), keys[order], np.array(list(counts.values()))[order], 0, 0)
+
+
+@pytest.mark.parametrize("warmup_docs, added", [(None, ("y", "a")), (2, ("c", "x"))])
+def test_the_first_revision_waits_for_a_horizon_so_a_burst_does_not_take_the_id(small, warmup_docs, added):
+    """("c","x") comes in one burst of 40 in the first step, ("y","a") steadily, 4 a step: the same
+    mean over the first horizon (10 documents). The stream's default warm-up is that horizon, and
+    by then the burst has faded below the steady pair, which takes the one id. Revising after 2
+    steps (the old default warm-up was a fifth of a horizon) would give it to the burst."""
+    from tokenizer_service.evolve import StreamSettings
+
+    settings = StreamSettings(step_docs=1, horizon_docs=10, interval_docs=2, warmup_docs=warmup_docs,
+                              batch_size=1, id_price=0, base_token_cost=0)
+    tedtok = TedTok(small, config=settings.tedtok_config())
+    for step in range(10):
+        revision = tedtok.observe_counts(pair_step(small, {("c", "x"): 40.0 if step == 0 else 0.0,
+                                                          ("y", "a"): 4.0}))
+        if revision is not None:
+            break
+    assert revision is not None and revision.diff.step == settings.warmup_steps
+    assert revision.added == ["".join(added)]
 
 
 def test_sinks_are_ranked_by_what_replacing_them_needs(small):
