@@ -164,6 +164,20 @@ class SparseVector:
         keep = ~mask
         self.keys, self.values = self.keys[keep], self.values[keep]
 
+    def remove(self, keys: np.ndarray) -> None:
+        """Drop the entries at ``keys`` (absent keys are ignored). The few keys are looked up in
+        the sorted table: ``np.isin`` over a 1M-key table sorted it again (~0.1-0.2 s an edit).
+
+        >>> v = SparseVector()
+        >>> v.add(np.array([2, 5, 9]), np.array([1.0, 2.0, 3.0])); v.remove(np.array([9, 4, 2]))
+        >>> v.keys.tolist(), v.values.tolist()
+        ([5], [2.0])
+        """
+        idx, found = self._locate(np.asarray(keys, np.int64))
+        mask = np.zeros(len(self.keys), bool)
+        mask[idx[found]] = True
+        self.drop(mask)
+
 
 class MemoryStatsStore(StatsStore):
     """In-process store: dense arrays for per-token statistics, a sparse vector for pairs."""
@@ -279,7 +293,7 @@ class MemoryStatsStore(StatsStore):
             keys = np.array([pack_pair(u, v) for _, u, v in edit.adds], np.int64)
             self._token[new_ids] = self._pairs.get(keys)
             self._buffer[new_ids] = 0.0
-            self._pairs.drop(np.isin(self._pairs.keys, keys))
+            self._pairs.remove(keys)
 
     def forget(self, ids: Sequence[int]) -> None:
         """Drop the statistics of ``ids``: their own and every pair that holds one (ids another
