@@ -523,10 +523,11 @@ class BPETokenizer:
     # ----- export -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         model = {"type": "BPE", **self.model_options}
-        # Ids in order keeps the JSON stable and readable.
+        # Ids in order keeps the JSON stable and readable. A revision's vocabulary has its new
+        # tokens last: sorted with a C key (a lambda's 50k calls took ~15 ms).
         ids = list(self.vocab.values())
         model["vocab"] = dict(self.vocab) if ids == sorted(ids) else dict(sorted(self.vocab.items(),
-                                                                             key=lambda kv: kv[1]))
+                                                                             key=operator.itemgetter(1)))
         model["merges"] = list(self.merges)  # json writes the pairs (tuples) as lists
         data = {"version": "1.0", **self.pipeline, "model": model}
         data.setdefault("added_tokens", [])

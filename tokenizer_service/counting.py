@@ -16,9 +16,10 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -149,10 +150,12 @@ def encoding_change(old: BPETokenizer, new: BPETokenizer) -> EncodingChange | No
     """
     if old.pipeline != new.pipeline or old.model_options != new.model_options:
         return None
-    kept = set(new.merges)
-    dropped = [m for m in old.merges if m not in kept]
+    # Which merges stay, looked up once and then filtered in C (compress): two Python loops
+    # over the 50k merges, one for the dropped and one for the kept, took ~30 ms of a revision.
+    is_kept = list(map(set(new.merges).__contains__, old.merges))
+    dropped = list(compress(old.merges, map(operator.not_, is_kept)))
     ours = len(old.merges) - len(dropped)
-    if new.merges[:ours] != tuple(m for m in old.merges if m in kept):
+    if new.merges[:ours] != tuple(compress(old.merges, is_kept)):
         return None
     parents = {t for merge in old.merges for t in merge}
     made_by_dropped = {u + v for u, v in dropped}
@@ -163,7 +166,7 @@ def encoding_change(old: BPETokenizer, new: BPETokenizer) -> EncodingChange | No
         return None
     added = new.merges[ours:]
     made_by_added = {u + v for u, v in added}
-    if any(t not in old.vocab and t not in made_by_added for t in new.vocab):
+    if new.vocab.keys() - old.vocab.keys() - made_by_added:  # a new token no new merge makes
         return None
     ids = sorted(set(gone) | {old.vocab[u + v] for u, v in dropped if u + v in old.vocab})
     pairs = [pack_pair(old.vocab[u], old.vocab[v]) for u, v in added if u in old.vocab and v in old.vocab]
