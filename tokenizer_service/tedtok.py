@@ -54,6 +54,7 @@ import numpy as np
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, unpack_pair
+from tokenizer_service.heap import collector_paused
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import residue_free_tokenizer
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
@@ -343,7 +344,8 @@ class TedTok:
         pipeline's counting process loads it meanwhile)."""
         started = time.perf_counter()
         try:
-            return self._revise(made)
+            with collector_paused():  # the new version's ~200k containers all live on
+                return self._revise(made)
         finally:
             self.revision_seconds += time.perf_counter() - started
 
