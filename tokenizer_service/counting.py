@@ -157,12 +157,13 @@ def encoding_change(old: BPETokenizer, new: BPETokenizer) -> EncodingChange | No
     ours = len(old.merges) - len(dropped)
     if new.merges[:ours] != tuple(compress(old.merges, is_kept)):
         return None
-    parents = {t for merge in old.merges for t in merge}
     made_by_dropped = {u + v for u, v in dropped}
     gone = [i for i, t in old.id_to_token.items() if new.id_to_token.get(i) != t]
-    if any(old.id_to_token[i] not in made_by_dropped or old.id_to_token[i] in parents for i in gone):
+    if any(old.id_to_token[i] not in made_by_dropped for i in gone):
         return None
-    if any(u + v in parents for u, v in dropped):  # a dropped merge whose token lives on as a parent
+    # No dropped merge's token (the gone ones among them) parents an old merge: one pass in C over
+    # the merges' tokens, without a set of them all (~15 ms at 50k merges).
+    if not made_by_dropped.isdisjoint(chain.from_iterable(old.merges)):
         return None
     added = new.merges[ours:]
     made_by_added = {u + v for u, v in added}
