@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenizer_service.counting import PAIR_SHIFT, StepCounts, add_counts, pack_pair
+from tokenizer_service.counting import StepCounts, add_counts, pack_pair, unpack_pair
 
 # Rescale when the decay factor falls below this; float64 keeps ~300 decades of headroom.
 RENORMALISE_BELOW = 1e-100
@@ -310,8 +310,12 @@ class MemoryStatsStore(StatsStore):
             return
         self._grow(int(ids.max()))
         self._token[ids] = self._buffer[ids] = 0.0
-        keys = self._pairs.keys
-        self._pairs.drop(np.isin(keys >> PAIR_SHIFT, ids) | np.isin(keys & ((1 << PAIR_SHIFT) - 1), ids))
+        # A table of the forgotten ids looked up by both ids of every pair: np.isin made twice
+        # as many passes over the 1M pairs of bench throughput's revision (~40 ms against ~20).
+        first, second = unpack_pair(self._pairs.keys)
+        forgotten = np.zeros(1 + max(int(ids.max()), int(first.max(initial=0)), int(second.max(initial=0))), bool)
+        forgotten[ids] = True
+        self._pairs.drop(forgotten[first] | forgotten[second])
 
     def prune(self, max_pairs: int) -> None:
         """Keep the strongest ``max_pairs`` pairs (ties in key order, as ``top_pairs`` ranks them).
