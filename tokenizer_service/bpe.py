@@ -577,8 +577,8 @@ class BPETokenizer:
         if not _strings_and_ids(model["vocab"], model["merges"]):
             return _compact_json(data).encode("utf-8")
         # The vocabulary and merges, nearly all of the file, are written by pydantic-core's
-        # encoder (Rust; ~3x json's speed: ~0.1 s less a 50k-token revision, which exports two
-        # versions), whose bytes for strings and whole numbers are json's (tests). The rest, whose
+        # encoder (Rust: ~70 ms less a 50k-token revision, which exports two versions), whose
+        # bytes for strings and whole numbers are json's (tests). The rest, whose
         # floats the two may write differently, is json's, with empty ones in their place: the
         # model object ends with them, and nothing after it can hold that text.
         bulk = pydantic_core.to_json({"vocab": model["vocab"], "merges": model["merges"]})[1:-1]
