@@ -29,6 +29,7 @@ from itertools import chain, starmap
 from pathlib import Path
 from typing import Any, Protocol
 
+import pydantic_core
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from schemas.json_values import json_kind
@@ -317,6 +318,31 @@ outside the vocabulary, e.g. [0] ab']
     return reasons
 
 
+# What an exported file's model object ends with before its vocabulary and merges are put in.
+_EMPTY_BULK = b'"vocab":{},"merges":[]'
+
+
+def _compact_json(data: Any) -> str:
+    """JSON as tokmaint exports tokenizer files: compact, non-ASCII characters as they are.
+
+    >>> _compact_json({"a": ["Ġ", 1.5]})
+    '{"a":["Ġ",1.5]}'
+    """
+    # A tree by construction: the circularity check only costs time (~15% at 50k tokens).
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
+def _strings_and_ids(vocab: Mapping[Any, Any], merges: Sequence[Sequence[Any]]) -> bool:
+    """Whether a vocabulary maps strings to whole numbers and the merges name strings only
+    (all that pydantic-core writes as json does; a checked file always does).
+
+    >>> _strings_and_ids({"a": 0, "b": 1, "ab": 2}, [("a", "b")]), _strings_and_ids({"a": 0.0}, [])
+    (True, False)
+    """
+    return (set(map(type, vocab)) <= {str} and set(map(type, vocab.values())) <= {int}
+            and set(map(type, chain.from_iterable(merges))) <= {str})
+
+
 def mentions_byte_level(section: Any) -> bool:
     """True when a pipeline section (or any nested step) is a ByteLevel component.
 
@@ -523,10 +549,11 @@ class BPETokenizer:
     # ----- export -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         model = {"type": "BPE", **self.model_options}
-        # Ids in order keeps the JSON stable and readable.
+        # Ids in order keeps the JSON stable and readable. A revision's vocabulary has its new
+        # tokens last: sorted with a C key (a lambda's 50k calls took ~15 ms).
         ids = list(self.vocab.values())
         model["vocab"] = dict(self.vocab) if ids == sorted(ids) else dict(sorted(self.vocab.items(),
-                                                                             key=lambda kv: kv[1]))
+                                                                             key=operator.itemgetter(1)))
         model["merges"] = list(self.merges)  # json writes the pairs (tuples) as lists
         data = {"version": "1.0", **self.pipeline, "model": model}
         data.setdefault("added_tokens", [])
@@ -544,10 +571,21 @@ class BPETokenizer:
     @cached_property
     def _json_utf8(self) -> bytes:
         # Kept as UTF-8: a str of a vocabulary with characters beyond U+FFFF takes 4 bytes a
-        # character (Gemma-3: 124 MB against 33 MB). A tree by construction: the circularity
-        # check only costs time (~15% at 50k tokens).
-        text = json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), check_circular=False)
-        return text.encode("utf-8")
+        # character (Gemma-3: 124 MB against 33 MB).
+        data = self.to_dict()
+        model = data["model"]
+        if not _strings_and_ids(model["vocab"], model["merges"]):
+            return _compact_json(data).encode("utf-8")
+        # The vocabulary and merges, nearly all of the file, are written by pydantic-core's
+        # encoder (Rust: ~70 ms less a 50k-token revision, which exports two versions), whose
+        # bytes for strings and whole numbers are json's (tests). The rest, whose
+        # floats the two may write differently, is json's, with empty ones in their place: the
+        # model object ends with them, and nothing after it can hold that text.
+        bulk = pydantic_core.to_json({"vocab": model["vocab"], "merges": model["merges"]})[1:-1]
+        model["vocab"], model["merges"] = {}, []
+        skeleton = _compact_json(data).encode("utf-8")
+        at = skeleton.rindex(_EMPTY_BULK)
+        return skeleton[:at] + bulk + skeleton[at + len(_EMPTY_BULK):]
 
     def save(self, path: str | Path) -> None:
         Path(path).write_bytes(self.to_json_bytes())
@@ -564,13 +602,18 @@ class BPETokenizer:
 
         Parsed from this version's JSON without its merges, which ``models.BPE`` then takes as
         they are: parsing a long merge list takes twice the time and memory (Gemma-3's 515k: 1.1 s
-        and ~320 MB passing through for an ~80 MB model, against 0.55 s and ~150 MB). The vocabulary
-        is parsed, so added tokens get the ids the file gives them; the result serializes exactly
-        as the exported file parses (tests). An option ``models.BPE`` cannot take falls back to the
-        parser. What the build took is handed back to the OS (:mod:`heap`).
+        and ~320 MB passing through for an ~80 MB model, against 0.55 s and ~150 MB). The parse
+        numbers the added tokens by the model it reads: when the vocabulary holds each of them at
+        its id, a model of just those tokens gives the same ids (and skips writing and parsing
+        the whole vocabulary, ~0.2 s of a 50k-token revision); otherwise ``tokenizers`` numbers
+        some from the vocabulary's size, and the whole vocabulary is parsed. Either way the result
+        serializes exactly as the exported file parses (tests). An option ``models.BPE`` cannot
+        take falls back to the parser. What the build took is handed back to the OS (:mod:`heap`).
         """
         options = {k: v for k, v in self.model_options.items() if v is not None}
-        model = {"type": "BPE", **options, "vocab": self.vocab, "merges": []}
+        added = {t["content"]: t["id"] for t in self.pipeline.get("added_tokens", [])}
+        held = all(self.vocab.get(content) == i for content, i in added.items())
+        model = {"type": "BPE", **options, "vocab": added if held else self.vocab, "merges": []}
         try:
             hf = Tokenizer.from_str(json.dumps({"version": "1.0", **self.pipeline, "model": model}, ensure_ascii=False))
             hf.model = models.BPE(vocab=self.vocab, merges=list(self.merges), **options)

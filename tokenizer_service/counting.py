@@ -16,9 +16,10 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -149,21 +150,24 @@ def encoding_change(old: BPETokenizer, new: BPETokenizer) -> EncodingChange | No
     """
     if old.pipeline != new.pipeline or old.model_options != new.model_options:
         return None
-    kept = set(new.merges)
-    dropped = [m for m in old.merges if m not in kept]
+    # Which merges stay, looked up once and then filtered in C (compress): two Python loops
+    # over the 50k merges, one for the dropped and one for the kept, took ~30 ms of a revision.
+    is_kept = list(map(set(new.merges).__contains__, old.merges))
+    dropped = list(compress(old.merges, map(operator.not_, is_kept)))
     ours = len(old.merges) - len(dropped)
-    if new.merges[:ours] != tuple(m for m in old.merges if m in kept):
+    if new.merges[:ours] != tuple(compress(old.merges, is_kept)):
         return None
-    parents = {t for merge in old.merges for t in merge}
     made_by_dropped = {u + v for u, v in dropped}
     gone = [i for i, t in old.id_to_token.items() if new.id_to_token.get(i) != t]
-    if any(old.id_to_token[i] not in made_by_dropped or old.id_to_token[i] in parents for i in gone):
+    if any(old.id_to_token[i] not in made_by_dropped for i in gone):
         return None
-    if any(u + v in parents for u, v in dropped):  # a dropped merge whose token lives on as a parent
+    # No dropped merge's token (the gone ones among them) parents an old merge: one pass in C over
+    # the merges' tokens, without a set of them all (~15 ms at 50k merges).
+    if not made_by_dropped.isdisjoint(chain.from_iterable(old.merges)):
         return None
     added = new.merges[ours:]
     made_by_added = {u + v for u, v in added}
-    if any(t not in old.vocab and t not in made_by_added for t in new.vocab):
+    if new.vocab.keys() - old.vocab.keys() - made_by_added:  # a new token no new merge makes
         return None
     ids = sorted(set(gone) | {old.vocab[u + v] for u, v in dropped if u + v in old.vocab})
     pairs = [pack_pair(old.vocab[u], old.vocab[v]) for u, v in added if u in old.vocab and v in old.vocab]

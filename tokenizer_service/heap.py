@@ -1,4 +1,5 @@
-"""Hand freed heap memory back to the operating system.
+"""Heap memory around large builds: hand what they freed back to the operating system, and
+keep the cyclic garbage collector out of a build whose objects all live on.
 
 Building a ``tokenizers`` model from a large ``tokenizer.json`` allocates several times the
 model's own size while it parses (Gemma-3's 515k merges: ~300 MB to build a ~65 MB model). glibc
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 
 
@@ -33,3 +37,28 @@ def release_free_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run a block without the cyclic garbage collector's passes; it is on again after, as it was.
+
+    For a block that allocates many containers which all live on (a Ted-Tok revision's
+    vocabulary, merges and graph: ~200k at 50k tokens): each pass finds nothing to free, yet the
+    allocations set off hundreds of them, full ones over the whole heap included (bench
+    throughput's revision: 381 young, 34 middle and 2 full passes, 0.25 s of 1.5 s on 2 busy
+    cores). Cycles the block leaves are collected by the next pass after it.
+
+    >>> with collector_paused():
+    ...     gc.isenabled()
+    False
+    >>> gc.isenabled()
+    True
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:  # a caller that had it off keeps it off
+            gc.enable()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenizer_service.counting import PAIR_SHIFT, StepCounts, add_counts, pack_pair
+from tokenizer_service.counting import StepCounts, add_counts, pack_pair, unpack_pair
 
 # Rescale when the decay factor falls below this; float64 keeps ~300 decades of headroom.
 RENORMALISE_BELOW = 1e-100
@@ -164,6 +164,20 @@ class SparseVector:
         keep = ~mask
         self.keys, self.values = self.keys[keep], self.values[keep]
 
+    def remove(self, keys: np.ndarray) -> None:
+        """Drop the entries at ``keys`` (absent keys are ignored). The few keys are looked up in
+        the sorted table: ``np.isin`` over a 1M-key table sorted it again (~0.1-0.2 s an edit).
+
+        >>> v = SparseVector()
+        >>> v.add(np.array([2, 5, 9]), np.array([1.0, 2.0, 3.0])); v.remove(np.array([9, 4, 2]))
+        >>> v.keys.tolist(), v.values.tolist()
+        ([5], [2.0])
+        """
+        idx, found = self._locate(np.asarray(keys, np.int64))
+        mask = np.zeros(len(self.keys), bool)
+        mask[idx[found]] = True
+        self.drop(mask)
+
 
 class MemoryStatsStore(StatsStore):
     """In-process store: dense arrays for per-token statistics, a sparse vector for pairs."""
@@ -279,7 +293,7 @@ class MemoryStatsStore(StatsStore):
             keys = np.array([pack_pair(u, v) for _, u, v in edit.adds], np.int64)
             self._token[new_ids] = self._pairs.get(keys)
             self._buffer[new_ids] = 0.0
-            self._pairs.drop(np.isin(self._pairs.keys, keys))
+            self._pairs.remove(keys)
 
     def forget(self, ids: Sequence[int]) -> None:
         """Drop the statistics of ``ids``: their own and every pair that holds one (ids another
@@ -296,8 +310,12 @@ class MemoryStatsStore(StatsStore):
             return
         self._grow(int(ids.max()))
         self._token[ids] = self._buffer[ids] = 0.0
-        keys = self._pairs.keys
-        self._pairs.drop(np.isin(keys >> PAIR_SHIFT, ids) | np.isin(keys & ((1 << PAIR_SHIFT) - 1), ids))
+        # A table of the forgotten ids looked up by both ids of every pair: np.isin made twice
+        # as many passes over the 1M pairs of bench throughput's revision (~40 ms against ~20).
+        first, second = unpack_pair(self._pairs.keys)
+        forgotten = np.zeros(1 + max(int(ids.max()), int(first.max(initial=0)), int(second.max(initial=0))), bool)
+        forgotten[ids] = True
+        self._pairs.drop(forgotten[first] | forgotten[second])
 
     def prune(self, max_pairs: int) -> None:
         """Keep the strongest ``max_pairs`` pairs (ties in key order, as ``top_pairs`` ranks them).

@@ -43,15 +43,18 @@ Decisions on the points the paper leaves open (``../shared/papers.md``):
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import compress
 
 import numpy as np
 
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, unpack_pair
+from tokenizer_service.heap import collector_paused
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import residue_free_tokenizer
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
@@ -240,7 +243,9 @@ def build_revision(
     adds, deletes = list(plan.adds), list(plan.deletes)
     while True:
         gone = set(deletes)
-        vocab = {t: i for t, i in tokenizer.vocab.items() if t not in gone}
+        vocab = dict(tokenizer.vocab)  # the order of the others stays, as in a filtered copy
+        for t in gone:
+            del vocab[t]
         freed = sorted(tokenizer.vocab[t] for t in deletes)
         next_id = tokenizer.id_space
         new_ids = []
@@ -251,7 +256,9 @@ def build_revision(
                 new_ids.append(next_id)
                 next_id += 1
             vocab[u + v] = new_ids[-1]
-        merges = [m for m in tokenizer.merges if m[0] + m[1] not in gone] + adds
+        # The filter over every merge runs in C, on the tokens they make (no concatenations).
+        merges = [*compress(tokenizer.merges, map(operator.not_, map(gone.__contains__, tokenizer.merge_outputs))),
+                  *adds]
         revised = tokenizer.replace_model(vocab=vocab, merges=merges)
         encoded = revised.tokenize_words([u + v for u, v in adds])
         unreachable = [k for k, ids in enumerate(encoded) if ids != [new_ids[k]]]
@@ -337,7 +344,8 @@ class TedTok:
         pipeline's counting process loads it meanwhile)."""
         started = time.perf_counter()
         try:
-            return self._revise(made)
+            with collector_paused():  # the new version's ~200k containers all live on
+                return self._revise(made)
         finally:
             self.revision_seconds += time.perf_counter() - started
 
