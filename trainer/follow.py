@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +58,7 @@ from tokenizer_service.hub_files import bos_token_id
 from trainer.apply_revision import AppliedRevision, Strategy, apply_revision, embedding_matrices, set_removed
 from trainer.checkpoint import TokenizerStamp
 from trainer.hub import HubVersions
+from trainer.new_rows import warm_new_rows
 from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
 
 log = logging.getLogger("tokmaint.trainer")
@@ -102,15 +104,21 @@ class LineageFollower:
 
     def __init__(self, registry: RegistryClient | HubVersions | str, lineage: str, *, version: int | None = None,
                  events: tuple[str, str] | None = None, strategy: Strategy = "parents_mean",
-                 retry_steps: int = 10) -> None:
+                 retry_steps: int = 10, warm_steps: int = 20, warm_docs: int = 64, warm_lr: float = 3e-3) -> None:
         """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
         ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
         by default the latest (under ``torch.distributed``, rank 0's latest). ``events``:
         (bootstrap, topic) to learn of versions from the revision events there instead of the
-        registry's watch."""
+        registry's watch. ``warm_steps``, ``warm_docs``, ``warm_lr``: a version's new rows train
+        alone for that many steps on the last texts :meth:`encode` had (``trainer.new_rows``;
+        0 steps: none)."""
         self._own_client = isinstance(registry, str)
         self.registry = RegistryClient(registry) if self._own_client else registry
         self.lineage, self.strategy, self.retry_steps = lineage, strategy, retry_steps
+        self.warm_steps, self.warm_lr = warm_steps, warm_lr
+        self._recent: deque[str] = deque(maxlen=warm_docs)  # the last texts encoded, for the new rows' warm-up
+        self._recent_lock = threading.Lock()  # a data loader's thread may encode meanwhile
+        self._seq_len = 2
         self.rank = torch.distributed.get_rank() if distributed() else 0
         if version is None:
             version = self._agreed(self.registry.version(lineage)["number"] if self.rank == 0 else 0)
@@ -166,6 +174,9 @@ class LineageFollower:
 
     def encode(self, texts: Sequence[str], *, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Input ids and labels of ``texts`` in the version the model has (:func:`token_batch`)."""
+        with self._recent_lock:
+            self._recent.extend(texts)
+            self._seq_len = seq_len
         return token_batch(self.tokenizer, texts, seq_len=seq_len)
 
     def fetched(self, version: int) -> bool:
@@ -225,6 +236,7 @@ class LineageFollower:
         rows_before = module.get_input_embeddings().weight.shape[0]
         applied = apply_revision(module, optimizer, diff, strategy=self.strategy, previous=self.tokenizer)
         self.version, self.tokenizer = target, tokenizer
+        self._warm(module, applied.changed)
         self._check_ranks(module)
         if applied.rows > rows_before and module is not model:
             model = nn.parallel.DistributedDataParallel(
@@ -232,6 +244,25 @@ class LineageFollower:
                 broadcast_buffers=model.broadcast_buffers, find_unused_parameters=model.find_unused_parameters)
         self._taken(target, applied, time.perf_counter() - began)
         return model
+
+    def _warm(self, module: nn.Module, changed: list[int]) -> None:
+        """Warm up the rows a version made on the last texts encoded (rank 0's, then sent to every
+        rank: the ranks' rows stay alike). A sharded model's rows are left as made: its forward
+        pass is a collective of every rank."""
+        matrices = embedding_matrices(module)
+        if not self.warm_steps or not changed or any(is_sharded(m) for m in matrices):
+            return
+        with self._recent_lock:
+            texts, seq_len = list(self._recent), self._seq_len
+        if self.rank == 0 and texts:
+            inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
+            warm_new_rows(module, changed, inputs, labels, steps=self.warm_steps, lr=self.warm_lr)
+        if distributed():
+            with torch.no_grad():
+                for matrix in matrices:
+                    rows = matrix[changed].to(collective_device())
+                    torch.distributed.broadcast(rows, src=0)
+                    matrix[changed] = rows.to(matrix.device)
 
     def _fetch(self, target: int) -> tuple[int, BPETokenizer, RevisionDiff] | None:
         """The version the diff starts from, the version ``target`` and the diff; None when this

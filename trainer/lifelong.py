@@ -16,6 +16,7 @@ after step s reaches the evolving model before the batch that holds the step's n
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_rem
 from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
+from trainer.new_rows import warm_new_rows
 from trainer.settings import CAUSAL_LM_LOSS
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
@@ -45,6 +47,10 @@ class LifelongBenchSettings(StreamSettings):
 
     vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the first version (trained on the first "
                                                          "part)")
+    # A short stream: the first revision after two intervals, not one horizon (6,400 documents,
+    # most of the 3 MB sample), so that the stream has versions to take (as before issue 46).
+    warmup_docs: int | None = setting(1280, whole(0), "documents before the first revision (default: 1,280, "
+                                                      "two intervals)")
     max_mb: float = setting(3.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream (its "
                                                                       "oldest)")
     parts: int = setting(6, whole(2), "parts the stream is cut into by time; each is scored before it is trained on")
@@ -53,6 +59,10 @@ class LifelongBenchSettings(StreamSettings):
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     strategy: Strategy = setting("parents_mean", None, f"how the evolving model's new rows start: "
                                                        f"{', '.join(STRATEGIES)}")
+    warm_steps: int = setting(20, whole(0), "steps the new rows of a revision train alone on the documents the model "
+                                            "trained on last (trainer.new_rows; 0: none)")
+    warm_docs: int = setting(64, whole(1), "documents the model trained on last that the new rows warm up on")
+    warm_lr: float = setting(3e-3, Number(float, low=0, low_open=True), "the new rows' learning rate in their warm-up")
     eval_docs: int = setting(48, whole(1), "documents of the next part scored after each part")
     eval_bytes: int = setting(192, whole(1), "bytes of each scored document, at most (its start)")
     seed: int = setting(0, whole(0), "the models' initial weights (the same for all)")
@@ -156,6 +166,7 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
     runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed,
                             max_merge=settings.max_merge if name.endswith("zip2zip") else 1) for name in arms}
     rows = []
+    recent: deque[str] = deque(maxlen=settings.warm_docs)  # what the models trained on last
     bar = tqdm(total=len(docs), disable=not progress, unit="doc", desc="lifelong")
     for p, part in enumerate(parts):
         tokens_before = {name: run.tokens for name, run in runs.items()}
@@ -165,19 +176,27 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
             while pending and pending[0][0] <= position:  # published before this batch's documents
                 _, (number, tokenizer, diff) = pending.pop(0)
                 for evolving in (run for name, run in runs.items() if name.startswith("evolving")):
-                    apply_revision(evolving.model, evolving.optimizer, diff, strategy=settings.strategy,
-                                   previous=evolving.tokenizer)
+                    applied = apply_revision(evolving.model, evolving.optimizer, diff, strategy=settings.strategy,
+                                             previous=evolving.tokenizer)
                     evolving.tokenizer, evolving.version = tokenizer, number
+                    # (A zip2zip model reads hypertokens: its rows learn in its own loss, not this one.)
+                    if evolving.zip2zip is None and recent:
+                        warming = time.perf_counter()  # part of the evolving model's training time
+                        warm_new_rows(evolving.model, applied.changed,
+                                      *token_batch(tokenizer, list(recent), seq_len=settings.seq_len),
+                                      steps=settings.warm_steps, lr=settings.warm_lr)
+                        evolving.seconds += time.perf_counter() - warming
             texts = [d.text for d in part[start:start + settings.train_batch]]
             for run in runs.values():
                 run.step(texts, settings.seq_len)
+            recent.extend(texts)
             bar.update(len(texts))
         train_seconds = time.perf_counter() - trained
         if p + 1 < len(parts):
             scored = time.perf_counter()
             bits = _bits_per_byte(runs, _scored(parts[p + 1], settings))
             rows.append({"part": p + 1, "trained_through": p, "version": runs["evolving"].version,
-                         "bits_per_byte": bits,
+                         "static": bits["static"], "evolving": bits["evolving"], "bits_per_byte": bits,
                          "tokens": {name: run.tokens - tokens_before[name] for name, run in runs.items()},
                          "train_seconds": train_seconds, "eval_seconds": time.perf_counter() - scored})
     bar.close()

@@ -75,7 +75,9 @@ class Trainer:
                  if resuming else None)
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
         self.follower = LineageFollower(registry, lineage, version=stamp.version if stamp else None, events=events,
-                                        strategy=settings.strategy, retry_steps=settings.retry_steps)
+                                        strategy=settings.strategy, retry_steps=settings.retry_steps,
+                                        warm_steps=settings.warm_steps, warm_docs=settings.warm_docs,
+                                        warm_lr=settings.warm_lr)
         self.position, self.step = data.start, 0  # the next batch's position, the optimizer steps done
         torch.manual_seed(settings.seed)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(self.tokenizer.id_space, **(model_config or {}))).to(self.device)

@@ -36,6 +36,10 @@ class TrainerSettings(Settings):
                                            "first of --eval-data)")
     eval_bytes: int = setting(256, whole(1), "bytes of each held-out document scored, at most (its start)")
     retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
+    warm_steps: int = setting(20, whole(0), "steps a version's new rows train alone on the last batches before the "
+                                            "model trains on (0: none)")
+    warm_docs: int = setting(64, whole(1), "documents of the last batches the new rows warm up on")
+    warm_lr: float = setting(3e-3, Number(float, low=0, low_open=True), "the new rows' learning rate in their warm-up")
     seed: int = setting(0, whole(0), "the model's initial weights")
 
 

@@ -22,6 +22,7 @@ def test_the_report_has_every_figure(report):
     assert report["plot"].endswith("lifelong.png")
     for row in report["parts"]:
         assert all(0 < bits < 16 for bits in row["bits_per_byte"].values())
+        assert (row["static"], row["evolving"]) == (row["bits_per_byte"]["static"], row["bits_per_byte"]["evolving"])
 
 
 def test_the_evolving_model_takes_versions_and_processes_fewer_tokens(report):

@@ -1,0 +1,69 @@
+"""trainer.new_rows: a revision's new rows warmed up alone on recent text."""
+
+import torch
+from transformers import GPT2LMHeadModel
+
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.tedtok import TedTok, TedTokConfig
+from trainer.apply_revision import apply_revision
+from trainer.follow import token_batch
+from trainer.loop import tiny_gpt2_config
+from trainer.new_rows import warm_new_rows
+
+OLD = ["the stream of words goes on"] * 8
+NEW = ["kubernetes kubernetes pods and kubernetes nodes"] * 8
+
+
+def _revised():
+    """A model trained a little on the old text, a revision that adds the new text's merges
+    (applied), the new version and the model's optimizer."""
+    old = BPETokenizer.train(OLD, vocab_size=290, special_tokens=["<|endoftext|>"])
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(tiny_gpt2_config(old.id_space))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(5):
+        model(**dict(zip(("input_ids", "labels"), token_batch(old, OLD, seq_len=32)))).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    tedtok = TedTok(old, config=TedTokConfig(alpha=0.5, beta=1.0, batch_size=8, interval=1))
+    revision = None
+    while revision is None:
+        revision = tedtok.observe_texts(NEW)
+    applied = apply_revision(model, optimizer, revision.diff, previous=old)
+    return model, optimizer, applied, revision.tokenizer
+
+
+def _loss(model, tokenizer, texts):
+    with torch.no_grad():
+        inputs, labels = token_batch(tokenizer, texts, seq_len=32)
+        return model(input_ids=inputs, labels=labels).loss.item()
+
+
+def test_the_new_rows_learn_the_new_text_and_nothing_else_moves():
+    model, optimizer, applied, new = _revised()
+    assert applied.changed
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    state = {k: v.clone() for k, v in optimizer.state[model.get_input_embeddings().weight].items()}
+    loss_before = _loss(model, new, NEW)
+    losses = warm_new_rows(model, applied.changed, *token_batch(new, NEW + OLD, seq_len=32), steps=10, lr=1e-2)
+    assert len(losses) == 10 and _loss(model, new, NEW) < loss_before
+    for name, p in model.named_parameters():
+        moved = (p != before[name]).reshape(p.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
+        if name == "transformer.wte.weight":  # tied: the input and the output rows
+            assert moved and set(moved) <= set(applied.changed)
+        else:
+            assert moved == [], name
+    after = optimizer.state[model.get_input_embeddings().weight]
+    assert all(torch.equal(after[k], v) for k, v in state.items())  # the loop's optimizer untouched
+
+
+def test_only_texts_that_hold_a_new_token_are_read_and_the_loop_keeps_its_gradients():
+    model, _, applied, new = _revised()
+    weight = model.get_input_embeddings().weight
+    weight.grad = torch.ones_like(weight)  # a loop that accumulates gradients over micro-batches
+    frozen = model.transformer.h[0].attn.c_attn.weight
+    frozen.requires_grad_(False)
+    assert warm_new_rows(model, applied.changed, *token_batch(new, OLD, seq_len=32), steps=5, lr=1e-2) == []
+    assert warm_new_rows(model, applied.changed, *token_batch(new, NEW, seq_len=32), steps=0, lr=1e-2) == []
+    assert len(warm_new_rows(model, applied.changed, *token_batch(new, NEW, seq_len=32), steps=2, lr=1e-2)) == 2
+    assert torch.equal(weight.grad, torch.ones_like(weight)) and not frozen.requires_grad and weight.requires_grad

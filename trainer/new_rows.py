@@ -1,0 +1,90 @@
+"""A revision's new rows warmed up alone, before the model trains on with them.
+
+A row a revision makes (``apply_revision``) starts as a guess from its parents' rows: the model
+has never read or predicted the token. Trained on at the model's own learning rate among all
+its weights, the row needs many steps to catch up, and meanwhile the model reads and predicts
+the token's text worse than it did in two pieces: the revision costs bits per byte. Here the new
+rows alone take a few Adam steps of the language-modelling loss on text the model has just
+trained on, encoded with the new version (only the texts that hold a new token), every other
+weight frozen: the rows learn what the model already knows of their text, in the contexts it
+already reads, and nothing else moves (as Token Distillation fits new input rows against the
+frozen model, arXiv 2505.20133; here the loss is the next-token loss, which fits a tied input
+and output row together).
+
+    applied = apply_revision(model, optimizer, diff)
+    inputs, labels = token_batch(new_version, recent_texts, seq_len=128)
+    losses = warm_new_rows(model, applied.changed, inputs, labels, steps=20, lr=3e-3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from trainer.apply_revision import embedding_matrices
+
+
+def holding(inputs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """Which rows of ``inputs`` hold one of ``ids``.
+
+    >>> holding(torch.tensor([[1, 2], [3, 4]]), [4]).tolist()
+    [False, True]
+    """
+    return torch.isin(inputs, torch.tensor(list(ids), dtype=inputs.dtype, device=inputs.device)).any(dim=1)
+
+
+def warm_new_rows(model: nn.Module, ids: Sequence[int], inputs: torch.Tensor, labels: torch.Tensor, *,
+                  steps: int, lr: float) -> list[float]:
+    """Train the rows ``ids`` of the embedding matrices (input and, untied, output) alone for
+    ``steps`` full-batch Adam steps of the language-modelling loss on the rows of ``inputs`` that
+    hold one of them; the losses before each step (empty when no row holds one). Every other
+    weight and row is left bit for bit; the model's own optimizer is not touched.
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))
+    >>> before = model.get_input_embeddings().weight.detach().clone()
+    >>> batch = torch.tensor([[1, 5, 2, 5], [1, 2, 3, 4]])
+    >>> losses = warm_new_rows(model, [5], batch, batch, steps=5, lr=0.1)
+    >>> len(losses), losses[-1] < losses[0]
+    (5, True)
+    >>> moved = (model.get_input_embeddings().weight != before).any(dim=1).nonzero().flatten().tolist()
+    >>> moved
+    [5]
+    """
+    picked = holding(inputs, ids)
+    if steps <= 0 or not ids or not bool(picked.any()):
+        return []
+    device = model.get_input_embeddings().weight.device
+    inputs, labels = inputs[picked].to(device), labels[picked].to(device)
+    matrices = embedding_matrices(model)
+    mask = torch.zeros(matrices[0].shape[0], 1, device=device, dtype=matrices[0].dtype)
+    mask[list(ids)] = 1
+    trainable = [p.requires_grad for p in model.parameters()]
+    grads = [p.grad for p in model.parameters()]  # the loop's own (accumulated) gradients stay as they were
+    was_training = model.training
+    losses = []
+    try:
+        for p in model.parameters():
+            p.grad = None
+            p.requires_grad_(any(p is m for m in matrices))
+        # Adam without weight decay: a row with no gradient (every other one) never moves.
+        optimizer = torch.optim.Adam(matrices, lr=lr)
+        model.train()
+        with torch.enable_grad():
+            for _ in range(steps):
+                # forward, not __call__: the loop's hooks on the model (a collator's) are for its batches
+                loss = model.forward(input_ids=inputs, labels=labels).loss
+                loss.backward()
+                for matrix in matrices:
+                    matrix.grad.mul_(mask)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+    finally:
+        for p, flag, grad in zip(model.parameters(), trainable, grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        model.train(was_training)
+    return losses
