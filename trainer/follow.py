@@ -60,6 +60,7 @@ from trainer.checkpoint import TokenizerStamp
 from trainer.hub import HubVersions
 from trainer.new_rows import warm_new_rows
 from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
+from trainer.settings import WARM_DOCS, WARM_LR, WARM_STEPS
 
 log = logging.getLogger("tokmaint.trainer")
 
@@ -104,7 +105,8 @@ class LineageFollower:
 
     def __init__(self, registry: RegistryClient | HubVersions | str, lineage: str, *, version: int | None = None,
                  events: tuple[str, str] | None = None, strategy: Strategy = "parents_mean",
-                 retry_steps: int = 10, warm_steps: int = 20, warm_docs: int = 64, warm_lr: float = 3e-3) -> None:
+                 retry_steps: int = 10, warm_steps: int = WARM_STEPS, warm_docs: int = WARM_DOCS,
+                 warm_lr: float = WARM_LR) -> None:
         """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
         ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
         by default the latest (under ``torch.distributed``, rank 0's latest). ``events``:

@@ -36,13 +36,13 @@ from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
 from trainer.new_rows import warm_new_rows
-from trainer.settings import CAUSAL_LM_LOSS
+from trainer.settings import CAUSAL_LM_LOSS, NewRowWarmUpSettings
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
 
 
-class LifelongBenchSettings(StreamSettings):
+class LifelongBenchSettings(StreamSettings, NewRowWarmUpSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_LIFELONG_")
 
     vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the first version (trained on the first "
@@ -59,10 +59,6 @@ class LifelongBenchSettings(StreamSettings):
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     strategy: Strategy = setting("parents_mean", None, f"how the evolving model's new rows start: "
                                                        f"{', '.join(STRATEGIES)}")
-    warm_steps: int = setting(20, whole(0), "steps the new rows of a revision train alone on the documents the model "
-                                            "trained on last (trainer.new_rows; 0: none)")
-    warm_docs: int = setting(64, whole(1), "documents the model trained on last that the new rows warm up on")
-    warm_lr: float = setting(3e-3, Number(float, low=0, low_open=True), "the new rows' learning rate in their warm-up")
     eval_docs: int = setting(48, whole(1), "documents of the next part scored after each part")
     eval_bytes: int = setting(192, whole(1), "bytes of each scored document, at most (its start)")
     seed: int = setting(0, whole(0), "the models' initial weights (the same for all)")

@@ -22,7 +22,21 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 CAUSAL_LM_LOSS = "ForCausalLM"
 
 
-class TrainerSettings(Settings):
+# The new rows' warm-up after a revision (trainer.new_rows): LineageFollower's defaults and the settings'.
+WARM_STEPS, WARM_DOCS, WARM_LR = 20, 64, 3e-3
+
+
+class NewRowWarmUpSettings(Settings):
+    """How a revision's new rows warm up alone before the model trains on (``trainer.new_rows``)."""
+
+    warm_steps: int = setting(WARM_STEPS, whole(0), "steps a version's new rows train alone on the last batches "
+                                                    "before the model trains on (0: none)")
+    warm_docs: int = setting(WARM_DOCS, whole(1), "documents of the last batches the new rows warm up on")
+    warm_lr: float = setting(WARM_LR, Number(float, low=0, low_open=True),
+                             "the new rows' learning rate in their warm-up")
+
+
+class TrainerSettings(NewRowWarmUpSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_TRAINER_")
 
     batch_size: int = setting(8, whole(1), "documents per batch")
@@ -36,10 +50,6 @@ class TrainerSettings(Settings):
                                            "first of --eval-data)")
     eval_bytes: int = setting(256, whole(1), "bytes of each held-out document scored, at most (its start)")
     retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
-    warm_steps: int = setting(20, whole(0), "steps a version's new rows train alone on the last batches before the "
-                                            "model trains on (0: none)")
-    warm_docs: int = setting(64, whole(1), "documents of the last batches the new rows warm up on")
-    warm_lr: float = setting(3e-3, Number(float, low=0, low_open=True), "the new rows' learning rate in their warm-up")
     seed: int = setting(0, whole(0), "the model's initial weights")
 
 
