@@ -224,12 +224,11 @@ def cmd_bench_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest_server(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from pydantic import ValidationError
 
     from pipeline.http_ingest import create_ingest_app
     from registry.api.in_flight import Limits
+    from registry.api.lingering_close import serve
     from registry.config import RegistrySettings
     from tokenizer_service.errors import TokmaintError
 
@@ -245,7 +244,7 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
                     min_upload_rate=args.min_upload_kib_per_second * 1024)
     app = create_ingest_app(_pipeline_settings(args), token=registry.token, insecure_dev=args.insecure_dev,
                             max_records=args.max_records, limits=limits)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 

@@ -22,9 +22,9 @@ from tokenizer_service.settings import Number, whole
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
+    from registry.api.lingering_close import serve
     from registry.api.main import create_app
     from registry.config import RegistrySettings
     from tokenizer_service.errors import TokmaintError
@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Start-up's objects are frozen out of collections and the young generation made large.
     gc.freeze()
     gc.set_threshold(100_000, 20, 100)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
