@@ -629,6 +629,15 @@ def generate(models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, s
     return bytes(out)
 
 
+def first_bytes(text: str, limit: int) -> str:
+    """The longest start of ``text`` of at most ``limit`` UTF-8 bytes, in whole characters.
+
+    >>> first_bytes("naïve", 3), first_bytes("naïve", 4)
+    ('na', 'naï')
+    """
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+
+
 def fit_text(models: Sequence[ByteLevelModel], text: str) -> str:
     """``text``, or as much of its start as every model can read in one context (its canonical
     tokens and a few more for the tree's branches).

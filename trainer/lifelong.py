@@ -32,7 +32,7 @@ from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_removed
-from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, fit_text
+from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, first_bytes, fit_text
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
 from trainer.new_rows import warm_new_rows
@@ -55,7 +55,8 @@ class LifelongBenchSettings(StreamSettings, NewRowWarmUpSettings):
                                                                       "oldest)")
     parts: int = setting(6, whole(2), "parts the stream is cut into by time; each is scored before it is trained on")
     train_batch: int = setting(16, whole(1), "documents per optimizer step")
-    seq_len: int = setting(128, whole(2), "tokens per document, at most, in training")
+    doc_bytes: int = setting(384, whole(1), "bytes of each document trained on, at most (its start): both models "
+                                            "read the same text whole, so their token counts compare")
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     strategy: Strategy = setting("parents_mean", None, f"how the evolving model's new rows start: "
                                                        f"{', '.join(STRATEGIES)}")
@@ -70,12 +71,14 @@ class TinyModel:
     with and the tokens it has processed (codes, for a zip2zip model). ``max_merge`` above 1: it
     reads and predicts LZW hypertokens of each document (``trainer.zip2zip``)."""
 
-    def __init__(self, tokenizer: BPETokenizer, *, lr: float, seed: int, max_merge: int = 1) -> None:
+    def __init__(self, tokenizer: BPETokenizer, *, lr: float, seed: int, max_merge: int = 1,
+                 n_positions: int = 256) -> None:
         torch.manual_seed(seed)
         # No dropout: two models then differ by their versions alone (same weights, same batches).
         bos = bos_token_id(tokenizer)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, resid_pdrop=0.0, embd_pdrop=0.0,
-                                                      attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos))
+                                                      attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos,
+                                                      n_positions=n_positions))
         self.model.loss_type = CAUSAL_LM_LOSS
         self.zip2zip = Zip2zipLM(self.model, max_merge=max_merge, bos_token_id=bos) if max_merge > 1 else None
         extra = hyper_parameters(self.zip2zip) if self.zip2zip is not None else []
@@ -113,7 +116,7 @@ def _scored(docs: list[Document], settings: LifelongBenchSettings) -> list[str]:
     """The documents of a part that are scored: ``eval_docs`` of them evenly spaced, each its first
     ``eval_bytes`` bytes (whole characters)."""
     picked = [docs[round(k)] for k in np.linspace(0, len(docs) - 1, min(settings.eval_docs, len(docs)))]
-    return [d.text.encode("utf-8")[: settings.eval_bytes].decode("utf-8", errors="ignore") for d in picked]
+    return [first_bytes(d.text, settings.eval_bytes) for d in picked]
 
 
 def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str]) -> dict[str, float]:
@@ -158,8 +161,10 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
         (bounds[1] + tedtok.store.step * settings.step_docs, (number, tokenizer, diff)))], progress=progress)
     pending = list(versions)
 
+    # Every token is at least a byte: a document of doc_bytes bytes is never cut by its tokens.
+    seq_len = settings.doc_bytes + 1
     arms = ["static", "evolving"] + (["static_zip2zip", "evolving_zip2zip"] if settings.max_merge > 1 else [])
-    runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed,
+    runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed, n_positions=max(256, seq_len),
                             max_merge=settings.max_merge if name.endswith("zip2zip") else 1) for name in arms}
     rows = []
     recent: deque[str] = deque(maxlen=settings.warm_docs)  # what the models trained on last
@@ -179,12 +184,12 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
                     if evolving.zip2zip is None and recent:
                         warming = time.perf_counter()  # part of the evolving model's training time
                         warm_new_rows(evolving.model, applied.changed,
-                                      *token_batch(tokenizer, list(recent), seq_len=settings.seq_len),
+                                      *token_batch(tokenizer, list(recent), seq_len=seq_len),
                                       steps=settings.warm_steps, lr=settings.warm_lr)
                         evolving.seconds += time.perf_counter() - warming
-            texts = [d.text for d in part[start:start + settings.train_batch]]
+            texts = [first_bytes(d.text, settings.doc_bytes) for d in part[start:start + settings.train_batch]]
             for run in runs.values():
-                run.step(texts, settings.seq_len)
+                run.step(texts, seq_len)
             recent.extend(texts)
             bar.update(len(texts))
         train_seconds = time.perf_counter() - trained

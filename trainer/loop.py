@@ -63,7 +63,7 @@ class Trainer:
         byte every ``eval_every`` steps (their first ``eval_bytes`` bytes), whatever version it
         reads with (``trainer.byte_level``)."""
         settings = settings or TrainerSettings()
-        self.held_out = [t.encode("utf-8")[: settings.eval_bytes].decode("utf-8", errors="ignore") for t in held_out]
+        self.held_out = [first_bytes(t, settings.eval_bytes) for t in held_out]
         self.evaluations: list[dict[str, Any]] = []
         self.registry, self.lineage, self.data, self.settings = registry, lineage, data, settings
         self.checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None

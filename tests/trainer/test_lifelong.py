@@ -4,7 +4,7 @@ import pytest
 
 from trainer.lifelong import LifelongBenchSettings, run_lifelong_bench
 
-SMALL = dict(max_mb=0.25, parts=3, eval_docs=3, eval_bytes=48, train_batch=8, seq_len=48, vocab_size=300,
+SMALL = dict(max_mb=0.25, parts=3, eval_docs=3, eval_bytes=48, train_batch=8, doc_bytes=96, vocab_size=300,
              step_docs=16, interval_docs=32, warmup_docs=32, horizon_docs=320)
 
 
@@ -41,3 +41,22 @@ def test_until_the_first_revision_the_two_models_are_one(report):
         assert bits["static"] == bits["evolving"] == pytest.approx(bits["ensemble"], abs=1e-6)
         assert bits["static_zip2zip"] == pytest.approx(bits["evolving_zip2zip"], rel=1e-6)
         assert first["tokens"]["static"] == first["tokens"]["evolving"]
+
+
+def test_the_static_model_processes_every_byte_of_each_document_s_start(report):
+    """Documents are cut by bytes, not tokens: the static model's tokens are exactly those of each
+    document's first ``doc_bytes`` bytes in the first version (nothing cut by a token limit), so
+    the two models' counts compare the same text."""
+    from tokenizer_service.bpe import BPETokenizer
+    from tokenizer_service.corpus import oldest, read_corpus
+    from tokenizer_service.hub_files import BOS_TOKENS
+    from trainer.byte_level import first_bytes
+    from trainer.lifelong import SAMPLE
+
+    settings = LifelongBenchSettings(**SMALL)
+    docs = oldest(read_corpus(SAMPLE), settings.max_mb)
+    first_part = [d.text for d in docs[: round(len(docs) / settings.parts)]]
+    initial = BPETokenizer.train(first_part, vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]])
+    cut = [first_bytes(d.text, settings.doc_bytes) for d in docs]
+    assert any(len(initial.encode(text)) > settings.doc_bytes // 2 for text in cut)  # long enough to be cut
+    assert report["tokens"]["static"] == sum(len(initial.encode(text)) for text in cut)
