@@ -8,6 +8,10 @@ the stream, both are scored on the next part, the future neither has seen, in bi
     report = run_lifelong_bench("data/git-commits-sample.jsonl.gz", LifelongBenchSettings())
     report["bits_per_byte"]["evolving"], report["tokens"]["evolving"]
 
+``token_savings``: the share of the static model's tokens the evolving one saved, beside what a
+tokenizer trained anew on each part and used for the next would have saved (a reference for how
+far the stream drifts at this vocabulary size).
+
 The stream is cut by time into ``parts`` of as many documents; the initial version is trained on
 the first part, Ted-Tok replays the rest in steps of ``step_docs`` documents, and a version made
 after step s reaches the evolving model before the batch that holds the step's next document.
@@ -134,6 +138,21 @@ def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str]) -> dict[str, fl
     return {**bits, **{name: run.code_bits(texts) / n_bytes for name, run in runs.items() if run.zip2zip is not None}}
 
 
+def _retrained_saving(parts: list[list[Document]], initial: BPETokenizer, settings: LifelongBenchSettings) -> float:
+    """The share of the static model's tokens a tokenizer trained anew (at ``vocab_size``) on
+    each part, and used for the next, would save on the text trained on: what retraining from
+    scratch, with no regard for the model, would have bought on this stream."""
+    static = retrained = 0
+    for p, part in enumerate(parts):
+        texts = [first_bytes(d.text, settings.doc_bytes) for d in part]
+        reader = initial if p == 0 else BPETokenizer.train([d.text for d in parts[p - 1]],
+                                                           vocab_size=settings.vocab_size,
+                                                           special_tokens=[BOS_TOKENS[0]])
+        static += sum(map(len, initial.encode_batch(texts)))
+        retrained += sum(map(len, reader.encode_batch(texts)))
+    return 1 - retrained / static
+
+
 def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBenchSettings | None = None, *,
                        plot: str | Path | None = None, progress: bool = False) -> dict[str, Any]:
     """Static against evolving through the stream (see the module); ``plot``: a folder to draw
@@ -205,6 +224,8 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
     report = {
         "bits_per_byte": mean,
         "tokens": {name: run.tokens for name, run in runs.items()},
+        "token_savings": {"evolving": 1 - runs["evolving"].tokens / runs["static"].tokens,
+                          "retrained_each_part": _retrained_saving(parts, initial, settings)},
         "train_seconds": {name: run.seconds for name, run in runs.items()},
         "versions": 1 + len(versions), "parts": rows, "documents": len(docs),
         "evolving_vs_static": mean["evolving"] / mean["static"] - 1,

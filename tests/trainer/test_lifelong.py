@@ -60,3 +60,11 @@ def test_the_static_model_processes_every_byte_of_each_document_s_start(report):
     cut = [first_bytes(d.text, settings.doc_bytes) for d in docs]
     assert any(len(initial.encode(text)) > settings.doc_bytes // 2 for text in cut)  # long enough to be cut
     assert report["tokens"]["static"] == sum(len(initial.encode(text)) for text in cut)
+
+
+def test_token_savings_are_the_evolving_model_s_and_a_retrained_tokenizer_s(report):
+    savings, tokens = report["token_savings"], report["tokens"]
+    assert savings["evolving"] == pytest.approx(1 - tokens["evolving"] / tokens["static"])
+    assert savings["evolving"] > 0
+    # A tokenizer trained on each part reads the next one in other tokens than the first version.
+    assert savings["retrained_each_part"] != 0 and -1 < savings["retrained_each_part"] < 1
