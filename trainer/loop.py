@@ -30,7 +30,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from trainer.apply_revision import set_removed
-from trainer.byte_level import ByteLevelModel, evaluate_texts
+from trainer.byte_level import ByteLevelModel, evaluate_texts, first_bytes
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
 from trainer.follow import LineageFollower
