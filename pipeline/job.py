@@ -37,9 +37,10 @@ from pipeline.counting_pool import CountingPool, PendingCounts, PreparedTexts
 from pipeline.kafka import Producer, Record
 from pipeline.lineage_statistics import MAX_PAIRS, LineageStatistics
 from pipeline.metrics import PipelineMetrics
+from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_registry
 from pipeline.stream import ReadAhead, Step, StepReader
 from pipeline.topics import PipelineSettings, dead_letter_headers
-from registry.client import RegistryClient
+from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.counting import StepCounts
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
@@ -408,3 +409,48 @@ class PipelineJob:
                 last = now
         self._catch_up()
         return documents, dead, megabytes, done
+
+
+def run_through_outages(*, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
+                        registry: RegistryClient, lineage: str, metrics: PipelineMetrics | None = None,
+                        max_steps: int | None = None, until_idle: bool = False,
+                        wait: float = DEFAULT_WAIT_SECONDS) -> dict[str, Any]:
+    """``PipelineJob.run``, started again whenever Redis or the registry goes away, once it
+    answers: what Redis kept is the state a restart resumes from, and a revision the registry did
+    not take stays pending there, published by the job that starts again. A long-running job
+    waits as long as it takes; ``until_idle``, ``wait`` seconds. A registry that refuses (a 4xx)
+    is no outage: its error is raised.
+
+        report = run_through_outages(settings=PipelineSettings(), stream=StreamSettings(),
+                                     redis_client=connect_redis(url), registry=client, lineage="news")
+    """
+    patience = wait if until_idle else float("inf")  # how long a part that went away is waited for
+    while True:
+        job = None
+        try:
+            job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client, registry=registry,
+                              lineage=lineage, metrics=metrics)
+            return job.run(max_steps=max_steps, until_idle=until_idle)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("Redis at %s went away (%s): starting again from its statistics once it answers",
+                        settings.redis, exc)
+            if metrics is not None:
+                metrics.redis_down.labels(lineage).set(1)
+                metrics.restarts.labels(lineage).inc()
+            redis_client = connect_redis(settings.redis, wait=patience)
+            if metrics is not None:
+                metrics.redis_down.labels(lineage).set(0)
+        except RegistryRefused as exc:
+            if exc.status and exc.status < 500:  # a refusal, not a registry that is down
+                raise
+            log.warning("the registry at %s did not answer (%s): starting again once it does",
+                        registry.http.base_url, exc)
+            if metrics is not None:
+                metrics.restarts.labels(lineage).inc()
+            wait_for_registry(str(registry.http.base_url), wait=patience)
+        finally:
+            try:
+                if job is not None:
+                    job.close()
+            except (redis.ConnectionError, redis.TimeoutError):  # what was not written is counted again
+                pass

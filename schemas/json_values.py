@@ -64,6 +64,34 @@ def parse_timestamp(value: Any) -> datetime:
         raise ValueError(f"'ts' is out of range in UTC: {value[:40]!r}") from None
 
 
+def repeated_keys(pairs: list[tuple[str, Any]]) -> tuple[str, ...]:
+    """The keys of a JSON object's pairs that an earlier pair already named (JSON keeps the last).
+
+    >>> repeated_keys([("a", 1), ("b", 2), ("a", 3)])
+    ('a',)
+    """
+    seen: set[str] = set()
+    return tuple(k for k, _ in pairs if k in seen or seen.add(k))
+
+
+class JSONObject(dict):
+    """A parsed JSON object that remembers the keys it held more than once, for a reader that
+    reports every problem of a file (a tokenizer.json) instead of stopping at the first.
+
+    >>> json.loads('{"a": 1, "a": 2}', object_pairs_hook=JSONObject.from_pairs).duplicates
+    ('a',)
+    """
+
+    duplicates: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> "JSONObject":
+        obj = cls(pairs)
+        if len(obj) != len(pairs):
+            obj.duplicates = repeated_keys(pairs)
+        return obj
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object, refused when it names a key twice (JSON would silently keep the last).
 
@@ -74,9 +102,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """
     record = dict(pairs)
     if len(record) != len(pairs):
-        seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"key {twice!r} appears twice")
+        raise ValueError(f"key {repeated_keys(pairs)[0]!r} appears twice")
     return record
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.test_loop import _lineage, _publish, _versions
+from tests.support.lineages import create_lineage, publish_revision, tedtok_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("follow_loop.py", "hf_trainer.py")
@@ -19,7 +19,7 @@ EXAMPLES = ("follow_loop.py", "hf_trainer.py")
 
 @pytest.fixture(scope="module")
 def lineage_versions(drifting_corpus):
-    return _versions(drifting_corpus, 300)
+    return tedtok_versions(drifting_corpus, 300)
 
 
 def _run(example: str, *argv: str, publish=None) -> list[str]:
@@ -43,9 +43,10 @@ def _run(example: str, *argv: str, publish=None) -> list[str]:
 def test_an_example_takes_a_version_published_while_it_trains(example, registry_server, lineage_versions, tmp_path):
     url, _ = registry_server
     _, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     said = _run(example, "--registry", url, "--lineage", name, "--steps", "100", "--batch-size", "4",
-                "--seq-len", "32", "--out", str(tmp_path / "out"), publish=lambda: _publish(url, name, revisions[0]))
+                "--seq-len", "32", "--out", str(tmp_path / "out"),
+                publish=lambda: publish_revision(url, name, revisions[0]))
     assert any(f"training {name} version 1" in line for line in said)
     assert any(line.startswith("tokmaint.trainer: trainer: took version 2 at step ") for line in said)
     assert f"ended on {name} version 2 after 100 steps" in said[-1]
@@ -54,11 +55,11 @@ def test_an_example_takes_a_version_published_while_it_trains(example, registry_
 def test_the_trainer_example_resumes_from_its_checkpoint(registry_server, lineage_versions, tmp_path):
     url, _ = registry_server
     _, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     common = ["--registry", url, "--lineage", name, "--batch-size", "4", "--seq-len", "32", "--save-steps", "4",
               "--out", str(tmp_path)]
     _run("hf_trainer.py", *common, "--steps", "4")
-    _publish(url, name, revisions[0])
+    publish_revision(url, name, revisions[0])
     said = _run("hf_trainer.py", *common, "--steps", "8", "--resume", str(tmp_path / "checkpoint-4"))
     assert any(f"training {name} version 1 from step 4" in line for line in said)
     assert f"ended on {name} version 2 after 8 steps" in said[-1]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import pydantic_core
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from schemas.json_values import json_kind
+from schemas.json_values import JSONObject, json_kind
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.heap import release_free_memory
 from tokenizer_service.round_trip import pipeline_steps
@@ -100,20 +100,6 @@ def ascii_to_byte_level(word: str) -> str:
     return word.translate(_ASCII_TO_BYTE_LEVEL)
 
 
-class _JSONObject(dict):
-    """A parsed JSON object that remembers the keys it held more than once (JSON keeps the last)."""
-
-    duplicates: tuple[str, ...] = ()
-
-    @classmethod
-    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> "_JSONObject":
-        obj = cls(pairs)
-        if len(obj) != len(pairs):
-            seen: set[str] = set()
-            obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
-        return obj
-
-
 def parse_json(text: str | bytes, *, source: str | Path | None = None) -> Any:
     """JSON as tokmaint reads tokenizer files: objects remember keys they held twice, and
     anything unreadable is an :class:`InvalidTokenizer` with the reason.
@@ -122,7 +108,7 @@ def parse_json(text: str | bytes, *, source: str | Path | None = None) -> Any:
     ('a',)
     """
     try:
-        return json.loads(text, object_pairs_hook=_JSONObject.from_pairs)
+        return json.loads(text, object_pairs_hook=JSONObject.from_pairs)
     except json.JSONDecodeError as exc:
         raise InvalidTokenizer([f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"],
                                source=source) from None
@@ -141,7 +127,7 @@ def json_shape_problems(data: Any) -> Iterator[str]:
     """Every key a JSON object held twice, by its JSON path, and a part nested deeper than
     ``MAX_JSON_DEPTH`` (walked without recursion: nothing later recurses into a deep file).
 
-    >>> list(json_shape_problems(json.loads('{"m": {"a": 1, "a": 2}}', object_pairs_hook=_JSONObject.from_pairs)))
+    >>> list(json_shape_problems(json.loads('{"m": {"a": 1, "a": 2}}', object_pairs_hook=JSONObject.from_pairs)))
     ["m: key 'a' appears more than once"]
     >>> deep = {}
     >>> for _ in range(100):

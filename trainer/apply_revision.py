@@ -8,8 +8,9 @@ For each entry of the revision diff (``schemas.revision.RevisionDiff``):
   (Ted-Tok: the mean of the rows of the merge's two parents, a parent changed by the same
   revision taken as it is made, so the order of a batch does not matter), ``subtoken_mean``
   (the mean of the rows of the previous version's encoding of the new token) or ``hyper``
-  (zip2zip's hyper-encoder, fitted on the model's own merged tokens to predict a token's row
-  from its two pieces' rows, applied to the new merges as ``parents_mean`` is);
+  (``PairEncoder``, after zip2zip's hyper-encoder, fitted on the model's own merged tokens to
+  predict a token's row from its two pieces' rows, applied to the new merges as ``parents_mean``
+  is);
 * ``removed``: the id's rows are zeroed and its logit masked to −inf (never generated, never a
   target: the tokenizer no longer emits it); so are the rows a growing vocabulary adds that no
   entry fills (a composed diff over a token added and removed again names neither);
@@ -97,9 +98,15 @@ def _subtoken_rows(matrix: torch.Tensor, previous: BPETokenizer, token: str) -> 
     return matrix[torch.tensor(ids, device=matrix.device)].mean(dim=0)
 
 
-class HyperEncoder(nn.Module):
-    """zip2zip's hyper-encoder for a merge of two pieces: their rows' mean plus an MLP of the
-    two rows (its last layer starts at zero, so an untrained one is ``parents_mean``)."""
+class PairEncoder(nn.Module):
+    """A merged token's row from its two pieces' rows, after zip2zip's hyper-encoder
+    (``trainer.zip2zip.HyperEncoder`` pools a hypertoken of any length; this one a pair): their
+    rows' mean plus an MLP of the two rows (its last layer starts at zero, so an untrained one is
+    ``parents_mean``).
+
+    >>> PairEncoder(2)(torch.tensor([1.0, 3.0]), torch.tensor([3.0, 5.0])).tolist()
+    [2.0, 4.0]
+    """
 
     def __init__(self, dim: int, *, hidden: int = 64) -> None:
         super().__init__()
@@ -111,15 +118,15 @@ class HyperEncoder(nn.Module):
         return (first + second) / 2 + self.mlp(torch.cat([first, second], dim=-1))
 
 
-def train_hyper_encoder(matrix: torch.Tensor, merges: list[tuple[int, int, int]], *, steps: int = 300,
-                        seed: int = 0) -> HyperEncoder:
-    """A hyper-encoder fitted on the model's own merged tokens: ``merges`` (first, second, token
+def train_pair_encoder(matrix: torch.Tensor, merges: list[tuple[int, int, int]], *, steps: int = 300,
+                       seed: int = 0) -> PairEncoder:
+    """A pair encoder fitted on the model's own merged tokens: ``merges`` (first, second, token
     ids) whose rows are known, to predict a token's row from its pieces' rows (full batch,
     mean squared error, Adam; deterministic for a seed on a device)."""
     devices = [matrix.device.index or 0] if matrix.is_cuda else []
     with torch.random.fork_rng(devices=devices):  # the caller's randomness stays as it was
         torch.manual_seed(seed)
-        encoder = HyperEncoder(matrix.shape[1]).to(matrix.device, matrix.dtype)
+        encoder = PairEncoder(matrix.shape[1]).to(matrix.device, matrix.dtype)
     if not merges:
         return encoder
     first, second, token = (matrix.detach()[list(ids)] for ids in zip(*merges))
@@ -148,7 +155,7 @@ def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy
     if strategy == "hyper":
         if previous is None:
             raise ValueError("hyper needs the previous version's tokenizer (its merges train the encoder)")
-        encoder = train_hyper_encoder(matrix, _known_merges(previous, {e.id for e in entries}))
+        encoder = train_pair_encoder(matrix, _known_merges(previous, {e.id for e in entries}))
         combine = lambda first, second: encoder(first, second)  # noqa: E731
     else:
         combine = lambda first, second: (first + second) / 2  # noqa: E731

@@ -30,6 +30,27 @@ class TrainingTexts(Protocol):
     def close(self) -> None: ...
 
 
+def held_out_split(texts: list[str] | None, eval_texts: list[str] | None, *, eval_docs: int,
+                   eval_every: int) -> tuple[list[str] | None, list[str]]:
+    """The texts to train on and those held out to score the model on: the first ``eval_docs``
+    of ``eval_texts`` where there are some; else, with scoring on (``eval_every``) and a corpus of
+    more than twice ``eval_docs`` texts, the corpus's newest ``eval_docs``, kept out of training.
+    ``texts`` None: a live topic, nothing of which is held out.
+
+    >>> held_out_split(list("abcdefg"), None, eval_docs=2, eval_every=10)
+    (['a', 'b', 'c', 'd', 'e'], ['f', 'g'])
+    >>> held_out_split(list("abcdefg"), ["x", "y", "z"], eval_docs=2, eval_every=10)
+    (['a', 'b', 'c', 'd', 'e', 'f', 'g'], ['x', 'y'])
+    >>> held_out_split(list("abc"), None, eval_docs=2, eval_every=10)  # too few to spare any
+    (['a', 'b', 'c'], [])
+    """
+    if eval_texts:
+        return texts, eval_texts[:eval_docs]
+    if texts is not None and eval_every and len(texts) > 2 * eval_docs:
+        return texts[: len(texts) - eval_docs], texts[len(texts) - eval_docs:]
+    return texts, []
+
+
 class CorpusTexts:
     """A corpus's texts, in order, round and round; a position is the next text's index."""
 

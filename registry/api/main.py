@@ -6,11 +6,9 @@ newest schema; OpenAPI docs are at ``/docs``.
 
 from __future__ import annotations
 
-import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -18,10 +16,11 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from registry.api.downloads import ArtifactCache, CachedDownloads
 from registry.api.errors import error_body, install_error_shape
 from registry.api.in_flight import NO_TELEMETRY, InFlight, InFlightLimit, Limits
 from registry.api.routes import hub, pages
-from registry.api.routes.tokenizers import ArtifactCache, download_headers, not_modified, router
+from registry.api.routes.tokenizers import router
 from registry.api.watches import LatestNumbers
 from registry.artifacts import LocalArtifactStore
 from registry.config import RegistrySettings
@@ -84,42 +83,6 @@ class RequestMetrics:
                                                   self.metrics.requests.labels(key[0], template, str(status)))
             children[0].observe(time.perf_counter() - started)
             children[1].inc()
-
-
-DOWNLOAD_ROUTE = SimpleNamespace(path="/v1/tokenizers/{name}/versions/{ref}/tokenizer.json")
-_NUMBERED_DOWNLOAD = re.compile(r"/v1/tokenizers/([A-Za-z0-9][A-Za-z0-9._-]{0,63})/versions/([0-9]+)/tokenizer\.json")
-
-
-class CachedDownloads:
-    """Answers a numbered version's tokenizer.json that is already in memory (an immutable file)
-    before routing: the hot path of trainers revalidating touches neither the database nor
-    FastAPI's machinery. Anything else goes on to the app."""
-
-    def __init__(self, app: ASGIApp, cache: ArtifactCache) -> None:
-        self.app, self.cache = app, cache
-        self._headers: dict[str, list[tuple[bytes, bytes]]] = {}  # a sha's ETag and caching, made once
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        match = _NUMBERED_DOWNLOAD.fullmatch(path) if path.endswith("/tokenizer.json") and \
-            scope["type"] == "http" and scope["method"] == "GET" else None
-        sha = self.cache.shas.get((match[1], int(match[2]))) if match else None
-        body = self.cache.blobs.get(sha) if sha is not None else None  # once: a request's thread may let it go
-        if sha is None or body is None:
-            await self.app(scope, receive, send)
-            return
-        scope["route"] = DOWNLOAD_ROUTE
-        if (headers := self._headers.get(sha)) is None:
-            headers = self._headers[sha] = [(k.lower().encode(), v.encode())
-                                            for k, v in download_headers(sha, immutable=True).items()]
-        asked = b",".join(value for name, value in scope["headers"] if name == b"if-none-match")
-        if not_modified(sha, asked.decode("latin-1")):
-            await send({"type": "http.response.start", "status": 304, "headers": headers})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": headers + [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
 
 
 def create_app(settings: RegistrySettings) -> FastAPI:

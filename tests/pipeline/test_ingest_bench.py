@@ -2,7 +2,7 @@
 that the short ramp overloads it: past its limit it answers 503, never hangs, and every document
 it accepted reached the topic exactly once."""
 
-from tests.tokmaint.test_cli import run_json
+from tests.support.cli import run_json
 
 
 def test_past_its_limit_the_ingest_server_refuses_and_loses_nothing(capsys):

@@ -5,7 +5,6 @@ while a slow producer trickles the records in, partitions at different speeds, a
 the finished topic."""
 
 import json
-import threading
 import time
 
 from pipeline import stream

@@ -23,8 +23,8 @@ from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
 from registry.store import ModelInfo
 from tests.conftest import sentences, tedtok_lineage
-from tests.registry.test_store import (_collect_until_stopped, _lying, _moved_ids, _unreachable_add, exported_model,
-                                       model_variant)
+from tests.support.registry_files import (collect_until_stopped, exported_model, lying_diff, model_variant, moved_ids,
+                                          unreachable_add)
 from tokenizer_service.bpe import BPETokenizer
 
 TOKEN = secrets.token_hex(16)
@@ -126,13 +126,14 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
          json.dumps({"tokenizer": json.dumps({"model": {"type": "Unigram", "vocab": {}, "merges": []}})}).encode(),
          422, "tokmaint maintains BPE tokenizers only"),
         ("a diff that lies", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": tokenizer, "diff": json.loads(_lying(revision.diff.to_json().encode()))}).encode(),
+         json.dumps({"tokenizer": tokenizer,
+                     "diff": json.loads(lying_diff(revision.diff.to_json().encode()))}).encode(),
          409, "the diff does not match the tokenizers"),
         ("moved ids", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": _moved_ids(revision.tokenizer).decode()}).encode(), 409,
+         json.dumps({"tokenizer": moved_ids(revision.tokenizer).decode()}).encode(), 409,
          "surviving tokens changed their id"),
         ("unreachable add", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": _unreachable_add(revision.tokenizer).decode()}).encode(), 422,
+         json.dumps({"tokenizer": unreachable_add(revision.tokenizer).decode()}).encode(), 422,
          "added tokens are unreachable"),
         ("over the size limit", "/v1/tokenizers/refusals/versions",
          json.dumps({"tokenizer": tokenizer, "pad": "x" * 2_000_000}).encode(), 413, "the limit is 1,048,576"),
@@ -232,7 +233,7 @@ def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions
     process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
     context = multiprocessing.get_context("spawn")
     started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
-    collector = context.Process(target=_collect_until_stopped, args=(f"sqlite:///{root / 'registry.db'}",
+    collector = context.Process(target=collect_until_stopped, args=(f"sqlite:///{root / 'registry.db'}",
                                                                      str(root / "artifacts"), started, stop, runs))
     try:
         RegistryClient(url, token=TOKEN).create("raced", initial.to_json())
@@ -419,7 +420,7 @@ def test_a_model_upload_expands_to_no_more_than_it_sends_and_holds_a_bounded_num
     """A 10 KB tar declaring a 20 MB sparse file, and a folder of 300 tiny files, are refused
     (422) before any file is read; a model that would not load as served is refused naming its
     file and field; nothing is published."""
-    from tests.registry.test_store import exported_model
+    from tests.support.registry_files import exported_model
 
     tokenizer = BPETokenizer.train(sentences(200), vocab_size=300)
     client = RegistryClient(server, token=TOKEN)

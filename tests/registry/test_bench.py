@@ -2,7 +2,7 @@
 load ramp overloads it: it refuses with 503 past that, never hangs, and every rollback it
 answered 201 is a version numbered as answered."""
 
-from tests.tokmaint.test_cli import run_json
+from tests.support.cli import run_json
 
 
 def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drifting_corpus, capsys):

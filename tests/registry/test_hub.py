@@ -424,7 +424,7 @@ def test_a_models_repository_reads_each_model_once(tmp_path):
     from registry.artifacts import LocalArtifactStore
     from registry.db import make_engine, migrate
     from registry.store import Registry
-    from tests.registry.test_store import exported_model
+    from tests.support.registry_files import exported_model
 
     class Reads(Registry):  # the real store, the models each read returns written down
         rows: list[int] = []

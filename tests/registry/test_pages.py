@@ -11,7 +11,7 @@ import pytest
 from registry.client import RegistryClient, RegistryRefused
 from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.conftest import sentences
-from tests.registry.test_store import variant
+from tests.support.registry_files import variant
 from tokenizer_service.bpe import BPETokenizer
 
 

@@ -12,7 +12,7 @@ from registry.db import make_engine, migrate
 from registry.relay import relay_once
 from registry.store import Registry
 from tests.conftest import consume, sentences
-from tests.registry.test_store import variant
+from tests.support.registry_files import variant
 from tokenizer_service.bpe import BPETokenizer
 
 

@@ -6,7 +6,6 @@ publishing to one lineage at once."""
 import json
 import multiprocessing
 import os
-import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -22,8 +21,9 @@ from registry.models import Alias, Diff, Lineage, PendingArtifact, utcnow
 from registry.store import PIN_EXPIRY_SECONDS, Registry, RegistryError
 from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
+from tests.support.registry_files import (collect_until_stopped, exported_model, lying_diff, model_variant, moved_ids,
+                                          unreachable_add, variant)
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.merge_graph import MergeGraph
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -190,35 +190,14 @@ def test_every_publish_writes_one_event(registry, lineage):
     assert [e["version"] for _, e in registry.pending_events()][0] == 4
 
 
-def _lying(diff_json: bytes) -> bytes:
-    data = json.loads(diff_json)
-    data["entries"] = data["entries"][1:]
-    return json.dumps(data).encode()
-
-
-def _moved_ids(tokenizer: BPETokenizer) -> bytes:
-    vocab = dict(tokenizer.vocab)
-    a, b = [t for t in tokenizer.vocab if len(t) > 2][:2]
-    vocab[a], vocab[b] = vocab[b], vocab[a]
-    return tokenizer.replace_model(vocab=vocab, merges=tokenizer.merges).to_json().encode()
-
-
-def _unreachable_add(tokenizer: BPETokenizer) -> bytes:
-    sink = sorted(MergeGraph(tokenizer).sink_tokens)[0]
-    vocab = {t: i for t, i in tokenizer.vocab.items() if t != sink}
-    vocab["streamstream"] = tokenizer.vocab[sink]  # no merge forms it
-    merges = [m for m in tokenizer.merges if m[0] + m[1] != sink]
-    return tokenizer.replace_model(vocab=vocab, merges=merges).to_json().encode()
-
-
 REFUSALS = [
     ("truncated JSON", lambda r: (r.tokenizer.to_json().encode()[:-20], None), 422, "not JSON"),
     ("not BPE", lambda r: (json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}).encode(), None),
      422, "tokmaint maintains BPE tokenizers only"),
-    ("a diff that lies", lambda r: (r.tokenizer.to_json().encode(), _lying(r.diff.to_json().encode())), 409,
+    ("a diff that lies", lambda r: (r.tokenizer.to_json().encode(), lying_diff(r.diff.to_json().encode())), 409,
      "the diff does not match the tokenizers"),
-    ("surviving tokens moved", lambda r: (_moved_ids(r.tokenizer), None), 409, "surviving tokens changed their id"),
-    ("unreachable added token", lambda r: (_unreachable_add(r.tokenizer), None), 422, "added tokens are unreachable"),
+    ("surviving tokens moved", lambda r: (moved_ids(r.tokenizer), None), 409, "surviving tokens changed their id"),
+    ("unreachable added token", lambda r: (unreachable_add(r.tokenizer), None), 422, "added tokens are unreachable"),
     ("not a diff", lambda r: (r.tokenizer.to_json().encode(), b'{"entries": 3}'), 422, "not a revision diff"),
     ("only the pre-tokenizer changed", lambda r: (_other_pre_tokenizer(r.tokenizer), None), 409,
      "the pipeline changed (pre_tokenizer)"),
@@ -262,20 +241,6 @@ def test_names_stale_parents_and_duplicates_are_refused(registry, lineage):
     with pytest.raises(RegistryError) as caught:
         registry.version("nope")
     assert caught.value.status == 404
-
-
-def variant(base: BPETokenizer, k: int) -> bytes:
-    """The base tokenizer with its first sink's id given to a two-letter token of its own per k: any
-    variant is a valid child of any other (one reassigned id, everything else in place)."""
-    sink = sorted(MergeGraph(base).sink_tokens)[0]
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    first, second = letters[k // 26 % 26], letters[k % 26]
-    vocab = {t: i for t, i in base.vocab.items() if t != sink}
-    merges = [m for m in base.merges if m[0] + m[1] != sink]
-    if first + second not in vocab:
-        vocab[first + second] = base.vocab[sink]
-        merges.append((first, second))
-    return base.replace_model(vocab=vocab, merges=merges).to_json().encode()
 
 
 def _publish_variants(url: str, artifacts: str, base_json: str, ks: list[int]) -> list[int]:
@@ -344,38 +309,6 @@ def test_the_latest_version_of_every_lineage_in_use_stays_parsed(database_url, t
     assert small.cached_versions == 2  # the floor, under a budget of no tokens
 
 
-def exported_model(tokenizer: BPETokenizer, stamp: dict, *, rows: int | None = None, **config) -> dict[str, bytes]:
-    """A model folder as ``tokmaint trainer export`` writes it, its files by name: a one-layer
-    GPT-2 of ``rows`` rows (default: the version's ids) with ``config`` on top."""
-    import tempfile
-    from pathlib import Path
-
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from tokenizer_service.output_dir import MARKER
-    from trainer.export import write_model_folder
-
-    model = GPT2LMHeadModel(GPT2Config(**{"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 64,
-                                          "vocab_size": rows or tokenizer.id_space, "bos_token_id": 0,
-                                          "eos_token_id": 0, **config}))
-    with tempfile.TemporaryDirectory() as folder:
-        write_model_folder(model, tokenizer, stamp, Path(folder) / "model")
-        return {path.name: path.read_bytes() for path in (Path(folder) / "model").iterdir() if path.name != MARKER}
-
-
-def model_variant(folder: dict[str, bytes], n: int) -> dict[str, bytes]:
-    """``folder`` with its last weight set to ``n``: a model that loads as the first does, in
-    files of its own.
-
-    >>> import struct
-    >>> struct.unpack("<f", model_variant({"model.safetensors": bytes(8)}, 3)["model.safetensors"][-4:])
-    (3.0,)
-    """
-    weights = bytearray(folder["model.safetensors"])
-    weights[-4:] = struct.pack("<f", float(n))
-    return {**folder, "model.safetensors": bytes(weights)}
-
-
 def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_by_gc(registry, lineage):
     published = publish_lineage(registry, lineage)
     newest = published[-1]  # its rows cover every version's ids: ids only grow
@@ -417,17 +350,6 @@ def test_a_model_folder_holds_its_version_as_an_export_writes_it(registry, linea
     assert registry.publish_model("pretty", folder, version=1).version == 1
 
 
-def _collect_until_stopped(url: str, artifacts: str, started, stop, runs) -> None:
-    """``collect_garbage(older_than=0)`` over and over in a process of its own (as `registry gc`
-    runs beside the server) until ``stop`` is set; ``runs`` counts the collections."""
-    registry = Registry(make_engine(url), LocalArtifactStore(artifacts))
-    while not stop.is_set():
-        registry.collect_garbage(older_than=0)
-        with runs.get_lock():
-            runs.value += 1
-        started.set()
-
-
 def test_gc_racing_publishes_of_stored_blobs_never_removes_what_they_name(registry, lineage, database_url, tmp_path):
     """A collector (another process, ``older_than=0``) runs without pause while threads publish
     models and create lineages whose blobs are in the store already, unnamed: a publish then
@@ -438,7 +360,7 @@ def test_gc_racing_publishes_of_stored_blobs_never_removes_what_they_name(regist
     model = exported_model(initial, {"lineage": "demo", "version": 1})
     context = multiprocessing.get_context("spawn")
     started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
-    collector = context.Process(target=_collect_until_stopped, args=(database_url, str(tmp_path / "artifacts"),
+    collector = context.Process(target=collect_until_stopped, args=(database_url, str(tmp_path / "artifacts"),
                                                                      started, stop, runs))
     collector.start()
     try:

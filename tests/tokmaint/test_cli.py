@@ -6,12 +6,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from schemas.revision import RevisionDiff
+from tests.support.cli import run_json
 from tokmaint.cli import main
-
-
-def run_json(capsys, *argv):
-    assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
 
 
 def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
@@ -171,8 +167,6 @@ def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer
                  "--r", "0.5", "--s", "3"]) == 0
     out = capsys.readouterr().out
     assert "residue_share" in out and "most frequent residues" in out
-
-
 
 
 def test_a_command_imports_only_its_own_modules():

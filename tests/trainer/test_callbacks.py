@@ -15,7 +15,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, 
 
 from registry.client import RegistryClient
 from tests.conftest import REGISTRY_TOKEN as TOKEN
-from tests.trainer.test_loop import _lineage, _versions
+from tests.support.lineages import create_lineage, tedtok_versions
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from trainer.callbacks import BATCH_KEY, CheckpointFolder, TokmaintCallback
@@ -41,7 +41,7 @@ def _grown(tokenizer: BPETokenizer, text: str) -> BPETokenizer:
 def lineage_versions(drifting_corpus):
     """The texts, and versions 1 to 4 with a token to start texts from (the batches and the saved
     folder's config have it): 2 and 4 add a row, 3 frees it (the model keeps it)."""
-    texts, initial, revisions = _versions(drifting_corpus, 300, special_tokens=("<|endoftext|>",))
+    texts, initial, revisions = tedtok_versions(drifting_corpus, 300, special_tokens=("<|endoftext|>",))
     versions = {1: initial, 2: _grown(revisions[0].tokenizer, texts[-1]), 3: revisions[1].tokenizer,
                 4: _grown(revisions[1].tokenizer, texts[-1])}
     assert [v.id_space for v in versions.values()] == [300, 301, 300, 301]
@@ -106,7 +106,7 @@ def followed(registry_server, lineage_versions, tmp_path_factory):
     """A Trainer run of 8 steps, versions 2, 3 and 4 published after steps 2, 3 and 6."""
     url, _ = registry_server
     texts, versions = lineage_versions
-    name = _lineage(url, versions[1])
+    name = create_lineage(url, versions[1])
     callback = TokmaintCallback(url, name)
     recorder = Recorder(callback)
     trainer = _trainer(callback, texts, tmp_path_factory.mktemp("run"), recorder,

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.trainer.test_byte_level import TEXTS, checkpoint  # noqa: F401 (the tiny checkpoint both use)
+from tests.trainer.conftest import TEXTS
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.output_dir import MARKER

@@ -9,7 +9,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -18,7 +17,7 @@ from registry.client import RegistryClient
 from registry.db import make_engine
 from registry.relay import relay_once
 from registry.store import Registry
-from tests.conftest import REGISTRY_TOKEN as TOKEN
+from tests.support.lineages import create_lineage, publish_revision, tedtok_versions
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -30,31 +29,9 @@ from trainer.settings import TrainerSettings
 SETTINGS = TrainerSettings(batch_size=4, seq_len=32, retry_steps=5)
 
 
-def _versions(drifting_corpus, vocab_size: int, *, special_tokens: tuple[str, ...] = ()):
-    """The corpus's texts, an initial tokenizer and Ted-Tok's revisions of it."""
-    docs = read_corpus(drifting_corpus).documents
-    initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=vocab_size, special_tokens=special_tokens)
-    tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
-                                                   batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
-    for texts in batches(docs, 32):
-        tedtok.observe_texts(texts)
-    return [d.text for d in docs], initial, tedtok.revisions
-
-
 @pytest.fixture(scope="module")
 def lineage_versions(drifting_corpus):
-    return _versions(drifting_corpus, 300)
-
-
-def _lineage(url, initial) -> str:
-    name = f"train-{uuid.uuid4().hex[:8]}"
-    RegistryClient(url, token=TOKEN).create(name, initial.to_json())
-    return name
-
-
-def _publish(url, name, revision) -> int:
-    return RegistryClient(url, token=TOKEN).publish(name, revision.tokenizer.to_json(),
-                                                    diff_json=revision.diff.to_json(), kind="tedtok")["number"]
+    return tedtok_versions(drifting_corpus, 300)
 
 
 def _published_during_training(trainer, url, name, revision, *, steps: int) -> tuple[dict, int, float]:
@@ -65,7 +42,7 @@ def _published_during_training(trainer, url, name, revision, *, steps: int) -> t
         thread = threading.Thread(target=lambda: report.update(trainer.run(steps=steps)))
         thread.start()
         time.sleep(1.0)
-        published, at = _publish(url, name, revision), time.time()
+        published, at = publish_revision(url, name, revision), time.time()
         thread.join(timeout=300)
     finally:
         trainer.close()
@@ -75,7 +52,7 @@ def _published_during_training(trainer, url, name, revision, *, steps: int) -> t
 def test_a_version_published_during_training_is_taken_within_the_watch(registry_server, lineage_versions, caplog):
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     with RegistryClient(url) as client, caplog.at_level(logging.INFO, logger="tokmaint.trainer"):
         trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
         report, published, at = _published_during_training(trainer, url, name, revisions[0], steps=300)
@@ -93,12 +70,12 @@ def test_a_version_published_during_training_is_taken_within_the_watch(registry_
 
 def test_a_tampered_download_is_refused_and_training_goes_on(registry_server, drifting_corpus):
     url, root = registry_server
-    texts, initial, revisions = _versions(drifting_corpus, 310)  # blobs no other test has had served
-    name = _lineage(url, initial)
+    texts, initial, revisions = tedtok_versions(drifting_corpus, 310)  # blobs no other test has had served
+    name = create_lineage(url, initial)
     with RegistryClient(url) as client:
         trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
         try:
-            published = _publish(url, name, revisions[0])  # not downloaded yet: the server caches nothing
+            published = publish_revision(url, name, revisions[0])  # not downloaded yet: the server caches nothing
             artifact = LocalArtifactStore(root / "artifacts").path(revisions[0].tokenizer.sha256)
             artifact.write_bytes(artifact.read_bytes().replace(b'"merges"', b'"merges" ', 1))  # one byte more
             deadline = time.monotonic() + 10
@@ -115,7 +92,7 @@ def test_a_tampered_download_is_refused_and_training_goes_on(registry_server, dr
 def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry_server, lineage_versions, tmp_path):
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     losses = {}
     with RegistryClient(url) as client:
         for run, steps in (("whole", [6]), ("resumed", [3, 3])):
@@ -134,7 +111,7 @@ def test_the_trainer_run_command(registry_server, lineage_versions, drifting_cor
 
     url, _ = registry_server
     _, initial, _ = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     argv = ["trainer", "run", "--registry", url, "--lineage", name, "--data", str(drifting_corpus), "--steps", "4",
             "--batch-size", "4", "--checkpoint-dir", str(tmp_path), "--json"]
     assert main(argv + ["--report", str(tmp_path / "report.json")]) == 0
@@ -167,13 +144,13 @@ def test_versions_learnt_from_the_revision_events_topic_once_each(registry_serve
 
     url, root = registry_server
     texts, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     topic = f"tokenizer.revisions.{name}"
     with RegistryClient(url) as client:
         trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS,
                           events=(broker, topic))
         try:
-            published = [_publish(url, name, r) for r in revisions[:2]]
+            published = [publish_revision(url, name, r) for r in revisions[:2]]
             outbox = Registry(make_engine(f"sqlite:///{root / 'registry.db'}"), LocalArtifactStore(root / "artifacts"))
             producer = Producer(broker)
             relay_once(outbox, SentTwice(producer), topic=topic)  # this test's events and others' pending ones
@@ -202,7 +179,7 @@ def test_training_on_the_docs_topic_resumes_at_its_offsets(registry_server, line
 
     url, _ = registry_server
     texts, initial, _ = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
     produce(broker, settings.docs_topic, [(b"not a document", b"bad")] + [  # the bad one at the head of its partition
         (json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z", "source": "test"}).encode(),
@@ -244,7 +221,7 @@ def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_serve
                                                    batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     settings = TrainerSettings(batch_size=4, seq_len=32, eval_every=3, eval_docs=4, eval_bytes=64)
     held_out = [d.text for d in docs[-4:]]
     with RegistryClient(url) as client:
@@ -252,7 +229,7 @@ def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_serve
                           settings=settings, held_out=held_out)
         try:
             first = trainer.run(steps=3)
-            _publish(url, name, tedtok.revisions[0])
+            publish_revision(url, name, tedtok.revisions[0])
             deadline = time.monotonic() + 10
             while not trainer.follower.fetched(2) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -275,7 +252,7 @@ def test_a_trainer_following_the_hub_protocol_takes_a_new_version(registry_serve
 
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     versions = HubVersions(url, cache_dir=str(tmp_path / "hf"))
     trainer = Trainer(registry=versions, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
     report, published, at = _published_during_training(trainer, url, name, revisions[0], steps=1000)
@@ -298,8 +275,8 @@ def test_the_trainer_run_command_with_hub(registry_server, lineage_versions, dri
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     url, _ = registry_server
     _, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
-    _publish(url, name, revisions[0])
+    name = create_lineage(url, initial)
+    publish_revision(url, name, revisions[0])
     assert main(["trainer", "run", "--hub", "--registry", url, "--lineage", name, "--data", str(drifting_corpus),
                  "--steps", "3", "--batch-size", "4", "--eval-every", "0", "--json"]) == 0
     ran = json.loads(capsys.readouterr().out)
@@ -319,7 +296,7 @@ def test_a_version_published_while_the_stream_is_idle_is_taken(registry_server, 
 
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
-    name = _lineage(url, initial)
+    name = create_lineage(url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
     documents = [(json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z"}).encode(),
                   f"d{k}".encode()) for k, text in enumerate(texts[:12])]
@@ -332,7 +309,7 @@ def test_a_version_published_while_the_stream_is_idle_is_taken(registry_server, 
             thread = threading.Thread(target=lambda: report.update(trainer.run(steps=3)))
             thread.start()
             time.sleep(3.0)  # two steps done; the third waits for documents
-            _publish(url, name, revisions[0])
+            publish_revision(url, name, revisions[0])
             deadline = time.monotonic() + 20
             while trainer.version == 1 and time.monotonic() < deadline:
                 time.sleep(0.2)

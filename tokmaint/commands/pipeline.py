@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker, wait_for_registry
+from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker
 from tokenizer_service.settings import Number, whole
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, free_text, lineage, settings_errors
 from tokmaint.output import print_result, show_progress
@@ -49,12 +49,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import logging
-
-    import redis
-
-    from pipeline.job import PipelineJob
-    from registry.client import RegistryClient, RegistryRefused
+    from pipeline.job import run_through_outages
+    from registry.client import RegistryClient
     from tokenizer_service.evolve import StreamSettings
 
     stream = chosen_settings(args.parser, args, StreamSettings)
@@ -65,47 +61,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics = PipelineMetrics.create(args.lineage)
         metrics.serve(args.metrics_port)
     settings = _pipeline_settings(args)
-    redis_client = connect_redis(_redis(args), wait=args.wait)
+    redis_client = connect_redis(settings.redis, wait=args.wait)
     # To the topic's end: a topic nobody sent to is a mistake, not an idle stream.
     wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic if args.until_idle else None)
-    log = logging.getLogger("tokmaint.pipeline")
-    patience = args.wait if args.until_idle else float("inf")  # how long a part that went away is waited for
     with RegistryClient(args.registry) as registry:
-        while True:
-            job = None
-            try:
-                job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client, registry=registry,
-                                  lineage=args.lineage, metrics=metrics)
-                report = job.run(max_steps=args.max_steps, until_idle=args.until_idle)
-                break
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                # Redis went away (killed, restarted, failed over): what it kept is the state a
-                # restart resumes from, so the job starts again from it once Redis answers. A
-                # long-running job waits as long as it takes; --until-idle for --wait seconds.
-                log.warning("Redis at %s went away (%s): starting again from its statistics once it answers",
-                            _redis(args), exc)
-                if metrics is not None:
-                    metrics.redis_down.labels(args.lineage).set(1)
-                    metrics.restarts.labels(args.lineage).inc()
-                redis_client = connect_redis(_redis(args), wait=patience)
-                if metrics is not None:
-                    metrics.redis_down.labels(args.lineage).set(0)
-            except RegistryRefused as exc:
-                if exc.status and exc.status < 500:  # a refusal, not a registry that is down
-                    raise
-                # A revision the registry did not take stays pending in Redis: published by the
-                # job that starts again once the registry answers.
-                log.warning("the registry at %s did not answer (%s): starting again once it does",
-                            registry.http.base_url, exc)
-                if metrics is not None:
-                    metrics.restarts.labels(args.lineage).inc()
-                wait_for_registry(str(registry.http.base_url), wait=patience)
-            finally:
-                try:
-                    if job is not None:
-                        job.close()
-                except (redis.ConnectionError, redis.TimeoutError):  # what was not written is counted again
-                    pass
+        report = run_through_outages(settings=settings, stream=stream, redis_client=redis_client, registry=registry,
+                                     lineage=args.lineage, metrics=metrics, max_steps=args.max_steps,
+                                     until_idle=args.until_idle, wait=args.wait)
     print_result(report, as_json=args.json)
     return 0
 

@@ -8,7 +8,6 @@ the server's URL comes from ``--registry`` or ``TOKMAINT_REGISTRY_URL``, the wri
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from collections.abc import Callable
@@ -28,6 +27,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from registry.api.main import create_app
     from registry.config import RegistrySettings
     from tokenizer_service.errors import TokmaintError
+    from tokenizer_service.heap import tune_collector_for_parses
 
     chosen = {k: v for k, v in (("db", args.db), ("artifacts", args.artifacts)) if v is not None}
     try:
@@ -37,11 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.token is None:
         print("tokmaint: warning: --insecure-dev: writes need no token; never expose this server", flush=True)
     app = create_app(settings)
-    # A publish parses a tokenizer.json of ~100k JSON lists and strings (50k tokens): Python's
-    # default thresholds would run a dozen full collections over them per publish (~150 ms).
-    # Start-up's objects are frozen out of collections and the young generation made large.
-    gc.freeze()
-    gc.set_threshold(100_000, 20, 100)
+    tune_collector_for_parses()
     serve(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

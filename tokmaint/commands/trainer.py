@@ -18,7 +18,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from registry.client import RegistryClient
     from registry.config import RegistryClientSettings
     from tokenizer_service.corpus import read_corpus
-    from trainer.data import CorpusTexts, TopicTexts
+    from trainer.data import CorpusTexts, TopicTexts, held_out_split
     from trainer.hub import HubVersions
     from trainer.loop import Trainer, read_model_config
     from trainer.settings import TrainerSettings
@@ -28,15 +28,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = chosen_settings(args.parser, args, TrainerSettings)
     stream = PipelineSettings(**{k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
                                                    ("revisions_topic", args.revisions_topic)) if v is not None})
-    # Held out: the first --eval-docs of --eval-data, or the corpus's newest, kept out of training.
-    held_out = read_corpus(args.eval_data).texts[: settings.eval_docs] if args.eval_data else []
-    if args.data:
-        texts = read_corpus(args.data).texts
-        if not args.eval_data and settings.eval_every and len(texts) > 2 * settings.eval_docs:
-            texts, held_out = texts[: len(texts) - settings.eval_docs], texts[len(texts) - settings.eval_docs:]
-        data = CorpusTexts(texts)
-    else:
-        data = TopicTexts(stream)
+    texts, held_out = held_out_split(read_corpus(args.data).texts if args.data else None,
+                                     read_corpus(args.eval_data).texts if args.eval_data else None,
+                                     eval_docs=settings.eval_docs, eval_every=settings.eval_every)
+    data = CorpusTexts(texts) if texts is not None else TopicTexts(stream)
     events = (stream.bootstrap, stream.revisions_topic) if args.follow == "events" else None
     if args.hub:
         endpoint = args.registry or os.environ.get("HF_ENDPOINT") or RegistryClientSettings().url

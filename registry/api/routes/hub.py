@@ -44,7 +44,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from registry.api.deps import RegistryDep
-from registry.api.routes.tokenizers import ArtifactCache, not_modified
+from registry.api.downloads import ArtifactCache, not_modified
 from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.hub_files import special_tokens_map, tokenizer_config

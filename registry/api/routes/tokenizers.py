@@ -11,10 +11,8 @@ without touching the database.
 from __future__ import annotations
 
 import io
-import re
 import tarfile
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -22,10 +20,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
+from registry.api.downloads import ArtifactCache, download_headers, not_modified
 from registry.api.watches import LatestNumbers, disconnected
 from registry.model_folder import MAX_MODEL_FILES
 from registry.refs import version_number
-from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
+from registry.store import ModelInfo, RegistryError, VersionInfo
 from schemas.json_values import json_kind
 from tokenizer_service.bpe import json_shape_problems, parse_json
 from tokenizer_service.errors import InvalidTokenizer
@@ -105,86 +104,6 @@ class AliasPublic(BaseModel):
     lineage: str
     alias: str
     version: int
-
-
-class ArtifactCache:
-    """Numbered versions' sha256 and the artifacts' bytes, kept in memory (both immutable), the
-    least recently used let go past ``max_bytes``. A blob over ``max_bytes / 16`` (a model's
-    weights) is not kept: it is streamed from the store (``keeps``). Requests read it from
-    threads of their own: the lock keeps the order and the size true.
-
-    >>> cache = ArtifactCache(max_bytes=64)
-    >>> cache.keeps(4), cache.keeps(5)
-    (True, False)
-    """
-
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
-        self.shas: dict[tuple[str, int], str] = {}
-        self.blobs: OrderedDict[str, bytes] = OrderedDict()
-        self.size, self.max_bytes = 0, max_bytes
-        self._lock = threading.Lock()
-
-    def keeps(self, size: int) -> bool:
-        """Whether a blob of ``size`` bytes is kept here (else streamed from the store)."""
-        return size <= self.max_bytes // 16
-
-    def blob(self, registry: Registry, sha: str) -> bytes:
-        with self._lock:
-            data = self.blobs.get(sha)
-            if data is not None:
-                self.blobs.move_to_end(sha)
-                return data
-        data = registry.artifacts.get(sha)  # read outside the lock: another read need not wait
-        with self._lock:
-            if sha not in self.blobs:
-                self.blobs[sha] = data
-                self.size += len(data)
-                while self.size > self.max_bytes and len(self.blobs) > 1:
-                    self.size -= len(self.blobs.popitem(last=False)[1])
-        return data
-
-
-def download_headers(sha: str, *, immutable: bool) -> dict[str, str]:
-    """A tokenizer.json download's ETag and caching (a numbered version never changes)."""
-    return {"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable" if immutable else "no-cache"}
-
-
-# One member of an If-None-Match list (RFC 9110): "*", or an entity tag, weak (W/"...") or strong.
-_LIST_MEMBER = re.compile(r'[ \t]*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")?[ \t]*(?:,|\Z)')
-
-
-def entity_tags(header: str) -> list[str] | None:
-    """An ``If-None-Match`` value's members (``*`` or entity tags, as written), or None when it
-    is no list of them.
-
-    >>> entity_tags('"a", W/"b",, *')
-    ['"a"', 'W/"b"', '*']
-    >>> entity_tags('xyz"a"') is None
-    True
-    """
-    tags, position = [], 0
-    while position < len(header):
-        member = _LIST_MEMBER.match(header, position)
-        if member is None:
-            return None
-        if member[1]:
-            tags.append(member[1])
-        position = member.end()
-    return tags
-
-
-def not_modified(sha: str, if_none_match: str) -> bool:
-    """Whether an ``If-None-Match`` value names this artifact (the client has it already): one
-    of its entity tags is ``"sha"`` (weakly compared, as RFC 9110 says for this header), or it
-    is ``*`` (any file that exists).
-
-    >>> not_modified("ab", 'W/"ab"'), not_modified("ab", '"cd", "ab"'), not_modified("ab", "*")
-    (True, True, True)
-    >>> not_modified("ab", '"xaby"'), not_modified("ab", 'ab'), not_modified("ab", '"ab')
-    (False, False, False)
-    """
-    tags = entity_tags(if_none_match) or []
-    return "*" in tags or f'"{sha}"' in (tag.removeprefix("W/") for tag in tags)
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:

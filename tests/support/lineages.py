@@ -1,0 +1,34 @@
+"""A Ted-Tok lineage made from a corpus, and put into a real registry server."""
+
+import uuid
+
+from registry.client import RegistryClient
+from tests.conftest import REGISTRY_TOKEN as TOKEN
+from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.corpus import batches, read_corpus
+from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.tedtok import TedTok
+
+
+def tedtok_versions(drifting_corpus, vocab_size: int, *, special_tokens: tuple[str, ...] = ()):
+    """The corpus's texts, an initial tokenizer and Ted-Tok's revisions of it."""
+    docs = read_corpus(drifting_corpus).documents
+    initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=vocab_size, special_tokens=special_tokens)
+    tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
+                                                   batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
+    for texts in batches(docs, 32):
+        tedtok.observe_texts(texts)
+    return [d.text for d in docs], initial, tedtok.revisions
+
+
+def create_lineage(url, initial) -> str:
+    """A new lineage of a fresh name on the registry at ``url``, from ``initial``; its name."""
+    name = f"train-{uuid.uuid4().hex[:8]}"
+    RegistryClient(url, token=TOKEN).create(name, initial.to_json())
+    return name
+
+
+def publish_revision(url, name, revision) -> int:
+    """Publish a Ted-Tok revision (its tokenizer and diff) to lineage ``name``; its number."""
+    return RegistryClient(url, token=TOKEN).publish(name, revision.tokenizer.to_json(),
+                                                    diff_json=revision.diff.to_json(), kind="tedtok")["number"]
