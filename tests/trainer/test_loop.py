@@ -61,7 +61,9 @@ def test_a_version_published_during_training_is_taken_within_the_watch(registry_
     assert said[1].startswith(f"trainer: took version 2 at step {report['taken'][0]['step']} (")
     assert report["versions"][0] == 1 and report["versions"][-1] == published == 2
     (taken,) = report["taken"]
-    assert taken["version"] == 2 and taken["time"] - at < 2.0  # the watch's delay and a step
+    # Begun within the watch's delay and a step (then applied, and its new rows warmed up, in
+    # ``seconds``: compute, which a loaded machine stretches).
+    assert taken["version"] == 2 and taken["time"] - taken["seconds"] - at < 2.0 and taken["seconds"] > 0
     assert all(v == 1 for v in report["versions"][: taken["step"]])
     assert trainer.tokenizer.sha256 == revisions[0].tokenizer.sha256
     assert trainer.model.get_input_embeddings().weight.shape[0] == revisions[0].tokenizer.id_space
@@ -258,7 +260,7 @@ def test_a_trainer_following_the_hub_protocol_takes_a_new_version(registry_serve
     report, published, at = _published_during_training(trainer, url, name, revisions[0], steps=1000)
     (taken,) = report["taken"]
     assert report["versions"][0] == 1 and taken["version"] == published == 2
-    assert taken["time"] - at < 3.0  # the poll's second and a step
+    assert taken["time"] - taken["seconds"] - at < 3.0  # begun within the poll's second and a step
     assert trainer.tokenizer.sha256 == revisions[0].tokenizer.sha256
     assert trainer.model.get_input_embeddings().weight.shape[0] == revisions[0].tokenizer.id_space
     own = RegistryClient(url).composed_diff(name, 1, 2)  # the version's own diff: the same ids, another config
