@@ -41,12 +41,13 @@ from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
 from pipeline.topics import PipelineSettings
 from registry.client import RegistryClient
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
 from tokenizer_service.counting import StepCounter, pack_pair
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 TOP_PAIRS = 4 * 100 + 64  # what a revision with Ted-Tok's default batch ranks
 

@@ -47,11 +47,12 @@ from tqdm import tqdm
 from registry.client import RegistryClient
 from registry.load_test import REFUSED, LoadRampSettings, LoadRequest, Ramp, closed_loop_rps, load_ramp
 from registry.local_server import start_server
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 
 class RegistryBenchSettings(LoadRampSettings):

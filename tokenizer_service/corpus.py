@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field

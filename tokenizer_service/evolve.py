@@ -22,12 +22,13 @@ from pydantic import model_validator
 
 from tqdm import tqdm
 
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import Corpus, batches
 from tokenizer_service.errors import CorpusError, OutputError
 from tokenizer_service.output_dir import OutputDir, StepLog
 from tokenizer_service.settings import LineageName, Number, Settings, SettingsConfigDict, setting, share, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 from tokenizer_service.validation import validate
 from schemas.revision import RevisionDiff
 

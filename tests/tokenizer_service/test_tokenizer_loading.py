@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 from tokenizer_service.validation import load_tokenizer
 
 

@@ -21,10 +21,11 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer, jaccard_distance
+from tokenizer_service.bpe import BPETokenizer, jaccard_distance
 from tokenizer_service.counting import WordVocabulary
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 PAPER = {"bytes_per_token": {"old": 1.216, "new": 1.366, "tedtok": 1.359},
          "jaccard": {"old_vs_new": 0.7013, "tedtok_vs_new": 0.2456}}

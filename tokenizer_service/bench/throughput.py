@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tokenizer_service.bpe import MAX_ID_SPACE, BPETokenizer
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.counting import pack_pair
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 
 class ThroughputSettings(Settings):

@@ -26,7 +26,7 @@ from registry.model_folder import MAX_MODEL_FILES
 from registry.refs import version_number
 from registry.store import ModelInfo, RegistryError, VersionInfo
 from schemas.json_values import json_kind
-from tokenizer_service.bpe import json_shape_problems, parse_json
+from tokenizer_service.tokenizer_json import json_shape_problems, parse_json
 from tokenizer_service.errors import InvalidTokenizer
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
