@@ -51,6 +51,7 @@ services:
 # in a Docker engine (see `make engine` below), built first; where no engine can be had, or the
 # images cannot be built, they are local binaries, and the run says why.
 test: setup services
+	$(BIN)/ruff check --quiet .
 	-@$(MAKE) --no-print-directory real-tokenizers
 	TOKMAINT_ENGINE_OPTIONAL=1 $(ENGINE) run sh -c '\
 	  if [ -n "$${DOCKER_HOST:-}" ] && containers/standins.sh; then export TOKMAINT_TEST_SERVERS=containers; \

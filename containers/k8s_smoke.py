@@ -53,7 +53,8 @@ def workloads() -> tuple[list[dict], dict[str, str], dict[str, str]]:
                               text=True, check=True).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     config = next(o["data"] for o in objects if o["kind"] == "ConfigMap")
-    secret = {k: base64.b64decode(v).decode() for k, v in next(o["data"] for o in objects if o["kind"] == "Secret").items()}
+    data = next(o["data"] for o in objects if o["kind"] == "Secret")
+    secret = {k: base64.b64decode(v).decode() for k, v in data.items()}
     pods = []
     for o in objects:
         spec = o.get("spec", {})

@@ -9,9 +9,9 @@ as ``{"id", "ts", "text"}`` JSON lines in time order (the entry's signature time
 package name, then file order). Dropped: the signature line (name, e-mail address, date),
 ``[ Name ]`` lines of team uploads, e-mail addresses, and every item naming people or roles
 (``Thanks to``, ``Patch from``, ``Reported by``, ``by``/``from`` a capitalised name, ``Jane
-Doe's``, ``Jane's patch``, ``Sponsored by``, maintainer and uploader changes, ...); entries with a date that does not parse or lies
-outside 1993-08..2025-06 are left out. An entry that two packages' changelogs share (same package
-and version) is written once.
+Doe's``, ``Jane's patch``, ``Sponsored by``, maintainer and uploader changes, ...); entries with a
+date that does not parse or lies outside 1993-08..2025-06 are left out. An entry that two
+packages' changelogs share (same package and version) is written once.
 
 Reproduce (the binaries' pool files are plain HTTP, no install needed)::
 
@@ -206,7 +206,8 @@ def build(folder: Path, out: Path) -> tuple[int, int, int]:
             for k, text in enumerate(split(header, body)):
                 size += len(text.encode("utf-8"))
                 documents += 1
-                record = {"id": f"debian-{package}-{version}-{k}", "ts": when.strftime("%Y-%m-%dT%H:%M:%SZ"), "text": text}
+                record = {"id": f"debian-{package}-{version}-{k}", "ts": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                          "text": text}
                 f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
     return packages, documents, size
 

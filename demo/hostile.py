@@ -288,8 +288,8 @@ class HostileClients:
         accepted_bad = sum(n for kind, answers in self.answers.items() if kind != "model_upload"
                            for status, n in answers.items() if status.startswith("2"))
         return {"counts": dict(self.counts), "answers": {k: dict(v) for k, v in sorted(self.answers.items())},
-                "accepted_bad": accepted_bad, "reads": len(self.reads), "starved": len(starved), "gc_errors": self.gc_errors,
-                "missing_artifacts": self.missing_artifacts()}
+                "accepted_bad": accepted_bad, "reads": len(self.reads), "starved": len(starved),
+                "gc_errors": self.gc_errors, "missing_artifacts": self.missing_artifacts()}
 
     def missing_artifacts(self) -> list[str]:
         """Each artifact a version, its diff or a model names that the store lacks, as ``what: sha256``."""

@@ -179,7 +179,8 @@ code{white-space:pre;background:#eef;margin-right:.2rem}</style></head>
 ({{ s.versions }} versions); {{ s.tokens.added }} tokens added, {{ s.tokens.removed }} removed; {{ s.seconds }} s.</p>
 <p>Bytes/token, mean over the stream's parts: static {{ "%.3f"|format(s.bytes_per_token.static_mean) }},
 evolving {{ "%.3f"|format(s.bytes_per_token.evolving_mean) }}; the last part: static
-{{ "%.3f"|format(s.bytes_per_token.last_part.static) }}, evolving {{ "%.3f"|format(s.bytes_per_token.last_part.evolving) }}
+{{ "%.3f"|format(s.bytes_per_token.last_part.static) }}, evolving
+{{ "%.3f"|format(s.bytes_per_token.last_part.evolving) }}
 (version {{ s.bytes_per_token.last_part.version }}).</p>
 <h2>Bytes per token</h2><img src="bytes_per_token.png" alt="bytes per token, static and evolving">
 <h2>Revisions</h2><img src="revisions.png" alt="versions over time">

@@ -102,7 +102,8 @@ class FlinkDemoJob:
         _say(f"starting a Flink cluster (a JobManager and two TaskManagers) and submitting the job: steps of "
              f"{step_seconds:,.0f} s of event time")
         self.cluster = FlinkCluster(work, env={"TOKMAINT_REGISTRY_TOKEN": token})
-        self.settings, self.lineage = settings.model_copy(update={"redis": redis_url, "step_seconds": step_seconds}), lineage
+        self.settings = settings.model_copy(update={"redis": redis_url, "step_seconds": step_seconds})
+        self.lineage = lineage
         self.redis_url, self.registry_url = redis_url, registry_url
         self.job_id = submit(FlinkJobSpec(lineage=lineage, registry=registry_url, pipeline=self.settings,
                                           stream=stream, step_seconds=step_seconds),

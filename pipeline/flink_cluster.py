@@ -127,7 +127,8 @@ class FlinkCluster:
 
     def env(self) -> dict[str, str]:
         """The environment of Flink's scripts and its command-line client: this cluster's conf."""
-        return {**scripts_env(self.conf_dir, self.log_dir), **self.extra_env, "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
+        return {**scripts_env(self.conf_dir, self.log_dir), **self.extra_env,
+                "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
 
     def _start(self, script: str, name: str) -> subprocess.Popen:
         # start-foreground execs the JVM: the process is the JVM, stopped by its PID.

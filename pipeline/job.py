@@ -195,8 +195,8 @@ class PipelineJob:
                 if self.settings.dedupe_steps else []
             self._writing = (self._step, self._writer.submit(
                 self._apply_steps, counted, step=self._step, version=self.tedtok.version,
-                offsets=self._offsets, token_texts=self.lineage_stats.token_texts(), bytes_per_token=self._bytes_per_token,
-                ids=ids, documents=sum(len(c.texts) for c in self._counted)))
+                offsets=self._offsets, token_texts=self.lineage_stats.token_texts(),
+                bytes_per_token=self._bytes_per_token, ids=ids, documents=sum(len(c.texts) for c in self._counted)))
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)

@@ -169,7 +169,8 @@ def end_offsets(records: list[TopicRecord]) -> dict[int, int]:
     """Each partition's offset after the last of ``records`` (:func:`read_topic`'s, read to the
     end: the fetch's high watermark; tansu's listed end offsets are the last batch's start).
 
-    >>> end_offsets([TopicRecord(0, 4, b"", None, []), TopicRecord(1, 0, b"", None, []), TopicRecord(0, 2, b"", None, [])])
+    >>> end_offsets([TopicRecord(0, 4, b"", None, []), TopicRecord(1, 0, b"", None, []),
+    ...              TopicRecord(0, 2, b"", None, [])])
     {0: 5, 1: 1}
     """
     ends: dict[int, int] = {}

@@ -56,7 +56,8 @@ class PipelineMetrics:
             step_seconds=Histogram("tokmaint_pipeline_step_seconds", "wall time per step", label, registry=reg,
                                    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
             revision_seconds=Histogram("tokmaint_pipeline_revision_seconds", "time to validate, write and publish a "
-                                       "revision", label, registry=reg, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
+                                       "revision", label, registry=reg,
+                                       buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
             redis_down=Gauge("tokmaint_pipeline_redis_down", "1 while the job waits for Redis to answer again", label,
                              registry=reg),
             restarts=Counter("tokmaint_pipeline_restarts_total", "times the job started again from its statistics "

@@ -84,7 +84,8 @@ def stats_snapshot(store: RedisStatsStore, tokenizer: BPETokenizer, out: str | P
         pq.write_table(pa.table({"left": list(left), "right": list(right),
                                  "tau": list(neighbours.values())}), staging / "neighbours.parquet")
     (staging / "meta.json").write_text(json.dumps({
-        "lineage": store.lineage, "step": meta["step"], "version": meta["version"], "tokenizer_sha256": tokenizer.sha256,
+        "lineage": store.lineage, "step": meta["step"], "version": meta["version"],
+        "tokenizer_sha256": tokenizer.sha256,
         "offsets": {str(p): o for p, o in sorted(meta["offsets"].items())}}, indent=1), encoding="utf-8")
     os.replace(staging, folder)
     return folder

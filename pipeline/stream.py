@@ -107,7 +107,8 @@ class StepReader:
         self.consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "tokmaint-step-reader",
                                   "enable.auto.commit": False, "enable.auto.offset.store": False,
                                   "allow.auto.create.topics": True,
-                                  "fetch.wait.max.ms": FETCH_WAIT_MS, "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
+                                  "fetch.wait.max.ms": FETCH_WAIT_MS,
+                                  "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
                                   "fetch.max.bytes": FETCH_REQUEST_BYTES, "message.max.bytes": FETCH_REQUEST_BYTES,
                                   "logger": logging.getLogger("tokmaint.kafka")})
         deadline = time.monotonic() + 30

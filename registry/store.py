@@ -581,7 +581,8 @@ class Registry:
                     expired_pins = session.scalar(select(func.count(PendingArtifact.id)).where(expired)) or 0
                 named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
                 named |= set(session.scalars(select(Diff.sha256)))
-                named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files)) for f in files.values()}
+                named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files))
+                          for f in files.values()}
                 doomed = [name for name in old[start:start + batch] if name not in named and name not in pinned]
                 if not dry_run:
                     session.execute(delete(PendingArtifact).where(expired))
@@ -610,12 +611,13 @@ class Registry:
             session.execute(text(f"SELECT {function}(:key)"), {"key": ARTIFACTS_LOCK})
 
     def _store_and_name(self, blobs: dict[str, bytes], name_them: Callable[[Session], T]) -> T:
-        """Store ``blobs`` (by their names, ``artifact_name``'s: hashed once) and run ``name_them``, the transaction whose rows name them, so that
-        garbage collection can never remove one in between: their names are pinned (committed)
-        before any is put; the naming transaction checks that each is stored and removes the
-        pins. One gone by then (deleted by hand, or its pin expired) is put again and the commit
-        tried again, up to ``STORE_ATTEMPTS`` times, then refused: a row never names a missing
-        artifact. A refused or failed naming removes the pins."""
+        """Store ``blobs`` (by their names, ``artifact_name``'s: hashed once) and run
+        ``name_them``, the transaction whose rows name them, so that garbage collection can never
+        remove one in between: their names are pinned (committed) before any is put; the naming
+        transaction checks that each is stored and removes the pins. One gone by then (deleted by
+        hand, or its pin expired) is put again and the commit tried again, up to ``STORE_ATTEMPTS``
+        times, then refused: a row never names a missing artifact. A refused or failed naming
+        removes the pins."""
         names = list(blobs)
         pins = self._write(functools.partial(self._pin, names))
         try:

@@ -104,8 +104,9 @@ class RevisionDiff:
         >>> d = RevisionDiff(lineage="demo", version=2, parent_version=1, tokenizer_sha256="0" * 64, vocab_size=3,
         ...                  entries=[DiffEntry(id=2, kind="added", old_token=None, new_token="ab", parents=[0, 1])],
         ...                  config={})
-        >>> print(d.to_json().replace("0" * 64, "0…0"))
-        {"lineage": "demo", "version": 2, "parent_version": 1, "tokenizer_sha256": "0…0", "vocab_size": 3, "config": {}, "entries": [
+        >>> print(d.to_json().replace("0" * 64, "0…0"))  # doctest: +NORMALIZE_WHITESPACE
+        {"lineage": "demo", "version": 2, "parent_version": 1, "tokenizer_sha256": "0…0", "vocab_size": 3,
+        "config": {}, "entries": [
         {"id": 2, "kind": "added", "old_token": null, "new_token": "ab", "parents": [0, 1]}
         ]}
         """

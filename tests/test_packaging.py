@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Packages of the extras (services, trainer): none may be imported to run a core command.
-EXTRAS = ("torch", "transformers", "accelerate", "pyflink", "kafka", "confluent_kafka", "redis", "sqlalchemy", "fastapi",
-          "uvicorn", "httpx")
+EXTRAS = ("torch", "transformers", "accelerate", "pyflink", "kafka", "confluent_kafka", "redis", "sqlalchemy",
+          "fastapi", "uvicorn", "httpx")
 
 
 @pytest.fixture(scope="module")

@@ -172,8 +172,10 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     tokens = [t for t in vocab if t not in specials]
     batches = [tokens[k:k + chunk] for k in range(0, len(tokens), chunk)]
     encodings = Tokenizer(hf.model).encode_batch_fast(batches, is_pretokenized=True, add_special_tokens=False)
-    return sorted((t for batch, encoding in zip(batches, encodings) if encoding.ids != list(map(vocab.__getitem__, batch))
-                   for t in batch if [piece.id for piece in hf.model.tokenize(t)] != [vocab[t]]), key=vocab.__getitem__)
+    differ = (batch for batch, encoding in zip(batches, encodings)
+              if encoding.ids != list(map(vocab.__getitem__, batch)))
+    return sorted((t for batch in differ for t in batch if [piece.id for piece in hf.model.tokenize(t)] != [vocab[t]]),
+                  key=vocab.__getitem__)
 
 
 def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, Merge]:

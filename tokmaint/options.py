@@ -59,10 +59,11 @@ def lineage(value: str) -> str:
 
     >>> lineage("git-commits")
     'git-commits'
-    >>> lineage("../x")
+    >>> lineage("../x")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '../x'
+    argparse.ArgumentTypeError: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit,
+    got '../x'
     """
     try:
         return lineage_name(value)

@@ -356,7 +356,8 @@ def run_arithmetic_train(settings: ArithmeticTrainSettings | None = None, *,
     settings = settings or ArithmeticTrainSettings()
     started = time.perf_counter()
     tasks = [(seed, name) for seed in range(settings.seed, settings.seed + settings.seeds) for name in RUNS]
-    per_epoch = -(-len(arithmetic_dataset(50)) // settings.batch) - (-(NEW_EXAMPLES - settings.validation) // settings.batch)
+    per_epoch = (-(-len(arithmetic_dataset(50)) // settings.batch)
+                 - (-(NEW_EXAMPLES - settings.validation) // settings.batch))
     steps = per_epoch * settings.epochs * len(tasks)
     bar = tqdm(total=steps, desc="arithmetic-train", unit="step", disable=not progress)
     if settings.workers == 1:

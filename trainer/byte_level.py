@@ -389,7 +389,8 @@ def covering_tree(vocab: ByteVocabulary, prefix: bytes, *, extended: bool = Fals
     >>> sorted(vocab.decode(leaf) for leaf in covering_tree(vocab, b"ab a").leaves)  # Ġa, Ġab, Ġabc
     [b'ab a', b'ab ab', b'ab abc']
     >>> after = [vocab.decode(leaf)[4:] for leaf in covering_tree(vocab, b"ab a", extended=True).leaves]
-    >>> len(after), sorted(after)[32:35]  # after Ġa: every ASCII byte, the 51 lead bytes of longer characters; Ġab, Ġabc
+    >>> # After Ġa: every ASCII byte, the 51 lead bytes of longer characters; Ġab, Ġabc.
+    >>> len(after), sorted(after)[32:35]
     (183, [b' ', b' ab', b' abc'])
     """
     n = len(prefix)
@@ -650,7 +651,9 @@ def fit_text(models: Sequence[ByteLevelModel], text: str) -> str:
     >>> fit_text([Model()], "0123456789")
     '01234'
     """
-    fits = lambda cut: all(len(m.vocab.tokenizer.encode(cut)) + FIT_MARGIN <= m.max_positions for m in models)
+    def fits(cut: str) -> bool:
+        return all(len(m.vocab.tokenizer.encode(cut)) + FIT_MARGIN <= m.max_positions for m in models)
+
     if fits(text):
         return text
     lo, hi = 0, len(text)  # the longest start that fits lies in [lo, hi)

@@ -107,8 +107,8 @@ def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: d
 
     # Folders exported before the marker are recognised by their tokmaint.json.
     files = write_file_set(out, write, command="trainer export", legacy=STAMP)
-    return {"out": str(out), "lineage": stamp.get("lineage"), "version": stamp.get("version"), "rows": config.vocab_size,
-            "bos_token_id": bos, "files": files}
+    return {"out": str(out), "lineage": stamp.get("lineage"), "version": stamp.get("version"),
+            "rows": config.vocab_size, "bos_token_id": bos, "files": files}
 
 
 def write_tokenizer_files(folder: Path, tokenizer: BPETokenizer, stamp: dict[str, Any], *,

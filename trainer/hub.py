@@ -61,9 +61,9 @@ class HubVersions:
                 data = f.read()
         except Exception as exc:  # the download failed: as the registry client says it
             raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} v{number}: {exc}"]) from None
-        if hashlib.sha256(data).hexdigest() != expected:
+        if (got := hashlib.sha256(data).hexdigest()) != expected:
             raise RegistryRefused(0, "sha256_mismatch", [f"{path} is not version {number} of {lineage!r} (sha256 "
-                                                         f"{hashlib.sha256(data).hexdigest()[:12]}, not {expected[:12]})"])
+                                                         f"{got[:12]}, not {expected[:12]})"])
         tokenizer = BPETokenizer.from_json(data.decode("utf-8"))
         self._tokenizers[(lineage, number)] = tokenizer
         return tokenizer

@@ -111,7 +111,8 @@ class Trainer:
     def _save(self) -> None:
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self.follower.stamp,
-                        position={"position": self.position, "step": self.step}, tokenizer_json=self.tokenizer.to_json())
+                        position={"position": self.position, "step": self.step},
+                        tokenizer_json=self.tokenizer.to_json())
 
     def _follow(self) -> bool:
         """Take the lineage's newest version if it is due; True when taken."""

@@ -184,7 +184,8 @@ class Zip2zipLM(nn.Module):
         base, tokenizer, _ = load_model(path, device=device)
         config_path = Path(path) / CONFIG
         if not config_path.is_file():
-            return cls(base, max_merge=max_merge or 3, layers=0, bos_token_id=base.config.bos_token_id).eval(), tokenizer
+            plain = cls(base, max_merge=max_merge or 3, layers=0, bos_token_id=base.config.bos_token_id)
+            return plain.eval(), tokenizer
         config = _read_config(config_path, d=base.get_input_embeddings().weight.shape[1])
         if max_merge is not None and max_merge != config["max_merge"]:
             raise TokmaintError(f"{path} was trained with hypertokens of at most {config['max_merge']} base tokens, "

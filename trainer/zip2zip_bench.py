@@ -99,7 +99,8 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
         hyper = Zip2zipLM(copy.deepcopy(base.base), max_merge=max_merge, layers=settings.layers,
                           bos_token_id=base.bos_token_id)
         finetune(hyper, train, steps=settings.finetune_steps, batch=settings.train_batch, lr=settings.lr)
-        runs.append({"max_merge": max_merge, "tokens": n_tokens, "hypertokens": codes, "reduction": 1 - codes / n_tokens,
+        runs.append({"max_merge": max_merge, "tokens": n_tokens, "hypertokens": codes,
+                     "reduction": 1 - codes / n_tokens,
                      "bytes_per_token": {"base": n_bytes / n_tokens, "zip2zip": n_bytes / codes},
                      "bits_per_byte": {"base": base_bits,
                                        "zip2zip": bits_per_byte(hyper, held_out, token_bytes)["bits_per_byte"]},

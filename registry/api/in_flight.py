@@ -233,7 +233,8 @@ class InFlight:
         saturated = (working >= limits.requests or self.requests >= limits.requests * STALLED_PER_PLACE
                      or self.watches >= limits.watches)
         return {"status": "saturated" if saturated else "ok", "in_flight": self.requests,
-                "stalled": len(self.stalled), "limit": self.limits.requests, "watches": self.watches, "max_watches": self.limits.watches,
+                "stalled": len(self.stalled), "limit": self.limits.requests, "watches": self.watches,
+                "max_watches": self.limits.watches,
                 "saturated": saturated, "refused": self.refused}
 
 

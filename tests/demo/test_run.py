@@ -29,7 +29,8 @@ def _children(pid: int) -> set[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid and fields[0] != "Z" and b"resource_tracker" not in (entry / "cmdline").read_bytes():
+            if int(fields[1]) == pid and fields[0] != "Z" \
+                    and b"resource_tracker" not in (entry / "cmdline").read_bytes():
                 found.add(int(entry.name))
     return found
 
@@ -75,9 +76,9 @@ def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path,
 
 def test_ctrl_c_stops_every_process_the_demo_started(drifting_corpus, tmp_path):
     demo = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "demo", "--out", str(tmp_path / "r"), "--corpus",
-                             str(drifting_corpus), "--initial-docs", "150", "--chunks", "8", "--pause", "2", "--trainer-steps", "20",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=ctrl_c_works)
+                             str(drifting_corpus), "--initial-docs", "150", "--chunks", "8", "--pause", "2",
+                             "--trainer-steps", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=ctrl_c_works)
     started: set[int] = set()
     deadline = time.monotonic() + 60
     while len(started) < 4 and time.monotonic() < deadline:  # broker, redis, registry, trainer

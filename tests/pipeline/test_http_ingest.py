@@ -172,7 +172,8 @@ def _start(broker: str, tmp_path, *options: str) -> tuple[subprocess.Popen, str]
     from registry.local_server import start_service
 
     return start_service(["ingest-server", "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic",
-                          "docs.http.dlq", *options], env={"TOKMAINT_REGISTRY_TOKEN": TOKEN}, log=tmp_path / "ingest.log")
+                          "docs.http.dlq", *options], env={"TOKMAINT_REGISTRY_TOKEN": TOKEN},
+                         log=tmp_path / "ingest.log")
 
 
 def _upload_head(length: int) -> bytes:
@@ -263,7 +264,8 @@ def test_a_client_past_its_share_is_refused_while_another_is_served(broker, tmp_
             assert refused.json()["error_code"] == "overloaded" and "its share" in refused.json()["reasons"][0]
             with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as other:
                 served = other.post(f"{url}/v1/streams/docs.http/documents", content=json.dumps(_doc(3)).encode(),
-                                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-ndjson"})
+                                    headers={"Authorization": f"Bearer {TOKEN}",
+                                             "Content-Type": "application/x-ndjson"})
             assert served.status_code == 200 and served.json()["accepted"] == 1, served.text
     finally:
         process.terminate()

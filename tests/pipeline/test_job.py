@@ -92,8 +92,8 @@ def _state(redis_url, lineage, id_space=ID_SPACE):
 def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions):
     """Assert the lineage's Redis statistics and published versions equal the offline Ted-Tok's
     over the same steps (lists of texts); its store and the reference."""
-    reference = TedTok(initial, config=STREAM.tedtok_config(), store=MemoryStatsStore(alpha=STREAM.tedtok_config().alpha),
-                       lineage=lineage)
+    config = STREAM.tedtok_config()
+    reference = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=lineage)
     for texts in steps:
         reference.observe_texts(texts)
     assert reference.revisions, "the stream should drive revisions"
@@ -123,8 +123,9 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
         job.close()
         versions = registry.versions(lineage)["data"]
     assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
-    scraped = {(s.name, s.labels.get("outcome")): s.value for family in text_string_to_metric_families(
-        httpx.get(f"http://127.0.0.1:{port}/metrics").text) for s in family.samples if s.labels.get("lineage") == lineage}
+    families = text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+    scraped = {(s.name, s.labels.get("outcome")): s.value for family in families for s in family.samples
+               if s.labels.get("lineage") == lineage}
     assert scraped[("tokmaint_pipeline_documents_total", None)] == 600
     assert scraped[("tokmaint_pipeline_steps_total", None)] == 19
     assert scraped[("tokmaint_pipeline_dead_letters_total", None)] == len(BAD)

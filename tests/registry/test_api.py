@@ -378,8 +378,10 @@ def test_a_model_folder_s_tar_holds_regular_files_within_the_limit():
         "config.json": b"{}", "model.safetensors": b"w"}
     link = tarfile.TarInfo("weights")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-    for body, limit, code in ((tar_of(file("a", b"x" * 50)), 10, "too_large"), (tar_of((link, b"")), 100, "invalid_request"),
-                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"), (b"no tar", 100, "invalid_request"),
+    for body, limit, code in ((tar_of(file("a", b"x" * 50)), 10, "too_large"),
+                              (tar_of((link, b"")), 100, "invalid_request"),
+                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"),
+                              (b"no tar", 100, "invalid_request"),
                               (tar_of(file("a", b"x"), file("a", b"y")), 100, "invalid_request")):  # a name twice
         with pytest.raises(RegistryError) as refused:
             folder_files(body, limit)
@@ -432,8 +434,9 @@ def test_a_model_upload_expands_to_no_more_than_it_sends_and_holds_a_bounded_num
     nan = {**folder, "config.json": folder["config.json"].replace(b'"n_positions": 64', b'"n_positions": NaN')}
     assert nan != folder
     for body, code, reason in ((sparse, "invalid_request", "the folder's tar holds 'model.safetensors' as a sparse"),
-                               (tar_of_files(many), "invalid_model", f"the folder has {len(many)} files; a model folder "
-                                                                     "holds at most 256 (TOKMAINT_REGISTRY_MAX_MODEL_FILES)"),
+                               (tar_of_files(many), "invalid_model",
+                                f"the folder has {len(many)} files; a model folder holds at most 256 "
+                                "(TOKMAINT_REGISTRY_MAX_MODEL_FILES)"),
                                (tar_of_files(nan), "invalid_model", "config.json: not JSON: NaN is no JSON number")):
         answer = httpx.post(f"{server}/v1/tokenizers/tars/models", content=body, params={"version": "1"},
                             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"})

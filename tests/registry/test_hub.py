@@ -93,7 +93,8 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
     latest = client.version("hub")
     assert first["sha"] == commit_hash("hub", latest["number"], latest["sha256"])
     assert first["folder"].endswith(f"/snapshots/{first['sha']}")
-    assert first["files"] == ["revision_diff.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    assert first["files"] == ["revision_diff.json", "special_tokens_map.json", "tokenizer.json",
+                              "tokenizer_config.json"]
     assert first["card"]["tokmaint"]["number"] == latest["number"] and first["etag"] == latest["sha256"]
     with open(first["path"], "rb") as f:
         assert f.read() == client.download("hub", 2)

@@ -205,8 +205,9 @@ def test_health_says_when_the_server_is_saturated(tmp_path):
             health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json().get("saturated") and r,
                             "the held upload did not saturate the server")
             assert health.status_code == 200
-            assert health.json() | {"refused": 0} == {"status": "saturated", "in_flight": 1, "stalled": 0, "limit": 1, "watches": 0,
-                                                      "max_watches": 256, "saturated": True, "refused": 0}
+            assert health.json() | {"refused": 0} == {"status": "saturated", "in_flight": 1, "stalled": 0, "limit": 1,
+                                                      "watches": 0, "max_watches": 256, "saturated": True,
+                                                      "refused": 0}
             ready = httpx.get(f"{url}/readyz")
             assert ready.status_code == 503 and ready.json()["saturated"] is True
             held.sendall(b"}")

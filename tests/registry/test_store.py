@@ -323,9 +323,9 @@ def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_
     assert [m.number for m in registry.models("demo", after=1)] == [2, 3]
     assert first.files["model.safetensors"]["size"] == len(folder["model.safetensors"]) and second.created_by == ""
     assert registry.artifacts.get(second.files["config.json"]["sha256"]) == better["config.json"] and latest.number == 3
+    config = {"model_type": "gpt2", "vocab_size": 3, "n_positions": 8, "n_embd": 4, "n_layer": 1, "n_head": 2}
     with pytest.raises(RegistryError) as refused:
-        registry.publish_model("demo", {"config.json": json.dumps({"model_type": "gpt2", "vocab_size": 3, "n_positions": 8,
-                                                                   "n_embd": 4, "n_layer": 1, "n_head": 2}).encode(),
+        registry.publish_model("demo", {"config.json": json.dumps(config).encode(),
                                         "../x": b"",
                                         "tokenizer.json": registry.artifacts.get(registry.version("demo", 1).sha256)},
                                version=2)

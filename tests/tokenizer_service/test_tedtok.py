@@ -175,7 +175,7 @@ def test_proposition_1_redistribution_equals_recount(seed):
     t = 0
 
     def buffered(a: int) -> float:
-        return sum(alpha * (1 - alpha) ** (t - l) * c for l, c in history[a].items())
+        return sum(alpha * (1 - alpha) ** (t - at) * c for at, c in history[a].items())
 
     def recount(a: int) -> float:
         return init.get(a, 0.0) * (1 - alpha) ** (t - added_at.get(a, 0)) + buffered(a)
@@ -202,10 +202,10 @@ def test_proposition_1_redistribution_equals_recount(seed):
                 w = int(rng.choice(sinks()))
                 u, v = parents[w]
                 freed[pack_pair(u, v)] = recount(w)
-                for l, c in history[w].items():
-                    if l > added_at[w]:
+                for at, c in history[w].items():
+                    if at > added_at[w]:
                         for p in (u, v):
-                            history[p][l] = history[p].get(l, 0.0) + c
+                            history[p][at] = history[p].get(at, 0.0) + c
                 deletes.append((w, u, v))
                 alive.discard(w)
             store.apply_edit(StatsEdit(deletes=deletes))

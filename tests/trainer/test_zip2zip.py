@@ -219,7 +219,8 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
     plain = run("eval", "bytes", "--model", str(tmp_path / "z2z"), "--corpus", str(corpus), "--max-documents", "5")
     assert plain["documents"] == 5  # the folder is a plain model too
     with pytest.raises(SystemExit) as refused:
-        main(["generate", "--model", str(tmp_path / "z2z"), "--model", str(tmp_path / "z2z"), "--zip2zip", "--prompt", "a"])
+        main(["generate", "--model", str(tmp_path / "z2z"), "--model", str(tmp_path / "z2z"), "--zip2zip",
+              "--prompt", "a"])
     assert refused.value.code == 2 and "reads one --model" in capsys.readouterr().err
 
 

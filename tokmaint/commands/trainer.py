@@ -141,8 +141,9 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     add_settings(run, TrainerSettings)
     run.add_argument("--json", action="store_true", help="print JSON")
     run.set_defaults(func=cmd_run, parser=run)
-    export = commands.add_parser("export", help="write a checkpoint as a Hugging Face model folder (config, safetensors "
-                                                "weights, the version's tokenizer.json) that from_pretrained loads")
+    export = commands.add_parser("export", help="write a checkpoint as a Hugging Face model folder (config, "
+                                                "safetensors weights, the version's tokenizer.json) that "
+                                                "from_pretrained loads")
     export.add_argument("--checkpoint", required=True, help="the trainer's checkpoint (checkpoint.pt)")
     export.add_argument("--out", required=True, help="the folder to write (new, empty, or one tokmaint exported: its "
                                                      "files are replaced, any other file there is kept)")
