@@ -25,6 +25,8 @@ from torch import nn
 
 from trainer.apply_revision import embedding_matrices
 
+WARM_CHUNK = 64  # texts a warm-up step runs through the model at once
+
 
 def holding(inputs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
     """Which rows of ``inputs`` hold one of ``ids``.
@@ -36,11 +38,13 @@ def holding(inputs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
 
 
 def warm_new_rows(model: nn.Module, ids: Sequence[int], inputs: torch.Tensor, labels: torch.Tensor, *,
-                  steps: int, lr: float) -> list[float]:
+                  steps: int, lr: float, chunk: int = WARM_CHUNK) -> list[float]:
     """Train the rows ``ids`` of the embedding matrices (input and, untied, output) alone for
     ``steps`` full-batch Adam steps of the language-modelling loss on the rows of ``inputs`` that
     hold one of them; the losses before each step (empty when no row holds one). Every other
-    weight and row is left bit for bit; the model's own optimizer is not touched.
+    weight and row is left bit for bit; the model's own optimizer is not touched. A step's
+    gradient is summed over ``chunk`` texts at a time (each chunk weighted by its labelled
+    tokens): the full batch's gradient, in the memory of one chunk.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))
@@ -72,16 +76,25 @@ def warm_new_rows(model: nn.Module, ids: Sequence[int], inputs: torch.Tensor, la
         # Adam without weight decay: a row with no gradient (every other one) never moves.
         optimizer = torch.optim.Adam(matrices, lr=lr)
         model.train()
+        # The tokens each chunk's loss is a mean over (labels shifted by one, as the model's loss is).
+        parts = [(inputs[k:k + chunk], labels[k:k + chunk]) for k in range(0, len(inputs), chunk)]
+        counted = [int((part_labels[:, 1:] != -100).sum()) for _, part_labels in parts]
+        total = max(sum(counted), 1)
         with torch.enable_grad():
             for _ in range(steps):
-                # forward, not __call__: the loop's hooks on the model (a collator's) are for its batches
-                loss = model.forward(input_ids=inputs, labels=labels).loss
-                loss.backward()
+                loss = 0.0
+                for (part_inputs, part_labels), n in zip(parts, counted):
+                    if not n:
+                        continue
+                    # forward, not __call__: the loop's hooks on the model (a collator's) are for its batches
+                    part_loss = model.forward(input_ids=part_inputs, labels=part_labels).loss * (n / total)
+                    part_loss.backward()
+                    loss += part_loss.item()
                 for matrix in matrices:
                     matrix.grad.mul_(mask)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                losses.append(loss.item())
+                losses.append(loss)
     finally:
         for p, flag, grad in zip(model.parameters(), trainable, grads):
             p.requires_grad_(flag)

@@ -1,5 +1,6 @@
 """trainer.new_rows: a revision's new rows warmed up alone on recent text."""
 
+import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
@@ -67,3 +68,21 @@ def test_only_texts_that_hold_a_new_token_are_read_and_the_loop_keeps_its_gradie
     assert warm_new_rows(model, applied.changed, *token_batch(new, NEW, seq_len=32), steps=0, lr=1e-2) == []
     assert len(warm_new_rows(model, applied.changed, *token_batch(new, NEW, seq_len=32), steps=2, lr=1e-2)) == 2
     assert torch.equal(weight.grad, torch.ones_like(weight)) and not frozen.requires_grad and weight.requires_grad
+
+
+def test_a_step_in_chunks_is_the_full_batch_step():
+    """Texts of different lengths, run a chunk of one at a time or all at once: the same losses
+    and the same rows (each chunk's loss weighted by its labelled tokens)."""
+    texts = ["kubernetes", "kubernetes pods and kubernetes nodes", "and kubernetes"] * 2
+    runs = []
+    for chunk in (1, 64):
+        model, _, applied, new = _revised()
+        for module in model.modules():  # no dropout: the two runs differ by their chunks alone
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        losses = warm_new_rows(model, applied.changed, *token_batch(new, texts, seq_len=32), steps=3, lr=1e-2,
+                               chunk=chunk)
+        runs.append((losses, model.get_input_embeddings().weight.detach().clone()))
+    (one_losses, one_rows), (all_losses, all_rows) = runs
+    assert one_losses == pytest.approx(all_losses, rel=1e-5)
+    assert torch.allclose(one_rows, all_rows, atol=1e-6)
