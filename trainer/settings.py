@@ -23,7 +23,7 @@ CAUSAL_LM_LOSS = "ForCausalLM"
 
 
 # The new rows' warm-up after a revision (trainer.new_rows): LineageFollower's defaults and the settings'.
-WARM_STEPS, WARM_DOCS, WARM_LR = 20, 64, 3e-3
+WARM_STEPS, WARM_DOCS, WARM_LR = 20, 256, 3e-3
 
 
 class NewRowWarmUpSettings(Settings):
