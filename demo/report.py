@@ -101,7 +101,7 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: li
 
 
 def _text(tokenizer: BPETokenizer, token: str) -> str:
-    """The text a token stands for (bytes that are no whole UTF-8 character shown escaped).
+    """The text a token stands for (bytes that are not whole UTF-8 character shown escaped).
 
     >>> _text(BPETokenizer.train(["a b"], vocab_size=258), "Ġb")
     ' b'

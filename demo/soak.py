@@ -90,7 +90,7 @@ class SoakSettings(Settings):
                                  "the longest gap between two faults, in seconds (each gap is 50-100% of it)")
     batch: int = setting(40, whole(1), "documents a request")
     resend: float = setting(0.05, share(zero=True), "share of batches a producer sends again though it was answered")
-    malformed: float = setting(0.02, share(zero=True), "share of records that are no document")
+    malformed: float = setting(0.02, share(zero=True), "share of records that are not documents")
     corpus: Path = setting(SAMPLE, None, "the documents' texts (default: the shipped sample)")
     initial_docs: int = setting(1000, whole(1), "oldest documents the initial tokenizer trains on")
     vocab_size: int = setting(1024, whole(257), "the initial tokenizer's vocabulary")

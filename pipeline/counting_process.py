@@ -85,7 +85,7 @@ class CountingProcess:
     def __init__(self) -> None:
         self._worker = OrderedWorker(name="tokmaint-counting")
         self._sent: str | None = None  # the sha256 of the tokenizer the worker was last sent
-        self._worker.call(os.getpid).result()  # started now: its imports are no step's time
+        self._worker.call(os.getpid).result()  # started now: its imports are not a step's time
 
     def load(self, tokenizer: BPETokenizer, *, wait: bool = True) -> None:
         """Have the worker load ``tokenizer`` once it is done with what it was sent, as the next

@@ -5,10 +5,10 @@ Each step (``stream.StepReader``: the next ``step_docs`` documents from the offs
 Redis) is counted with the lineage's current version by the core's ``StepCounter`` (tokens and
 within-word pairs, Ted-Tok's; adjacent tokens within and across words, LiteToken's) and written
 to Redis with its step number, version and end offsets in one atomic write, a few steps at a
-time (``RedisStatsStore.apply_step``, ``PipelineJob``). Records that are no Document go to the dead-letter topic, keyed
-by where they stood. When a revision is due, Ted-Tok plans it from the Redis statistics; its
-statistics edit and the revised version are one atomic write (``write_revision``), then the
-version is published and settled, and the next step counts with it.
+time (``RedisStatsStore.apply_step``, ``PipelineJob``). Records that are not Documents go to
+the dead-letter topic, keyed by where they stood. When a revision is due, Ted-Tok plans it from
+the Redis statistics; its statistics edit and the revised version are one atomic write
+(``write_revision``), then the version is published and settled, and the next step counts with it.
 
 Why a crash and restart leave the state as if no crash happened: the state moves only by those
 atomic writes; a restart resumes from the offsets stored with the last step (a step is the same

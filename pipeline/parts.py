@@ -9,7 +9,7 @@ address is refused at once.
 ...     connect_redis("http://127.0.0.1:1", wait=0)
 ... except PartUnavailable as exc:
 ...     print(exc)
-Redis: 'http://127.0.0.1:1' is no Redis URL (Redis URL must specify one of the following schemes (redis://, \
+Redis: 'http://127.0.0.1:1' is not a Redis URL (Redis URL must specify one of the following schemes (redis://, \
 rediss://, unix://))
 """
 
@@ -67,7 +67,7 @@ def connect_redis(url: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> redis.Redi
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=5)
     except ValueError as exc:
-        raise PartUnavailable(f"Redis: {url!r} is no Redis URL ({exc})") from None
+        raise PartUnavailable(f"Redis: {url!r} is not a Redis URL ({exc})") from None
     wait_for(f"Redis at {url}", client.ping, wait=wait, errors=(redis.ConnectionError, redis.TimeoutError))
     if client.info("cluster").get("cluster_enabled"):
         client.close()

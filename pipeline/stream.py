@@ -72,7 +72,7 @@ def _window_end(ts: datetime, seconds: float) -> datetime:
 
 @dataclass(frozen=True)
 class DeadRecord:
-    """A record of the docs topic that is no Document: where it stood, its bytes, the reason."""
+    """A record of the docs topic that is not a Document: where it stood, its bytes, the reason."""
 
     partition: int
     offset: int
@@ -412,5 +412,5 @@ def topic_steps(settings: PipelineSettings, size: int, *, seconds: float | None 
 
 def topic_texts(settings: PipelineSettings, *, wait: float = 2.0, step: int = 1000) -> list[str]:
     """Every document's text on the docs topic, in the pipeline's step order, read to its end
-    (what ``tokmaint stats hypertokens`` reads; records that are no document are passed over)."""
+    (what ``tokmaint stats hypertokens`` reads; records that are not Documents are passed over)."""
     return [d.text for read in topic_steps(settings, step, wait=wait) for d in read.documents]

@@ -4,7 +4,7 @@ Names and the bootstrap address are configuration (``TOKMAINT_KAFKA``, ``TOKMAIN
 or options):
 
 * ``docs``: the stream's documents (``schemas/document.schema.json``), keyed by document id;
-* ``docs.dlq``: records that are no Document, as they came, with headers that say why and where
+* ``docs.dlq``: records that are not Documents, as they came, with headers that say why and where
   from (:func:`dead_letter_headers`);
 * ``tokenizer.revisions``: the registry's revision events (``registry.relay``).
 

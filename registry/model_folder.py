@@ -73,10 +73,10 @@ def strict_json(data: bytes) -> Any:
     >>> strict_json(b'{"n": NaN}')
     Traceback (most recent call last):
     ...
-    ValueError: NaN is no JSON number
+    ValueError: NaN is not a JSON number
     """
     def refuse(constant: str) -> Any:
-        raise ValueError(f"{constant} is no JSON number")
+        raise ValueError(f"{constant} is not a JSON number")
 
     try:
         return json.loads(data.decode("utf-8"), parse_constant=refuse)
@@ -111,18 +111,18 @@ def safetensors_tensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
         raise ValueError(f"its header is {length:,} bytes; at most {MAX_HEADER_BYTES:,} are read")
     header = strict_json(bytes(data[8:8 + length]))
     if not isinstance(header, dict):
-        raise ValueError("its header is no JSON object")
+        raise ValueError("its header is not a JSON object")
     tensors, spans = {}, []
     for name, entry in header.items():
         if name == "__metadata__":
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
-                raise ValueError("its __metadata__ is no object of strings")
+                raise ValueError("its __metadata__ is not an object of strings")
             continue
         if not isinstance(entry, dict) or entry.get("dtype") not in DTYPE_BYTES:
             raise ValueError(f"tensor {name!r} has no dtype safetensors knows ({', '.join(DTYPE_BYTES)})")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise ValueError(f"tensor {name!r}: its shape is no list of sizes")
+            raise ValueError(f"tensor {name!r}: its shape is not a list of sizes")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
                 and 0 <= offsets[0] <= offsets[1]):
             raise ValueError(f"tensor {name!r}: its data_offsets are no [begin, end]")
@@ -174,7 +174,7 @@ def _field_problem(name: str, value: Any, rule: tuple[Any, ...], vocab_size: Any
 
 
 def config_problems(config: Any, *, id_space: int) -> list[str]:
-    """Why ``config.json`` (parsed) is no GPT-2 config whose rows cover ``id_space`` ids: every
+    """Why ``config.json`` (parsed) is not a GPT-2 config whose rows cover ``id_space`` ids: every
     field with its type and range (GPT2_FIELDS), the heads dividing the width.
 
     >>> config_problems({"model_type": "gpt2", "vocab_size": 50, "n_positions": 64, "n_embd": 16,
@@ -247,7 +247,7 @@ def tensor_problems(tensors: dict[str, tuple[str, tuple[int, ...]]], config: dic
             key = "wte.weight"
         elif key not in expected:
             if not _IGNORED.fullmatch(key):
-                problems.append(f"model.safetensors: tensor {name!r} is no GPT-2 weight of config.json's model")
+                problems.append(f"model.safetensors: tensor {name!r} is not a GPT-2 weight of config.json's model")
             continue
         seen.add(key)
         if shape != expected[key]:

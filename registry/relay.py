@@ -70,7 +70,7 @@ class RevisionEvents:
         self.lineage, self.topic = lineage, topic
         self.events: list[dict[str, Any]] = []  # this lineage's events, once each, in the order read
         self.duplicates = 0  # events delivered again
-        self.unreadable = 0  # records that are no revision event
+        self.unreadable = 0  # records that are not revision events
         self._seen: set[str] = set()
         self._number = number
         # No group (nothing is committed), every partition from its start.

@@ -34,7 +34,7 @@ DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB a record, Kafka's own default limit
 
 
 class RecordError(ValueError):
-    """A record that is no Document; the message is the reason."""
+    """A record that is not a Document; the message is the reason."""
 
 
 class StreamDocument(NamedTuple):

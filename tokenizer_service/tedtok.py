@@ -6,7 +6,8 @@ warmup, :func:`plan_revision` picks up to K of the most frequent pairs to add as
 many of the least frequent sink tokens to delete, and :func:`build_revision` builds the next
 version, its revision diff and the statistics edit (Proposition 1's redistribution).
 
-Decisions on the points the paper leaves open (``../shared/papers.md``):
+Decisions on the points the paper (Huang et al., "Ted-Tok: Maintaining an Evolving Vocabulary
+for Lifelong Learning") leaves open:
 
 * A pair just merged leaves the pair table (τ_pair[u,v] is forgotten when w=(u,v) is added):
   otherwise its stale, slowly decaying statistic would keep it at the top of the candidates.

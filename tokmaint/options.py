@@ -28,7 +28,7 @@ from tokenizer_service.settings import lineage_name, rule_of
 
 def free_text(value: str) -> str:
     r"""A text option's value (argparse ``type``): UTF-8, as every command reads text. The shell
-    hands Python bytes that are no UTF-8 as lone surrogates, which no tokenizer can encode; they are
+    hands Python bytes that are not UTF-8 as lone surrogates, which no tokenizer can encode; they are
     refused here, with where they are, rather than deep in a command.
 
     >>> free_text("héllo")
@@ -55,7 +55,7 @@ def free_text(value: str) -> str:
 
 def lineage(value: str) -> str:
     """A ``--lineage`` option's value (argparse ``type``): ``tokenizer_service.settings.lineage_name``'s
-    rule, in argparse's words (a name that is no UTF-8 from the shell is refused so too).
+    rule, in argparse's words (a name that is not UTF-8 from the shell is refused so too).
 
     >>> lineage("git-commits")
     'git-commits'

@@ -1,5 +1,5 @@
-"""Exact byte-level probabilities of a token-level language model (ByteSampler, Hayase et al.,
-``../shared/papers/byte-sampler.txt``): the probability that the model's text begins with given
+"""Exact byte-level probabilities of a token-level language model (ByteSampler: Hayase et al.,
+"Sampling from Your Language Model One Byte at a Time"): the probability that the model's text begins with given
 bytes, whatever tokens it would use to write them; the next-byte distribution; sampling bytes;
 ensembles of models whose vocabularies differ (two versions of a lineage).
 
@@ -99,7 +99,7 @@ class ByteVocabulary:
         return b"".join(self.token_bytes[i] for i in ids)
 
     def encode(self, texts: list[bytes]) -> list[list[int] | None]:
-        """Each text's encoding (None where the bytes are no UTF-8 text: no valid sequence
+        """Each text's encoding (None where the bytes are not UTF-8 text: no valid sequence
         decodes to them)."""
         strings, where = [], []
         for k, text in enumerate(texts):
@@ -136,7 +136,7 @@ class ByteVocabulary:
         return max(c, 0)
 
     def head(self, data: bytes) -> list[int] | None:
-        """``data``'s encoding (None for bytes that are no text), the last few kept: the trees of
+        """``data``'s encoding (None for bytes that are not text), the last few kept: the trees of
         one text's prefixes share theirs."""
         if data not in self._heads:
             if len(self._heads) > 64:
@@ -148,7 +148,7 @@ class ByteVocabulary:
         r"""How the tokenizer writes each of ``texts``: its encoding; for bytes that end inside a
         character, the tokens up to that end in the encodings of the character's completions
         (:func:`completions`) that have a token boundary there, each once (none: no text begins
-        so); for other bytes that are no text, none.
+        so); for other bytes that are not text, none.
 
         >>> vocab = ByteVocabulary(BPETokenizer.train(["ab é"] * 3, vocab_size=258))
         >>> vocab.writings([b"ab", b"\xc3", b"\xff"])  # é is two byte tokens here: \xc3 is written alone
@@ -181,7 +181,7 @@ class ByteVocabulary:
 
 def _incomplete_end(data: bytes) -> int:
     r"""How many bytes at the end of ``data`` begin a character they do not finish: 0 for UTF-8
-    text, -1 for bytes that are no text otherwise.
+    text, -1 for bytes that are not text otherwise.
 
     >>> _incomplete_end("é".encode()), _incomplete_end("aé".encode()[:2]), _incomplete_end(b"\xff")
     (0, 1, -1)
@@ -526,7 +526,7 @@ class ByteLevelModel:
     def prefix(self, text: str | bytes) -> PrefixProbability:
         """ln P(the model's text begins with ``text``): the sum over its Valid Covering Tree;
         beside it, the product for ``text``'s canonical tokenization alone (one of the leaves;
-        -inf for bytes that are no text, ending inside a character)."""
+        -inf for bytes that are not text, ending inside a character)."""
         data = text.encode("utf-8") if isinstance(text, str) else text
         if not data:
             return PrefixProbability(data, 0.0, 0.0, 0, 0)

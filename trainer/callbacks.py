@@ -92,8 +92,8 @@ class CheckpointFolder:
             step = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
             return cls(stamp["lineage"], stamp["version"], stamp["sha256"], rows, step)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise TokmaintError(f"{folder} is no checkpoint of a Trainer with TokmaintCallback ({STAMP}, config.json "
-                                f"and trainer_state.json): {exc}") from None
+            raise TokmaintError(f"{folder} is not a checkpoint of a Trainer with TokmaintCallback ({STAMP}, "
+                                f"config.json and trainer_state.json): {exc}") from None
 
 
 class TokmaintCallback(TrainerCallback):

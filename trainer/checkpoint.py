@@ -74,7 +74,7 @@ def read_checkpoint(path: str | Path, *, keys: tuple[str, ...] = EXPORTED_KEYS) 
     >>> read_checkpoint(bad)
     Traceback (most recent call last):
     ...
-    tokenizer_service.errors.TokmaintError: ...checkpoint.pt is no trainer checkpoint: truncated, corrupt or not \
+    tokenizer_service.errors.TokmaintError: ...checkpoint.pt is not a trainer checkpoint: truncated, corrupt or not \
 written by torch.save (tokmaint trainer run writes one)
     """
     path = Path(path)
@@ -88,29 +88,29 @@ written by torch.save (tokmaint trainer run writes one)
             IndexError) as exc:
         if isinstance(exc, OSError) and exc.errno != errno.EINVAL:  # EINVAL: torch's zip reader on a truncated file
             raise TokmaintError(f"cannot read {path}: {exc.strerror or exc}") from None
-        raise TokmaintError(f"{path} is no trainer checkpoint: truncated, corrupt or not written by torch.save "
+        raise TokmaintError(f"{path} is not a trainer checkpoint: truncated, corrupt or not written by torch.save "
                             f"(tokmaint trainer run writes one)") from exc
     if not isinstance(data, dict):
-        raise TokmaintError(f"{path} is no trainer checkpoint: it holds a {type(data).__name__}, not a dictionary")
+        raise TokmaintError(f"{path} is not a trainer checkpoint: it holds a {type(data).__name__}, not a dictionary")
     reasons = [f"no {key!r} in it" for key in keys if key not in data]
     stamp = data.get("tokenizer")
     if "tokenizer" in data and not (isinstance(stamp, dict) and isinstance(stamp.get("lineage"), str)
                                     and isinstance(stamp.get("version"), int)
                                     and isinstance(stamp.get("sha256"), str)):
-        reasons.append("'tokenizer' is no version stamp (lineage, version, sha256)")
+        reasons.append("'tokenizer' is not a version stamp (lineage, version, sha256)")
     if "model" in data and not (isinstance(data["model"], dict)
                                 and all(isinstance(v, torch.Tensor) for v in data["model"].values())):
-        reasons.append("'model' is no state dict of tensors")
+        reasons.append("'model' is not a state dict of tensors")
     if "rows" in data and not (isinstance(data["rows"], int) and data["rows"] >= 1):
         reasons.append(f"'rows' is {data['rows']!r}, not a whole number ≥ 1")
     if not isinstance(data.get("removed", []), list):
-        reasons.append("'removed' is no list of ids")
+        reasons.append("'removed' is not a list of ids")
     if not isinstance(data.get("config", {}), dict):
-        reasons.append("'config' is no dictionary of model settings")
+        reasons.append("'config' is not a dictionary of model settings")
     if not isinstance(data.get("tokenizer_json"), str | None):
-        reasons.append("'tokenizer_json' is no text")
+        reasons.append("'tokenizer_json' is not text")
     if reasons:
-        raise TokmaintError(f"{path} is no trainer checkpoint: {'; '.join(reasons)}")
+        raise TokmaintError(f"{path} is not a trainer checkpoint: {'; '.join(reasons)}")
     return data
 
 

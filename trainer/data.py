@@ -72,7 +72,7 @@ class CorpusTexts:
 class TopicTexts:
     """The documents of the ``docs`` topic in the pipeline's step order, read from the start; a
     position is the next offset of every partition. A batch waits for documents the topic does
-    not hold yet (a live stream); records that are no Document are passed over (the pipeline
+    not hold yet (a live stream); records that are not Documents are passed over (the pipeline
     dead-letters them)."""
 
     start: dict[int, int] = {}

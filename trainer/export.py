@@ -67,7 +67,7 @@ def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = Non
         raise TokmaintError(f"{stamp['lineage']} version {stamp['version']} has no special token to start a text "
                             f"from ({', '.join(BOS_TOKENS)}): give one id with --bos-id")
     if not 0 <= bos < rows:
-        raise TokmaintError(f"--bos-id {bos} is no row of the model (0 to {rows - 1})")
+        raise TokmaintError(f"--bos-id {bos} is not a row of the model (0 to {rows - 1})")
     if tokenizer.id_space > rows:
         raise TokmaintError(f"{checkpoint}: its tokenizer has ids up to {tokenizer.id_space - 1}, more than the "
                             f"model's {rows} rows")
@@ -167,7 +167,7 @@ def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
             reasons.append(f"config.json's bos_token_id is {bos}, not one of the model's {rows} rows (the context "
                            "its text starts from)")
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        reasons.append(f"config.json is no model config: {' '.join(str(exc).split())}")
+        reasons.append(f"config.json is not a model config: {' '.join(str(exc).split())}")
         expected = None
     weights = path / "model.safetensors"
     if weights.is_file():
@@ -195,21 +195,21 @@ def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
     except TokmaintError as exc:
         reasons.append(str(exc))
     except UnicodeDecodeError as exc:
-        reasons.append(f"tokenizer.json is no UTF-8 text (byte {exc.start})")
+        reasons.append(f"tokenizer.json is not UTF-8 text (byte {exc.start})")
     if (path / STAMP).is_file():
         try:
             stamp = json.loads((path / STAMP).read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError):
             stamp = None
         if not isinstance(stamp, dict):
-            reasons.append(f"{STAMP} is no JSON object")
+            reasons.append(f"{STAMP} is not a JSON object")
             stamp = {}
         elif tokenizer is not None and stamp.get("sha256", tokenizer.sha256) != tokenizer.sha256:
             reasons.append(f"tokenizer.json is not the version the model was trained with ({STAMP}: "
                            f"{stamp.get('lineage')} version {stamp.get('version')}, sha256 "
                            f"{str(stamp['sha256'])[:12]}; tokenizer.json's: {tokenizer.sha256[:12]})")
     if reasons:
-        raise TokmaintError(f"{path} is no model folder tokmaint can use: {'; '.join(reasons)}")
+        raise TokmaintError(f"{path} is not a model folder tokmaint can use: {'; '.join(reasons)}")
     return tokenizer, stamp or {}
 
 

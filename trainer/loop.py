@@ -188,9 +188,9 @@ def read_model_config(path: str | None) -> dict[str, Any]:
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise TokmaintError(f"--model-config {path} is no JSON: {exc}") from None
+        raise TokmaintError(f"--model-config {path} is not JSON: {exc}") from None
     if not isinstance(config, dict):
-        raise TokmaintError(f"--model-config {path} is no JSON object of GPT2Config fields")
+        raise TokmaintError(f"--model-config {path} is not a JSON object of GPT2Config fields")
     if unknown := sorted(set(config) - set(GPT2Config().to_dict()) - set(GPT2Config.attribute_map)):
         raise TokmaintError(f"--model-config {path}: GPT2Config has no field {', '.join(unknown)}")
     return config

@@ -63,15 +63,15 @@ def _read_config(path: Path, *, d: int) -> dict[str, Any]:
     >>> _read_config(path, d=32)
     Traceback (most recent call last):
     ...
-    tokenizer_service.errors.TokmaintError: ...zip2zip.json is no zip2zip config: no 'reconstruct'; heads 5 does not \
-divide the model's width 32
+    tokenizer_service.errors.TokmaintError: ...zip2zip.json is not a zip2zip config: no 'reconstruct'; heads 5 \
+does not divide the model's width 32
     """
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise TokmaintError(f"{path} is no zip2zip config: not JSON ({exc})") from None
+        raise TokmaintError(f"{path} is not a zip2zip config: not JSON ({exc})") from None
     if not isinstance(config, dict):
-        raise TokmaintError(f"{path} is no zip2zip config: not a JSON object")
+        raise TokmaintError(f"{path} is not a zip2zip config: not a JSON object")
     # The ranges zip2zip's settings allow (trainer.settings.Zip2zipSettings), checked as the options are.
     rules = {"max_merge": whole(1, 64), "layers": whole(0, 2), "heads": whole(1), "reconstruct": Number(float, low=0)}
     reasons = []
@@ -83,7 +83,7 @@ divide the model's width 32
     if rules["heads"].allows(config.get("heads")) and d % config["heads"]:
         reasons.append(f"heads {config['heads']} does not divide the model's width {d}")
     if reasons:
-        raise TokmaintError(f"{path} is no zip2zip config: {'; '.join(reasons)}")
+        raise TokmaintError(f"{path} is not a zip2zip config: {'; '.join(reasons)}")
     return config
 
 

@@ -68,7 +68,7 @@ _LIST_MEMBER = re.compile(r'[ \t]*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")?[ \t]*
 
 def entity_tags(header: str) -> list[str] | None:
     """An ``If-None-Match`` value's members (``*`` or entity tags, as written), or None when it
-    is no list of them.
+    is not a list of them.
 
     >>> entity_tags('"a", W/"b",, *')
     ['"a"', 'W/"b"', '*']

@@ -18,8 +18,8 @@ def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
 
 @pytest.mark.parametrize("redis_url, says", [
     ("redis://127.0.0.1:{port}/0", "Redis at redis://127.0.0.1:{port}/0 did not answer in 2 s"),
-    ("redis://127.0.0.1:notaport/0", "Redis: 'redis://127.0.0.1:notaport/0' is no Redis URL"),
-    ("http://127.0.0.1:{port}", "is no Redis URL"),
+    ("redis://127.0.0.1:notaport/0", "Redis: 'redis://127.0.0.1:notaport/0' is not a Redis URL"),
+    ("http://127.0.0.1:{port}", "is not a Redis URL"),
 ])
 def test_pipeline_run_without_redis_is_one_line_exit_2(broker, redis_url, says):
     port = free_port()  # nothing listens there

@@ -148,7 +148,7 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
          json.dumps({"tokenizer": tokenizer, "diff": {"config": json.loads("[" * 500 + "]" * 500)}}).encode(), 422,
          "nested more than 64 levels deep"),
     ]
-    # "²" passes str.isdigit but is no version number (schemathesis found the 500 it once gave);
+    # "²" passes str.isdigit but is not a version number (schemathesis found the 500 it once gave);
     # digits of any kind are refused as an alias's name, so it is read as a version, and none is.
     superscript = httpx.get(f"{server}/v1/tokenizers/refusals/versions/²/tokenizer.json")
     assert superscript.status_code == 404 and superscript.json()["error_code"] == "version_not_found"
@@ -437,7 +437,7 @@ def test_a_model_upload_expands_to_no_more_than_it_sends_and_holds_a_bounded_num
                                (tar_of_files(many), "invalid_model",
                                 f"the folder has {len(many)} files; a model folder holds at most 256 "
                                 "(TOKMAINT_REGISTRY_MAX_MODEL_FILES)"),
-                               (tar_of_files(nan), "invalid_model", "config.json: not JSON: NaN is no JSON number")):
+                               (tar_of_files(nan), "invalid_model", "config.json: not JSON: NaN is not a JSON number")):
         answer = httpx.post(f"{server}/v1/tokenizers/tars/models", content=body, params={"version": "1"},
                             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"})
         assert answer.status_code == 422 and answer.json()["error_code"] == code, answer.text

@@ -33,7 +33,7 @@ def test_a_request_past_the_limit_is_refused_at_once_and_the_held_one_completes(
             assert httpx.get(f"{url}/healthz").status_code == 200  # health checks are not counted
             held.sendall(b"123456789")
             status = int(held.recv(65536).split(b"\r\n", 1)[0].split()[1])
-        assert status == 422  # the held request was served (its body is no JSON), not dropped
+        assert status == 422  # the held request was served (its body is not JSON), not dropped
         assert httpx.get(f"{url}/v1/tokenizers").status_code == 200  # its place is free again
         metrics = httpx.get(f"{url}/metrics").text
         shed = re.search(r'tokmaint_registry_requests_total\{method="GET",route="overloaded",status="503"\} (\S+)',

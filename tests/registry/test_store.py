@@ -488,7 +488,7 @@ def _index(folder: dict[str, bytes], shard: str) -> dict[str, bytes]:
                                 "pytorch_model.bin": b"\x80\x04"}, "pytorch_model.bin: a pickle"),
     ("version 3's folder beside version 1", lambda f, v3: {k: v for k, v in v3.items() if k != "tokenizer.json"},
      "tokmaint.json: the model was trained with version 3, not version 1"),
-    ("a stamp that is no object", lambda f, v3: {**f, "tokmaint.json": b"[1]"}, "tokmaint.json: not a JSON object"),
+    ("a stamp that is not an object", lambda f, v3: {**f, "tokmaint.json": b"[1]"}, "tokmaint.json: not a JSON object"),
 ])
 def test_a_model_that_would_not_load_as_served_is_refused_naming_its_file_and_field(registry, lineage, case, change,
                                                                                     reason):

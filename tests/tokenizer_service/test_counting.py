@@ -140,7 +140,7 @@ def test_a_revision_keeps_the_encodings_it_cannot_change():
 @given(st.sampled_from(["drop merge", "repeat merge", "swap merges", "swap ids", "move id into a hole", "drop token",
                         "add token", "ignore_merges"]), st.integers(0, 10_000), st.integers(0, 10_000))
 def test_any_other_change_of_version_counts_as_a_fresh_counter(corpus, byte_tokenizer, edit, a, b):
-    """Edits that are no Ted-Tok revision (merges reordered, ids moved, tokens dropped or added,
+    """Edits that are not Ted-Tok revisions (merges reordered, ids moved, tokens dropped or added,
     ``ignore_merges``): the switched counter still equals a fresh one."""
     import json
 

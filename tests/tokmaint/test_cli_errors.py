@@ -400,7 +400,7 @@ MODEL_CASES = [
      None, "--max-merge goes with --zip2zip"),
     # model folders
     ("model.safetensors truncated", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 1000),
-     "model is no model folder tokmaint can use: model.safetensors is truncated or corrupt"),
+     "model is not a model folder tokmaint can use: model.safetensors is truncated or corrupt"),
     ("model.safetensors cut short", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 50_000),
      "model.safetensors is truncated or corrupt"),
     ("model.safetensors random", EVAL, lambda d: (d / "model" / "model.safetensors").write_bytes(os.urandom(4096)),
@@ -410,7 +410,7 @@ MODEL_CASES = [
     ("config.json disagrees", EVAL, lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(n_embd=64)),
      "model.safetensors disagrees with config.json: transformer.wte.weight [280, 32] where config.json makes "
      "[280, 64]"),
-    ("config.json broken", EVAL, lambda d: (d / "model" / "config.json").write_text("{"), "config.json is no model"),
+    ("config.json broken", EVAL, lambda d: (d / "model" / "config.json").write_text("{"), "config.json is not a model"),
     ("config.json bos outside", EVAL,
      lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(bos_token_id=10**6)),
      "config.json's bos_token_id is 1000000, not one of the model's 280 rows"),
@@ -430,14 +430,15 @@ MODEL_CASES = [
      lambda d: _cut(d / "z2z" / "zip2zip.safetensors", 100), "zip2zip.safetensors is not the hyper-encoder"),
     ("zip2zip.json missing a field", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
      lambda d: _edit_json(d / "z2z" / "zip2zip.json", lambda c: c.pop("heads")),
-     "zip2zip.json is no zip2zip config: no 'heads'"),
+     "zip2zip.json is not a zip2zip config: no 'heads'"),
     ("zip2zip.json not an object", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
-     lambda d: (d / "z2z" / "zip2zip.json").write_text("[3]"), "zip2zip.json is no zip2zip config: not a JSON object"),
+     lambda d: (d / "z2z" / "zip2zip.json").write_text("[3]"),
+     "zip2zip.json is not a zip2zip config: not a JSON object"),
     # checkpoints
     ("checkpoint truncated", ["eval", "bytes", "--model", "checkpoint.pt", "--text", "a"],
-     lambda d: _cut(d / "checkpoint.pt", 100), "checkpoint.pt is no trainer checkpoint: truncated, corrupt"),
+     lambda d: _cut(d / "checkpoint.pt", 100), "checkpoint.pt is not a trainer checkpoint: truncated, corrupt"),
     ("checkpoint random", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o"],
-     lambda d: (d / "checkpoint.pt").write_bytes(os.urandom(4096)), "checkpoint.pt is no trainer checkpoint"),
+     lambda d: (d / "checkpoint.pt").write_bytes(os.urandom(4096)), "checkpoint.pt is not a trainer checkpoint"),
     # what the commands read besides
     ("generate --prompt longer than the context", ["generate", "--model", "model", "--prompt", "the theme " * 200],
      None, "the text needs"),
@@ -448,10 +449,10 @@ MODEL_CASES = [
      lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'), "blank.jsonl: no document with a byte to score"),
     ("trainer export --tokenizer not UTF-8", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o",
                                               "--tokenizer", "latin1.jsonl"], None,
-     "argument --tokenizer: latin1.jsonl is no UTF-8 text"),
+     "argument --tokenizer: latin1.jsonl is not UTF-8 text"),
     ("trainer run --model-config a list", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl",
                                            "--registry", "http://127.0.0.1:9", "--model-config", "list.json"], None,
-     "--model-config list.json is no JSON object of GPT2Config fields"),
+     "--model-config list.json is not a JSON object of GPT2Config fields"),
     ("trainer run --model-config unknown field", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl",
                                                   "--registry", "http://127.0.0.1:9", "--model-config", "mc.json"],
      lambda d: (d / "mc.json").write_text('{"n_layers": 2}'), "GPT2Config has no field n_layers"),
@@ -508,7 +509,7 @@ def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
 
 def test_pipeline_flink_refuses_a_job_without_windows_or_with_a_negative_lateness(capsys):
     """The Flink job's steps are windows of event time: no --step-seconds is a usage error (exit
-    2, one line), before any cluster is asked; so is a lateness that is no number ≥ 0."""
+    2, one line), before any cluster is asked; so is a lateness that is not a number ≥ 0."""
     code, _, err = run(["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1",
                         "--registry", "http://127.0.0.1:1"], capsys)
     assert code == 2 and "--step-seconds is required" in err and "Traceback" not in err

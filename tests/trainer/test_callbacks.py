@@ -29,7 +29,7 @@ STEPS = 8
 
 def _grown(tokenizer: BPETokenizer, text: str) -> BPETokenizer:
     """``tokenizer`` with one merge more, last in priority, its token at a fresh id (a model on it
-    grows a row): the first two tokens of a word of ``text`` that are no token together."""
+    grows a row): the first two tokens of a word of ``text`` that are not a token together."""
     pairs = ([tokenizer.id_to_token[i] for i in tokenizer.tokenize_word(word)[:2]]
              for word in tokenizer.pre_tokenize(text))
     x, y = next(pair for pair in pairs if len(pair) == 2 and "".join(pair) not in tokenizer.vocab)

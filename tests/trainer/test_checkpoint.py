@@ -91,6 +91,6 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(tmp_path, damage):
     with pytest.raises(TokmaintError) as refused:
         load_checkpoint(path, model=model, optimizer=optimizer, tokenizer=stamp)
     message = str(refused.value)
-    assert message.startswith(f"{path} is no trainer checkpoint") and "\n" not in message and "issue" not in message
+    assert message.startswith(f"{path} is not a trainer checkpoint") and "\n" not in message and "issue" not in message
     if damage == "no optimizer":
         assert message.endswith("no 'optimizer' in it")

@@ -227,9 +227,9 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
 @pytest.mark.parametrize("damage, message", [
     ("weights truncated", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
     ("weights of another shape", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
-    ("config missing a field", "zip2zip.json is no zip2zip config: no 'layers'"),
-    ("config not JSON", "zip2zip.json is no zip2zip config: not JSON"),
-    ("config out of range", "zip2zip.json is no zip2zip config: max_merge must be a whole number in [1, 64], got 0"),
+    ("config missing a field", "zip2zip.json is not a zip2zip config: no 'layers'"),
+    ("config not JSON", "zip2zip.json is not a zip2zip config: not JSON"),
+    ("config out of range", "zip2zip.json is not a zip2zip config: max_merge must be a whole number in [1, 64], got 0"),
 ])
 def test_a_damaged_zip2zip_folder_is_refused_in_one_line(corpus_ids, trained, tmp_path, damage, message):
     from safetensors.torch import save_file

@@ -15,7 +15,7 @@ A file is matched to its Table 4 row by what it holds (vocabulary size and a spe
 that family), and a matched file takes the paper's kind: GPT-4o's ``tokenizer.json`` has one merge
 per token, so its file alone looks classic. The paper counts on C4 (~171B tokens): on a corpus of
 tens of MB most of a vocabulary is never seen and rare tokens get low neighbour entropy from few
-observations, so shares differ from Table 4 for reasons of evidence (``../shared/papers.md``).
+observations, so shares differ from Table 4 for reasons of evidence, not of code.
 
 >>> paper_row(BPETokenizer.train(["x"], vocab_size=257)) is None
 True

@@ -225,7 +225,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_publish_model(args: argparse.Namespace) -> int:
     folder = Path(args.model)
     if not (folder / "config.json").is_file():
-        args.parser.error(f"{folder} is no model folder (no config.json): tokmaint trainer export writes one")
+        args.parser.error(f"{folder} is not a model folder (no config.json): tokmaint trainer export writes one")
     version = args.version if args.version is not None else _stamped_version(folder)
     return _answer(args, lambda client: client.publish_model(args.name, folder, version=version))
 

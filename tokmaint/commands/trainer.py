@@ -66,7 +66,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         tokenizer_json = Path(args.tokenizer).read_text(encoding="utf-8") if args.tokenizer else None
     except UnicodeDecodeError as exc:
-        args.parser.error(f"argument --tokenizer: {args.tokenizer} is no UTF-8 text (byte {exc.start})")
+        args.parser.error(f"argument --tokenizer: {args.tokenizer} is not UTF-8 text (byte {exc.start})")
     print_result(export_model(args.checkpoint, args.out, tokenizer_json=tokenizer_json, bos_id=args.bos_id),
                  as_json=args.json)
     return 0

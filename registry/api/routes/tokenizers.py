@@ -57,7 +57,7 @@ class ModelsPublic(BaseModel):
 
 def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -> dict[str, bytes]:
     """A model folder uploaded as an (uncompressed) tar of its files, by name; refused, before
-    any file is read, when it is no tar, holds anything but regular files at its top, a sparse
+    any file is read, when it is not a tar, holds anything but regular files at its top, a sparse
     file (its holes would be filled as it is read: a 10 KB tar could expand to gigabytes),
     more than ``max_files`` files, a name twice, or files that add up to more than ``limit``
     bytes or to more than the tar itself (an uncompressed tar holds its files' bytes)."""
@@ -82,7 +82,7 @@ def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -
                                                         f"that holds them is {len(data):,}"])
             return {m.name.strip("/"): tar.extractfile(m).read() for m in members}
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # what a damaged tar raises
-        raise RegistryError("invalid_request", [f"the body is no tar of a model folder: {exc}"]) from None
+        raise RegistryError("invalid_request", [f"the body is not a tar of a model folder: {exc}"]) from None
 
 
 class VersionsPublic(BaseModel):
