@@ -7,6 +7,8 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -31,23 +33,29 @@ class _AnswersUnread(asyncio.Protocol):
         self.transport.close()
 
 
-def _exchange(lingering: bool) -> bytes:
-    """What a client that sent part of a body reads until the server closes."""
+@contextmanager
+def _serving(protocol: Callable[[], asyncio.Protocol]) -> Iterator[int]:
+    """A loopback server of ``protocol`` on an event loop of its own thread; its port."""
     loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(loop.create_server(lambda: _AnswersUnread(lingering), "127.0.0.1", 0))
-    port = server.sockets[0].getsockname()[1]
+    server = loop.run_until_complete(loop.create_server(protocol, "127.0.0.1", 0))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
-            client.sendall(b"POST / HTTP/1.1\r\ncontent-length: 1000\r\n\r\n" + b" " * 100)
-            time.sleep(0.5)  # the answer and the close are in before the client reads
-            return b"".join(iter(lambda: client.recv(65536), b""))
+        yield server.sockets[0].getsockname()[1]
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         server.close()
         loop.close()
+
+
+def _exchange(lingering: bool) -> bytes:
+    """What a client that sent part of a body reads until the server closes."""
+    with _serving(lambda: _AnswersUnread(lingering)) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(b"POST / HTTP/1.1\r\ncontent-length: 1000\r\n\r\n" + b" " * 100)
+        time.sleep(0.5)  # the answer and the close are in before the client reads
+        return b"".join(iter(lambda: client.recv(65536), b""))
 
 
 def test_a_plain_close_with_unread_bytes_loses_the_answer():
@@ -68,19 +76,9 @@ def test_a_lingering_close_tells_the_protocol_once_the_client_is_gone():
         def connection_lost(self, exc: Exception | None) -> None:
             lost.set()
 
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(loop.create_server(lambda: Recording(True), "127.0.0.1", 0))
-    port = server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(lambda: Recording(True)) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
             client.sendall(b"x" * 100)
             assert client.recv(65536) == ANSWER
             assert not lost.wait(0.3)  # half-closed: still draining while the client is connected
         assert lost.wait(5)  # the client's close ends the drain
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        server.close()
-        loop.close()
