@@ -63,7 +63,7 @@ def test_exact_match_scores_what_the_model_generates(old_tokenizer, example):
 def test_a_tiny_schedule_gives_the_same_results_in_workers_and_reports_every_key(capsys):
     from tokmaint.cli import main
 
-    options = {"epochs": 2, "batch": 1024, "validation": 100, "interval": 10, "window": 5, "lr": 3e-3}
+    options = {"epochs": 1, "batch": 1024, "validation": 100, "interval": 10, "window": 5, "lr": 3e-3}
     settings = ArithmeticTrainSettings(seeds=1, **options)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a worker: the sums' order, and so the bits, depend on the threads
