@@ -70,9 +70,10 @@ def tune_collector_for_parses() -> None:
     publish parses a tokenizer.json of ~100k lists and strings (50k tokens): Python's default
     thresholds would run a dozen full collections over them per publish (~150 ms).
 
+    >>> before = gc.get_threshold()
     >>> tune_collector_for_parses(); gc.get_threshold()[0]
     100000
-    >>> gc.unfreeze(); gc.set_threshold(700, 10, 10)  # (the doctest's process back as it was)
+    >>> gc.unfreeze(); gc.set_threshold(*before)  # (the doctest's process back as it was)
     """
     gc.freeze()
     gc.set_threshold(100_000, 20, 100)

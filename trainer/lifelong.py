@@ -138,19 +138,17 @@ def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str]) -> dict[str, fl
     return {**bits, **{name: run.code_bits(texts) / n_bytes for name, run in runs.items() if run.zip2zip is not None}}
 
 
-def _retrained_saving(parts: list[list[Document]], initial: BPETokenizer, settings: LifelongBenchSettings) -> float:
-    """The share of the static model's tokens a tokenizer trained anew (at ``vocab_size``) on
-    each part, and used for the next, would save on the text trained on: what retraining from
-    scratch, with no regard for the model, would have bought on this stream."""
-    static = retrained = 0
-    for p, part in enumerate(parts):
-        texts = [first_bytes(d.text, settings.doc_bytes) for d in part]
-        reader = initial if p == 0 else BPETokenizer.train([d.text for d in parts[p - 1]],
-                                                           vocab_size=settings.vocab_size,
-                                                           special_tokens=[BOS_TOKENS[0]])
-        static += sum(map(len, initial.encode_batch(texts)))
-        retrained += sum(map(len, reader.encode_batch(texts)))
-    return 1 - retrained / static
+def _retrained_saving(parts: list[list[Document]], trained: list[list[str]], static_by_part: list[int],
+                      settings: LifelongBenchSettings) -> float:
+    """The share of the static model's tokens (``static_by_part``, on each part's ``trained``
+    texts) a tokenizer trained anew (at ``vocab_size``) on each part, and used for the next, would
+    save: what retraining from scratch, with no regard for the model, would have bought."""
+    retrained = static_by_part[0]  # the first part is read with the first version either way
+    for p in range(1, len(parts)):
+        reader = BPETokenizer.train([d.text for d in parts[p - 1]], vocab_size=settings.vocab_size,
+                                    special_tokens=[BOS_TOKENS[0]])
+        retrained += sum(map(len, reader.encode_batch(trained[p])))
+    return 1 - retrained / sum(static_by_part)
 
 
 def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBenchSettings | None = None, *,
@@ -185,12 +183,14 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
     arms = ["static", "evolving"] + (["static_zip2zip", "evolving_zip2zip"] if settings.max_merge > 1 else [])
     runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed, n_positions=max(256, seq_len),
                             max_merge=settings.max_merge if name.endswith("zip2zip") else 1) for name in arms}
+    trained = [[first_bytes(d.text, settings.doc_bytes) for d in part] for part in parts]
+    static_by_part: list[int] = []  # the static model's tokens on each part
     rows = []
     recent: deque[str] = deque(maxlen=settings.warm_docs)  # what the models trained on last
     bar = tqdm(total=len(docs), disable=not progress, unit="doc", desc="lifelong")
     for p, part in enumerate(parts):
         tokens_before = {name: run.tokens for name, run in runs.items()}
-        trained = time.perf_counter()
+        trained_at = time.perf_counter()
         for start in range(0, len(part), settings.train_batch):
             position = bounds[p] + start
             while pending and pending[0][0] <= position:  # published before this batch's documents
@@ -206,12 +206,13 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
                                       *token_batch(tokenizer, list(recent), seq_len=seq_len),
                                       steps=settings.warm_steps, lr=settings.warm_lr)
                         evolving.seconds += time.perf_counter() - warming
-            texts = [first_bytes(d.text, settings.doc_bytes) for d in part[start:start + settings.train_batch]]
+            texts = trained[p][start:start + settings.train_batch]
             for run in runs.values():
                 run.step(texts, seq_len)
             recent.extend(texts)
             bar.update(len(texts))
-        train_seconds = time.perf_counter() - trained
+        train_seconds = time.perf_counter() - trained_at
+        static_by_part.append(runs["static"].tokens - tokens_before["static"])
         if p + 1 < len(parts):
             scored = time.perf_counter()
             bits = _bits_per_byte(runs, _scored(parts[p + 1], settings))
@@ -225,7 +226,7 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
         "bits_per_byte": mean,
         "tokens": {name: run.tokens for name, run in runs.items()},
         "token_savings": {"evolving": 1 - runs["evolving"].tokens / runs["static"].tokens,
-                          "retrained_each_part": _retrained_saving(parts, initial, settings)},
+                          "retrained_each_part": _retrained_saving(parts, trained, static_by_part, settings)},
         "train_seconds": {name: run.seconds for name, run in runs.items()},
         "versions": 1 + len(versions), "parts": rows, "documents": len(docs),
         "evolving_vs_static": mean["evolving"] / mean["static"] - 1,
