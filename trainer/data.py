@@ -33,7 +33,7 @@ class TrainingTexts(Protocol):
 def held_out_split(texts: list[str] | None, eval_texts: list[str] | None, *, eval_docs: int,
                    eval_every: int) -> tuple[list[str] | None, list[str]]:
     """The texts to train on and those held out to score the model on: the first ``eval_docs``
-    of ``eval_texts`` where there are some; else, with scoring on (``eval_every``) and a corpus of
+    of ``eval_texts`` where they are given; else, with scoring on (``eval_every``) and a corpus of
     more than twice ``eval_docs`` texts, the corpus's newest ``eval_docs``, kept out of training.
     ``texts`` None: a live topic, nothing of which is held out.
 
@@ -44,7 +44,7 @@ def held_out_split(texts: list[str] | None, eval_texts: list[str] | None, *, eva
     >>> held_out_split(list("abc"), None, eval_docs=2, eval_every=10)  # too few to spare any
     (['a', 'b', 'c'], [])
     """
-    if eval_texts:
+    if eval_texts is not None:
         return texts, eval_texts[:eval_docs]
     if texts is not None and eval_every and len(texts) > 2 * eval_docs:
         return texts[: len(texts) - eval_docs], texts[len(texts) - eval_docs:]
