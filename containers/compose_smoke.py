@@ -41,9 +41,20 @@ from tokenizer_service.errors import TokmaintError
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "git-commits-sample.jsonl.gz"
 LINEAGE = "news"
-COMPOSE = [str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-               / "compose" / "docker-compose"), "-f", str(ROOT / "docker-compose.yml"),
-           "-f", str(ROOT / "containers" / "compose.standins.yml")]
+COMPOSE = [
+    str(
+        Path(sys.prefix)
+        / "lib"
+        / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        / "site-packages"
+        / "compose"
+        / "docker-compose"
+    ),
+    "-f",
+    str(ROOT / "docker-compose.yml"),
+    "-f",
+    str(ROOT / "containers" / "compose.standins.yml"),
+]
 # --engine flink: the pipeline as a job on a Flink cluster of the project image (docker-compose.flink.yml).
 FLINK = ["-f", str(ROOT / "docker-compose.flink.yml"), "-f", str(ROOT / "containers" / "compose.flink-standins.yml")]
 
@@ -111,19 +122,26 @@ class Project:
     def __init__(self, name: str, offset: int, *, engine: str = "local") -> None:
         self.name, self.engine = name, engine
         self.files = COMPOSE + (FLINK if engine == "flink" else [])
-        self.env = {**os.environ, "POSTGRES_PASSWORD": secrets.token_hex(8),
-                    "TOKMAINT_REGISTRY_TOKEN": secrets.token_hex(16), "TOKMAINT_LINEAGE": LINEAGE,
-                    "TOKMAINT_REGISTRY_PORT": str(18000 + offset), "TOKMAINT_INGEST_PORT": str(18100 + offset),
-                    "TOKMAINT_REDIS_PORT": str(16379 + offset), "TOKMAINT_FLINK_PORT": str(18081 + offset),
-                    "TOKMAINT_FLINK_STEP_SECONDS": str(STEP_SECONDS),
-                    "TOKMAINT_FLINK_MAX_LATENESS_SECONDS": str(MAX_LATENESS_SECONDS)}
+        self.env = {
+            **os.environ,
+            "POSTGRES_PASSWORD": secrets.token_hex(8),
+            "TOKMAINT_REGISTRY_TOKEN": secrets.token_hex(16),
+            "TOKMAINT_LINEAGE": LINEAGE,
+            "TOKMAINT_REGISTRY_PORT": str(18000 + offset),
+            "TOKMAINT_INGEST_PORT": str(18100 + offset),
+            "TOKMAINT_REDIS_PORT": str(16379 + offset),
+            "TOKMAINT_FLINK_PORT": str(18081 + offset),
+            "TOKMAINT_FLINK_STEP_SECONDS": str(STEP_SECONDS),
+            "TOKMAINT_FLINK_MAX_LATENESS_SECONDS": str(MAX_LATENESS_SECONDS),
+        }
         self.registry = f"http://127.0.0.1:{18000 + offset}"
         self.ingest = f"http://127.0.0.1:{18100 + offset}"
         self.redis = f"redis://127.0.0.1:{16379 + offset}/0"
 
     def compose(self, *args: str, capture: bool = False) -> str:
-        done = subprocess.run([*self.files, "-p", self.name, *args], env=self.env, text=True,
-                              capture_output=True, timeout=600)
+        done = subprocess.run(
+            [*self.files, "-p", self.name, *args], env=self.env, text=True, capture_output=True, timeout=600
+        )
         if done.returncode:
             raise TokmaintError(f"docker compose {' '.join(args)}: {done.stderr.strip()[-2000:]}")
         return done.stdout if capture else ""
@@ -134,9 +152,14 @@ class Project:
         accepted = 0
         with httpx.Client(timeout=120) as client:
             for k in range(0, len(lines), 500):
-                answer = client.post(f"{self.ingest}/v1/streams/docs/documents", content=b"\n".join(lines[k:k + 500]),
-                                     headers={"Authorization": f"Bearer {self.env['TOKMAINT_REGISTRY_TOKEN']}",
-                                              "Content-Type": "application/x-ndjson"})
+                answer = client.post(
+                    f"{self.ingest}/v1/streams/docs/documents",
+                    content=b"\n".join(lines[k : k + 500]),
+                    headers={
+                        "Authorization": f"Bearer {self.env['TOKMAINT_REGISTRY_TOKEN']}",
+                        "Content-Type": "application/x-ndjson",
+                    },
+                )
                 answer.raise_for_status()
                 accepted += answer.json()["accepted"]
         return accepted
@@ -169,26 +192,48 @@ class Project:
         ids = np.sort(np.fromiter(tokenizer.vocab.values(), np.int64))  # by id, as the replay has them
         keys, values = store.top_pairs(500)
         meta = store.meta()
-        return {"versions": [v["sha256"] for v in versions], "step": meta["step"], "documents": meta["documents"],
-                "tokens": store.token(ids), "pairs": dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist()))}
+        return {
+            "versions": [v["sha256"] for v in versions],
+            "step": meta["step"],
+            "documents": meta["documents"],
+            "tokens": store.token(ids),
+            "pairs": dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist())),
+        }
 
     def replay(self) -> dict:
         """The offline replay of the project's docs topic's complete steps (``REPLAY``), as
         ``statistics`` has a run."""
         service, script = ("pipeline-flink", REPLAY_FLINK) if self.engine == "flink" else ("pipeline", REPLAY)
-        out = self.compose("run", "--rm", "--no-deps", "-T", "--entrypoint", "python", service, "-c", script,
-                           capture=True)
+        out = self.compose(
+            "run", "--rm", "--no-deps", "-T", "--entrypoint", "python", service, "-c", script, capture=True
+        )
         replayed = json.loads(out.strip().splitlines()[-1])
         return {**replayed, "tokens": np.array(replayed["tokens"]), "pairs": dict(map(tuple, replayed["pairs"]))}
 
     def drain(self) -> None:
         """The Flink job stopped with a drain once it has read the whole topic: every window written."""
         try:
-            self.compose("run", "--rm", "--no-deps", "-T", "pipeline-flink", "pipeline", "flink", "--lineage", LINEAGE,
-                         "--flink-master", "flink-jobmanager:8081", "--drain")
+            self.compose(
+                "run",
+                "--rm",
+                "--no-deps",
+                "-T",
+                "pipeline-flink",
+                "pipeline",
+                "flink",
+                "--lineage",
+                LINEAGE,
+                "--flink-master",
+                "flink-jobmanager:8081",
+                "--drain",
+            )
         except TokmaintError:  # what the submission and the cluster said
-            print(self.compose("logs", "--tail", "40", "pipeline-flink", "flink-jobmanager", "flink-taskmanager",
-                               capture=True), file=sys.stderr)
+            print(
+                self.compose(
+                    "logs", "--tail", "40", "pipeline-flink", "flink-jobmanager", "flink-taskmanager", capture=True
+                ),
+                file=sys.stderr,
+            )
             raise
 
     def trainer_following(self, *, timeout: float = 300) -> None:
@@ -196,8 +241,10 @@ class Project:
         deadline = time.monotonic() + timeout
         while "trainer: training" not in self.compose("logs", "trainer", capture=True):
             if time.monotonic() > deadline:
-                raise TokmaintError(f"{self.name}: the trainer did not start within {timeout:.0f} s: "
-                                    f"{self.compose('logs', '--tail', '20', 'trainer', capture=True)}")
+                raise TokmaintError(
+                    f"{self.name}: the trainer did not start within {timeout:.0f} s: "
+                    f"{self.compose('logs', '--tail', '20', 'trainer', capture=True)}"
+                )
             time.sleep(1)
 
     def trainer_applied(self) -> int:
@@ -209,15 +256,18 @@ def differences(a: dict, b: dict) -> list[str]:
     """How two runs' (or a run's and a replay's) versions and statistics differ; none when equal."""
     found = []
     if a["versions"] != b["versions"]:
-        first = next((k for k, (x, y) in enumerate(zip(a["versions"], b["versions"])) if x != y),
-                     min(len(a["versions"]), len(b["versions"])))
+        first = next(
+            (k for k, (x, y) in enumerate(zip(a["versions"], b["versions"])) if x != y),
+            min(len(a["versions"]), len(b["versions"])),
+        )
         found.append(f"versions: {len(a['versions'])} and {len(b['versions'])}, apart from version {first + 1}")
     if (a["step"], a["documents"]) != (b["step"], b["documents"]):
         found.append(f"steps and documents: {a['step']}, {a['documents']} and {b['step']}, {b['documents']}")
     elif len(a["tokens"]) != len(b["tokens"]) or not np.allclose(a["tokens"], b["tokens"], rtol=1e-9, atol=1e-12):
         found.append("token statistics")
     if a["pairs"].keys() != b["pairs"].keys() or not np.allclose(
-            [a["pairs"][k] for k in a["pairs"]], [b["pairs"][k] for k in a["pairs"]], rtol=1e-9):
+        [a["pairs"][k] for k in a["pairs"]], [b["pairs"][k] for k in a["pairs"]], rtol=1e-9
+    ):
         found.append("the top 500 pairs")
     return found
 
@@ -269,8 +319,12 @@ def main() -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", choices=["local", "flink"], default="local",
-                        help="the pipeline: one process (pipeline run), or a job on Flink containers")
+    parser.add_argument(
+        "--engine",
+        choices=["local", "flink"],
+        default="local",
+        help="the pipeline: one process (pipeline run), or a job on Flink containers",
+    )
     engine = parser.parse_args().engine
     started = time.perf_counter()
     a, b = Project("tokmaint-smoke-a", 0, engine=engine), Project("tokmaint-smoke-b", 1, engine=engine)
@@ -282,15 +336,25 @@ def main() -> int:
         crashed, _, _ = run(b, crash=True)
     finally:
         b.compose("down", "-v", "--remove-orphans")
-    result = {"engine": engine, "versions": len(plain["versions"]), "trainer_applied": applied,
-              "restart_identical": same(plain, crashed, what="the uninterrupted and the restarted run"),
-              "matches_replay": plain["matches_replay"] and crashed["matches_replay"],
-              "seconds": round(time.perf_counter() - started, 1), "documents": posted, "steps": plain["step"],
-              "documents_waiting": plain["documents_waiting"],
-              "versions_after_restart": len(crashed["versions"]), "killed_after_documents": crashed["killed_at"]}
+    result = {
+        "engine": engine,
+        "versions": len(plain["versions"]),
+        "trainer_applied": applied,
+        "restart_identical": same(plain, crashed, what="the uninterrupted and the restarted run"),
+        "matches_replay": plain["matches_replay"] and crashed["matches_replay"],
+        "seconds": round(time.perf_counter() - started, 1),
+        "documents": posted,
+        "steps": plain["step"],
+        "documents_waiting": plain["documents_waiting"],
+        "versions_after_restart": len(crashed["versions"]),
+        "killed_after_documents": crashed["killed_at"],
+    }
     print(json.dumps(result))
-    return 0 if (result["versions"] >= 2 and applied >= 1 and result["restart_identical"]
-                 and result["matches_replay"]) else 1
+    return (
+        0
+        if (result["versions"] >= 2 and applied >= 1 and result["restart_identical"] and result["matches_replay"])
+        else 1
+    )
 
 
 if __name__ == "__main__":

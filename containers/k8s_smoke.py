@@ -49,8 +49,9 @@ def docker(*args: str, check: bool = True, timeout: float = 600) -> subprocess.C
 
 def workloads() -> tuple[list[dict], dict[str, str], dict[str, str]]:
     """The dev overlay rendered: its workloads (kind, name, pod spec), ConfigMap and Secret."""
-    rendered = subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / "dev")], capture_output=True,
-                              text=True, check=True).stdout
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / "dev")], capture_output=True, text=True, check=True
+    ).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     config = next(o["data"] for o in objects if o["kind"] == "ConfigMap")
     data = next(o["data"] for o in objects if o["kind"] == "Secret")
@@ -61,8 +62,13 @@ def workloads() -> tuple[list[dict], dict[str, str], dict[str, str]]:
         if o["kind"] in ("Deployment", "Job"):
             pods.append({"kind": o["kind"], "name": o["metadata"]["name"], "pod": spec["template"]["spec"]})
         elif o["kind"] == "CronJob":
-            pods.append({"kind": o["kind"], "name": o["metadata"]["name"],
-                         "pod": spec["jobTemplate"]["spec"]["template"]["spec"]})
+            pods.append(
+                {
+                    "kind": o["kind"],
+                    "name": o["metadata"]["name"],
+                    "pod": spec["jobTemplate"]["spec"]["template"]["spec"],
+                }
+            )
     return pods, config, secret
 
 
@@ -88,8 +94,9 @@ def empty_dir(name: str) -> str:
     return volume
 
 
-def run_container(pod: dict, container: dict, config: dict, secret: dict, *, detach: bool,
-                  alias: str | None = None) -> subprocess.CompletedProcess:
+def run_container(
+    pod: dict, container: dict, config: dict, secret: dict, *, detach: bool, alias: str | None = None
+) -> subprocess.CompletedProcess:
     """``docker run`` of one of the pod's containers: its args ($(VAR) expanded as the kubelet
     does), its environment, its user and read-only root, the pod's volumes as named volumes of
     the pod's (its containers share them, as an emptyDir)."""
@@ -149,8 +156,11 @@ def main() -> int:
         while versions(url) < 3 and time.monotonic() < deadline:
             time.sleep(1)
         outcome["pipeline"] = "ok" if versions(url) >= 3 else f"{versions(url)} versions"
-        for name, check in (("tokmaint-revise", "revise"), ("tokmaint-residues", "residues"),
-                            ("tokmaint-stats-snapshot", "stats-snapshot")):
+        for name, check in (
+            ("tokmaint-revise", "revise"),
+            ("tokmaint-residues", "residues"),
+            ("tokmaint-stats-snapshot", "stats-snapshot"),
+        ):
             cron = by_name[name]
             done = run_container(cron, cron["pod"]["containers"][0], config, secret, detach=False)
             outcome[check] = "ok" if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
@@ -167,16 +177,23 @@ def main() -> int:
         volumes = docker("volume", "ls", "-q", "--filter", f"name={PROJECT}-", check=False).stdout.split()
         if volumes:
             docker("volume", "rm", *volumes, check=False)
-    result = {**outcome, "all_ok": all(v == "ok" for v in outcome.values()),
-              "seconds": round(time.perf_counter() - started, 1)}
+    result = {
+        **outcome,
+        "all_ok": all(v == "ok" for v in outcome.values()),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     print(json.dumps(result))
     return 0 if result["all_ok"] else 1
 
 
 def ip(pod: str, container: str) -> str:
     """A container's address on the network (this process is outside it)."""
-    return docker("inspect", "-f", f"{{{{(index .NetworkSettings.Networks \"{NETWORK}\").IPAddress}}}}",
-                  f"{PROJECT}-{pod}-{container}").stdout.strip()
+    return docker(
+        "inspect",
+        "-f",
+        f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}',
+        f"{PROJECT}-{pod}-{container}",
+    ).stdout.strip()
 
 
 def healthy(url: str, timeout: float = 60) -> bool:
@@ -204,9 +221,11 @@ def post(ingest_url: str, token: str) -> None:
     lines = gzip.open(ROOT / "data" / "git-commits-sample.jsonl.gz", "rb").read().splitlines()
     with httpx.Client(timeout=120) as client:
         for k in range(0, len(lines), 500):
-            client.post(f"{ingest_url}/v1/streams/docs/documents", content=b"\n".join(lines[k:k + 500]),
-                        headers={"Authorization": f"Bearer {token}",
-                                 "Content-Type": "application/x-ndjson"}).raise_for_status()
+            client.post(
+                f"{ingest_url}/v1/streams/docs/documents",
+                content=b"\n".join(lines[k : k + 500]),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+            ).raise_for_status()
 
 
 def logs(pod: str, container: str) -> str:

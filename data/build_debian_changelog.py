@@ -44,18 +44,22 @@ TRAILER = re.compile(r"^ -- .*?  (\S.*)$")
 ITEM = re.compile(r"^\s*[*+-] ")
 TEAM_MARKER = re.compile(r"^\s*\[ .* \]\s*$")
 EMAIL = re.compile(r"[<(]?[\w.+-]+@[\w-]+(?:\.[\w-]+)+[>)]?")
-NAMING = re.compile(r"\b(reported|patch|patches|contributed|suggested|written|based on work|sponsored|uploaded"
-                    r"|upload|prepared|provided|noticed|spotted|requested|work|packaged|co-authored|signed-off)\s+by\b"
-                    r"|\bthanks?\b|\bthank you\b|\bcredits?\b|\bkudos\b|\bmaintainers?\b|\buploaders?\b|\bmyself\b"
-                    r"|\bNMU\b|\bsponsor|\badopt"
-                    r"|\b(patch|patches|changes|suggestion|idea|help|diff|input|contribution|hint|e-?mail)\s+from\b",
-                    re.IGNORECASE)
+NAMING = re.compile(
+    r"\b(reported|patch|patches|contributed|suggested|written|based on work|sponsored|uploaded"
+    r"|upload|prepared|provided|noticed|spotted|requested|work|packaged|co-authored|signed-off)\s+by\b"
+    r"|\bthanks?\b|\bthank you\b|\bcredits?\b|\bkudos\b|\bmaintainers?\b|\buploaders?\b|\bmyself\b"
+    r"|\bNMU\b|\bsponsor|\badopt"
+    r"|\b(patch|patches|changes|suggestion|idea|help|diff|input|contribution|hint|e-?mail)\s+from\b",
+    re.IGNORECASE,
+)
 # "by Jane Doe", "from J. Random Hacker", "Jane Doe's", "Jane's patch" (it takes "from Debian
 # Policy" along: a small loss).
-PERSON = re.compile(r"\b(?:by|from|via|cc|thx)\s+(?:[A-ZÀ-Þ][\w'-]*\.?\s+){1,3}[A-ZÀ-Þ][\w'-]+"
-                    r"|[A-ZÀ-Þ][\w-]+ [A-ZÀ-Þ][\w-]+'s\b"
-                    r"|\b[A-ZÀ-Þ][\w-]+'s (?:patch|patches|fix|fixes|work|changes?|advice|solution|suggestions?"
-                    r"|ideas?|e-?mail|contact|notes|version|comments?|help|review)\b")
+PERSON = re.compile(
+    r"\b(?:by|from|via|cc|thx)\s+(?:[A-ZÀ-Þ][\w'-]*\.?\s+){1,3}[A-ZÀ-Þ][\w'-]+"
+    r"|[A-ZÀ-Þ][\w-]+ [A-ZÀ-Þ][\w-]+'s\b"
+    r"|\b[A-ZÀ-Þ][\w-]+'s (?:patch|patches|fix|fixes|work|changes?|advice|solution|suggestions?"
+    r"|ideas?|e-?mail|contact|notes|version|comments?|help|review)\b"
+)
 
 
 def stanzas(packages: str) -> list[dict[str, str]]:
@@ -89,8 +93,8 @@ def ar_members(data: bytes) -> dict[str, bytes]:
         raise ValueError("not an ar archive")
     members, pos = {}, 8
     while pos + 60 <= len(data):
-        name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
-        members[name] = data[pos + 60:pos + 60 + size]
+        name, size = data[pos : pos + 16].decode().strip().rstrip("/"), int(data[pos + 48 : pos + 58])
+        members[name] = data[pos + 60 : pos + 60 + size]
         pos += 60 + size + size % 2
     return members
 
@@ -130,8 +134,11 @@ def items(lines: list[str]) -> list[list[str]]:
 
 def clean(lines: list[str]) -> list[list[str]]:
     """An entry's items without team markers and items naming people, addresses removed."""
-    return [[EMAIL.sub("", line).rstrip() for line in item] for item in items(lines)
-            if not any(NAMING.search(line) or PERSON.search(line) or TEAM_MARKER.match(line) for line in item)]
+    return [
+        [EMAIL.sub("", line).rstrip() for line in item]
+        for item in items(lines)
+        if not any(NAMING.search(line) or PERSON.search(line) or TEAM_MARKER.match(line) for line in item)
+    ]
 
 
 def parse_date(text: str) -> datetime | None:
@@ -206,8 +213,11 @@ def build(folder: Path, out: Path) -> tuple[int, int, int]:
             for k, text in enumerate(split(header, body)):
                 size += len(text.encode("utf-8"))
                 documents += 1
-                record = {"id": f"debian-{package}-{version}-{k}", "ts": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                          "text": text}
+                record = {
+                    "id": f"debian-{package}-{version}-{k}",
+                    "ts": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "text": text,
+                }
                 f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
     return packages, documents, size
 

@@ -28,8 +28,9 @@ from pathlib import Path
 ISO_HEADER = re.compile(r"^(\d{4}-\d{2}-\d{2})\s")
 OLD_HEADER = re.compile(r"^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) [\d:]+ (?:[A-Z]{3,4} )?(\d{4})\b")
 EMAIL = re.compile(r"[<(]?[\w.+-]+@[\w-]+(?:\.[\w-]+)+[>)]?")
-NAMING = re.compile(r"(reported|patch|patches|contributed|suggested|written|based on work|from)\s+by\b|thanks to",
-                    re.IGNORECASE)
+NAMING = re.compile(
+    r"(reported|patch|patches|contributed|suggested|written|based on work|from)\s+by\b|thanks to", re.IGNORECASE
+)
 
 
 def header_date(line: str) -> str | None:
@@ -76,8 +77,11 @@ def entries(path: Path) -> list[tuple[str, str]]:
             found.append((date, []))
         elif found and not NAMING.search(line):
             found[-1][1].append(EMAIL.sub("", line).rstrip())
-    return [(date, "\n".join(body).strip("\n")) for date, body in found
-            if date is not None and any(line.strip() for line in body)]
+    return [
+        (date, "\n".join(body).strip("\n"))
+        for date, body in found
+        if date is not None and any(line.strip() for line in body)
+    ]
 
 
 def build(folder: Path, out: Path) -> tuple[int, int]:

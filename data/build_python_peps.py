@@ -28,10 +28,16 @@ from pathlib import Path
 PEP_FILE = re.compile(r"^pep-(\d{4})\.rst$")
 UNDERLINE = re.compile(r"^([=\-~^*\"`#+'.:_])\1{2,}\s*$")
 EMAIL = re.compile(r"[<(]?[\w.+-]+@[\w-]+(?:\.[\w-]+)+[>)]?")
-NAMING = re.compile(r"(reported|patch|patches|contributed|suggested|written|based on work|sponsored)\s+by\b"
-                    r"|thanks to|\bthanks\b.*\bfor\b|\bcredits?\b", re.IGNORECASE)
-DROPPED = re.compile(r"^(copyright|references?|footnotes?|acknowledge?ments?|credits|"
-                     r"release manager and crew|authors?)$", re.IGNORECASE)
+NAMING = re.compile(
+    r"(reported|patch|patches|contributed|suggested|written|based on work|sponsored)\s+by\b"
+    r"|thanks to|\bthanks\b.*\bfor\b|\bcredits?\b",
+    re.IGNORECASE,
+)
+DROPPED = re.compile(
+    r"^(copyright|references?|footnotes?|acknowledge?ments?|credits|"
+    r"release manager and crew|authors?)$",
+    re.IGNORECASE,
+)
 MIN_BYTES, MAX_BYTES = 200, 700
 
 
@@ -46,7 +52,7 @@ def header(text: str) -> tuple[dict[str, str], list[str]]:
     key = ""
     for n, line in enumerate(lines):
         if not line.strip():
-            return fields, lines[n + 1:]
+            return fields, lines[n + 1 :]
         if line[0].isspace() and key:
             fields[key] += " " + line.strip()
         else:
@@ -84,7 +90,7 @@ def sections(body: list[str]) -> list[tuple[str, int, list[str]]]:
             continue
         if style not in styles:
             styles.append(style)
-        out.append((title, styles.index(style) + 1, body[n:n + width]))
+        out.append((title, styles.index(style) + 1, body[n : n + width]))
         n += width
     return out
 

@@ -63,8 +63,11 @@ def request_head(method: str, url: str, *, headers: dict[str, str] | None = None
     """
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}",
-             *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
@@ -95,8 +98,19 @@ def sparse_model_tar(folder: Path) -> bytes:
         with open(root / "model.safetensors", "wb") as holes:
             holes.truncate(SPARSE_BYTES)
         # Python's tarfile reads sparse entries but does not write them: GNU tar does.
-        subprocess.run(["tar", "--sparse", "--format=gnu", "-cf", str(root / "model.tar"), "-C", str(root),
-                        *sorted(p.name for p in root.iterdir() if p.name != "model.tar")], check=True)
+        subprocess.run(
+            [
+                "tar",
+                "--sparse",
+                "--format=gnu",
+                "-cf",
+                str(root / "model.tar"),
+                "-C",
+                str(root),
+                *sorted(p.name for p in root.iterdir() if p.name != "model.tar"),
+            ],
+            check=True,
+        )
         return (root / "model.tar").read_bytes()
 
 
@@ -109,8 +123,17 @@ def write_weighty_model(tokenizer: BPETokenizer, lineage: str, version: int, out
     from trainer.export import write_model_folder
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=384, n_positions=256,
-                                       vocab_size=tokenizer.id_space, bos_token_id=0, eos_token_id=0))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2,
+            n_head=4,
+            n_embd=384,
+            n_positions=256,
+            vocab_size=tokenizer.id_space,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
     write_model_folder(model, tokenizer, {"lineage": lineage, "version": version}, out)
     return out
 
@@ -154,15 +177,22 @@ class HostileClients:
         for k in range(self.slow_readers):
             self._thread(self._slow_reader, weights, f"127.0.0.{2 + k % 4}")
         for k in range(self.slow_writers):
-            target = (f"{self.registry_url}/v1/tokenizers/{self.lineage}/versions" if k % 2 == 0
-                      else f"{self.ingest_url}/v1/streams/docs/documents")
+            target = (
+                f"{self.registry_url}/v1/tokenizers/{self.lineage}/versions"
+                if k % 2 == 0
+                else f"{self.ingest_url}/v1/streams/docs/documents"
+            )
             self._thread(self._slow_writer, target, f"127.0.0.{6 + k % 2}")
         self._thread(self._oversized)
         self._thread(self._uploads)
         self._thread(self._read)
         self.gc_process = subprocess.Popen(
-            [python, "-c", _GC_LOOP, self.db, self.artifacts], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            [python, "-c", _GC_LOOP, self.db, self.artifacts],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def _thread(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True)
@@ -184,9 +214,15 @@ class HostileClients:
 
     def _slow_writer(self, url: str, source: str) -> None:
         declared = 100_000
-        head = request_head("POST", url, headers={"Authorization": f"Bearer {self.token}",
-                                                  "Content-Type": "application/json",
-                                                  "Content-Length": str(declared)})
+        head = request_head(
+            "POST",
+            url,
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                "Content-Length": str(declared),
+            },
+        )
         kind = "slow_writer_registry" if "/tokenizers/" in url else "slow_writer_ingest"
         while not self.stop_event.is_set():
             try:
@@ -216,13 +252,21 @@ class HostileClients:
     def _oversized(self) -> None:
         """Bodies past the limit (declared, not sent) to both servers, and the sparse tar."""
         sparse = sparse_model_tar(self.model)
-        targets = [(f"{self.registry_url}/v1/tokenizers/{self.lineage}/versions", "oversized_registry"),
-                   (f"{self.ingest_url}/v1/streams/docs/documents", "oversized_ingest")]
+        targets = [
+            (f"{self.registry_url}/v1/tokenizers/{self.lineage}/versions", "oversized_registry"),
+            (f"{self.ingest_url}/v1/streams/docs/documents", "oversized_ingest"),
+        ]
         while not self.stop_event.is_set():
             for url, kind in targets:
-                head = request_head("POST", url, headers={"Authorization": f"Bearer {self.token}",
-                                                          "Content-Type": "application/json",
-                                                          "Content-Length": str(10 << 30)})
+                head = request_head(
+                    "POST",
+                    url,
+                    headers={
+                        "Authorization": f"Bearer {self.token}",
+                        "Content-Type": "application/json",
+                        "Content-Length": str(10 << 30),
+                    },
+                )
                 try:
                     with connect(url, source="127.0.0.8", timeout=10.0) as sock:
                         sock.sendall(head + b"{" * 65536)
@@ -230,10 +274,13 @@ class HostileClients:
                 except OSError:
                     self._answered(kind, 0)
             try:
-                response = httpx.post(f"{self.registry_url}/v1/tokenizers/{self.lineage}/models",
-                                      params={"version": "1"}, content=sparse, timeout=30,
-                                      headers={"Authorization": f"Bearer {self.token}",
-                                               "Content-Type": "application/x-tar"})
+                response = httpx.post(
+                    f"{self.registry_url}/v1/tokenizers/{self.lineage}/models",
+                    params={"version": "1"},
+                    content=sparse,
+                    timeout=30,
+                    headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/x-tar"},
+                )
                 self._answered("sparse_upload", response.status_code)
             except httpx.HTTPError:
                 self._answered("sparse_upload", 0)
@@ -253,8 +300,10 @@ class HostileClients:
                 self.stop_event.wait(0.5)
 
     def _read(self) -> None:
-        urls = [f"{self.registry_url}/v1/tokenizers/{self.read_lineage}/versions/latest",
-                f"{self.registry_url}/{self.read_lineage}/resolve/main/tokenizer.json"]
+        urls = [
+            f"{self.registry_url}/v1/tokenizers/{self.read_lineage}/versions/latest",
+            f"{self.registry_url}/{self.read_lineage}/resolve/main/tokenizer.json",
+        ]
         with httpx.Client(timeout=10) as client:
             while not self.stop_event.is_set():
                 for url in urls:
@@ -283,13 +332,27 @@ class HostileClients:
         requests answered 2xx, which must be none), the reader's starved requests (refused or unanswered
         while the registry was up: outside ``down``'s (killed, answering again) windows), and
         every artifact the registry's versions and models name that is not stored."""
-        starved = [(at, status) for at, status in self.reads if status in (0, 503)
-                   and not any(a <= at <= b + 1.0 for a, b in down)]
-        accepted_bad = sum(n for kind, answers in self.answers.items() if kind != "model_upload"
-                           for status, n in answers.items() if status.startswith("2"))
-        return {"counts": dict(self.counts), "answers": {k: dict(v) for k, v in sorted(self.answers.items())},
-                "accepted_bad": accepted_bad, "reads": len(self.reads), "starved": len(starved),
-                "gc_errors": self.gc_errors, "missing_artifacts": self.missing_artifacts()}
+        starved = [
+            (at, status)
+            for at, status in self.reads
+            if status in (0, 503) and not any(a <= at <= b + 1.0 for a, b in down)
+        ]
+        accepted_bad = sum(
+            n
+            for kind, answers in self.answers.items()
+            if kind != "model_upload"
+            for status, n in answers.items()
+            if status.startswith("2")
+        )
+        return {
+            "counts": dict(self.counts),
+            "answers": {k: dict(v) for k, v in sorted(self.answers.items())},
+            "accepted_bad": accepted_bad,
+            "reads": len(self.reads),
+            "starved": len(starved),
+            "gc_errors": self.gc_errors,
+            "missing_artifacts": self.missing_artifacts(),
+        }
 
     def missing_artifacts(self) -> list[str]:
         """Each artifact a version, its diff or a model names that the store lacks, as ``what: sha256``."""
@@ -302,10 +365,17 @@ class HostileClients:
         store, engine = LocalArtifactStore(self.artifacts), make_engine(self.db)
         try:
             with Session(engine) as session:
-                named = [(f"version {v.number}", sha) for v in session.scalars(select(Version))
-                         for sha in (v.sha256, v.diff_sha256) if sha]
-                named += [(f"model {m.number} {file}", f["sha256"]) for m in session.scalars(select(PublishedModel))
-                          for file, f in m.files.items()]
+                named = [
+                    (f"version {v.number}", sha)
+                    for v in session.scalars(select(Version))
+                    for sha in (v.sha256, v.diff_sha256)
+                    if sha
+                ]
+                named += [
+                    (f"model {m.number} {file}", f["sha256"])
+                    for m in session.scalars(select(PublishedModel))
+                    for file, f in m.files.items()
+                ]
         finally:
             engine.dispose()
         return [f"{what}: {sha}" for what, sha in named if not store.exists(sha)]
@@ -327,4 +397,3 @@ while True:
         print(f"gc: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     time.sleep(0.2)
 """
-

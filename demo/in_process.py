@@ -23,8 +23,16 @@ class InProcessJob:
     """``PipelineJob``'s interface for the demo: ``run(until_idle=True)`` counts what the topic
     holds and returns the steps, documents and revisions of that call; ``close()``."""
 
-    def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, registry: RegistryClient, lineage: str,
-                 initial: BPETokenizer, wait: float = 2.0) -> None:
+    def __init__(
+        self,
+        *,
+        settings: PipelineSettings,
+        stream: StreamSettings,
+        registry: RegistryClient,
+        lineage: str,
+        initial: BPETokenizer,
+        wait: float = 2.0,
+    ) -> None:
         self.stream = stream
         self.reader = StepReader(settings, wait=wait)
         self.tedtok = TedTok(initial, config=stream.tedtok_config(), lineage=lineage)

@@ -44,9 +44,17 @@ def _served(versions: list[dict[str, Any]], at: str) -> int:
     return max(v["number"] for v in versions if datetime.fromisoformat(v["created_at"]) <= moment)
 
 
-def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: list[list[Document]],
-                 arrivals: list[dict[str, Any]], pipeline: dict[str, Any], trainer: list[dict[str, Any]],
-                 seconds: float) -> dict[str, Any]:
+def write_report(
+    out: Path,
+    *,
+    registry: RegistryClient,
+    lineage: str,
+    parts: list[list[Document]],
+    arrivals: list[dict[str, Any]],
+    pipeline: dict[str, Any],
+    trainer: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, Any]:
     """Write the report for the demo's run to ``out``; return the summary (also ``summary.json``)."""
     out.mkdir(parents=True, exist_ok=True)
     versions = registry.versions(lineage, limit=1000)["data"]
@@ -56,18 +64,32 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: li
         part = parts[arrival["chunk"]]
         texts = [d.text for d in part]
         served = _served(versions, arrival["time"])
-        measured.append({**arrival, "from": part[0].ts.date().isoformat(),
-                      "version": served, "static": bytes_per_token(tokenizers[1], texts),
-                      "evolving": bytes_per_token(tokenizers[served], texts)})
+        measured.append(
+            {
+                **arrival,
+                "from": part[0].ts.date().isoformat(),
+                "version": served,
+                "static": bytes_per_token(tokenizers[1], texts),
+                "evolving": bytes_per_token(tokenizers[served], texts),
+            }
+        )
     changes = []
     for v in versions[1:]:
         entries = registry.diff(lineage, v["number"])["entries"]
         # Tokens as the text they stand for (a byte-level "Ġtext" is " text").
         added = [_text(tokenizers[v["number"]], e["new_token"]) for e in entries if e["new_token"] is not None]
         removed = [_text(tokenizers[v["parent"]], e["old_token"]) for e in entries if e["old_token"] is not None]
-        changes.append({"version": v["number"], "kind": v["kind"], "created_at": v["created_at"],
-                        "added": len(added), "removed": len(removed), "added_examples": added[:EXAMPLES],
-                        "removed_examples": removed[:EXAMPLES]})
+        changes.append(
+            {
+                "version": v["number"],
+                "kind": v["kind"],
+                "created_at": v["created_at"],
+                "added": len(added),
+                "removed": len(removed),
+                "added_examples": added[:EXAMPLES],
+                "removed_examples": removed[:EXAMPLES],
+            }
+        )
     taken = [t for run in trainer for t in run["taken"]]
 
     _plot_bytes_per_token(out / "bytes_per_token.png", measured)
@@ -77,26 +99,44 @@ def write_report(out: Path, *, registry: RegistryClient, lineage: str, parts: li
     evaluations = [e for run in trainer for e in run["evaluations"]]
     last = measured[-1]
     summary = {
-        "lineage": lineage, "seconds": round(seconds, 1), "documents": pipeline["documents"],
-        "steps": pipeline["steps"], "revisions_published": pipeline["revisions"], "versions": len(versions),
-        "bytes_per_token": {"static_mean": _mean(p["static"] for p in measured),
-                            "evolving_mean": _mean(p["evolving"] for p in measured),
-                            "last_part": {"static": last["static"], "evolving": last["evolving"],
-                                          "version": last["version"]}},
+        "lineage": lineage,
+        "seconds": round(seconds, 1),
+        "documents": pipeline["documents"],
+        "steps": pipeline["steps"],
+        "revisions_published": pipeline["revisions"],
+        "versions": len(versions),
+        "bytes_per_token": {
+            "static_mean": _mean(p["static"] for p in measured),
+            "evolving_mean": _mean(p["evolving"] for p in measured),
+            "last_part": {"static": last["static"], "evolving": last["evolving"], "version": last["version"]},
+        },
         "tokens": {"added": sum(c["added"] for c in changes), "removed": sum(c["removed"] for c in changes)},
-        "trainer": {"steps": trainer[-1]["steps"], "device": trainer[-1]["device"],
-                    "versions_taken": [t["version"] for t in taken], "final_version": trainer[-1]["version"],
-                    "first_loss": trainer[0]["losses"][0], "last_loss": trainer[-1]["losses"][-1],
-                    "bits_per_byte": {"first": evaluations[0]["bits_per_byte"] if evaluations else None,
-                                      "last": evaluations[-1]["bits_per_byte"] if evaluations else None},
-                    "evaluations": evaluations},
-        "parts": measured, "changes": changes,
-        "files": ["summary.json", "bytes_per_token.png", "revisions.png", "tokens.png", "trainer_bits_per_byte.png",
-                  "index.html"],
+        "trainer": {
+            "steps": trainer[-1]["steps"],
+            "device": trainer[-1]["device"],
+            "versions_taken": [t["version"] for t in taken],
+            "final_version": trainer[-1]["version"],
+            "first_loss": trainer[0]["losses"][0],
+            "last_loss": trainer[-1]["losses"][-1],
+            "bits_per_byte": {
+                "first": evaluations[0]["bits_per_byte"] if evaluations else None,
+                "last": evaluations[-1]["bits_per_byte"] if evaluations else None,
+            },
+            "evaluations": evaluations,
+        },
+        "parts": measured,
+        "changes": changes,
+        "files": [
+            "summary.json",
+            "bytes_per_token.png",
+            "revisions.png",
+            "tokens.png",
+            "trainer_bits_per_byte.png",
+            "index.html",
+        ],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    (out / "index.html").write_text(Environment(autoescape=True).from_string(PAGE).render(s=summary),
-                                    encoding="utf-8")
+    (out / "index.html").write_text(Environment(autoescape=True).from_string(PAGE).render(s=summary), encoding="utf-8")
     return summary
 
 

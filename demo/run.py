@@ -65,11 +65,17 @@ class DemoSettings(Settings):
     chunks: int = setting(24, whole(1), "parts the stream arrives in")
     pause: float = setting(1.5, Number(float, low=0), "seconds between two parts")
     trainer_steps: int = setting(1000, whole(1), "the trainer's steps while the stream goes on")
-    engine: Literal["local", "flink"] = setting("local", None, "where the pipeline runs: this process "
-                                                 "(pipeline run), or a Flink cluster started here (pipeline flink)")
+    engine: Literal["local", "flink"] = setting(
+        "local",
+        None,
+        "where the pipeline runs: this process (pipeline run), or a Flink cluster started here (pipeline flink)",
+    )
     redis: bool | None = None  # the statistics in a redis-server (None: when one is installed)
-    stream: StreamSettings = Field(default_factory=lambda: StreamSettings(
-        step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0))
+    stream: StreamSettings = Field(
+        default_factory=lambda: StreamSettings(
+            step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0
+        )
+    )
 
 
 def _say(message: str) -> None:
@@ -92,23 +98,39 @@ class FlinkDemoJob:
     event time as long on average as ``stream.step_docs`` documents; :meth:`finish` stops it with a
     drain (every window written) once the stream has ended."""
 
-    def __init__(self, work: Path, *, token: str, registry_url: str, redis_url: str, settings: PipelineSettings,
-                 stream: StreamSettings, lineage: str, documents: list) -> None:
+    def __init__(
+        self,
+        work: Path,
+        *,
+        token: str,
+        registry_url: str,
+        redis_url: str,
+        settings: PipelineSettings,
+        stream: StreamSettings,
+        lineage: str,
+        documents: list,
+    ) -> None:
         from pipeline.flink_cluster import FlinkCluster
         from pipeline.flink_job import FlinkJobSpec, submit
 
         span = (documents[-1].ts - documents[0].ts).total_seconds()
         step_seconds = max(1.0, round(span * stream.step_docs / len(documents)))
-        _say(f"starting a Flink cluster (a JobManager and two TaskManagers) and submitting the job: steps of "
-             f"{step_seconds:,.0f} s of event time")
+        _say(
+            f"starting a Flink cluster (a JobManager and two TaskManagers) and submitting the job: steps of "
+            f"{step_seconds:,.0f} s of event time"
+        )
         self.cluster = FlinkCluster(work, env={"TOKMAINT_REGISTRY_TOKEN": token})
         self.settings = settings.model_copy(update={"redis": redis_url, "step_seconds": step_seconds})
         self.lineage = lineage
         self.redis_url, self.registry_url = redis_url, registry_url
-        self.job_id = submit(FlinkJobSpec(lineage=lineage, registry=registry_url, pipeline=self.settings,
-                                          stream=stream, step_seconds=step_seconds),
-                             master=f"127.0.0.1:{self.cluster.rest_port}", env=self.cluster.env(),
-                             log=self.cluster.log_dir / "submit.log")
+        self.job_id = submit(
+            FlinkJobSpec(
+                lineage=lineage, registry=registry_url, pipeline=self.settings, stream=stream, step_seconds=step_seconds
+            ),
+            master=f"127.0.0.1:{self.cluster.rest_port}",
+            env=self.cluster.env(),
+            log=self.cluster.log_dir / "submit.log",
+        )
 
     def finish(self, *, timeout: float = 300.0) -> dict[str, Any]:
         """Stop the job with a drain once it has read the stream (the last windows written); what it did."""
@@ -139,11 +161,16 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
         root = Path(root_name)
         try:
             use_redis = settings.redis if settings.redis is not None else shutil.which("redis-server") is not None
-            _say("starting a Kafka-protocol broker, " + ("a redis-server " if use_redis else "")
-                 + "and the registry (SQLite) on loopback ports")
+            _say(
+                "starting a Kafka-protocol broker, "
+                + ("a redis-server " if use_redis else "")
+                + "and the registry (SQLite) on loopback ports"
+            )
             if not use_redis:
-                _say("no redis-server here: the statistics stay in this process (the in-process store; "
-                     "`make demo` installs redis-server where apt can)")
+                _say(
+                    "no redis-server here: the statistics stay in this process (the in-process store; "
+                    "`make demo` installs redis-server where apt can)"
+                )
             broker, bootstrap = start_broker()
             processes.append(broker)
             if use_redis:
@@ -154,43 +181,69 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
 
             _say(f"training the initial tokenizer on the {settings.initial_docs:,} oldest documents")
             # <|endoftext|> starts every text the trainer reads: its bits per byte are scored from it.
-            initial = BPETokenizer.train([d.text for d in docs[: settings.initial_docs]],
-                                         vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]],
-                                         progress=progress)
+            initial = BPETokenizer.train(
+                [d.text for d in docs[: settings.initial_docs]],
+                vocab_size=settings.vocab_size,
+                special_tokens=[BOS_TOKENS[0]],
+                progress=progress,
+            )
             registry = RegistryClient(registry_url, token=token)
             registry.create(LINEAGE, initial.to_json())
             topics = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq")
 
             # The newest documents are held out: the trainer's bits per byte on the stream's future.
-            held_out = docs[len(docs) - TrainerSettings().eval_docs:]
-            stream = docs[settings.initial_docs: len(docs) - len(held_out)]
+            held_out = docs[len(docs) - TrainerSettings().eval_docs :]
+            stream = docs[settings.initial_docs : len(docs) - len(held_out)]
             held_out_file = root / "held-out.jsonl"
             held_out_file.write_text("".join(json.dumps({"text": d.text}) + "\n" for d in held_out), encoding="utf-8")
             if (settings.trainer_steps + LAST_STEPS) * TrainerSettings().batch_size > len(stream):
-                raise TokmaintError(f"{settings.trainer_steps} trainer steps need more than the stream's "
-                                    f"{len(stream):,} documents")
+                raise TokmaintError(
+                    f"{settings.trainer_steps} trainer steps need more than the stream's {len(stream):,} documents"
+                )
             size = -(-len(stream) // settings.chunks)
-            parts = [stream[k * size: (k + 1) * size] for k in range(settings.chunks)]
+            parts = [stream[k * size : (k + 1) * size] for k in range(settings.chunks)]
             chunk_files = []
             for k, part in enumerate(parts):
                 path = root / f"chunk-{k:03d}.jsonl"
-                path.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" for d in part),
-                                encoding="utf-8")
+                path.write_text(
+                    "".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" for d in part), encoding="utf-8"
+                )
                 chunk_files.append(path)
             trainer_report = root / "trainer.json"
-            trainer_cmd = [sys.executable, "-m", "tokmaint.cli", "trainer", "run", "--registry", registry_url,
-                           "--lineage", LINEAGE, "--topic", "docs", "--bootstrap", bootstrap,
-                           "--checkpoint-dir", str(root / "trainer"), "--report", str(trainer_report),
-                           "--eval-data", str(held_out_file), "--json"]
+            trainer_cmd = [
+                sys.executable,
+                "-m",
+                "tokmaint.cli",
+                "trainer",
+                "run",
+                "--registry",
+                registry_url,
+                "--lineage",
+                LINEAGE,
+                "--topic",
+                "docs",
+                "--bootstrap",
+                bootstrap,
+                "--checkpoint-dir",
+                str(root / "trainer"),
+                "--report",
+                str(trainer_report),
+                "--eval-data",
+                str(held_out_file),
+                "--json",
+            ]
             create_topic(bootstrap, topics.docs_topic, partitions=4)
             _say("starting the trainer (a tiny GPT-2 on CPU) on the docs topic")
             trainer_log = (root / "trainer.log").open("w")
-            trainer = subprocess.Popen([*trainer_cmd, "--steps", str(settings.trainer_steps)],
-                                       stdout=subprocess.DEVNULL, stderr=trainer_log)
+            trainer = subprocess.Popen(
+                [*trainer_cmd, "--steps", str(settings.trainer_steps)], stdout=subprocess.DEVNULL, stderr=trainer_log
+            )
             processes.append(trainer)
             _wait_for_reader(root / "trainer.log", trainer)  # then it sees every version from the first
-            _say(f"streaming {len(stream):,} documents in {settings.chunks} parts; the pipeline revises, "
-                 "the trainer follows")
+            _say(
+                f"streaming {len(stream):,} documents in {settings.chunks} parts; the pipeline revises, "
+                "the trainer follows"
+            )
             ingest(chunk_files[0], topics, progress=False)
 
             job_result: dict[str, Any] = {}
@@ -198,15 +251,35 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
             if settings.engine == "flink":
                 if not use_redis:
                     raise TokmaintError("--engine flink keeps the statistics in a redis-server: install one")
-                job = FlinkDemoJob(root / "flink", token=token, registry_url=registry_url, redis_url=redis_url,
-                                   settings=topics, stream=settings.stream, lineage=LINEAGE, documents=stream)
+                job = FlinkDemoJob(
+                    root / "flink",
+                    token=token,
+                    registry_url=registry_url,
+                    redis_url=redis_url,
+                    settings=topics,
+                    stream=settings.stream,
+                    lineage=LINEAGE,
+                    documents=stream,
+                )
                 processes += [job.cluster.jobmanager, *job.cluster.taskmanagers]
             elif use_redis:
-                job = PipelineJob(settings=topics, stream=settings.stream, redis_client=redis.Redis.from_url(redis_url),
-                                  registry=registry, lineage=LINEAGE, wait=2.0 * settings.pause + 1.0)
+                job = PipelineJob(
+                    settings=topics,
+                    stream=settings.stream,
+                    redis_client=redis.Redis.from_url(redis_url),
+                    registry=registry,
+                    lineage=LINEAGE,
+                    wait=2.0 * settings.pause + 1.0,
+                )
             else:
-                job = InProcessJob(settings=topics, stream=settings.stream, registry=registry, lineage=LINEAGE,
-                                   initial=initial, wait=2.0 * settings.pause + 1.0)
+                job = InProcessJob(
+                    settings=topics,
+                    stream=settings.stream,
+                    registry=registry,
+                    lineage=LINEAGE,
+                    initial=initial,
+                    wait=2.0 * settings.pause + 1.0,
+                )
 
             streamed = threading.Event()
 
@@ -235,27 +308,40 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
             for k, path in enumerate(tqdm(chunk_files[1:], desc="stream", unit="part", disable=not progress), 1):
                 time.sleep(settings.pause)
                 ingest(path, topics, progress=False)
-                arrivals.append({"chunk": k, "time": datetime.now(timezone.utc).isoformat(),
-                                 "documents": len(parts[k])})
+                arrivals.append(
+                    {"chunk": k, "time": datetime.now(timezone.utc).isoformat(), "documents": len(parts[k])}
+                )
             streamed.set()
             job_thread.join()
             job.close()
             if job_error:
                 raise job_error[0]
-            _say(f"pipeline: {job_result['steps']} steps, {job_result['revisions']} revisions published; "
-                 "waiting for the trainer")
+            _say(
+                f"pipeline: {job_result['steps']} steps, {job_result['revisions']} revisions published; "
+                "waiting for the trainer"
+            )
             status = trainer.wait()
             trainer_log.close()
             if status != 0:
                 raise TokmaintError(f"the trainer failed: {(root / 'trainer.log').read_text()[-2000:]}")
             first_run = json.loads(trainer_report.read_text(encoding="utf-8"))
             # A short run from the checkpoint takes the last version, if the first ended before it.
-            subprocess.run([*trainer_cmd, "--steps", str(settings.trainer_steps + LAST_STEPS)], check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [*trainer_cmd, "--steps", str(settings.trainer_steps + LAST_STEPS)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             last_run = json.loads(trainer_report.read_text(encoding="utf-8"))
-            summary = write_report(out, registry=registry, lineage=LINEAGE, parts=parts,
-                                   arrivals=arrivals, pipeline=job_result, trainer=[first_run, last_run],
-                                   seconds=time.perf_counter() - started)
+            summary = write_report(
+                out,
+                registry=registry,
+                lineage=LINEAGE,
+                parts=parts,
+                arrivals=arrivals,
+                pipeline=job_result,
+                trainer=[first_run, last_run],
+                seconds=time.perf_counter() - started,
+            )
             registry.close()
         finally:
             for process in reversed(processes):

@@ -75,8 +75,18 @@ def stream_settings() -> StreamSettings:
     return StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0)
 
 
-STREAM_OPTIONS = ["--step-docs", "64", "--horizon-docs", "1600", "--interval-docs", "320", "--warmup-docs", "640",
-                  "--id-price", "2"]
+STREAM_OPTIONS = [
+    "--step-docs",
+    "64",
+    "--horizon-docs",
+    "1600",
+    "--interval-docs",
+    "320",
+    "--warmup-docs",
+    "640",
+    "--id-price",
+    "2",
+]
 REPLAYABLE_STEPS = 1_000_000
 KILLABLE = ("pipeline", "registry", "relay", "trainer", "ingest", "redis")
 
@@ -86,8 +96,11 @@ class SoakSettings(Settings):
 
     minutes: float = setting(5.0, Number(float, low=0, low_open=True), "how long the load and the faults go on")
     seed: int = setting(0, whole(0), "the seed of the load and the fault schedule")
-    fault_every: float = setting(10.0, Number(float, low=0, low_open=True),
-                                 "the longest gap between two faults, in seconds (each gap is 50-100% of it)")
+    fault_every: float = setting(
+        10.0,
+        Number(float, low=0, low_open=True),
+        "the longest gap between two faults, in seconds (each gap is 50-100% of it)",
+    )
     batch: int = setting(40, whole(1), "documents a request")
     resend: float = setting(0.05, share(zero=True), "share of batches a producer sends again though it was answered")
     malformed: float = setting(0.02, share(zero=True), "share of records that are not documents")
@@ -95,16 +108,21 @@ class SoakSettings(Settings):
     initial_docs: int = setting(1000, whole(1), "oldest documents the initial tokenizer trains on")
     vocab_size: int = setting(1024, whole(257), "the initial tokenizer's vocabulary")
     logs: Path | None = setting(None, None, "copy each part's log into this folder at the end")
-    hostile: bool = setting(False, None, "hostile clients too: slow readers and writers, oversized and sparse "
-                                         "uploads, model uploads with garbage collection throughout, and a reader "
-                                         "whose refused requests are counted (demo/hostile.py)")
+    hostile: bool = setting(
+        False,
+        None,
+        "hostile clients too: slow readers and writers, oversized and sparse "
+        "uploads, model uploads with garbage collection throughout, and a reader "
+        "whose refused requests are counted (demo/hostile.py)",
+    )
 
 
 class Part:
     """One process of the system, started, killed and started again with the same arguments."""
 
-    def __init__(self, name: str, argv: list[str], *, env: dict[str, str], log_path: Path,
-                 health: str | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], *, env: dict[str, str], log_path: Path, health: str | None = None
+    ) -> None:
         self.name, self.argv, self.env, self.log_path, self.health = name, argv, env, log_path, health
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -160,8 +178,15 @@ class Traffic:
             self.requests.append((time.monotonic(), server, status))
 
 
-def _produce(url: str, token: str, docs: list, settings: SoakSettings, traffic: Traffic, stop: threading.Event,
-             rng: random.Random) -> None:
+def _produce(
+    url: str,
+    token: str,
+    docs: list,
+    settings: SoakSettings,
+    traffic: Traffic,
+    stop: threading.Event,
+    rng: random.Random,
+) -> None:
     """Post the documents in batches until ``stop`` (round and round, with new ids each round); a
     failed request is sent again, a few answered ones too."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
@@ -171,7 +196,7 @@ def _produce(url: str, token: str, docs: list, settings: SoakSettings, traffic: 
             if stop.is_set():
                 return
             records = []
-            for k, doc in enumerate(docs[start: start + settings.batch], start):
+            for k, doc in enumerate(docs[start : start + settings.batch], start):
                 if rng.random() < settings.malformed:
                     records.append(json.dumps({"id": f"bad-{round_}-{k}", "text": None, "ts": doc.ts.isoformat()}))
                 records.append(json.dumps({"id": f"soak-{round_}-{k}", "text": doc.text, "ts": doc.ts.isoformat()}))
@@ -198,8 +223,9 @@ def _produce(url: str, token: str, docs: list, settings: SoakSettings, traffic: 
             time.sleep(0.05)
 
 
-def _use_the_api(url: str, token: str, initial: BPETokenizer, traffic: Traffic, stop: threading.Event,
-                 rng: random.Random) -> None:
+def _use_the_api(
+    url: str, token: str, initial: BPETokenizer, traffic: Traffic, stop: threading.Event, rng: random.Random
+) -> None:
     """Publishes, rollbacks and alias moves on a lineage of the clients' own, a request at a time."""
     with RegistryClient(url, token=token, timeout=30) as client:
         while not stop.is_set():
@@ -255,53 +281,163 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             ingest_url = f"http://127.0.0.1:{ingest_port}"
             db, artifacts = f"sqlite:///{root / 'registry.db'}", str(root / "artifacts")
             (root / "redis").mkdir()
-            parts["redis"] = Part("redis", [shutil.which("redis-server") or "redis-server", "--port", str(redis_port),
-                                            "--bind", "127.0.0.1", "--dir", str(root / "redis"), "--save", "",
-                                            "--appendonly", "yes", "--appendfsync", "always",
-                                            # Redis rewrites its AOF once it doubles (each revision appends a
-                                            # snapshot); past 1 MB here, not 64, so that rewrites meet kills.
-                                            "--auto-aof-rewrite-min-size", "1mb"],
-                                  env=env, log_path=root / "redis.log")
-            parts["registry"] = Part("registry", [*python, "registry", "serve", "--port", str(registry_port), "--db",
-                                                  db, "--artifacts", artifacts], env=env,
-                                     log_path=root / "registry.log", health=f"{registry_url}/healthz")
-            parts["ingest"] = Part("ingest", [*python, "ingest-server", "--port", str(ingest_port), "--bootstrap",
-                                              bootstrap, "--topic", "docs", "--dlq-topic", "docs.dlq"], env=env,
-                                   log_path=root / "ingest.log", health=f"{ingest_url}/healthz")
-            pipeline_argv = [*python, "pipeline", "run", "--bootstrap", bootstrap, "--topic", "docs", "--dlq-topic",
-                             "docs.dlq", "--redis", redis_url, "--registry", registry_url, "--wait", "120",
-                             # Every id kept with the step it was counted in: the replay's steps.
-                             "--dedupe-steps", str(REPLAYABLE_STEPS), *STREAM_OPTIONS]
-            parts["pipeline"] = Part("pipeline", [*pipeline_argv, "--lineage", LINEAGE], env=env,
-                                     log_path=root / "pipeline.log")
-            parts["relay"] = Part("relay", [*python, "registry", "relay", "--db", db, "--artifacts", artifacts,
-                                            "--bootstrap", bootstrap, "--interval", "0.2"], env=env,
-                                  log_path=root / "relay.log")
-            parts["trainer"] = Part("trainer", [*python, "trainer", "run", "--registry", registry_url, "--lineage",
-                                                LINEAGE, "--topic", "docs", "--bootstrap", bootstrap, "--follow",
-                                                "events", "--steps", "100000", "--checkpoint-dir",
-                                                str(root / "trainer"), "--batch-size", "4", "--checkpoint-every",
-                                                "10"], env=env, log_path=root / "trainer.log")
+            parts["redis"] = Part(
+                "redis",
+                [
+                    shutil.which("redis-server") or "redis-server",
+                    "--port",
+                    str(redis_port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--dir",
+                    str(root / "redis"),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    # Redis rewrites its AOF once it doubles (each revision appends a
+                    # snapshot); past 1 MB here, not 64, so that rewrites meet kills.
+                    "--auto-aof-rewrite-min-size",
+                    "1mb",
+                ],
+                env=env,
+                log_path=root / "redis.log",
+            )
+            parts["registry"] = Part(
+                "registry",
+                [*python, "registry", "serve", "--port", str(registry_port), "--db", db, "--artifacts", artifacts],
+                env=env,
+                log_path=root / "registry.log",
+                health=f"{registry_url}/healthz",
+            )
+            parts["ingest"] = Part(
+                "ingest",
+                [
+                    *python,
+                    "ingest-server",
+                    "--port",
+                    str(ingest_port),
+                    "--bootstrap",
+                    bootstrap,
+                    "--topic",
+                    "docs",
+                    "--dlq-topic",
+                    "docs.dlq",
+                ],
+                env=env,
+                log_path=root / "ingest.log",
+                health=f"{ingest_url}/healthz",
+            )
+            pipeline_argv = [
+                *python,
+                "pipeline",
+                "run",
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                "docs",
+                "--dlq-topic",
+                "docs.dlq",
+                "--redis",
+                redis_url,
+                "--registry",
+                registry_url,
+                "--wait",
+                "120",
+                # Every id kept with the step it was counted in: the replay's steps.
+                "--dedupe-steps",
+                str(REPLAYABLE_STEPS),
+                *STREAM_OPTIONS,
+            ]
+            parts["pipeline"] = Part(
+                "pipeline", [*pipeline_argv, "--lineage", LINEAGE], env=env, log_path=root / "pipeline.log"
+            )
+            parts["relay"] = Part(
+                "relay",
+                [
+                    *python,
+                    "registry",
+                    "relay",
+                    "--db",
+                    db,
+                    "--artifacts",
+                    artifacts,
+                    "--bootstrap",
+                    bootstrap,
+                    "--interval",
+                    "0.2",
+                ],
+                env=env,
+                log_path=root / "relay.log",
+            )
+            parts["trainer"] = Part(
+                "trainer",
+                [
+                    *python,
+                    "trainer",
+                    "run",
+                    "--registry",
+                    registry_url,
+                    "--lineage",
+                    LINEAGE,
+                    "--topic",
+                    "docs",
+                    "--bootstrap",
+                    bootstrap,
+                    "--follow",
+                    "events",
+                    "--steps",
+                    "100000",
+                    "--checkpoint-dir",
+                    str(root / "trainer"),
+                    "--batch-size",
+                    "4",
+                    "--checkpoint-every",
+                    "10",
+                ],
+                env=env,
+                log_path=root / "trainer.log",
+            )
             for name in ("redis", "registry", "ingest"):
                 parts[name].start()
-            initial = BPETokenizer.train([d.text for d in docs[: settings.initial_docs]],
-                                         vocab_size=settings.vocab_size)
+            initial = BPETokenizer.train(
+                [d.text for d in docs[: settings.initial_docs]], vocab_size=settings.vocab_size
+            )
             with RegistryClient(registry_url, token=token) as client:
                 for name in (LINEAGE, API_LINEAGE):
                     client.create(name, initial.to_json())
-            hostile = _hostile_clients(settings, root, registry_url=registry_url, ingest_url=ingest_url, token=token,
-                                       db=db, artifacts=artifacts, initial=initial, env=env)
+            hostile = _hostile_clients(
+                settings,
+                root,
+                registry_url=registry_url,
+                ingest_url=ingest_url,
+                token=token,
+                db=db,
+                artifacts=artifacts,
+                initial=initial,
+                env=env,
+            )
             traffic, stop, rng = Traffic(), threading.Event(), random.Random(settings.seed)
-            stream = docs[settings.initial_docs:]
-            producer = threading.Thread(target=_produce, args=(ingest_url, token, stream, settings, traffic, stop,
-                                                               random.Random(rng.random())), daemon=True)
+            stream = docs[settings.initial_docs :]
+            producer = threading.Thread(
+                target=_produce,
+                args=(ingest_url, token, stream, settings, traffic, stop, random.Random(rng.random())),
+                daemon=True,
+            )
             producer.start()
             time.sleep(1.0)  # the topic exists once the first batch is in
             for name in ("pipeline", "relay", "trainer"):
                 parts[name].start()
-            api = [threading.Thread(target=_use_the_api, args=(registry_url, token, initial, traffic, stop,
-                                                               random.Random(rng.random())), daemon=True)
-                   for _ in range(3)]
+            api = [
+                threading.Thread(
+                    target=_use_the_api,
+                    args=(registry_url, token, initial, traffic, stop, random.Random(rng.random())),
+                    daemon=True,
+                )
+                for _ in range(3)
+            ]
             for thread in api:
                 thread.start()
             started, down = time.monotonic(), []
@@ -321,23 +457,41 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             producer.join(timeout=60)
             for thread in api:
                 thread.join(timeout=60)
-            unexpected = {name: part.process.returncode for name, part in parts.items()
-                          if part.process is not None and part.process.poll() is not None}
+            unexpected = {
+                name: part.process.returncode
+                for name, part in parts.items()
+                if part.process is not None and part.process.poll() is not None
+            }
             parts["pipeline"].stop()
-            finish = subprocess.run([*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"], env=env,
-                                    capture_output=True, text=True, timeout=1800)
+            finish = subprocess.run(
+                [*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             if finish.returncode:
                 raise TokmaintError(f"the pipeline's last run failed: {finish.stderr[-1500:]}")
             _wait_for_the_trainer(root / "trainer" / "checkpoint.pt", registry_url)
-            report = _check(settings, traffic, redis_url, registry_url, bootstrap, root / "trainer" / "checkpoint.pt",
-                            down, schedule, unexpected)
+            report = _check(
+                settings,
+                traffic,
+                redis_url,
+                registry_url,
+                bootstrap,
+                root / "trainer" / "checkpoint.pt",
+                down,
+                schedule,
+                unexpected,
+            )
             report["trainer"]["resumes"] = parts["trainer"].starts - 1
             report["redis"] = _redis_files(redis_url, root / "redis")
             if hostile is not None:
                 report["hostile"] = hostile.report(down=[(a, b) for n, a, b in down if n == "registry"])
                 report["http"]["starved"] = report["hostile"].pop("starved")
-            report["statistics"] = _replayed(initial, redis_url, versions=report.pop("version_shas"),
-                                             documents=report.pop("texts"))
+            report["statistics"] = _replayed(
+                initial, redis_url, versions=report.pop("version_shas"), documents=report.pop("texts")
+            )
         finally:
             for part in parts.values():
                 part.stop()
@@ -347,13 +501,24 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 settings.logs.mkdir(parents=True, exist_ok=True)
                 for path in root.glob("*.log"):
                     shutil.copy(path, settings.logs / path.name)
-        report["processes_left"] = [name for name, part in parts.items()
-                                    if part.process is not None and part.process.poll() is None]
+        report["processes_left"] = [
+            name for name, part in parts.items() if part.process is not None and part.process.poll() is None
+        ]
         return report
 
 
-def _hostile_clients(settings: SoakSettings, root: Path, *, registry_url: str, ingest_url: str, token: str,
-                     db: str, artifacts: str, initial: BPETokenizer, env: dict[str, str]) -> HostileClients | None:
+def _hostile_clients(
+    settings: SoakSettings,
+    root: Path,
+    *,
+    registry_url: str,
+    ingest_url: str,
+    token: str,
+    db: str,
+    artifacts: str,
+    initial: BPETokenizer,
+    env: dict[str, str],
+) -> HostileClients | None:
     """With ``hostile``: a weighty model published beside the clients' lineage's first version
     (what the slow readers ask for), then the hostile clients started."""
     if not settings.hostile:
@@ -361,14 +526,23 @@ def _hostile_clients(settings: SoakSettings, root: Path, *, registry_url: str, i
     model = write_weighty_model(initial, API_LINEAGE, 1, root / "model")
     with RegistryClient(registry_url, token=token, timeout=60) as client:
         client.publish_model(API_LINEAGE, model, version=1)
-    hostile = HostileClients(registry_url=registry_url, ingest_url=ingest_url, token=token, lineage=API_LINEAGE,
-                             read_lineage=LINEAGE, db=db, artifacts=artifacts, model=model)
+    hostile = HostileClients(
+        registry_url=registry_url,
+        ingest_url=ingest_url,
+        token=token,
+        lineage=API_LINEAGE,
+        read_lineage=LINEAGE,
+        db=db,
+        artifacts=artifacts,
+        model=model,
+    )
     hostile.start(python=sys.executable, env=env)
     return hostile
 
 
-def _replayed(initial: BPETokenizer, redis_url: str, *, versions: list[str], documents: dict[str, str]
-              ) -> dict[str, Any]:
+def _replayed(
+    initial: BPETokenizer, redis_url: str, *, versions: list[str], documents: dict[str, str]
+) -> dict[str, Any]:
     """Ted-Tok run offline, uninterrupted, over the steps the pipeline counted (each document
     in the step Redis keeps its id with): whether its statistics and versions are the lineage's."""
     from tokenizer_service.stats_store import MemoryStatsStore
@@ -386,11 +560,15 @@ def _replayed(initial: BPETokenizer, redis_url: str, *, versions: list[str], doc
     keys, values = replay.store.top_pairs(replay.store.tracked_pairs)
     live_keys, live_values = store.top_pairs(replay.store.tracked_pairs)
     same_pairs = set(keys.tolist()) == set(live_keys.tolist()) and np.allclose(
-        np.sort(values), np.sort(live_values), rtol=1e-9, atol=1e-12)
-    return {"steps": len(steps), "revisions": len(replay.revisions),
-            "versions_equal": [r.tokenizer.sha256 for r in replay.revisions] == versions[1:],
-            "tokens_equal": bool(np.allclose(store.token(ids), replay.store.token(ids), rtol=1e-9, atol=1e-12)),
-            "pairs_equal": bool(same_pairs)}
+        np.sort(values), np.sort(live_values), rtol=1e-9, atol=1e-12
+    )
+    return {
+        "steps": len(steps),
+        "revisions": len(replay.revisions),
+        "versions_equal": [r.tokenizer.sha256 for r in replay.revisions] == versions[1:],
+        "tokens_equal": bool(np.allclose(store.token(ids), replay.store.token(ids), rtol=1e-9, atol=1e-12)),
+        "pairs_equal": bool(same_pairs),
+    }
 
 
 def _redis_files(redis_url: str, folder: Path) -> dict[str, float]:
@@ -400,8 +578,11 @@ def _redis_files(redis_url: str, folder: Path) -> dict[str, float]:
     # All that Redis keeps there (no RDB snapshots: --save ""): Redis 7's AOF is a folder of a base
     # (RDB-encoded after a rewrite), increments and a manifest.
     files = [p for p in folder.rglob("*") if p.is_file()]
-    return {"aof_mb": round(sum(p.stat().st_size for p in files) / 1e6, 2),
-            "dataset_mb": round(info["used_memory_dataset"] / 1e6, 2), "aof_rewrites": info["aof_rewrites"]}
+    return {
+        "aof_mb": round(sum(p.stat().st_size for p in files) / 1e6, 2),
+        "dataset_mb": round(info["used_memory_dataset"] / 1e6, 2),
+        "aof_rewrites": info["aof_rewrites"],
+    }
 
 
 def _wait_for_the_trainer(checkpoint: Path, registry_url: str, *, timeout: float = 120.0) -> None:
@@ -421,9 +602,17 @@ def _wait_for_the_trainer(checkpoint: Path, registry_url: str, *, timeout: float
         time.sleep(1.0)
 
 
-def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_url: str,
-           bootstrap: str, checkpoint: Path, down: list[tuple[str, float, float]],
-           schedule: list[tuple[float, str, float]], unexpected: dict[str, int]) -> dict[str, Any]:
+def _check(
+    settings: SoakSettings,
+    traffic: Traffic,
+    redis_url: str,
+    registry_url: str,
+    bootstrap: str,
+    checkpoint: Path,
+    down: list[tuple[str, float, float]],
+    schedule: list[tuple[float, str, float]],
+    unexpected: dict[str, int],
+) -> dict[str, Any]:
     """The end-of-run checks as a report."""
     import torch
 
@@ -438,25 +627,48 @@ def _check(settings: SoakSettings, traffic: Traffic, redis_url: str, registry_ur
     numbers = [v["number"] for v in versions]
     shas = [v["sha256"] for v in versions]
     stamp = torch.load(checkpoint, weights_only=True)["tokenizer"] if checkpoint.is_file() else {}
-    while_down = {"ingest": [(a, b) for n, a, b in down if n == "ingest"],
-                  "registry": [(a, b) for n, a, b in down if n == "registry"]}
+    while_down = {
+        "ingest": [(a, b) for n, a, b in down if n == "ingest"],
+        "registry": [(a, b) for n, a, b in down if n == "registry"],
+    }
     errors = [(at, server, status) for at, server, status in traffic.requests if status >= 500]
     unexplained = [e for e in errors if not any(a <= e[0] <= b + 1.0 for a, b in while_down[e[1]])]
     return {
-        "minutes": settings.minutes, "seed": settings.seed,
-        "documents": {"accepted": len(traffic.accepted), "on_topic": unique, "resent": len(ids) - unique,
-                      "counted": counted, "dead_lettered": len(on_topic["docs.dlq"]), "refused": traffic.refused,
-                      "lost": len(lost) + max(0, unique - counted), "duplicated": max(0, counted - unique)},
-        "versions": {"published": len(versions), "gaps": len(set(range(1, max(numbers) + 1)) - set(numbers)),
-                     "duplicates": sum(a == b for a, b in zip(shas, shas[1:]))},
-        "trainer": {"version": stamp.get("version"), "latest": max(numbers),
-                    "versions_taken": stamp.get("version") == max(numbers)},
-        "http": {"requests": len(traffic.requests), "server_errors": len(errors),
-                 "unexplained_server_errors": len(unexplained),
-                 "no_answer": sum(status == 0 for _, _, status in traffic.requests)},
-        "faults": {"injected": len(schedule), "by_part": {p: sum(n == p for _, n, _ in schedule) for p in KILLABLE},
-                   "schedule": schedule, "broker": "not restarted: tansu keeps topics in memory only"},
+        "minutes": settings.minutes,
+        "seed": settings.seed,
+        "documents": {
+            "accepted": len(traffic.accepted),
+            "on_topic": unique,
+            "resent": len(ids) - unique,
+            "counted": counted,
+            "dead_lettered": len(on_topic["docs.dlq"]),
+            "refused": traffic.refused,
+            "lost": len(lost) + max(0, unique - counted),
+            "duplicated": max(0, counted - unique),
+        },
+        "versions": {
+            "published": len(versions),
+            "gaps": len(set(range(1, max(numbers) + 1)) - set(numbers)),
+            "duplicates": sum(a == b for a, b in zip(shas, shas[1:])),
+        },
+        "trainer": {
+            "version": stamp.get("version"),
+            "latest": max(numbers),
+            "versions_taken": stamp.get("version") == max(numbers),
+        },
+        "http": {
+            "requests": len(traffic.requests),
+            "server_errors": len(errors),
+            "unexplained_server_errors": len(unexplained),
+            "no_answer": sum(status == 0 for _, _, status in traffic.requests),
+        },
+        "faults": {
+            "injected": len(schedule),
+            "by_part": {p: sum(n == p for _, n, _ in schedule) for p in KILLABLE},
+            "schedule": schedule,
+            "broker": "not restarted: tansu keeps topics in memory only",
+        },
         "exited_on_their_own": unexpected,
-        "version_shas": shas, "texts": {doc["id"]: doc["text"] for doc in docs},
+        "version_shas": shas,
+        "texts": {doc["id"]: doc["text"] for doc in docs},
     }
-

@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> None:
             optimizer.step()
             optimizer.zero_grad()
         if args.out:  # a resume starts its LineageFollower at the checkpoint's version (version=...)
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "tokenizer": follower.state_dict()}, args.out)
+            torch.save(
+                {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tokenizer": follower.state_dict()},
+                args.out,
+            )
         log.info("ended on %s version %s after %s steps", args.lineage, follower.version, args.steps)
 
 

@@ -40,18 +40,35 @@ def main(argv: list[str] | None = None) -> None:
     texts = [{"text": doc.text} for doc in read_corpus(args.data).documents]
     callback = TokmaintCallback(args.registry, args.lineage, checkpoint=args.resume)  # tokmaint's first line
     model = GPT2LMHeadModel(tiny_gpt2_config(callback.tokenizer.id_space))
-    training = TrainingArguments(output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
-                                 learning_rate=1e-3, save_steps=args.save_steps, logging_steps=args.save_steps,
-                                 report_to=[], disable_tqdm=True)
-    trainer = Trainer(model=model, args=training, train_dataset=texts,
-                      callbacks=[callback], data_collator=callback.collator(seq_len=args.seq_len))  # and its second
+    training = TrainingArguments(
+        output_dir=args.out,
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=1e-3,
+        save_steps=args.save_steps,
+        logging_steps=args.save_steps,
+        report_to=[],
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=training,
+        train_dataset=texts,
+        callbacks=[callback],
+        data_collator=callback.collator(seq_len=args.seq_len),
+    )  # and its second
     try:
         trainer.train(resume_from_checkpoint=args.resume)
     finally:
         callback.close()
     trainer.save_model(args.out)
-    log.info("ended on %s version %s after %s steps: the model and its version in %s", args.lineage,
-             callback.version, trainer.state.global_step, args.out)
+    log.info(
+        "ended on %s version %s after %s steps: the model and its version in %s",
+        args.lineage,
+        callback.version,
+        trainer.state.global_step,
+        args.out,
+    )
 
 
 if __name__ == "__main__":

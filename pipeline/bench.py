@@ -57,8 +57,9 @@ class CorpusStreamSettings(Settings):
 
     max_mb: float = setting(10.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream")
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer")
-    init_share: float = setting(0.2, share(one=False), "share of the oldest documents the initial tokenizer is "
-                                                       "trained on")
+    init_share: float = setting(
+        0.2, share(one=False), "share of the oldest documents the initial tokenizer is trained on"
+    )
 
 
 class PipelineBenchSettings(CorpusStreamSettings):
@@ -70,14 +71,17 @@ class PipelineBenchSettings(CorpusStreamSettings):
     interval_docs: int = setting(16384, whole(1), "documents between revisions (the first after as many)")
     horizon_docs: int = setting(65536, whole(1), "documents the statistics remember")
     commit_steps: int = setting(16, whole(1), "steps counted between writes to Redis, at most")
-    step_repeats: int = setting(40, whole(1), "timed step updates per table size, taking turns (the median is "
-                                              "reported)")
-    repeats: int = setting(5, whole(1), "runs of the job over the whole stream, each a lineage of its own (the "
-                                        "median run is reported)")
+    step_repeats: int = setting(
+        40, whole(1), "timed step updates per table size, taking turns (the median is reported)"
+    )
+    repeats: int = setting(
+        5, whole(1), "runs of the job over the whole stream, each a lineage of its own (the median run is reported)"
+    )
 
 
-def _step_seconds(client: redis.Redis, counts, tables: dict[str, int],
-                  repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+def _step_seconds(
+    client: redis.Redis, counts, tables: dict[str, int], repeats: int
+) -> tuple[dict[str, float], dict[str, float]]:
     """The median time of one step's update with each pair table (name → pairs) filled first
     (and folded into a snapshot); the tables take turns, so that a drift in the machine's speed
     weighs on all alike. Also, by table, the time a new reader (``tokmaint revise``) takes to
@@ -89,15 +93,23 @@ def _step_seconds(client: redis.Redis, counts, tables: dict[str, int],
         for start in range(0, pairs, 50_000):
             n = min(50_000, pairs - start)
             keys = np.unique(pack_pair(rng.integers(0, 1 << 21, n), rng.integers(0, 1 << 21, n)))
-            store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0), pair_keys=keys,
-                               pair_counts=np.ones(len(keys)))
+            store.apply_counts(
+                token_ids=np.zeros(0, np.int64),
+                token_counts=np.zeros(0),
+                pair_keys=keys,
+                pair_counts=np.ones(len(keys)),
+            )
         store.compact()
     times: dict[str, list[float]] = {name: [] for name in tables}
     for _ in range(repeats):
         for name, store in stores.items():
             started = time.perf_counter()
-            store.apply_counts(token_ids=counts.token_ids, token_counts=counts.token_counts,
-                               pair_keys=counts.pair_keys, pair_counts=counts.pair_counts)
+            store.apply_counts(
+                token_ids=counts.token_ids,
+                token_counts=counts.token_counts,
+                pair_keys=counts.pair_keys,
+                pair_counts=counts.pair_counts,
+            )
             times[name].append(time.perf_counter() - started)
     reads = {}
     for name, store in stores.items():
@@ -114,13 +126,15 @@ def _encode_seconds(tokenizer: BPETokenizer, texts: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings | None = None, *,
-                       progress: bool = True) -> dict[str, Any]:
+def run_pipeline_bench(
+    corpus: str | Path, settings: PipelineBenchSettings | None = None, *, progress: bool = True
+) -> dict[str, Any]:
     settings = settings or PipelineBenchSettings()
     docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     texts = [d.text for d in docs]
-    initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
-                                 vocab_size=settings.vocab_size, progress=progress)
+    initial = BPETokenizer.train(
+        texts[: max(1, round(settings.init_share * len(texts)))], vocab_size=settings.vocab_size, progress=progress
+    )
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     # Once untimed: the first call also starts tokenizers' thread pool and fills its word cache
     # (5-10% slower), which would flatter the first run's ratio.
@@ -131,31 +145,59 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings | Non
     runs = []
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-pipeline-") as root:
         stream_file = Path(root) / "stream.jsonl"
-        stream_file.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" if d.ts
-                                       else json.dumps({"text": d.text}) + "\n" for d in docs), encoding="utf-8")
+        stream_file.write_text(
+            "".join(
+                json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n"
+                if d.ts
+                else json.dumps({"text": d.text}) + "\n"
+                for d in docs
+            ),
+            encoding="utf-8",
+        )
         servers, bootstrap, redis_url, registry_url = start_stream_servers(Path(root), token=token)
         try:
-            pipeline = PipelineSettings(bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq",
-                                        commit_steps=settings.commit_steps)
-            stream = StreamSettings(step_docs=settings.step_docs, interval_docs=settings.interval_docs,
-                                    horizon_docs=max(settings.horizon_docs, settings.step_docs),
-                                    warmup_docs=settings.interval_docs)
+            pipeline = PipelineSettings(
+                bootstrap=bootstrap, docs_topic="docs", dlq_topic="docs.dlq", commit_steps=settings.commit_steps
+            )
+            stream = StreamSettings(
+                step_docs=settings.step_docs,
+                interval_docs=settings.interval_docs,
+                horizon_docs=max(settings.horizon_docs, settings.step_docs),
+                warmup_docs=settings.interval_docs,
+            )
             ingest(stream_file, pipeline, progress=progress)
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
                 for number in range(1, settings.repeats + 1):
-                    report = _run_job(registry, client, pipeline, stream, initial, lineage=f"bench-{number}",
-                                      steps=math.ceil(len(docs) / settings.step_docs), documents=len(docs))
+                    report = _run_job(
+                        registry,
+                        client,
+                        pipeline,
+                        stream,
+                        initial,
+                        lineage=f"bench-{number}",
+                        steps=math.ceil(len(docs) / settings.step_docs),
+                        documents=len(docs),
+                    )
                     encode_seconds.append(_encode_seconds(initial, texts))
                     encode_mb_s = 2 * megabytes / (encode_seconds[-2] + encode_seconds[-1])
                     pipeline_mb_s = megabytes / report["seconds"]
-                    runs.append({"ratio": pipeline_mb_s / encode_mb_s, "encode_mb_s": encode_mb_s,
-                                 "pipeline_mb_s": pipeline_mb_s, "seconds": report["seconds"],
-                                 "revisions": report["revisions"], "revision_seconds": report["revision_seconds"],
-                                 "documents": report["documents"], "steps": report["steps"]})
+                    runs.append(
+                        {
+                            "ratio": pipeline_mb_s / encode_mb_s,
+                            "encode_mb_s": encode_mb_s,
+                            "pipeline_mb_s": pipeline_mb_s,
+                            "seconds": report["seconds"],
+                            "revisions": report["revisions"],
+                            "revision_seconds": report["revision_seconds"],
+                            "documents": report["documents"],
+                            "steps": report["steps"],
+                        }
+                    )
             counts = StepCounter(initial).count_texts(texts[: settings.step_docs])
-            step_seconds, read_seconds = _step_seconds(client, counts, {"pairs_10k": 10_000, "pairs_1m": 1_000_000},
-                                                       settings.step_repeats)
+            step_seconds, read_seconds = _step_seconds(
+                client, counts, {"pairs_10k": 10_000, "pairs_1m": 1_000_000}, settings.step_repeats
+            )
         finally:
             for server in servers:
                 server.terminate()
@@ -163,20 +205,40 @@ def run_pipeline_bench(corpus: str | Path, settings: PipelineBenchSettings | Non
     median = statistics.median_low(run["ratio"] for run in runs)
     chosen = next(run for run in runs if run["ratio"] == median)
     return {
-        "encode_mb_s": chosen["encode_mb_s"], "pipeline_mb_s": chosen["pipeline_mb_s"], "ratio": chosen["ratio"],
-        "step_seconds": step_seconds, "read_seconds": read_seconds, "megabytes": megabytes,
-        "documents": chosen["documents"], "steps": chosen["steps"], "revisions": chosen["revisions"],
-        "revision_seconds": chosen["revision_seconds"], "runs": runs, "vocab_size": len(initial),
-        "step_docs": settings.step_docs, "interval_docs": settings.interval_docs, "commit_steps": settings.commit_steps,
+        "encode_mb_s": chosen["encode_mb_s"],
+        "pipeline_mb_s": chosen["pipeline_mb_s"],
+        "ratio": chosen["ratio"],
+        "step_seconds": step_seconds,
+        "read_seconds": read_seconds,
+        "megabytes": megabytes,
+        "documents": chosen["documents"],
+        "steps": chosen["steps"],
+        "revisions": chosen["revisions"],
+        "revision_seconds": chosen["revision_seconds"],
+        "runs": runs,
+        "vocab_size": len(initial),
+        "step_docs": settings.step_docs,
+        "interval_docs": settings.interval_docs,
+        "commit_steps": settings.commit_steps,
     }
 
 
-def _run_job(registry: RegistryClient, client: redis.Redis, pipeline: PipelineSettings, stream: StreamSettings,
-             initial: BPETokenizer, *, lineage: str, steps: int, documents: int) -> dict[str, Any]:
+def _run_job(
+    registry: RegistryClient,
+    client: redis.Redis,
+    pipeline: PipelineSettings,
+    stream: StreamSettings,
+    initial: BPETokenizer,
+    *,
+    lineage: str,
+    steps: int,
+    documents: int,
+) -> dict[str, Any]:
     """One run of the job over the whole topic, as a new lineage: its report."""
     registry.create(lineage, initial.to_json())
-    job = PipelineJob(settings=pipeline, stream=stream, redis_client=client, registry=registry, lineage=lineage,
-                      wait=1.0)
+    job = PipelineJob(
+        settings=pipeline, stream=stream, redis_client=client, registry=registry, lineage=lineage, wait=1.0
+    )
     try:
         # The topic is whole: its last step counts, complete or not (the last partition to end
         # can run out before that step's last document).
@@ -184,6 +246,8 @@ def _run_job(registry: RegistryClient, client: redis.Redis, pipeline: PipelineSe
     finally:
         job.close()
     if report["documents"] != documents:
-        raise TokmaintError(f"the job counted {report['documents']:,} of the {documents:,} documents "
-                            f"in {report['steps']} steps (the broker slow to answer?)")
+        raise TokmaintError(
+            f"the job counted {report['documents']:,} of the {documents:,} documents "
+            f"in {report['steps']} steps (the broker slow to answer?)"
+        )
     return report

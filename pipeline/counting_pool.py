@@ -77,8 +77,9 @@ class CountingPool:
         self.process.prepare(texts[:cut])
         return PreparedTexts(texts, cut)
 
-    def submit(self, texts: Sequence[str] | None, tokenizer: BPETokenizer, *,
-               prepared: PreparedTexts | None = None) -> PendingCounts:
+    def submit(
+        self, texts: Sequence[str] | None, tokenizer: BPETokenizer, *, prepared: PreparedTexts | None = None
+    ) -> PendingCounts:
         """Count ``texts`` (or those ``prepared``) with ``tokenizer``: the process its share, the
         caller its own now. Raises ``WorkerDied`` when the process is gone."""
         if prepared is None:
@@ -97,8 +98,9 @@ class CountingPool:
         waiting = time.perf_counter()
         counts = pending.future.result()
         waited = time.perf_counter() - waiting > SHARE_WAIT
-        self.own_share = min(SHARE_MAX, self.own_share + SHARE_STEP) if waited else \
-            max(0.0, self.own_share - SHARE_STEP)
+        self.own_share = (
+            min(SHARE_MAX, self.own_share + SHARE_STEP) if waited else max(0.0, self.own_share - SHARE_STEP)
+        )
         return counts if pending.own is None else add_counts([counts, pending.own])
 
     def close(self) -> None:

@@ -64,8 +64,9 @@ class FlinkBenchSettings(CorpusStreamSettings):
     taskmanagers: int = setting(2, whole(1), "TaskManagers of the cluster (two slots each)")
 
 
-def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
-           ) -> tuple[TedTok, list[tuple[int, float]]]:
+def replay(
+    records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
+) -> tuple[TedTok, list[tuple[int, float]]]:
     """Ted-Tok run offline over the topic's documents in the job's steps: windows of
     ``step_seconds`` of event time in order, a document's resends dropped; and each step's documents
     and megabytes."""
@@ -89,8 +90,7 @@ def replay(records: list[bytes], initial: BPETokenizer, stream: StreamSettings, 
 def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClient, lineage: str) -> dict[str, bool]:
     """Whether the lineage's statistics in Redis and its versions are the replay's."""
     store = RedisStatsStore.open(client, lineage=lineage)
-    published = [v["sha256"] for v in sorted(registry.versions(lineage, limit=1000)["data"],
-                                             key=lambda v: v["number"])]
+    published = [v["sha256"] for v in sorted(registry.versions(lineage, limit=1000)["data"], key=lambda v: v["number"])]
     ids = np.arange(max(tedtok.tokenizer.id_space, 1))
     keys, values = tedtok.store.top_pairs(tedtok.store.tracked_pairs)
     live_keys, live_values = store.top_pairs(tedtok.store.tracked_pairs)
@@ -108,37 +108,44 @@ def _written(log_dir: Path) -> dict[int, dict[str, Any]]:
     for out in log_dir.glob("*.out"):
         for line in out.read_text(errors="replace").splitlines():
             if '{"window_end_ms"' in line:  # "N> " before it: the printing subtask
-                step = json.loads(line[line.index("{"):])
+                step = json.loads(line[line.index("{") :])
                 steps[step["window_end_ms"]] = step
     return steps
 
 
-def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = None, *,
-                    progress: bool = True) -> dict[str, Any]:
+def run_flink_bench(
+    corpus: str | Path, settings: FlinkBenchSettings | None = None, *, progress: bool = True
+) -> dict[str, Any]:
     settings = settings or FlinkBenchSettings()
     started = time.perf_counter()
     docs = [d for d in oldest(read_corpus(corpus, progress=progress), settings.max_mb) if d.ts is not None]
     if len(docs) < settings.steps:
         raise TokmaintError(f"{corpus}: {len(docs)} timestamped documents, fewer than --steps {settings.steps}")
     texts = [d.text for d in docs]
-    initial = BPETokenizer.train(texts[: max(1, round(settings.init_share * len(texts)))],
-                                 vocab_size=settings.vocab_size, progress=progress)
+    initial = BPETokenizer.train(
+        texts[: max(1, round(settings.init_share * len(texts)))], vocab_size=settings.vocab_size, progress=progress
+    )
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     span = (docs[-1].ts - docs[0].ts).total_seconds()
     step_seconds = max(1.0, round(span / settings.steps))
     step_docs = max(1, len(docs) // settings.steps)
-    stream = StreamSettings(step_docs=step_docs, interval_docs=settings.interval_steps * step_docs,
-                            horizon_docs=8 * settings.interval_steps * step_docs,
-                            warmup_docs=settings.interval_steps * step_docs)
+    stream = StreamSettings(
+        step_docs=step_docs,
+        interval_docs=settings.interval_steps * step_docs,
+        horizon_docs=8 * settings.interval_steps * step_docs,
+        warmup_docs=settings.interval_steps * step_docs,
+    )
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-flink-") as root:
         servers, bootstrap, redis_url, registry_url = start_stream_servers(Path(root), token=token)
         try:
-            pipeline = PipelineSettings(bootstrap=bootstrap, redis=redis_url, docs_topic="docs", dlq_topic="docs.dlq",
-                                        step_seconds=step_seconds)
+            pipeline = PipelineSettings(
+                bootstrap=bootstrap, redis=redis_url, docs_topic="docs", dlq_topic="docs.dlq", step_seconds=step_seconds
+            )
             stream_file = Path(root) / "stream.jsonl"
-            stream_file.write_text("".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n"
-                                           for d in docs), encoding="utf-8")
+            stream_file.write_text(
+                "".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" for d in docs), encoding="utf-8"
+            )
             ingest(stream_file, pipeline, progress=progress)
             with Producer(bootstrap) as producer:  # a few records that are not Documents
                 producer.send_all("docs", [Record(value) for value in BAD_RECORDS])
@@ -150,15 +157,27 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
                 registry.create(LINEAGE, initial.to_json())
-                with FlinkCluster(Path(root) / "flink", taskmanagers=settings.taskmanagers,
-                                  env={"TOKMAINT_REGISTRY_TOKEN": token}) as cluster:
-                    spec = FlinkJobSpec(lineage=LINEAGE, registry=registry_url, pipeline=pipeline, stream=stream,
-                                        step_seconds=step_seconds, bounded=ends,
-                                        parallelism=settings.taskmanagers)
-                    job_id = submit(spec, master=f"127.0.0.1:{cluster.rest_port}", env=cluster.env(),
-                                    log=cluster.log_dir / "submit.log")
+                with FlinkCluster(
+                    Path(root) / "flink", taskmanagers=settings.taskmanagers, env={"TOKMAINT_REGISTRY_TOKEN": token}
+                ) as cluster:
+                    spec = FlinkJobSpec(
+                        lineage=LINEAGE,
+                        registry=registry_url,
+                        pipeline=pipeline,
+                        stream=stream,
+                        step_seconds=step_seconds,
+                        bounded=ends,
+                        parallelism=settings.taskmanagers,
+                    )
+                    job_id = submit(
+                        spec,
+                        master=f"127.0.0.1:{cluster.rest_port}",
+                        env=cluster.env(),
+                        log=cluster.log_dir / "submit.log",
+                    )
                     killed = False
                     if settings.kill:
+
                         def a_third_written() -> bool:
                             meta = RedisStatsStore(client, lineage=LINEAGE, alpha=stream.tedtok_config().alpha).meta()
                             return meta["step"] >= settings.steps // 3
@@ -180,13 +199,24 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                     startup = ats[0] - job["start-time"] / 1000
                 tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
                 compared = equal_to_replay(tedtok, client, registry, LINEAGE)
-                dead = len({r.key for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
-                            if r.key and r.key.startswith(b"docs:sha256:")})  # the job's (ingest's have no key)
+                dead = len(
+                    {
+                        r.key
+                        for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
+                        if r.key and r.key.startswith(b"docs:sha256:")
+                    }
+                )  # the job's (ingest's have no key)
                 versions = registry.version(LINEAGE)["number"]
                 written = RedisStatsStore.open(client, lineage=LINEAGE).meta()
                 registry.create(LOCAL_LINEAGE, initial.to_json())
-                job_local = PipelineJob(settings=pipeline, stream=stream, redis_client=client, registry=registry,
-                                        lineage=LOCAL_LINEAGE, wait=1.0)
+                job_local = PipelineJob(
+                    settings=pipeline,
+                    stream=stream,
+                    redis_client=client,
+                    registry=registry,
+                    lineage=LOCAL_LINEAGE,
+                    wait=1.0,
+                )
                 try:
                     local = job_local.run(until_idle=True)
                 finally:
@@ -197,11 +227,24 @@ def run_flink_bench(corpus: str | Path, settings: FlinkBenchSettings | None = No
                 server.terminate()
                 server.wait(timeout=30)
     flink_mb_s = megabytes / flink_seconds
-    return {"documents": written["documents"], "steps": written["step"], "versions": versions,
-            "dead_lettered": dead, "taskmanager_killed": killed, "equal_to_replay": all(compared.values()),
-            **compared, "replay_steps": len(steps), "local_equal_to_replay": all(local_compared.values()),
-            "flink_mb_s": flink_mb_s, "local_mb_s": local["mb_per_s"], "ratio_to_local": flink_mb_s / local["mb_per_s"],
-            "serial_fraction": serial / flink_seconds, "flink_seconds": flink_seconds,
-            "startup_seconds": startup,
-            "flink_steady_mb_s": sum(mb for _, mb in steps[1:]) / max(ats[-1] - ats[0], 1e-9),
-            "step_seconds": step_seconds, "megabytes": megabytes, "seconds": time.perf_counter() - started}
+    return {
+        "documents": written["documents"],
+        "steps": written["step"],
+        "versions": versions,
+        "dead_lettered": dead,
+        "taskmanager_killed": killed,
+        "equal_to_replay": all(compared.values()),
+        **compared,
+        "replay_steps": len(steps),
+        "local_equal_to_replay": all(local_compared.values()),
+        "flink_mb_s": flink_mb_s,
+        "local_mb_s": local["mb_per_s"],
+        "ratio_to_local": flink_mb_s / local["mb_per_s"],
+        "serial_fraction": serial / flink_seconds,
+        "flink_seconds": flink_seconds,
+        "startup_seconds": startup,
+        "flink_steady_mb_s": sum(mb for _, mb in steps[1:]) / max(ats[-1] - ats[0], 1e-9),
+        "step_seconds": step_seconds,
+        "megabytes": megabytes,
+        "seconds": time.perf_counter() - started,
+    }

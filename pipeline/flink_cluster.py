@@ -33,8 +33,17 @@ FLINK_HOME = Path(pyflink.__file__).parent
 JOBMANAGER_MB, TASKMANAGER_MB = 1024, 1536
 
 
-def flink_conf(work: Path, *, rest_port: int, rpc_port: int, slots: int, python: str, jobmanager: str = "127.0.0.1",
-               host: str = "127.0.0.1", bind: str = "127.0.0.1") -> dict[str, Any]:
+def flink_conf(
+    work: Path,
+    *,
+    rest_port: int,
+    rpc_port: int,
+    slots: int,
+    python: str,
+    jobmanager: str = "127.0.0.1",
+    host: str = "127.0.0.1",
+    bind: str = "127.0.0.1",
+) -> dict[str, Any]:
     """The cluster's ``config.yaml``: small JVMs, checkpoints under ``work`` (shared by every
     process of the cluster); loopback only, unless ``jobmanager`` (its address), ``host`` (this
     process's) and ``bind`` say otherwise (containers on one network).
@@ -44,22 +53,36 @@ def flink_conf(work: Path, *, rest_port: int, rpc_port: int, slots: int, python:
     (8081, 2, '/v/bin/python')
     """
     return {
-        "jobmanager.rpc.address": jobmanager, "jobmanager.rpc.port": rpc_port, "jobmanager.bind-host": bind,
-        "taskmanager.bind-host": bind, "taskmanager.host": host,
-        "rest.address": jobmanager, "rest.bind-address": bind, "rest.port": rest_port,
+        "jobmanager.rpc.address": jobmanager,
+        "jobmanager.rpc.port": rpc_port,
+        "jobmanager.bind-host": bind,
+        "taskmanager.bind-host": bind,
+        "taskmanager.host": host,
+        "rest.address": jobmanager,
+        "rest.bind-address": bind,
+        "rest.port": rest_port,
         # Every other port any free one (0 or a range): several clusters may run side by side.
-        "blob.server.port": "0", "taskmanager.rpc.port": "0", "taskmanager.data.port": 0,
-        "jobmanager.memory.process.size": f"{JOBMANAGER_MB}m", "taskmanager.memory.process.size": f"{TASKMANAGER_MB}m",
-        "taskmanager.numberOfTaskSlots": slots, "parallelism.default": slots,
-        "python.executable": python, "python.client.executable": python,
-        "state.backend.type": "hashmap", "execution.checkpointing.dir": (work / "checkpoints").as_uri(),
+        "blob.server.port": "0",
+        "taskmanager.rpc.port": "0",
+        "taskmanager.data.port": 0,
+        "jobmanager.memory.process.size": f"{JOBMANAGER_MB}m",
+        "taskmanager.memory.process.size": f"{TASKMANAGER_MB}m",
+        "taskmanager.numberOfTaskSlots": slots,
+        "parallelism.default": slots,
+        "python.executable": python,
+        "python.client.executable": python,
+        "state.backend.type": "hashmap",
+        "execution.checkpointing.dir": (work / "checkpoints").as_uri(),
         "execution.checkpointing.savepoint-dir": (work / "savepoints").as_uri(),
-        "io.tmp.dirs": str(work / "tmp"), "web.tmpdir": str(work / "tmp"),
+        "io.tmp.dirs": str(work / "tmp"),
+        "web.tmpdir": str(work / "tmp"),
         # A job whose TaskManager died restarts as soon as slots are back, for as long as it takes.
-        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 1000,
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": 1000,
         "restart-strategy.fixed-delay.delay": "1 s",
         # A TaskManager killed is noticed in seconds, not the default 50.
-        "heartbeat.interval": 1000, "heartbeat.timeout": 5000,
+        "heartbeat.interval": 1000,
+        "heartbeat.timeout": 5000,
         "pekko.ask.timeout": "30 s",
         # The module openings Flink needs on Java 17, as the wheel's own conf has them.
         "env.java.opts.all": java_opts(),
@@ -102,18 +125,30 @@ def scripts_env(conf_dir: Path, log_dir: Path) -> dict[str, str]:
 class FlinkCluster:
     """A JobManager and ``taskmanagers`` TaskManagers of ``slots`` slots each, on free loopback ports."""
 
-    def __init__(self, work: Path, *, taskmanagers: int = 2, slots: int = 2, timeout: float = 120.0,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        work: Path,
+        *,
+        taskmanagers: int = 2,
+        slots: int = 2,
+        timeout: float = 120.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         """``env``: more environment for the JVMs and their Python workers (a registry token)."""
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-            raise TokmaintError("Flink needs Java 17 (no java on PATH and no JAVA_HOME); on Debian: "
-                                "apt-get install openjdk-17-jre-headless")
+            raise TokmaintError(
+                "Flink needs Java 17 (no java on PATH and no JAVA_HOME); on Debian: "
+                "apt-get install openjdk-17-jre-headless"
+            )
         self.work, self.slots, self.timeout, self.extra_env = Path(work), slots, timeout, env or {}
         self.conf_dir, self.log_dir = self.work / "conf", self.work / "log"
         self.rest_port = free_port()
         self.rest_url = f"http://127.0.0.1:{self.rest_port}"
-        write_conf(self.work, self.conf_dir, flink_conf(self.work, rest_port=self.rest_port, rpc_port=free_port(),
-                                                        slots=slots, python=sys.executable))
+        write_conf(
+            self.work,
+            self.conf_dir,
+            flink_conf(self.work, rest_port=self.rest_port, rpc_port=free_port(), slots=slots, python=sys.executable),
+        )
         self.jobmanager: subprocess.Popen | None = None
         self.taskmanagers: list[subprocess.Popen] = []
         try:
@@ -127,15 +162,23 @@ class FlinkCluster:
 
     def env(self) -> dict[str, str]:
         """The environment of Flink's scripts and its command-line client: this cluster's conf."""
-        return {**scripts_env(self.conf_dir, self.log_dir), **self.extra_env,
-                "PYFLINK_CLIENT_EXECUTABLE": sys.executable}
+        return {
+            **scripts_env(self.conf_dir, self.log_dir),
+            **self.extra_env,
+            "PYFLINK_CLIENT_EXECUTABLE": sys.executable,
+        }
 
     def _start(self, script: str, name: str) -> subprocess.Popen:
         # start-foreground execs the JVM: the process is the JVM, stopped by its PID.
         log = open(self.log_dir / f"{name}-{len(self.taskmanagers)}.out", "ab")
         with log:
-            return subprocess.Popen(["bash", str(FLINK_HOME / "bin" / script), "start-foreground"], env=self.env(),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"],
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def start_taskmanager(self, *, wait: bool = True) -> subprocess.Popen:
         """One more TaskManager (after a kill, the replacement a Kubernetes Deployment would start)."""
@@ -153,7 +196,7 @@ class FlinkCluster:
         found = httpx.get(f"{self.rest_url}/jobs/{job_id}/exceptions", timeout=10).json()
         entries = found.get("exceptionHistory", {}).get("entries", [])
         trace = "\n".join(e.get("stacktrace", "") for e in entries[-1:]) or str(found)
-        return trace[trace.find("Traceback"):][:4000] if "Traceback" in trace else trace[:4000]
+        return trace[trace.find("Traceback") :][:4000] if "Traceback" in trace else trace[:4000]
 
     def wait_for_taskmanagers(self, count: int) -> None:
         """Until ``count`` TaskManagers are registered with the JobManager."""
@@ -167,8 +210,9 @@ class FlinkCluster:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise TokmaintError(f"{count} Flink TaskManagers did not register within {self.timeout:g} s; "
-                                    f"see {self.log_dir}")
+                raise TokmaintError(
+                    f"{count} Flink TaskManagers did not register within {self.timeout:g} s; see {self.log_dir}"
+                )
             time.sleep(0.5)
 
     def kill_taskmanager(self, index: int = 0) -> None:
@@ -199,37 +243,58 @@ class FlinkCluster:
         self.stop()
 
 
-def run_role(role: str, work: Path, *, jobmanager: str, slots: int = 2, rest_port: int = 8081,
-             rpc_port: int = 6123) -> None:
+def run_role(
+    role: str, work: Path, *, jobmanager: str, slots: int = 2, rest_port: int = 8081, rpc_port: int = 6123
+) -> None:
     """Become one process of a cluster spread over containers (``docker-compose.flink.yml``): write
     the conf under ``work`` (a volume every process of the cluster shares, for checkpoints) and exec
     the JobManager's or a TaskManager's JVM in place of this process."""
     import socket
 
     conf_dir = work / "conf" / f"{role}-{socket.gethostname()}"
-    write_conf(work, conf_dir, flink_conf(work, rest_port=rest_port, rpc_port=rpc_port, slots=slots,
-                                          python=sys.executable, jobmanager=jobmanager, host=socket.gethostname(),
-                                          bind="0.0.0.0"))
+    write_conf(
+        work,
+        conf_dir,
+        flink_conf(
+            work,
+            rest_port=rest_port,
+            rpc_port=rpc_port,
+            slots=slots,
+            python=sys.executable,
+            jobmanager=jobmanager,
+            host=socket.gethostname(),
+            bind="0.0.0.0",
+        ),
+    )
     script = {"jobmanager": "jobmanager.sh", "taskmanager": "taskmanager.sh"}[role]
-    os.execvpe("bash", ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"],
-               scripts_env(conf_dir, work / "log"))
+    os.execvpe(
+        "bash", ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"], scripts_env(conf_dir, work / "log")
+    )
 
 
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.flink_cluster", description=__doc__.split("\n\n")[0])
-    parser.add_argument("role", nargs="?", default="local", choices=["local", "jobmanager", "taskmanager"],
-                        help="local: a whole cluster here, on loopback ports (make flink); jobmanager, taskmanager: "
-                             "one process of a cluster over containers")
+    parser.add_argument(
+        "role",
+        nargs="?",
+        default="local",
+        choices=["local", "jobmanager", "taskmanager"],
+        help="local: a whole cluster here, on loopback ports (make flink); jobmanager, taskmanager: "
+        "one process of a cluster over containers",
+    )
     parser.add_argument("--work", type=Path, default=Path(".flink"), help="conf, logs, checkpoints (default: .flink)")
     parser.add_argument("--jobmanager", default="127.0.0.1", help="the JobManager's host name (containers)")
     args = parser.parse_args()
     if args.role != "local":
         run_role(args.role, args.work.resolve(), jobmanager=args.jobmanager)
     with FlinkCluster(args.work.resolve()) as cluster:
-        print(f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
-              f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it", flush=True)
+        print(
+            f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
+            f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it",
+            flush=True,
+        )
         try:
             signal.pause()
         except KeyboardInterrupt:

@@ -27,17 +27,28 @@ PACKAGE = "shigawire-apache-flink-libraries==2.0.0.post1"
 SHA256 = "aaa65537d3f0c0ff279185d8243024f0efd95788ba044bf249ba0f40b69289cd"
 # Each jar's path in the package, and the manifest (or properties file) entries that name its vendor and version.
 JARS = {
-    "flink-connector-kafka.jar": ("pyflink/lib/flink-connector-kafka.jar", "META-INF/MANIFEST.MF",
-                                  {"Implementation-Vendor": "The Apache Software Foundation",
-                                   "Implementation-Version": "4.0.1-2.0"}),
+    "flink-connector-kafka.jar": (
+        "pyflink/lib/flink-connector-kafka.jar",
+        "META-INF/MANIFEST.MF",
+        {"Implementation-Vendor": "The Apache Software Foundation", "Implementation-Version": "4.0.1-2.0"},
+    ),
     "kafka-clients.jar": ("pyflink/lib/kafka-clients.jar", "kafka/kafka-version.properties", {"version": "3.9.1"}),
     # The codecs the Kafka client reads compressed batches with (tokmaint's producers compress).
-    "zstd-jni.jar": ("pyflink/lib/zstd-jni.jar", "META-INF/MANIFEST.MF",
-                     {"Implementation-Title": "zstd-jni", "Implementation-Version": "1.5.6-4"}),
-    "lz4-java.jar": ("pyflink/lib/lz4-java.jar", "META-INF/MANIFEST.MF",
-                     {"Bundle-Name": "LZ4 Java Compression", "Bundle-Version": "1.8.0"}),
-    "snappy-java.jar": ("pyflink/lib/snappy-java.jar", "META-INF/MANIFEST.MF",
-                        {"Bundle-Vendor": "xerial.org", "Bundle-Version": "1.1.10.7"}),
+    "zstd-jni.jar": (
+        "pyflink/lib/zstd-jni.jar",
+        "META-INF/MANIFEST.MF",
+        {"Implementation-Title": "zstd-jni", "Implementation-Version": "1.5.6-4"},
+    ),
+    "lz4-java.jar": (
+        "pyflink/lib/lz4-java.jar",
+        "META-INF/MANIFEST.MF",
+        {"Bundle-Name": "LZ4 Java Compression", "Bundle-Version": "1.8.0"},
+    ),
+    "snappy-java.jar": (
+        "pyflink/lib/snappy-java.jar",
+        "META-INF/MANIFEST.MF",
+        {"Bundle-Vendor": "xerial.org", "Bundle-Version": "1.1.10.7"},
+    ),
 }
 JARS_DIR = Path(sys.prefix) / "share" / "tokmaint" / "flink-jars"
 
@@ -72,8 +83,11 @@ def problems(folder: Path = JARS_DIR) -> list[str]:
         except (zipfile.BadZipFile, KeyError) as exc:
             found.append(f"{path}: no {entry} ({exc})")
             continue
-        found += [f"{path}: {key} is {have.get(key)!r}, not {value!r}" for key, value in expected.items()
-                  if have.get(key) != value]
+        found += [
+            f"{path}: {key} is {have.get(key)!r}, not {value!r}"
+            for key, value in expected.items()
+            if have.get(key) != value
+        ]
     return found
 
 
@@ -84,8 +98,24 @@ def download(into: Path, *, find_links: Path | None = None) -> Path:
         requirement = Path(scratch) / "requirements.txt"
         requirement.write_text(f"{PACKAGE} --hash=sha256:{SHA256}\n")
         source = ["--no-index", "--find-links", str(find_links)] if find_links else []
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "--require-hashes", *source, "-r", str(requirement), "-d", str(into)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--require-hashes",
+                *source,
+                "-r",
+                str(requirement),
+                "-d",
+                str(into),
+            ],
+            check=True,
+        )
     name = PACKAGE.split("==")[0].replace("-", "_")
     return next(Path(into).glob(f"{name}-*.whl"))
 
@@ -110,8 +140,11 @@ def install(folder: Path = JARS_DIR, *, find_links: Path | None = None) -> list[
 def connector_jars(folder: Path = JARS_DIR) -> list[Path]:
     """The jars, checked; a clear error when ``make setup`` has not put them there."""
     if found := problems(folder):
-        raise TokmaintError("the Flink Kafka connector is not installed right (" + "; ".join(found) +
-                            "): run `make setup` (or `python -m pipeline.flink_jars install`)")
+        raise TokmaintError(
+            "the Flink Kafka connector is not installed right ("
+            + "; ".join(found)
+            + "): run `make setup` (or `python -m pipeline.flink_jars install`)"
+        )
     return [folder / name for name in JARS]
 
 
@@ -119,8 +152,11 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.flink_jars", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["install", "download"],
-                        help="install: the jars into this environment; download: the package's wheel into --into")
+    parser.add_argument(
+        "action",
+        choices=["install", "download"],
+        help="install: the jars into this environment; download: the package's wheel into --into",
+    )
     parser.add_argument("--find-links", type=Path, help="a folder holding the wheel (no index is asked)")
     parser.add_argument("--into", type=Path, default=Path("."), help="where download puts the wheel")
     args = parser.parse_args()

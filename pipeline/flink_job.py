@@ -89,8 +89,9 @@ class DeadLetters:
         from pipeline.kafka import Record
         from pipeline.topics import dead_letter
 
-        value, headers = dead_letter(value, reason, limit=self.settings.max_record_bytes,
-                                     source=f"{self.settings.docs_topic} (flink)")
+        value, headers = dead_letter(
+            value, reason, limit=self.settings.max_record_bytes, source=f"{self.settings.docs_topic} (flink)"
+        )
         key = f"{self.settings.docs_topic}:sha256:{hashlib.sha256(value).hexdigest()}".encode()
         self.producer.send_all(self.settings.dlq_topic, [Record(value, key=key, headers=headers)])
 
@@ -126,15 +127,20 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
     settings = spec.pipeline
     topic = settings.docs_topic
     step_ms = round(spec.step_seconds * 1000)
-    builder = (KafkaSource.builder().set_bootstrap_servers(settings.bootstrap).set_topics(topic)
-               .set_group_id(f"tokmaint-flink-{spec.lineage}")
-               .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-               .set_value_only_deserializer(ByteArraySchema())
-               .set_property("partition.discovery.interval.ms", "10000"))
+    builder = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(settings.bootstrap)
+        .set_topics(topic)
+        .set_group_id(f"tokmaint-flink-{spec.lineage}")
+        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+        .set_value_only_deserializer(ByteArraySchema())
+        .set_property("partition.discovery.interval.ms", "10000")
+    )
     if spec.bounded is not None:
         builder = builder.set_bounded(_offsets(topic, spec.bounded))
     watermarks = WatermarkStrategy.for_bounded_out_of_orderness(
-        Duration.of_millis(round(spec.max_lateness_seconds * 1000)))
+        Duration.of_millis(round(spec.max_lateness_seconds * 1000))
+    )
     records = env.from_source(builder.build(), watermarks, "docs", Types.PRIMITIVE_ARRAY(Types.BYTE()))
 
     class Decode(ProcessFunction):
@@ -154,13 +160,19 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                 self.dead.send(value, str(exc))
                 return
             if doc.ts_ms != ctx.timestamp():
-                self.dead.send(value, f"its record's timestamp ({ctx.timestamp()}) is not its ts ({doc.ts_ms} ms): "
-                                      "the producer must set it (tokmaint ingest does)")
+                self.dead.send(
+                    value,
+                    f"its record's timestamp ({ctx.timestamp()}) is not its ts ({doc.ts_ms} ms): "
+                    "the producer must set it (tokmaint ingest does)",
+                )
                 return
             # Its window closed here already: the windows downstream may have been written without it.
             if (doc.ts_ms // step_ms + 1) * step_ms - 1 <= ctx.timer_service().current_watermark():
-                self.dead.send(value, f"late: more than {spec.max_lateness_seconds:g} s behind its partition's "
-                                      "event time, after its window was written")
+                self.dead.send(
+                    value,
+                    f"late: more than {spec.max_lateness_seconds:g} s behind its partition's "
+                    "event time, after its window was written",
+                )
                 return
             yield Row(shard_of(doc.id, spec.shards), json.dumps([doc.id, doc.text]))
 
@@ -183,8 +195,12 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                 doc_id, text = json.loads(line)
                 copies += 1
                 texts.setdefault(doc_id, text)
-            yield ctx.timestamp() + 1, WordTally.of(self.tokenizer, list(texts.values())), list(texts), \
-                copies - len(texts)
+            yield (
+                ctx.timestamp() + 1,
+                WordTally.of(self.tokenizer, list(texts.values())),
+                list(texts),
+                copies - len(texts),
+            )
 
     class WriteSteps(KeyedProcessFunction):
         """The windows' tallies, added and written as steps in event-time order once the
@@ -197,8 +213,12 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
 
             self.pending = runtime_context.get_list_state(ListStateDescriptor("tallies", Types.PICKLED_BYTE_ARRAY()))
             self.registry = RegistryClient(spec.registry)
-            self.stats = LineageStatistics(stream=spec.stream, redis_client=connect_redis(settings.redis),
-                                           registry=self.registry, lineage=spec.lineage)
+            self.stats = LineageStatistics(
+                stream=spec.stream,
+                redis_client=connect_redis(settings.redis),
+                registry=self.registry,
+                lineage=spec.lineage,
+            )
             self.stats.resume()
 
         def close(self) -> None:
@@ -225,9 +245,17 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                 began = time.perf_counter()
                 tally, ids, resent = ready[end]
                 if self.write(end, tally, ids):
-                    yield json.dumps({"window_end_ms": end, "documents": tally.documents, "resent": resent,
-                                      "step": self.stats.store.step, "version": self.stats.tedtok.version,
-                                      "seconds": time.perf_counter() - began, "at": time.time()})
+                    yield json.dumps(
+                        {
+                            "window_end_ms": end,
+                            "documents": tally.documents,
+                            "resent": resent,
+                            "step": self.stats.store.step,
+                            "version": self.stats.tedtok.version,
+                            "seconds": time.perf_counter() - began,
+                            "at": time.time(),
+                        }
+                    )
 
         def write(self, end: int, tally: Any, ids: list[str]) -> bool:
             stats = self.stats
@@ -236,23 +264,42 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
             if stats.outdated():
                 stats.follow()
             counts = stats.tedtok.counter.count_tally(tally, neighbours=True)
-            stats.observe(counts, offsets={WINDOW: end}, ids=sorted(ids), documents=tally.documents,
-                          keep_ids_steps=settings.dedupe_steps or None)
+            stats.observe(
+                counts,
+                offsets={WINDOW: end},
+                ids=sorted(ids),
+                documents=tally.documents,
+                keep_ids_steps=settings.dedupe_steps or None,
+            )
             return True
 
     docs = records.process(Decode(), Types.ROW_NAMED(["shard", "doc"], [Types.INT(), Types.STRING()]))
     # The windows in Java (Flink SQL): a document costs Python nothing past its decoding.
     tables = StreamTableEnvironment.create(env)
-    tables.create_temporary_view("docs", tables.from_data_stream(docs, Schema.new_builder()
-                                 .column("shard", DataTypes.INT()).column("doc", DataTypes.STRING())
-                                 .column_by_metadata("rowtime", DataTypes.TIMESTAMP_LTZ(3))
-                                 .watermark("rowtime", "SOURCE_WATERMARK()").build()))
+    tables.create_temporary_view(
+        "docs",
+        tables.from_data_stream(
+            docs,
+            Schema.new_builder()
+            .column("shard", DataTypes.INT())
+            .column("doc", DataTypes.STRING())
+            .column_by_metadata("rowtime", DataTypes.TIMESTAMP_LTZ(3))
+            .watermark("rowtime", "SOURCE_WATERMARK()")
+            .build(),
+        ),
+    )
     windows = tables.sql_query(
         "SELECT shard, LISTAGG(doc, '\n') AS docs, window_time FROM TABLE(TUMBLE(TABLE docs, DESCRIPTOR(rowtime), "
-        f"{_interval(step_ms)})) GROUP BY shard, window_start, window_end, window_time")
+        f"{_interval(step_ms)})) GROUP BY shard, window_start, window_end, window_time"
+    )
     tallies = tables.to_data_stream(windows).process(Tally(), Types.PICKLED_BYTE_ARRAY())
-    (tallies.key_by(lambda _: 0, Types.INT()).process(WriteSteps(), Types.STRING()).set_parallelism(1)
-     .name("write steps").print())
+    (
+        tallies.key_by(lambda _: 0, Types.INT())
+        .process(WriteSteps(), Types.STRING())
+        .set_parallelism(1)
+        .name("write steps")
+        .print()
+    )
 
 
 def _interval(ms: int) -> str:
@@ -295,24 +342,41 @@ def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None
     from pipeline.flink_cluster import FLINK_HOME
     from tokenizer_service.errors import TokmaintError
 
-    done = subprocess.run(["bash", str(FLINK_HOME / "bin" / "flink"), "run", "--detached", "-m", master,
-                           "-pyexec", sys.executable, "-pyclientexec", sys.executable, "-pym", "pipeline.flink_job",
-                           spec.model_dump_json()],
-                          env=env or {**os.environ, "FLINK_HOME": str(FLINK_HOME)}, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            "bash",
+            str(FLINK_HOME / "bin" / "flink"),
+            "run",
+            "--detached",
+            "-m",
+            master,
+            "-pyexec",
+            sys.executable,
+            "-pyclientexec",
+            sys.executable,
+            "-pym",
+            "pipeline.flink_job",
+            spec.model_dump_json(),
+        ],
+        env=env or {**os.environ, "FLINK_HOME": str(FLINK_HOME)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = done.stdout + done.stderr
     if log is not None:
         log.write_text(output)
     found = re.search(r"JobID ([0-9a-f]{32})", output)
     if done.returncode or not found:
         # The program's own error (a Python traceback) rather than the client's Java stack around it.
-        shown = output[output.find("Traceback"):][:4000] if "Traceback" in output else output[-4000:]
+        shown = output[output.find("Traceback") :][:4000] if "Traceback" in output else output[-4000:]
         raise TokmaintError(f"flink run -m {master} failed ({done.returncode}): {shown}")
     return found[1]
 
 
-def wait_for_job(rest_url: str, job_id: str, *, timeout: float,
-                 until: Callable[[], bool] | None = None) -> dict[str, Any]:
+def wait_for_job(
+    rest_url: str, job_id: str, *, timeout: float, until: Callable[[], bool] | None = None
+) -> dict[str, Any]:
     """The job's REST summary once it has ended (or, while it runs, once ``until()`` is true)."""
     import httpx
 
@@ -320,7 +384,10 @@ def wait_for_job(rest_url: str, job_id: str, *, timeout: float,
 
     deadline = time.monotonic() + timeout
     while (job := httpx.get(f"{rest_url}/jobs/{job_id}", timeout=10).json())["state"] not in (
-            "FINISHED", "FAILED", "CANCELED") and not (until is not None and until()):
+        "FINISHED",
+        "FAILED",
+        "CANCELED",
+    ) and not (until is not None and until()):
         if time.monotonic() > deadline:
             raise TokmaintError(f"the Flink job {job_id} at {rest_url} is still {job['state']} after {timeout:g} s")
         time.sleep(0.5)
@@ -341,8 +408,13 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
     rest = f"http://{master}"
     deadline = time.monotonic() + timeout
     # Just submitted, or restarting after a TaskManager died: it is waited for.
-    while not (running := [j for j in httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
-                           if j["name"] == f"tokmaint-{lineage}" and j["state"] == "RUNNING"]):
+    while not (
+        running := [
+            j
+            for j in httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
+            if j["name"] == f"tokmaint-{lineage}" and j["state"] == "RUNNING"
+        ]
+    ):
         if time.monotonic() > deadline:
             raise TokmaintError(f"no running job tokmaint-{lineage} at {master} within {timeout:g} s")
         time.sleep(1.0)

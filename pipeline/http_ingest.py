@@ -46,8 +46,11 @@ def _records(body: bytes, content_type: str, limit: int) -> list[bytes]:
     if content_type.split(";")[0].strip() == "application/json":
         return [_record_bytes(item) for item in _array_items(body, limit)]
     if (lines := body.count(b"\n") + (not body.endswith(b"\n"))) > limit:
-        raise HTTPException(413, detail=f"the body has {lines:,} lines; a request takes at most {limit:,} records "
-                                        "(send them in smaller requests)")
+        raise HTTPException(
+            413,
+            detail=f"the body has {lines:,} lines; a request takes at most {limit:,} records "
+            "(send them in smaller requests)",
+        )
     return [line for line in body.split(b"\n") if line.strip()]
 
 
@@ -73,8 +76,11 @@ def _array_items(body: bytes, limit: int) -> list[Any]:
     try:
         while not text.startswith("]", at):  # an element, then a comma and another, or the end
             if len(items) == limit:
-                raise HTTPException(413, detail=f"the array has more than {limit:,} documents; a request takes at "
-                                                f"most {limit:,} records (send them in smaller requests)")
+                raise HTTPException(
+                    413,
+                    detail=f"the array has more than {limit:,} documents; a request takes at "
+                    f"most {limit:,} records (send them in smaller requests)",
+                )
             item, at = decoder.raw_decode(text, at)
             items.append(item)
             at = _skip_space(text, at)
@@ -116,9 +122,16 @@ def _record_bytes(item: Any) -> bytes:
         return json.dumps(item).encode("utf-8")
 
 
-def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure_dev: bool = False,
-                      max_body_bytes: int = 64 << 20, max_records: int = 10_000, max_reasons: int = 100,
-                      limits: Limits = Limits()) -> FastAPI:
+def create_ingest_app(
+    settings: PipelineSettings,
+    *,
+    token: str | None,
+    insecure_dev: bool = False,
+    max_body_bytes: int = 64 << 20,
+    max_records: int = 10_000,
+    max_reasons: int = 100,
+    limits: Limits = Limits(),
+) -> FastAPI:
     """The ingest app for ``settings`` (its docs topic only) behind the bearer ``token``. A body
     of more than ``max_records`` records is refused whole (413); an answer names the first
     ``max_reasons`` refusals (and counts them all). Past ``limits.requests`` requests at once (or
@@ -127,8 +140,9 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.producer = Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes,
-                                      compression="zstd")
+        app.state.producer = Producer(
+            settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes, compression="zstd"
+        )
         yield
         app.state.producer.close()
 
@@ -181,18 +195,24 @@ def create_ingest_app(settings: PipelineSettings, *, token: str | None, insecure
                 reasons[k] = f"the broker refused it: {error}"
         dead = []
         for k, reason in sorted(reasons.items()):
-            value, headers = dead_letter(records[k], reason, limit=settings.max_record_bytes,
-                                         source=f"http {settings.docs_topic}", line=k + 1)
+            value, headers = dead_letter(
+                records[k], reason, limit=settings.max_record_bytes, source=f"http {settings.docs_topic}", line=k + 1
+            )
             dead.append((k, Record(value, headers=headers)))
         outcomes = producer.deliver(settings.dlq_topic, [record for _, record in dead], timeout=30)
         lost = [f"record {k}: {error}" for (k, _), error in zip(dead, outcomes) if error is not None]
         if lost:
-            raise HTTPException(503, detail=f"{len(lost)} records reached neither {settings.docs_topic!r} nor "
-                                            f"{settings.dlq_topic!r} (send them again): " + "; ".join(lost[:5]))
+            raise HTTPException(
+                503,
+                detail=f"{len(lost)} records reached neither {settings.docs_topic!r} nor "
+                f"{settings.dlq_topic!r} (send them again): " + "; ".join(lost[:5]),
+            )
         shown = sorted(reasons.items())[:max_reasons]
-        return {"accepted": len(records) - len(reasons), "refused": len(reasons),
-                "refusals": [{"record": k, "reason": reason} for k, reason in shown],
-                "refusals_left_out": len(reasons) - len(shown)}
+        return {
+            "accepted": len(records) - len(reasons),
+            "refused": len(reasons),
+            "refusals": [{"record": k, "reason": reason} for k, reason in shown],
+            "refusals_left_out": len(reasons) - len(shown),
+        }
 
     return app
-

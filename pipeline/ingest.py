@@ -31,12 +31,22 @@ from tokenizer_service.corpus import read_corpus
 def producer(settings: PipelineSettings, *, compression: str | None = "zstd") -> Producer:
     """A batching, compressing producer that waits for every replica and never writes a retried
     batch twice."""
-    return Producer(settings.bootstrap, max_record_bytes=2 * settings.max_record_bytes, compression=compression,
-                    **{"linger.ms": 20, "batch.size": 512 * 1024})
+    return Producer(
+        settings.bootstrap,
+        max_record_bytes=2 * settings.max_record_bytes,
+        compression=compression,
+        **{"linger.ms": 20, "batch.size": 512 * 1024},
+    )
 
 
-def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = False, progress: bool = True,
-           compression: str | None = "zstd") -> dict[str, Any]:
+def ingest(
+    path: str | Path,
+    settings: PipelineSettings,
+    *,
+    skip_bad: bool = False,
+    progress: bool = True,
+    compression: str | None = "zstd",
+) -> dict[str, Any]:
     """Send every document of the corpus at ``path`` to ``settings.docs_topic`` (and, with
     ``skip_bad``, every bad record to ``settings.dlq_topic``); the counts and rates."""
     corpus = read_corpus(path, skip_bad=skip_bad, progress=progress)
@@ -61,13 +71,26 @@ def ingest(path: str | Path, settings: PipelineSettings, *, skip_bad: bool = Fal
     with producer(settings, compression=compression) as kafka:
         sent = kafka.send_all(settings.docs_topic, records())
         limit = settings.max_record_bytes
-        dead = [dead_letter(bad.data, bad.reason, limit=limit, source=source, line=bad.line)
-                for bad in corpus.rejected]
-        dead += [dead_letter(record, f"larger than the limit ({len(record):,} bytes > {limit:,})", limit=limit,
-                             source=f"{source} {doc_id}") for doc_id, record in too_large]
+        dead = [dead_letter(bad.data, bad.reason, limit=limit, source=source, line=bad.line) for bad in corpus.rejected]
+        dead += [
+            dead_letter(
+                record,
+                f"larger than the limit ({len(record):,} bytes > {limit:,})",
+                limit=limit,
+                source=f"{source} {doc_id}",
+            )
+            for doc_id, record in too_large
+        ]
         kafka.send_all(settings.dlq_topic, [Record(value, headers=headers) for value, headers in dead])
     seconds = time.perf_counter() - clock
-    return {"corpus": str(path), "topic": settings.docs_topic, "documents": sent,
-            "dlq_topic": settings.dlq_topic, "dead_lettered": len(dead),
-            "megabytes": sent_bytes / 1e6, "seconds": seconds, "docs_per_s": sent / seconds,
-            "mb_per_s": sent_bytes / 1e6 / seconds}
+    return {
+        "corpus": str(path),
+        "topic": settings.docs_topic,
+        "documents": sent,
+        "dlq_topic": settings.dlq_topic,
+        "dead_lettered": len(dead),
+        "megabytes": sent_bytes / 1e6,
+        "seconds": seconds,
+        "docs_per_s": sent / seconds,
+        "mb_per_s": sent_bytes / 1e6 / seconds,
+    }

@@ -48,31 +48,52 @@ def document_batches(texts: list[str], *, per_request: int, token: str) -> Calla
     headers = (("Authorization", f"Bearer {token}"), ("Content-Type", "application/x-ndjson"))
 
     def make(i: int) -> LoadRequest:
-        lines = [json.dumps({"id": f"load-{i}-{k}", "ts": ts, "text": texts[(i * per_request + k) % len(texts)]},
-                            ensure_ascii=False) for k in range(per_request)]
+        lines = [
+            json.dumps(
+                {"id": f"load-{i}-{k}", "ts": ts, "text": texts[(i * per_request + k) % len(texts)]}, ensure_ascii=False
+            )
+            for k in range(per_request)
+        ]
         return LoadRequest("POST", f"/v1/streams/{TOPIC}/documents", headers, "\n".join(lines).encode("utf-8"))
 
     return make
 
 
-def run_ingest_bench(corpus: str | Path, settings: IngestBenchSettings | None = None, *,
-                     progress: bool = True) -> dict[str, Any]:
+def run_ingest_bench(
+    corpus: str | Path, settings: IngestBenchSettings | None = None, *, progress: bool = True
+) -> dict[str, Any]:
     settings = settings or IngestBenchSettings()
-    texts = [d.text for d in read_corpus(corpus, progress=progress).documents[:settings.docs]]
+    texts = [d.text for d in read_corpus(corpus, progress=progress).documents[: settings.docs]]
     token = secrets.token_hex(16)
     broker, bootstrap = start_broker()
     try:
         with tempfile.TemporaryDirectory(prefix="tokmaint-bench-ingest-") as root:
-            server, url = start_service(["ingest-server", "--bootstrap", bootstrap, "--topic", TOPIC,
-                                         "--max-in-flight", str(settings.max_in_flight),
-                                         # every client of the benchmark is this one address
-                                         "--max-in-flight-per-client", str(settings.max_in_flight)],
-                                        env={"TOKMAINT_REGISTRY_TOKEN": token}, log=Path(root) / "ingest.log",
-                                        what="the ingest server")
+            server, url = start_service(
+                [
+                    "ingest-server",
+                    "--bootstrap",
+                    bootstrap,
+                    "--topic",
+                    TOPIC,
+                    "--max-in-flight",
+                    str(settings.max_in_flight),
+                    # every client of the benchmark is this one address
+                    "--max-in-flight-per-client",
+                    str(settings.max_in_flight),
+                ],
+                env={"TOKMAINT_REGISTRY_TOKEN": token},
+                log=Path(root) / "ingest.log",
+                what="the ingest server",
+            )
             try:
-                ramp = load_ramp(url, document_batches(texts, per_request=settings.docs_per_request, token=token),
-                                 start_rps=settings.start_rps, max_rps=settings.max_rps, seconds=settings.seconds,
-                                 progress=progress)
+                ramp = load_ramp(
+                    url,
+                    document_batches(texts, per_request=settings.docs_per_request, token=token),
+                    start_rps=settings.start_rps,
+                    max_rps=settings.max_rps,
+                    seconds=settings.seconds,
+                    progress=progress,
+                )
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -87,8 +108,15 @@ def run_ingest_bench(corpus: str | Path, settings: IngestBenchSettings | None = 
 
     accepted = [d for a in ramp.answers if a.status == 200 for d in ids(a.index)]
     refused = [d for a in ramp.answers if a.status in (429, 503) for d in ids(a.index)]
-    return {**ramp.report(), "max_in_flight": settings.max_in_flight, "docs_per_request": per_request,
-            "documents": {"accepted": len(accepted), "on_topic": sum(on_topic.values()),
-                          "lost": sum(on_topic[d] == 0 for d in accepted),
-                          "duplicated": sum(on_topic[d] > 1 for d in accepted),
-                          "refused_but_produced": sum(on_topic[d] > 0 for d in refused)}}
+    return {
+        **ramp.report(),
+        "max_in_flight": settings.max_in_flight,
+        "docs_per_request": per_request,
+        "documents": {
+            "accepted": len(accepted),
+            "on_topic": sum(on_topic.values()),
+            "lost": sum(on_topic[d] == 0 for d in accepted),
+            "duplicated": sum(on_topic[d] > 1 for d in accepted),
+            "refused_but_produced": sum(on_topic[d] > 0 for d in refused),
+        },
+    }

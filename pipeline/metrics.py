@@ -40,28 +40,56 @@ class PipelineMetrics:
         reg = CollectorRegistry()
         label = ["lineage"]
         return cls(
-            lineage=lineage, registry=reg,
+            lineage=lineage,
+            registry=reg,
             steps=Counter("tokmaint_pipeline_steps_total", "time steps counted", label, registry=reg),
             documents=Counter("tokmaint_pipeline_documents_total", "documents counted", label, registry=reg),
             megabytes=Counter("tokmaint_pipeline_megabytes_total", "megabytes of text counted", label, registry=reg),
-            dead_letters=Counter("tokmaint_pipeline_dead_letters_total", "records sent to the dead-letter topic",
-                                 label, registry=reg),
-            revisions=Counter("tokmaint_pipeline_revisions_total", "revisions committed, by outcome",
-                              [*label, "outcome"], registry=reg),
-            consumer_lag=Gauge("tokmaint_pipeline_consumer_lag", "records between the last step and the topic's end",
-                               label, registry=reg),
-            bytes_per_token=Gauge("tokmaint_pipeline_bytes_per_token", "the stream's bytes/token at the last step "
-                                  "written", label, registry=reg),
+            dead_letters=Counter(
+                "tokmaint_pipeline_dead_letters_total", "records sent to the dead-letter topic", label, registry=reg
+            ),
+            revisions=Counter(
+                "tokmaint_pipeline_revisions_total",
+                "revisions committed, by outcome",
+                [*label, "outcome"],
+                registry=reg,
+            ),
+            consumer_lag=Gauge(
+                "tokmaint_pipeline_consumer_lag",
+                "records between the last step and the topic's end",
+                label,
+                registry=reg,
+            ),
+            bytes_per_token=Gauge(
+                "tokmaint_pipeline_bytes_per_token",
+                "the stream's bytes/token at the last step written",
+                label,
+                registry=reg,
+            ),
             version=Gauge("tokmaint_pipeline_version", "the tokenizer version counted with", label, registry=reg),
-            step_seconds=Histogram("tokmaint_pipeline_step_seconds", "wall time per step", label, registry=reg,
-                                   buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
-            revision_seconds=Histogram("tokmaint_pipeline_revision_seconds", "time to validate, write and publish a "
-                                       "revision", label, registry=reg,
-                                       buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
-            redis_down=Gauge("tokmaint_pipeline_redis_down", "1 while the job waits for Redis to answer again", label,
-                             registry=reg),
-            restarts=Counter("tokmaint_pipeline_restarts_total", "times the job started again from its statistics "
-                             "after Redis went away", label, registry=reg),
+            step_seconds=Histogram(
+                "tokmaint_pipeline_step_seconds",
+                "wall time per step",
+                label,
+                registry=reg,
+                buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            ),
+            revision_seconds=Histogram(
+                "tokmaint_pipeline_revision_seconds",
+                "time to validate, write and publish a revision",
+                label,
+                registry=reg,
+                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            ),
+            redis_down=Gauge(
+                "tokmaint_pipeline_redis_down", "1 while the job waits for Redis to answer again", label, registry=reg
+            ),
+            restarts=Counter(
+                "tokmaint_pipeline_restarts_total",
+                "times the job started again from its statistics after Redis went away",
+                label,
+                registry=reg,
+            ),
         )
 
     def step(self, *, documents: int, megabytes: float, dead: int, seconds: float) -> None:

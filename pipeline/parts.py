@@ -51,8 +51,12 @@ def wait_for(part: str, attempt: Callable[[], T], *, wait: float, errors: tuple[
             if left <= 0:
                 raise PartUnavailable(f"{part} did not answer in {wait:g} s ({type(exc).__name__}: {exc})") from None
             if not said:
-                log.warning("waiting %s for %s (%s)", "as long as it takes" if wait == float("inf")
-                            else f"up to {left:.0f} s", part, exc)
+                log.warning(
+                    "waiting %s for %s (%s)",
+                    "as long as it takes" if wait == float("inf") else f"up to {left:.0f} s",
+                    part,
+                    exc,
+                )
                 said = True
             time.sleep(min(pause, left))
             pause = min(pause * 2, 5.0)

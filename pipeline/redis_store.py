@@ -116,19 +116,24 @@ end
 # pending revision to keep ('' for none), then the snapshot count and log length the edited
 # statistics were folded from, and their snapshot. Returns 1; 0 when the store has that step's
 # revision already; -1 when the statistics moved since the fold.
-_EDIT = _REPLACE + """
+_EDIT = (
+    _REPLACE
+    + """
 if ARGV[1] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'revised') or '0') >= tonumber(ARGV[1]) then return 0 end
 if not replace(KEYS[1], KEYS[2], KEYS[3], ARGV[3], tonumber(ARGV[4]), ARGV[5], true) then return -1 end
 if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'revised', ARGV[1]) end
 if ARGV[2] ~= '' then redis.call('SET', KEYS[4], ARGV[2]) end
 return 1
 """
+)
 
 # KEYS: meta, snapshot, log, pending. ARGV: the version the store counts with now, the version to
 # adopt, then as for an edit (the snapshot '' when no id changed: the statistics stay). Moves to
 # the new version, dropping a pending revision the registry would not take; 0 when the store is
 # at another version, -1 when the statistics moved since the fold.
-_ADOPT = _REPLACE + """
+_ADOPT = (
+    _REPLACE
+    + """
 if (redis.call('HGET', KEYS[1], 'version') or '') ~= ARGV[1] then return 0 end
 if ARGV[5] ~= '' and not replace(KEYS[1], KEYS[2], KEYS[3], ARGV[3], tonumber(ARGV[4]), ARGV[5], true) then
   return -1
@@ -137,12 +142,16 @@ redis.call('HSET', KEYS[1], 'version', ARGV[2])
 redis.call('DEL', KEYS[4])
 return 1
 """
+)
 
 # KEYS: meta, snapshot, log. ARGV as for an edit's last three. Log entries written since the
 # fold stay (they follow the new snapshot as they followed the old); -1 when the snapshot moved.
-_COMPACT = _REPLACE + """
+_COMPACT = (
+    _REPLACE
+    + """
 return replace(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3], false) and 1 or -1
 """
+)
 
 # KEYS: meta. ARGV: the store's step, offsets. Moves the offsets past records no step counted
 # (dead ones) while the store is still at that step; returns 0 otherwise.
@@ -166,8 +175,9 @@ return 1
 _ENTRY = struct.Struct("<qqq")  # span, tokens, pairs
 
 
-def log_entry(*, span: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
-              pair_counts: np.ndarray) -> bytes:
+def log_entry(
+    *, span: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray, pair_counts: np.ndarray
+) -> bytes:
     """One write's counts as a log entry (:func:`apply_log_entry` folds it).
 
     >>> s = MemoryStatsStore(alpha=0.5)
@@ -176,19 +186,28 @@ def log_entry(*, span: int, token_ids: np.ndarray, token_counts: np.ndarray, pai
     >>> s.token(np.array([1])).tolist(), s.pair(np.array([7])).tolist(), s.step
     ([2.0], [1.0], 1)
     """
-    return b"".join([_ENTRY.pack(span, len(token_ids), len(pair_keys)), np.asarray(token_ids, "<i8").tobytes(),
-                     np.asarray(token_counts, "<f8").tobytes(), np.asarray(pair_keys, "<i8").tobytes(),
-                     np.asarray(pair_counts, "<f8").tobytes()])
+    return b"".join(
+        [
+            _ENTRY.pack(span, len(token_ids), len(pair_keys)),
+            np.asarray(token_ids, "<i8").tobytes(),
+            np.asarray(token_counts, "<f8").tobytes(),
+            np.asarray(pair_keys, "<i8").tobytes(),
+            np.asarray(pair_counts, "<f8").tobytes(),
+        ]
+    )
 
 
 def apply_log_entry(store: MemoryStatsStore, entry: bytes) -> None:
     """Fold one :func:`log_entry` into ``store`` (``apply_span``: the steps it stands for)."""
     span, tokens, pairs = _ENTRY.unpack_from(entry)
     at = _ENTRY.size
-    store.apply_span(span=span, token_ids=np.frombuffer(entry, "<i8", tokens, at),
-                     token_counts=np.frombuffer(entry, "<f8", tokens, at + 8 * tokens),
-                     pair_keys=np.frombuffer(entry, "<i8", pairs, at + 16 * tokens),
-                     pair_counts=np.frombuffer(entry, "<f8", pairs, at + 16 * tokens + 8 * pairs))
+    store.apply_span(
+        span=span,
+        token_ids=np.frombuffer(entry, "<i8", tokens, at),
+        token_counts=np.frombuffer(entry, "<f8", tokens, at + 8 * tokens),
+        pair_keys=np.frombuffer(entry, "<i8", pairs, at + 16 * tokens),
+        pair_counts=np.frombuffer(entry, "<f8", pairs, at + 16 * tokens + 8 * pairs),
+    )
 
 
 @dataclass(frozen=True)
@@ -219,13 +238,25 @@ class NeighbourSegment:
         used = np.zeros(len(token_texts), bool)
         used[firsts] = used[seconds] = True
         place = np.cumsum(used) - 1
-        return cls(step=step, texts=token_texts[used].tolist(), firsts=place[firsts], seconds=place[seconds],
-                   values=np.asarray(values, np.float64))
+        return cls(
+            step=step,
+            texts=token_texts[used].tolist(),
+            firsts=place[firsts],
+            seconds=place[seconds],
+            values=np.asarray(values, np.float64),
+        )
 
     def to_bytes(self) -> bytes:
         table = json.dumps(self.texts, ensure_ascii=False).encode("utf-8")
-        return b"".join([self._HEADER.pack(self.step, len(table)), table, self.firsts.astype("<i4").tobytes(),
-                         self.seconds.astype("<i4").tobytes(), self.values.astype("<f8").tobytes()])
+        return b"".join(
+            [
+                self._HEADER.pack(self.step, len(table)),
+                table,
+                self.firsts.astype("<i4").tobytes(),
+                self.seconds.astype("<i4").tobytes(),
+                self.values.astype("<f8").tobytes(),
+            ]
+        )
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "NeighbourSegment":
@@ -233,12 +264,18 @@ class NeighbourSegment:
         start = cls._HEADER.size + length
         n = (len(blob) - start) // 16
         arrays = np.frombuffer(blob, "<i4", 2 * n, start)
-        return cls(step=step, texts=json.loads(blob[cls._HEADER.size:start]), firsts=arrays[:n], seconds=arrays[n:],
-                   values=np.frombuffer(blob, "<f8", n, start + 8 * n))
+        return cls(
+            step=step,
+            texts=json.loads(blob[cls._HEADER.size : start]),
+            firsts=arrays[:n],
+            seconds=arrays[n:],
+            values=np.frombuffer(blob, "<f8", n, start + 8 * n),
+        )
 
     @classmethod
-    def merged(cls, segments: list["NeighbourSegment"], *, alpha: float, step: int,
-               max_pairs: int | None = None) -> "NeighbourSegment":
+    def merged(
+        cls, segments: list["NeighbourSegment"], *, alpha: float, step: int, max_pairs: int | None = None
+    ) -> "NeighbourSegment":
         """One segment as of ``step`` with the pairs of all, each decayed to it; with
         ``max_pairs``, only the strongest that many (ties in text order)."""
         index: dict[str, int] = {}
@@ -258,8 +295,10 @@ class NeighbourSegment:
 
     def pairs(self) -> dict[tuple[str, str], float]:
         texts = self.texts
-        return {(texts[a], texts[b]): v for a, b, v in zip(self.firsts.tolist(), self.seconds.tolist(),
-                                                             self.values.tolist())}
+        return {
+            (texts[a], texts[b]): v
+            for a, b, v in zip(self.firsts.tolist(), self.seconds.tolist(), self.values.tolist())
+        }
 
 
 class RedisStatsStore(StatsStore):
@@ -270,13 +309,16 @@ class RedisStatsStore(StatsStore):
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.client, self.lineage, self.alpha = client, lineage, alpha
         prefix = f"tokmaint:{{{lineage}}}"
-        self.keys = [f"{prefix}:{name}" for name in ("meta", "snapshot", "log", "pending", "neighbours", "residues",
-                                                              "ids")]
+        self.keys = [
+            f"{prefix}:{name}" for name in ("meta", "snapshot", "log", "pending", "neighbours", "residues", "ids")
+        ]
         kept, scale = client.hmget(self.keys[0], ["alpha", "scale"])
         if scale is not None:  # the layout before the snapshot and the log kept the scale in meta
-            raise TokmaintError(f"lineage {lineage!r} has statistics in Redis in an earlier layout, which this "
-                                f"version does not read; delete the keys tokmaint:{{{lineage}}}:* to start its "
-                                "statistics over")
+            raise TokmaintError(
+                f"lineage {lineage!r} has statistics in Redis in an earlier layout, which this "
+                f"version does not read; delete the keys tokmaint:{{{lineage}}}:* to start its "
+                "statistics over"
+            )
         if kept is None:
             client.hsetnx(self.keys[0], "alpha", repr(alpha))
         elif float(kept) != alpha:
@@ -309,19 +351,34 @@ class RedisStatsStore(StatsStore):
     def meta(self) -> dict[str, Any]:
         """``step``, ``version`` and ``offsets`` of the last step applied (what a restart resumes from)."""
         raw = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys[0]).items()}
-        return {"step": int(raw.get("step", 0)), "version": int(raw["version"]) if raw.get("version") else None,
-                "offsets": {int(p): o for p, o in json.loads(raw.get("offsets") or "{}").items()},
-                "revised": int(raw.get("revised", 0)),
-                "bytes_per_token": float(raw["bytes_per_token"]) if raw.get("bytes_per_token") else None,
-                "documents": int(raw.get("documents", 0))}
+        return {
+            "step": int(raw.get("step", 0)),
+            "version": int(raw["version"]) if raw.get("version") else None,
+            "offsets": {int(p): o for p, o in json.loads(raw.get("offsets") or "{}").items()},
+            "revised": int(raw.get("revised", 0)),
+            "bytes_per_token": float(raw["bytes_per_token"]) if raw.get("bytes_per_token") else None,
+            "documents": int(raw.get("documents", 0)),
+        }
 
-    def apply_step(self, *, step: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
-                   pair_counts: np.ndarray, version: int | None = None, offsets: dict[int, int] | None = None,
-                   neighbour_keys: np.ndarray | None = None, neighbour_counts: np.ndarray | None = None,
-                   token_texts: np.ndarray | None = None, span: int = 1,
-                   bytes_per_token: float | None = None, ids: Sequence[tuple[int, str]] = (),
-                   keep_ids_steps: int | None = None, documents: int = 0
-                   ) -> bool:
+    def apply_step(
+        self,
+        *,
+        step: int,
+        token_ids: np.ndarray,
+        token_counts: np.ndarray,
+        pair_keys: np.ndarray,
+        pair_counts: np.ndarray,
+        version: int | None = None,
+        offsets: dict[int, int] | None = None,
+        neighbour_keys: np.ndarray | None = None,
+        neighbour_counts: np.ndarray | None = None,
+        token_texts: np.ndarray | None = None,
+        span: int = 1,
+        bytes_per_token: float | None = None,
+        ids: Sequence[tuple[int, str]] = (),
+        keep_ids_steps: int | None = None,
+        documents: int = 0,
+    ) -> bool:
         """Apply step ``step`` with its counts, the version they were counted with and the offsets
         it ends at, in one atomic write; False (nothing written) when the store has that step
         already. A version other than the statistics' is refused (another process moved them).
@@ -336,13 +393,24 @@ class RedisStatsStore(StatsStore):
         if neighbour_keys is not None and len(neighbour_keys):
             # combine_steps weighs each step as the first; the segment's EMA is as of the last.
             values = np.asarray(neighbour_counts, np.float64) * self.alpha * (1.0 - self.alpha) ** (span - 1)
-            segment = NeighbourSegment.of_ids(step=step, keys=neighbour_keys, values=values,
-                                              token_texts=token_texts).to_bytes()
-        entry = log_entry(span=span, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
-                          pair_counts=pair_counts)
-        args = [step, "" if version is None else version, "" if offsets is None else json.dumps(offsets), entry,
-                segment, span, "" if bytes_per_token is None else repr(float(bytes_per_token)),
-                "" if keep_ids_steps is None else keep_ids_steps, documents, *(x for pair in ids for x in pair)]
+            segment = NeighbourSegment.of_ids(
+                step=step, keys=neighbour_keys, values=values, token_texts=token_texts
+            ).to_bytes()
+        entry = log_entry(
+            span=span, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts
+        )
+        args = [
+            step,
+            "" if version is None else version,
+            "" if offsets is None else json.dumps(offsets),
+            entry,
+            segment,
+            span,
+            "" if bytes_per_token is None else repr(float(bytes_per_token)),
+            "" if keep_ids_steps is None else keep_ids_steps,
+            documents,
+            *(x for pair in ids for x in pair),
+        ]
         return bool(self._step(keys=[self.keys[0], self.keys[2], self.keys[4], self.keys[6]], args=args))
 
     def recent_ids(self) -> dict[str, int]:
@@ -355,8 +423,13 @@ class RedisStatsStore(StatsStore):
         return bool(self._advance(keys=self.keys[:1], args=[step, json.dumps(offsets)]))
 
     def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
-        self.apply_step(step=self.step + 1, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys,
-                        pair_counts=pair_counts)
+        self.apply_step(
+            step=self.step + 1,
+            token_ids=token_ids,
+            token_counts=token_counts,
+            pair_keys=pair_keys,
+            pair_counts=pair_counts,
+        )
 
     # ----- reading -------------------------------------------------------------------------
     def _fold(self) -> tuple[bytes, int, MemoryStatsStore]:
@@ -364,12 +437,14 @@ class RedisStatsStore(StatsStore):
         and themselves), reading only what came since the last fold. Callers hold the lock; the
         statistics returned are this object's: copy before changing them."""
         count, entries, folded = self._folded
-        now, snapshot, new = self._read(keys=[self.keys[0], self.keys[2], self.keys[1]],
-                                        args=[count or b"", entries])
+        now, snapshot, new = self._read(keys=[self.keys[0], self.keys[2], self.keys[1]], args=[count or b"", entries])
         if now != count:  # another snapshot: from it
             entries = 0
-            folded = MemoryStatsStore(alpha=self.alpha) if not snapshot else \
-                MemoryStatsStore.from_bytes(snapshot, alpha=self.alpha)
+            folded = (
+                MemoryStatsStore(alpha=self.alpha)
+                if not snapshot
+                else MemoryStatsStore.from_bytes(snapshot, alpha=self.alpha)
+            )
         elif new:
             folded = folded.copy()  # a caller may hold the one before
         for entry in new:
@@ -419,8 +494,10 @@ class RedisStatsStore(StatsStore):
 
     def compact(self) -> None:
         """Fold the log into a new snapshot (entries written meanwhile stay in the log)."""
-        self._rewrite(lambda stats: None, lambda count, entries, snapshot: self._compact(
-            keys=self.keys[:3], args=[count or b"0", entries, snapshot]))
+        self._rewrite(
+            lambda stats: None,
+            lambda count, entries, snapshot: self._compact(keys=self.keys[:3], args=[count or b"0", entries, snapshot]),
+        )
 
     def _neighbour_segments(self) -> tuple[int, list[bytes]]:
         with self.client.pipeline() as pipe:  # MULTI/EXEC: the step and the segments of one moment
@@ -446,8 +523,9 @@ class RedisStatsStore(StatsStore):
         step, blobs = self._neighbour_segments()
         if not blobs:
             return True
-        merged = NeighbourSegment.merged([NeighbourSegment.from_bytes(b) for b in blobs], alpha=self.alpha,
-                                         step=step, max_pairs=max_pairs)
+        merged = NeighbourSegment.merged(
+            [NeighbourSegment.from_bytes(b) for b in blobs], alpha=self.alpha, step=step, max_pairs=max_pairs
+        )
         head = hashlib.sha1(blobs[0]).hexdigest()
         return bool(self._compact_neighbours(keys=self.keys[4:5], args=[len(blobs), head, merged.to_bytes()]))
 
@@ -475,8 +553,15 @@ class RedisStatsStore(StatsStore):
             if max_pairs is not None:
                 stats.prune(max_pairs)
 
-        return self._rewrite(change, lambda count, entries, snapshot: self._edit(
-            keys=self.keys[:4], args=[step, pending, count or b"0", entries, snapshot])) == 1
+        return (
+            self._rewrite(
+                change,
+                lambda count, entries, snapshot: self._edit(
+                    keys=self.keys[:4], args=[step, pending, count or b"0", entries, snapshot]
+                ),
+            )
+            == 1
+        )
 
     def adopt(self, *, current: int | None, version: int, changed_ids: list[int]) -> bool:
         """Move from version ``current`` to ``version`` (made elsewhere: a rollback, a LiteToken
@@ -485,8 +570,15 @@ class RedisStatsStore(StatsStore):
         at = "" if current is None else current
         if not changed_ids:
             return self._adopt(keys=self.keys[:4], args=[at, version, "", 0, ""]) == 1
-        return self._rewrite(lambda stats: stats.forget(changed_ids), lambda count, entries, snapshot: self._adopt(
-            keys=self.keys[:4], args=[at, version, count or b"0", entries, snapshot])) == 1
+        return (
+            self._rewrite(
+                lambda stats: stats.forget(changed_ids),
+                lambda count, entries, snapshot: self._adopt(
+                    keys=self.keys[:4], args=[at, version, count or b"0", entries, snapshot]
+                ),
+            )
+            == 1
+        )
 
     def claim_version(self, version: int) -> int:
         """The version the statistics count with: ``version`` if they have none yet."""

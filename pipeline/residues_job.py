@@ -30,8 +30,9 @@ from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, write_
 from tokenizer_service.residue_removal import residue_free_tokenizer
 
 
-def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: ResidueOptions | None = None
-                    ) -> ResidueAudit:
+def stream_residues(
+    store: RedisStatsStore, tokenizer: BPETokenizer, options: ResidueOptions | None = None
+) -> ResidueAudit:
     """The residues of ``tokenizer`` by the statistics in ``store`` (the version they count with)."""
     options = options or ResidueOptions()
     started = time.perf_counter()
@@ -40,34 +41,62 @@ def stream_residues(store: RedisStatsStore, tokenizer: BPETokenizer, options: Re
     # Neighbour pairs are kept by the tokens' text: this version's ids for those it has.
     neighbours = store.neighbours()
     if not neighbours:  # every token's entropy would be 0: all of them residues by the S rule
-        raise TokmaintError(f"lineage {store.lineage!r} has no neighbour statistics (the job keeps them; the "
-                            "streaming Beam variant keeps Ted-Tok's only)")
+        raise TokmaintError(
+            f"lineage {store.lineage!r} has no neighbour statistics (the job keeps them; the "
+            "streaming Beam variant keeps Ted-Tok's only)"
+        )
     kept = [(vocab[a], vocab[b], tau) for (a, b), tau in neighbours.items() if a in vocab and b in vocab]
     keys = np.array([pack_pair(u, v) for u, v, _ in kept], np.int64)
     order = np.argsort(keys)
-    counts = CorpusCounts(emitted=store.token(np.arange(tokenizer.id_space)), neighbour_keys=keys[order],
-                          neighbour_counts=np.array([tau for _, _, tau in kept], np.float64)[order],
-                          documents=store.step)
+    counts = CorpusCounts(
+        emitted=store.token(np.arange(tokenizer.id_space)),
+        neighbour_keys=keys[order],
+        neighbour_counts=np.array([tau for _, _, tau in kept], np.float64)[order],
+        documents=store.step,
+    )
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
-    report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
-                           min_count=options.min_count, log_base=options.log_base,
-                           kind=None if options.kind == "auto" else options.kind)
+    report = find_residues(
+        tokenizer,
+        scores,
+        graph=graph,
+        r=options.r,
+        s=options.s,
+        scope=options.scope,
+        min_count=options.min_count,
+        log_base=options.log_base,
+        kind=None if options.kind == "auto" else options.kind,
+    )
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     summary = {
-        "lineage": store.lineage, "step": store.step, "vocab_size": len(vocab), "kind": report.kind,
-        "thresholds": {"r": report.r, "s": report.s, "log_base": options.log_base}, "scope": options.scope,
-        "scope_size": report.scope_size, "unseen": report.unseen, "residues": len(report.residues),
-        "residue_share": report.residue_share, "neighbour_pairs": len(keys),
+        "lineage": store.lineage,
+        "step": store.step,
+        "vocab_size": len(vocab),
+        "kind": report.kind,
+        "thresholds": {"r": report.r, "s": report.s, "log_base": options.log_base},
+        "scope": options.scope,
+        "scope_size": report.scope_size,
+        "unseen": report.unseen,
+        "residues": len(report.residues),
+        "residue_share": report.residue_share,
+        "neighbour_pairs": len(keys),
         "export": {"removed": len(removal.removed), "vocab_size": len(removal.tokenizer)},
-        "top_residues": [{"token": t, "id": vocab[t], "ratio": float(scores.ratio[vocab[t]]),
-                          "entropy": float(scores.s[vocab[t]])} for t in report.residues[:20]],
+        "top_residues": [
+            {"token": t, "id": vocab[t], "ratio": float(scores.ratio[vocab[t]]), "entropy": float(scores.s[vocab[t]])}
+            for t in report.residues[:20]
+        ],
         "seconds": time.perf_counter() - started,
     }
     return ResidueAudit(summary=summary, report=report, scores=scores, removal=removal)
 
 
-def run_residues_job(store: RedisStatsStore, registry: RegistryClient, *, options: ResidueOptions | None = None,
-                     out: Path | None = None, publish: bool = False) -> dict[str, Any]:
+def run_residues_job(
+    store: RedisStatsStore,
+    registry: RegistryClient,
+    *,
+    options: ResidueOptions | None = None,
+    out: Path | None = None,
+    publish: bool = False,
+) -> dict[str, Any]:
     """Score the lineage's current version, keep the residues in Redis, write ``out``, and with
     ``publish`` publish the residue-free version (when it removes anything)."""
     options = options or ResidueOptions()
@@ -82,11 +111,24 @@ def run_residues_job(store: RedisStatsStore, registry: RegistryClient, *, option
     result = dict(audit.summary, version=version)
     exported = audit.removal.tokenizer
     if publish and audit.removal.removed:
-        diff = RevisionDiff(lineage=store.lineage, version=version + 1, parent_version=version,
-                            tokenizer_sha256=exported.sha256, parent_sha256=record["sha256"],
-                            vocab_size=len(exported), id_space=exported.id_space, entries=audit.removal.entries,
-                            config={"litetoken": {"r": audit.report.r, "s": audit.report.s}})
-        info = registry.publish(store.lineage, exported.to_json(), diff_json=diff.to_json(), kind="litetoken",
-                                parent=version, metrics={"residues_removed": len(audit.removal.removed)})
+        diff = RevisionDiff(
+            lineage=store.lineage,
+            version=version + 1,
+            parent_version=version,
+            tokenizer_sha256=exported.sha256,
+            parent_sha256=record["sha256"],
+            vocab_size=len(exported),
+            id_space=exported.id_space,
+            entries=audit.removal.entries,
+            config={"litetoken": {"r": audit.report.r, "s": audit.report.s}},
+        )
+        info = registry.publish(
+            store.lineage,
+            exported.to_json(),
+            diff_json=diff.to_json(),
+            kind="litetoken",
+            parent=version,
+            metrics={"residues_removed": len(audit.removal.removed)},
+        )
         result["published"] = info["number"]
     return result

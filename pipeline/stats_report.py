@@ -39,9 +39,13 @@ def stats_report(store: RedisStatsStore, tokenizer: BPETokenizer, *, top: int = 
         return tokenizer.id_to_token.get(i, f"<{i}>")
 
     return {
-        "lineage": store.lineage, "step": meta["step"], "version": meta["version"],
-        "offsets": {str(p): o for p, o in sorted(meta["offsets"].items())}, "revised_at_step": meta["revised"],
-        "pending_revision": store.pending() is not None, "tracked_tokens": int(np.count_nonzero(tau)),
+        "lineage": store.lineage,
+        "step": meta["step"],
+        "version": meta["version"],
+        "offsets": {str(p): o for p, o in sorted(meta["offsets"].items())},
+        "revised_at_step": meta["revised"],
+        "pending_revision": store.pending() is not None,
+        "tracked_tokens": int(np.count_nonzero(tau)),
         "tracked_pairs": store.tracked_pairs,
         "tokens": {name(int(ids[k])): float(tau[k]) for k in strongest},
         "pairs": {" ".join(map(name, unpack_pair(int(k)))): float(v) for k, v in zip(keys, values)},
@@ -60,18 +64,26 @@ def stats_snapshot(store: RedisStatsStore, tokenizer: BPETokenizer, out: str | P
     for _ in range(attempts):
         meta = store.meta()
         ids = np.fromiter(tokenizer.vocab.values(), np.int64, len(tokenizer.vocab))
-        tokens = pa.table({"id": ids, "token": list(tokenizer.vocab), "tau_token": store.token(ids),
-                           "tau_buffer": store.buffer(ids)})
+        tokens = pa.table(
+            {"id": ids, "token": list(tokenizer.vocab), "tau_token": store.token(ids), "tau_buffer": store.buffer(ids)}
+        )
         keys, values = store.top_pairs(store.tracked_pairs)
         first, second = zip(*map(unpack_pair, map(int, keys))) if len(keys) else ((), ())
-        pairs = pa.table({"first": pa.array(first, pa.int64()), "second": pa.array(second, pa.int64()),
-                          "tau_pair": pa.array(values, pa.float64())})
+        pairs = pa.table(
+            {
+                "first": pa.array(first, pa.int64()),
+                "second": pa.array(second, pa.int64()),
+                "tau_pair": pa.array(values, pa.float64()),
+            }
+        )
         neighbours = store.neighbours()
         if store.meta() == meta:
             break
     else:
-        raise TokmaintError(f"lineage {store.lineage!r}: its statistics moved on during {attempts} reads; "
-                            "snapshot again, or while the job is stopped")
+        raise TokmaintError(
+            f"lineage {store.lineage!r}: its statistics moved on during {attempts} reads; "
+            "snapshot again, or while the job is stopped"
+        )
     folder = Path(out) / store.lineage / f"step-{meta['step']:09d}"
     if folder.exists():
         return folder
@@ -81,11 +93,22 @@ def stats_snapshot(store: RedisStatsStore, tokenizer: BPETokenizer, out: str | P
     pq.write_table(pairs, staging / "pairs.parquet")
     if neighbours:
         left, right = zip(*neighbours)
-        pq.write_table(pa.table({"left": list(left), "right": list(right),
-                                 "tau": list(neighbours.values())}), staging / "neighbours.parquet")
-    (staging / "meta.json").write_text(json.dumps({
-        "lineage": store.lineage, "step": meta["step"], "version": meta["version"],
-        "tokenizer_sha256": tokenizer.sha256,
-        "offsets": {str(p): o for p, o in sorted(meta["offsets"].items())}}, indent=1), encoding="utf-8")
+        pq.write_table(
+            pa.table({"left": list(left), "right": list(right), "tau": list(neighbours.values())}),
+            staging / "neighbours.parquet",
+        )
+    (staging / "meta.json").write_text(
+        json.dumps(
+            {
+                "lineage": store.lineage,
+                "step": meta["step"],
+                "version": meta["version"],
+                "tokenizer_sha256": tokenizer.sha256,
+                "offsets": {str(p): o for p, o in sorted(meta["offsets"].items())},
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     os.replace(staging, folder)
     return folder

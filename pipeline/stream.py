@@ -104,13 +104,20 @@ class StepReader:
         # Python (kafka-python's parsing in Python took as much CPU as the job's counting). The
         # group is never joined and nothing is committed there: the offsets are ours. A topic not
         # there yet is made, where the broker allows it (a job started before the first document).
-        self.consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "tokmaint-step-reader",
-                                  "enable.auto.commit": False, "enable.auto.offset.store": False,
-                                  "allow.auto.create.topics": True,
-                                  "fetch.wait.max.ms": FETCH_WAIT_MS,
-                                  "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
-                                  "fetch.max.bytes": FETCH_REQUEST_BYTES, "message.max.bytes": FETCH_REQUEST_BYTES,
-                                  "logger": logging.getLogger("tokmaint.kafka")})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": "tokmaint-step-reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "allow.auto.create.topics": True,
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
+                "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
+                "fetch.max.bytes": FETCH_REQUEST_BYTES,
+                "message.max.bytes": FETCH_REQUEST_BYTES,
+                "logger": logging.getLogger("tokmaint.kafka"),
+            }
+        )
         deadline = time.monotonic() + 30
         while not (partitions := self._partitions()):
             if time.monotonic() > deadline:
@@ -336,8 +343,7 @@ class ReadAhead:
         self._halt()
         self._stop.clear()
         self._next, self._asks = dict(start), 0
-        self._thread = threading.Thread(target=self._run, args=(dict(start),), name="tokmaint-read-ahead",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(dict(start),), name="tokmaint-read-ahead", daemon=True)
         self._thread.start()
 
     def _run(self, start: dict[int, int]) -> None:
@@ -394,9 +400,14 @@ class ReadAhead:
         self.close()
 
 
-
-def topic_steps(settings: PipelineSettings, size: int, *, seconds: float | None = None, wait: float = 2.0,
-                complete_only: bool = False) -> Iterator[Step]:
+def topic_steps(
+    settings: PipelineSettings,
+    size: int,
+    *,
+    seconds: float | None = None,
+    wait: float = 2.0,
+    complete_only: bool = False,
+) -> Iterator[Step]:
     """The docs topic's steps from its start, read to its end (until the topic has been quiet for
     ``wait`` seconds): the offline replay a live job's steps equal, whenever it read them.
     ``complete_only``: up to the first step with documents that is not ``complete`` (what a live

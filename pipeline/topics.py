@@ -37,23 +37,45 @@ class PipelineSettings(BaseSettings):
     revisions_topic: str = REVISIONS_TOPIC
     max_record_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1, description="larger records are dead-lettered")
     # How the job steps through the stream (``PipelineJob``): ``pipeline run``'s options.
-    commit_steps: int = Field(16, ge=1, description=(
-        "steps counted between writes to Redis, at most (a revision, another version and an idle topic write at "
-        "once; a crash repeats the steps not written)"))
-    step_seconds: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
-        "a step is one window of this many seconds of event time (aligned to the epoch) instead of --step-docs "
-        "documents, which then stands for a window's documents on average (it turns the horizon, interval and "
-        "warmup into steps)"))
-    max_step_docs: int = Field(100_000, ge=1, description=(
-        "with --step-seconds, the most documents a step holds (a fuller window goes on in the next step; a step's "
-        "texts are held in memory)"))
-    dedupe_steps: int = Field(100, ge=0, description=(
-        "a document whose id came within this many steps before is a producer's resend, counted once (0: count "
-        "every record); the ids of the window are kept with the statistics"))
+    commit_steps: int = Field(
+        16,
+        ge=1,
+        description=(
+            "steps counted between writes to Redis, at most (a revision, another version and an idle topic write at "
+            "once; a crash repeats the steps not written)"
+        ),
+    )
+    step_seconds: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description=(
+            "a step is one window of this many seconds of event time (aligned to the epoch) instead of --step-docs "
+            "documents, which then stands for a window's documents on average (it turns the horizon, interval and "
+            "warmup into steps)"
+        ),
+    )
+    max_step_docs: int = Field(
+        100_000,
+        ge=1,
+        description=(
+            "with --step-seconds, the most documents a step holds (a fuller window goes on in the next step; a step's "
+            "texts are held in memory)"
+        ),
+    )
+    dedupe_steps: int = Field(
+        100,
+        ge=0,
+        description=(
+            "a document whose id came within this many steps before is a producer's resend, counted once (0: count "
+            "every record); the ids of the window are kept with the statistics"
+        ),
+    )
 
 
-def dead_letter(value: bytes, reason: str, *, limit: int, source: str, line: int | None = None
-                ) -> tuple[bytes, list[tuple[str, bytes]]]:
+def dead_letter(
+    value: bytes, reason: str, *, limit: int, source: str, line: int | None = None
+) -> tuple[bytes, list[tuple[str, bytes]]]:
     """A dead-letter record's value and headers: the record itself, cut to ``limit`` bytes when it is
     larger (no topic takes a record above the broker's limit; ``tokmaint.bytes`` gives its size).
 
@@ -67,8 +89,9 @@ def dead_letter(value: bytes, reason: str, *, limit: int, source: str, line: int
     return value[:limit], headers
 
 
-def dead_letter_headers(reason: str, *, source: str, line: int | None = None, partition: int | None = None,
-                        offset: int | None = None) -> list[tuple[str, bytes]]:
+def dead_letter_headers(
+    reason: str, *, source: str, line: int | None = None, partition: int | None = None, offset: int | None = None
+) -> list[tuple[str, bytes]]:
     """Kafka headers of a dead-letter record: the reason, and where the record came from (a
     file and its line, or a topic with the partition and offset)."""
     headers = [("tokmaint.reason", reason), ("tokmaint.source", source)]

@@ -66,8 +66,11 @@ class RegistryBenchSettings(LoadRampSettings):
     # The registry serves twice the ingest server's rate (its answers are smaller, none waits for Kafka).
     start_rps: float = setting(50.0, Number(float, low=0, low_open=True), "the ramp's first rate (requests/s)")
     max_rps: float = setting(6400.0, Number(float, low=0, low_open=True), "the ramp's highest rate")
-    hub_tokenizer: str | None = setting(None, None, "a tokenizer.json whose from_pretrained over the Hub protocol "
-                                                    "is timed (default: the benchmark's own)")
+    hub_tokenizer: str | None = setting(
+        None,
+        None,
+        "a tokenizer.json whose from_pretrained over the Hub protocol is timed (default: the benchmark's own)",
+    )
     repeats: int = setting(5, whole(1), "timed from_pretrained loads of each kind (the median is reported)")
 
 
@@ -99,10 +102,21 @@ def hub_download_ms(url: str, repo: str, revision: str, *, repeats: int) -> dict
     """``AutoTokenizer.from_pretrained(repo, revision=...)`` timed in a process of its own with
     ``HF_ENDPOINT`` at ``url``: cold, warm and from disk (milliseconds), and warm over disk."""
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-hub-") as home:
-        env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": home, "HF_HUB_DISABLE_TELEMETRY": "1",
-               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-        done = subprocess.run([sys.executable, "-c", _FROM_PRETRAINED, repo, revision, str(repeats)], env=env,
-                              capture_output=True, text=True, timeout=600)
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": url,
+            "HF_HOME": home,
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", _FROM_PRETRAINED, repo, revision, str(repeats)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     if done.returncode:
         raise TokmaintError(f"from_pretrained over the Hub protocol failed: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -118,11 +132,17 @@ def trainers_mix(name: str, writes: str, *, sha256: str, token: str) -> Callable
      'GET /v1/tokenizers/git/versions?limit=20', 'POST /v1/tokenizers/w/rollback']
     """
     base = f"/v1/tokenizers/{name}"
-    reads = [LoadRequest("GET", f"{base}/versions/latest")] * 14 + [
-        LoadRequest("GET", f"{base}/versions/2/tokenizer.json", (("If-None-Match", f'"{sha256}"'),))] * 7 + [
-        LoadRequest("GET", f"{base}/versions?limit=20")] * 3
-    write = LoadRequest("POST", f"/v1/tokenizers/{writes}/rollback", (
-        ("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")), b'{"to": 1}')
+    reads = (
+        [LoadRequest("GET", f"{base}/versions/latest")] * 14
+        + [LoadRequest("GET", f"{base}/versions/2/tokenizer.json", (("If-None-Match", f'"{sha256}"'),))] * 7
+        + [LoadRequest("GET", f"{base}/versions?limit=20")] * 3
+    )
+    write = LoadRequest(
+        "POST",
+        f"/v1/tokenizers/{writes}/rollback",
+        (("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")),
+        b'{"to": 1}',
+    )
     return lambda i: write if i % 25 == 24 else reads[i % 25]
 
 
@@ -135,12 +155,16 @@ def writes_kept(ramp: Ramp, client: RegistryClient, writes: str) -> dict[str, in
     kept: dict[int, str] = {}
     while page := client.versions(writes, limit=1000, offset=len(kept))["data"]:  # the listing is paged
         kept |= {v["number"]: v["sha256"] for v in page}
-    return {"accepted": len(accepted), "refused": sum(a.status in REFUSED for a in answered),
-            "lost": sum(kept.get(number) != first for number in accepted)}
+    return {
+        "accepted": len(accepted),
+        "refused": sum(a.status in REFUSED for a in answered),
+        "lost": sum(kept.get(number) != first for number in accepted),
+    }
 
 
-def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | None = None, *,
-                       progress: bool = True) -> dict:
+def run_registry_bench(
+    corpus: str | Path, settings: RegistryBenchSettings | None = None, *, progress: bool = True
+) -> dict:
     settings = settings or RegistryBenchSettings()
     docs = oldest(read_corpus(corpus, progress=progress), settings.max_mb)
     tokenizer = BPETokenizer.train([d.text for d in docs], vocab_size=settings.vocab_size, progress=progress)
@@ -159,9 +183,14 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | Non
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-registry-") as root:
         # Every client of the benchmark is this one address: its share is the whole server.
-        process, url = start_server(Path(root), env={
-            "TOKMAINT_REGISTRY_TOKEN": token, "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": str(settings.max_in_flight),
-            "TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT": str(settings.max_in_flight)})
+        process, url = start_server(
+            Path(root),
+            env={
+                "TOKMAINT_REGISTRY_TOKEN": token,
+                "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": str(settings.max_in_flight),
+                "TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT": str(settings.max_in_flight),
+            },
+        )
         try:
             client = RegistryClient(url, token=token)
             client.create("bench", tokenizer.to_json())
@@ -180,21 +209,38 @@ def run_registry_bench(corpus: str | Path, settings: RegistryBenchSettings | Non
             target = f"{url}{info['tokenizer_url']}"
             size_mb = len(httpx.get(target).content) / 1e6
             get_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds)
-            get_304_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds,
-                                          headers={"If-None-Match": f'"{info["sha256"]}"'}, expected=304)
-            hub_resolve_rps = closed_loop_rps(f"{url}/bench/resolve/latest/tokenizer.json", clients=settings.clients,
-                                              seconds=settings.seconds, method="HEAD")
+            get_304_rps = closed_loop_rps(
+                target,
+                clients=settings.clients,
+                seconds=settings.seconds,
+                headers={"If-None-Match": f'"{info["sha256"]}"'},
+                expected=304,
+            )
+            hub_resolve_rps = closed_loop_rps(
+                f"{url}/bench/resolve/latest/tokenizer.json",
+                clients=settings.clients,
+                seconds=settings.seconds,
+                method="HEAD",
+            )
             hub_repo = "bench"
             if settings.hub_tokenizer is not None:
                 hub_repo = "bench-hub"
                 client.create(hub_repo, Path(settings.hub_tokenizer).read_bytes(), kind="import")
             hub = hub_download_ms(url, hub_repo, "v1", repeats=settings.repeats)
             client.create("bench-writes", small.to_json())
-            ramp = load_ramp(url, trainers_mix("bench", "bench-writes", sha256=info["sha256"], token=token),
-                             start_rps=settings.start_rps, max_rps=settings.max_rps, seconds=settings.seconds,
-                             progress=progress)
-            load = {**ramp.report(), "writes": writes_kept(ramp, client, "bench-writes"),
-                    "max_in_flight": settings.max_in_flight}
+            ramp = load_ramp(
+                url,
+                trainers_mix("bench", "bench-writes", sha256=info["sha256"], token=token),
+                start_rps=settings.start_rps,
+                max_rps=settings.max_rps,
+                seconds=settings.seconds,
+                progress=progress,
+            )
+            load = {
+                **ramp.report(),
+                "writes": writes_kept(ramp, client, "bench-writes"),
+                "max_in_flight": settings.max_in_flight,
+            }
         finally:
             process.terminate()
             process.wait(timeout=30)

@@ -66,8 +66,14 @@ class RegistryRefused(TokmaintError):
 class RegistryClient:
     """The registry at ``url``; ``token`` (default ``TOKMAINT_REGISTRY_TOKEN``) authorises writes."""
 
-    def __init__(self, url: str | None = None, *, token: str | None = None, cache_dir: str | Path | None = None,
-                 timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        cache_dir: str | Path | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         configured = RegistryClientSettings()
         url = url or configured.url
         if not url:
@@ -105,8 +111,7 @@ class RegistryClient:
         return self._request("GET", "/v1/tokenizers").json()["data"]
 
     def versions(self, name: str, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        return self._request("GET", f"/v1/tokenizers/{name}/versions", params={"offset": offset,
-                                                                               "limit": limit}).json()
+        return self._request("GET", f"/v1/tokenizers/{name}/versions", params={"offset": offset, "limit": limit}).json()
 
     def version(self, name: str, ref: int | str = "latest") -> dict[str, Any]:
         return self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}").json()
@@ -120,8 +125,9 @@ class RegistryClient:
 
     def watch(self, name: str, *, after: int, timeout: float = 30.0) -> dict[str, Any] | None:
         """The latest version once it is newer than ``after``; None when none came in ``timeout``."""
-        response = self._request("GET", f"/v1/tokenizers/{name}/watch", params={"after": after, "timeout": timeout},
-                                 timeout=timeout + 30)
+        response = self._request(
+            "GET", f"/v1/tokenizers/{name}/watch", params={"after": after, "timeout": timeout}, timeout=timeout + 30
+        )
         return None if response.status_code == 204 else response.json()
 
     def download(self, name: str, ref: int | str = "latest") -> bytes:
@@ -139,8 +145,11 @@ class RegistryClient:
         data = response.content
         sha = response.headers.get("etag", "").strip('"')
         if hashlib.sha256(data).hexdigest() != sha:
-            raise RegistryRefused(response.status_code, "corrupt_download",
-                                  [f"{name} {ref}: the tokenizer.json does not match its sha256 {sha[:12]}"])
+            raise RegistryRefused(
+                response.status_code,
+                "corrupt_download",
+                [f"{name} {ref}: the tokenizer.json does not match its sha256 {sha[:12]}"],
+            )
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             staging = self.cache_dir / f".{sha}.{os.getpid()}.tmp"
@@ -153,16 +162,26 @@ class RegistryClient:
         """A version's tokenizer, downloaded (verified against its sha256) and loaded."""
         return BPETokenizer.from_json(self.download(name, ref).decode("utf-8"))
 
-    def create(self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial",
-               metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    def create(
+        self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial", metrics: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         body = _embed({"name": name, "kind": kind, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)})
         return self._request("POST", "/v1/tokenizers", content=body, headers=_JSON).json()
 
-    def publish(self, name: str, tokenizer_json: str | bytes, *, diff_json: str | bytes | None = None,
-                kind: str = "tedtok", parent: int | None = None, metrics: dict[str, Any] | None = None
-                ) -> dict[str, Any]:
-        body = _embed({"kind": kind, "parent": parent, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)},
-                      diff=diff_json)
+    def publish(
+        self,
+        name: str,
+        tokenizer_json: str | bytes,
+        *,
+        diff_json: str | bytes | None = None,
+        kind: str = "tedtok",
+        parent: int | None = None,
+        metrics: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body = _embed(
+            {"kind": kind, "parent": parent, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)},
+            diff=diff_json,
+        )
         return self._request("POST", f"/v1/tokenizers/{name}/versions", content=body, headers=_JSON).json()
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> dict[str, Any]:
@@ -183,9 +202,14 @@ class RegistryClient:
             for path in sorted(Path(folder).iterdir()):
                 if path.is_file() and path.name != MARKER:
                     tar.add(path, arcname=path.name)
-        return self._request("POST", f"/v1/tokenizers/{name}/models", params={"version": str(version)},
-                             content=buffer.getvalue(), headers={"Content-Type": "application/x-tar"},
-                             timeout=httpx.Timeout(600.0, connect=10.0)).json()
+        return self._request(
+            "POST",
+            f"/v1/tokenizers/{name}/models",
+            params={"version": str(version)},
+            content=buffer.getvalue(),
+            headers={"Content-Type": "application/x-tar"},
+            timeout=httpx.Timeout(600.0, connect=10.0),
+        ).json()
 
     def follow(self, name: str) -> "LatestVersion":
         """The lineage's latest version number, kept current by the registry's watch."""

@@ -23,8 +23,10 @@ class RegistryStoreSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_", extra="ignore")
 
-    db: str = Field("sqlite:///tokmaint-registry/registry.db",
-                    description="SQLAlchemy URL: SQLite (embedded) or postgresql+psycopg2://user@host/db")
+    db: str = Field(
+        "sqlite:///tokmaint-registry/registry.db",
+        description="SQLAlchemy URL: SQLite (embedded) or postgresql+psycopg2://user@host/db",
+    )
     artifacts: str = Field("tokmaint-registry/artifacts", description="artifact directory")
 
     @model_validator(mode="after")
@@ -87,16 +89,20 @@ class RegistrySettings(RegistryStoreSettings):
         if self.token is not None and self.token.strip().lower() in PLACEHOLDER_TOKENS:
             raise ValueError("TOKMAINT_REGISTRY_TOKEN is a placeholder; set a real secret")
         if self.token is None and not self.insecure_dev:
-            raise ValueError("TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
-                             "unauthenticated writes (development only)")
+            raise ValueError(
+                "TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with --insecure-dev to accept "
+                "unauthenticated writes (development only)"
+            )
         return self
 
     @model_validator(mode="after")
     def _shares_within_their_limits(self) -> Self:
         for share, limit in (("max_in_flight_per_client", "max_in_flight"), ("max_watches_per_client", "max_watches")):
             if getattr(self, share) is not None and getattr(self, share) > getattr(self, limit):
-                raise ValueError(f"TOKMAINT_REGISTRY_{share.upper()} ({getattr(self, share)}) is over "
-                                 f"TOKMAINT_REGISTRY_{limit.upper()} ({getattr(self, limit)})")
+                raise ValueError(
+                    f"TOKMAINT_REGISTRY_{share.upper()} ({getattr(self, share)}) is over "
+                    f"TOKMAINT_REGISTRY_{limit.upper()} ({getattr(self, limit)})"
+                )
         return self
 
     @property

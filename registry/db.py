@@ -69,9 +69,13 @@ def check_schema(engine: Engine, url: str) -> None:
         raise LookupError(f"the registry's database does not open ({exc.orig})") from None
     heads = set(ScriptDirectory.from_config(alembic_config(url)).get_heads())
     if not current:
-        raise LookupError("the registry's database has no schema yet: start `tokmaint registry serve` "
-                          "(it migrates the database) or run `tokmaint registry migrate`")
+        raise LookupError(
+            "the registry's database has no schema yet: start `tokmaint registry serve` "
+            "(it migrates the database) or run `tokmaint registry migrate`"
+        )
     if current != heads:
-        raise LookupError(f"the registry's database is at schema {', '.join(sorted(current))}, not "
-                          f"{', '.join(sorted(heads))}: run `tokmaint registry migrate` (or start the server of this "
-                          "release: it migrates the database)")
+        raise LookupError(
+            f"the registry's database is at schema {', '.join(sorted(current))}, not "
+            f"{', '.join(sorted(heads))}: run `tokmaint registry migrate` (or start the server of this "
+            "release: it migrates the database)"
+        )

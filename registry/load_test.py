@@ -44,8 +44,9 @@ class LoadRampSettings(Settings):
 
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_LOAD_")
 
-    seconds: float = setting(5.0, Number(float, low=0, low_open=True),
-                             "seconds of each load step (and of each other timed test)")
+    seconds: float = setting(
+        5.0, Number(float, low=0, low_open=True), "seconds of each load step (and of each other timed test)"
+    )
     start_rps: float = setting(25.0, Number(float, low=0, low_open=True), "the ramp's first rate (requests/s)")
     max_rps: float = setting(3200.0, Number(float, low=0, low_open=True), "the ramp's highest rate")
     max_in_flight: int = setting(64, whole(1), "the server's requests at once (one more is answered 503)")
@@ -83,8 +84,9 @@ class Answer:
     body: bytes = b""
 
 
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, *,
-                   head: bool = False) -> tuple[int, bytes, bool]:
+async def exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, *, head: bool = False
+) -> tuple[int, bytes, bool]:
     """Send one request on a kept-alive connection; its status, body and whether the server
     keeps the connection open (a body by Content-Length or chunked; none for ``head``, a HEAD
     request, whatever length its headers name)."""
@@ -115,8 +117,16 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
     return status, b"".join(parts), keep
 
 
-async def open_loop(url: str, make: Callable[[int], LoadRequest], *, rate: float, seconds: float, first: int = 0,
-                    timeout: float = 10.0, max_connections: int = 256) -> list[Answer]:
+async def open_loop(
+    url: str,
+    make: Callable[[int], LoadRequest],
+    *,
+    rate: float,
+    seconds: float,
+    first: int = 0,
+    timeout: float = 10.0,
+    max_connections: int = 256,
+) -> list[Answer]:
     """Requests ``first``, ``first + 1``, … made by ``make``, one due every ``1/rate`` s for
     ``seconds``, on up to ``max_connections`` kept-alive connections; every one's answer."""
     target = httpx.URL(url)
@@ -175,12 +185,17 @@ def summary(answers: list[Answer], *, rate: float, seconds: float) -> dict[str, 
     def percentile(values: list[float], q: float) -> float | None:
         return round(float(np.percentile(values, q)), 1) if values else None
 
-    return {"offered_rps": rate, "served_rps": round(len(served) / seconds, 1),
-            "p50_ms": percentile(answered, 50), "p99_ms": percentile(answered, 99),
-            "served_p99_ms": percentile(served, 99),
-            "refused_share": round(sum(status[str(s)] for s in REFUSED) / len(answers), 3),
-            "status": dict(sorted(status.items())),
-            "hung": sum(a.status == HUNG for a in answers), "failed": sum(a.status == FAILED for a in answers)}
+    return {
+        "offered_rps": rate,
+        "served_rps": round(len(served) / seconds, 1),
+        "p50_ms": percentile(answered, 50),
+        "p99_ms": percentile(answered, 99),
+        "served_p99_ms": percentile(served, 99),
+        "refused_share": round(sum(status[str(s)] for s in REFUSED) / len(answers), 3),
+        "status": dict(sorted(status.items())),
+        "hung": sum(a.status == HUNG for a in answers),
+        "failed": sum(a.status == FAILED for a in answers),
+    }
 
 
 @dataclass
@@ -202,18 +217,35 @@ class Ramp:
         good = [s["offered_rps"] for s in self.steps if not self.past(s)]
         over = [s["offered_rps"] for s in self.steps if (s["p99_ms"] or 0) > self.limit_ms]
         beyond = [s for s in self.steps if self.past(s)]
-        return {"limit_ms": self.limit_ms, "max_good_rps": max(good, default=None),
-                "p99_passes_limit_at_rps": min(over, default=None),
-                "past_it": {"refused": sum(s["status"].get(str(c), 0) for s in beyond for c in REFUSED),
-                            "served": sum(n for s in beyond for c, n in s["status"].items() if int(c) < 400),
-                            "server_errors": sum(n for s in beyond for c, n in s["status"].items()
-                                                 if int(c) >= 500 and int(c) not in REFUSED)},
-                "hung": sum(s["hung"] for s in self.steps), "failed": sum(s["failed"] for s in self.steps),
-                "steps": self.steps}
+        return {
+            "limit_ms": self.limit_ms,
+            "max_good_rps": max(good, default=None),
+            "p99_passes_limit_at_rps": min(over, default=None),
+            "past_it": {
+                "refused": sum(s["status"].get(str(c), 0) for s in beyond for c in REFUSED),
+                "served": sum(n for s in beyond for c, n in s["status"].items() if int(c) < 400),
+                "server_errors": sum(
+                    n for s in beyond for c, n in s["status"].items() if int(c) >= 500 and int(c) not in REFUSED
+                ),
+            },
+            "hung": sum(s["hung"] for s in self.steps),
+            "failed": sum(s["failed"] for s in self.steps),
+            "steps": self.steps,
+        }
 
 
-def load_ramp(url: str, make: Callable[[int], LoadRequest], *, start_rps: float, max_rps: float, seconds: float,
-              limit_ms: float = 500.0, past_steps: int = 1, timeout: float = 10.0, progress: bool = False) -> Ramp:
+def load_ramp(
+    url: str,
+    make: Callable[[int], LoadRequest],
+    *,
+    start_rps: float,
+    max_rps: float,
+    seconds: float,
+    limit_ms: float = 500.0,
+    past_steps: int = 1,
+    timeout: float = 10.0,
+    progress: bool = False,
+) -> Ramp:
     """Open-loop steps of ``seconds`` from ``start_rps``, doubling, until ``past_steps`` past the
     first step beyond the target (or ``max_rps``). Requests are numbered on across steps."""
     if not 0 < start_rps <= max_rps:
@@ -221,8 +253,9 @@ def load_ramp(url: str, make: Callable[[int], LoadRequest], *, start_rps: float,
     ramp, rate, beyond = Ramp(limit_ms), start_rps, 0
     with tqdm(desc="load", unit="step", disable=not progress) as bar:
         while rate <= max_rps and beyond <= past_steps:
-            answers = asyncio.run(open_loop(url, make, rate=rate, seconds=seconds, first=len(ramp.answers),
-                                            timeout=timeout))
+            answers = asyncio.run(
+                open_loop(url, make, rate=rate, seconds=seconds, first=len(ramp.answers), timeout=timeout)
+            )
             step = summary(answers, rate=rate, seconds=seconds)
             ramp.steps.append(step)
             ramp.answers.extend(answers)
@@ -235,11 +268,13 @@ def load_ramp(url: str, make: Callable[[int], LoadRequest], *, start_rps: float,
     return ramp
 
 
-async def _closed_loop(url: str, clients: int, seconds: float, headers: dict[str, str], expected: int,
-                       method: str) -> float:
+async def _closed_loop(
+    url: str, clients: int, seconds: float, headers: dict[str, str], expected: int, method: str
+) -> float:
     target = httpx.URL(url)
     request = LoadRequest(method, target.raw_path.decode(), tuple(headers.items())).encoded(
-        f"{target.host}:{target.port}")
+        f"{target.host}:{target.port}"
+    )
     deadline = time.monotonic() + seconds
 
     async def client() -> int:
@@ -260,8 +295,15 @@ async def _closed_loop(url: str, clients: int, seconds: float, headers: dict[str
     return sum(counts) / (time.monotonic() - started)
 
 
-def closed_loop_rps(url: str, *, clients: int, seconds: float, headers: dict[str, str] | None = None,
-                    expected: int = 200, method: str = "GET") -> float:
+def closed_loop_rps(
+    url: str,
+    *,
+    clients: int,
+    seconds: float,
+    headers: dict[str, str] | None = None,
+    expected: int = 200,
+    method: str = "GET",
+) -> float:
     """Requests (GET, or HEAD) a second from ``clients`` connections, each sending as soon as it
     is answered."""
     return asyncio.run(_closed_loop(url, clients, seconds, headers or {}, expected, method))

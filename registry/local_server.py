@@ -33,20 +33,29 @@ def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> t
     ``env`` (the token, limits); returns it and its URL once it answers. Its output goes to
     ``root/server.log``."""
     root.mkdir(parents=True, exist_ok=True)
-    return start_service(["registry", "serve", "--db", f"sqlite:///{root / 'registry.db'}", "--artifacts",
-                          str(root / "artifacts")], env=env, log=root / "server.log", timeout=timeout,
-                         what="the registry server")
+    return start_service(
+        ["registry", "serve", "--db", f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
+        env=env,
+        log=root / "server.log",
+        timeout=timeout,
+        what="the registry server",
+    )
 
 
-def start_service(command: list[str], *, env: dict[str, str], log: Path, timeout: float = 60.0,
-                  what: str = "the server") -> tuple[subprocess.Popen, str]:
+def start_service(
+    command: list[str], *, env: dict[str, str], log: Path, timeout: float = 60.0, what: str = "the server"
+) -> tuple[subprocess.Popen, str]:
     """Start ``tokmaint COMMAND --port P`` (a server with ``/healthz``) on a free port with the
     extra environment ``env``; returns it and its URL once it answers. Its output goes to ``log``
     (a pipe nobody reads would block a chatty server once it filled)."""
     port = free_port()
     with open(log, "ab") as output:
-        process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", *command, "--port", str(port)],
-                                   env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tokmaint.cli", *command, "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

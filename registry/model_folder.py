@@ -40,25 +40,78 @@ MAX_MODEL_FILES = 256  # TOKMAINT_REGISTRY_MAX_MODEL_FILES' default
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Bytes per element of each safetensors dtype (its format's list).
-DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 # transformers' activation functions (ACT2FN's names; a test keeps this list true).
-ACTIVATIONS = ("gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
-               "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu",
-               "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu")
+ACTIVATIONS = (
+    "gelu",
+    "gelu_10",
+    "gelu_accurate",
+    "gelu_fast",
+    "gelu_new",
+    "gelu_python",
+    "gelu_python_tanh",
+    "gelu_pytorch_tanh",
+    "hardswish",
+    "laplace",
+    "leaky_relu",
+    "linear",
+    "mish",
+    "prelu",
+    "quick_gelu",
+    "relu",
+    "relu2",
+    "relu6",
+    "sigmoid",
+    "silu",
+    "sqrtsoftplus",
+    "swish",
+    "tanh",
+    "xielu",
+)
 TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "auto")
 # GPT-2's config fields: (kind, low, high) for numbers, the choices for strings.
 GPT2_FIELDS: dict[str, tuple[Any, ...]] = {
-    "vocab_size": ("int", None, 2 ** 24), "n_positions": ("int", 1, 2 ** 20), "n_embd": ("int", 1, 2 ** 16),
-    "n_layer": ("int", 1, 1024), "n_head": ("int", 1, 2 ** 16), "n_inner": ("int?", 1, 2 ** 20),
-    "bos_token_id": ("id?",), "eos_token_id": ("id?",), "pad_token_id": ("id?",),
-    "attn_pdrop": ("float", 0, 1), "embd_pdrop": ("float", 0, 1), "resid_pdrop": ("float", 0, 1),
-    "summary_first_dropout": ("float", 0, 1), "layer_norm_epsilon": ("float", 1e-12, 1),
-    "initializer_range": ("float", 0, 1), "activation_function": ("str", *ACTIVATIONS),
-    "dtype": ("str?", *TORCH_DTYPES), "torch_dtype": ("str?", *TORCH_DTYPES),
-    "scale_attn_weights": ("bool",), "use_cache": ("bool",), "scale_attn_by_inverse_layer_idx": ("bool",),
-    "reorder_and_upcast_attn": ("bool",), "tie_word_embeddings": ("bool",), "add_cross_attention": ("false",),
+    "vocab_size": ("int", None, 2**24),
+    "n_positions": ("int", 1, 2**20),
+    "n_embd": ("int", 1, 2**16),
+    "n_layer": ("int", 1, 1024),
+    "n_head": ("int", 1, 2**16),
+    "n_inner": ("int?", 1, 2**20),
+    "bos_token_id": ("id?",),
+    "eos_token_id": ("id?",),
+    "pad_token_id": ("id?",),
+    "attn_pdrop": ("float", 0, 1),
+    "embd_pdrop": ("float", 0, 1),
+    "resid_pdrop": ("float", 0, 1),
+    "summary_first_dropout": ("float", 0, 1),
+    "layer_norm_epsilon": ("float", 1e-12, 1),
+    "initializer_range": ("float", 0, 1),
+    "activation_function": ("str", *ACTIVATIONS),
+    "dtype": ("str?", *TORCH_DTYPES),
+    "torch_dtype": ("str?", *TORCH_DTYPES),
+    "scale_attn_weights": ("bool",),
+    "use_cache": ("bool",),
+    "scale_attn_by_inverse_layer_idx": ("bool",),
+    "reorder_and_upcast_attn": ("bool",),
+    "tie_word_embeddings": ("bool",),
+    "add_cross_attention": ("false",),
     "architectures": ("strs?",),
 }
 _REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
@@ -75,6 +128,7 @@ def strict_json(data: bytes) -> Any:
     ...
     ValueError: NaN is not a JSON number
     """
+
     def refuse(constant: str) -> Any:
         raise ValueError(f"{constant} is not a JSON number")
 
@@ -109,7 +163,7 @@ def safetensors_tensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
         raise ValueError(f"its header says it is {length} bytes long; the file has {len(data) - 8} after it")
     if length > MAX_HEADER_BYTES:
         raise ValueError(f"its header is {length:,} bytes; at most {MAX_HEADER_BYTES:,} are read")
-    header = strict_json(bytes(data[8:8 + length]))
+    header = strict_json(bytes(data[8 : 8 + length]))
     if not isinstance(header, dict):
         raise ValueError("its header is not a JSON object")
     tensors, spans = {}, []
@@ -123,12 +177,17 @@ def safetensors_tensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(f"tensor {name!r}: its shape is not a list of sizes")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-                and 0 <= offsets[0] <= offsets[1]):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
             raise ValueError(f"tensor {name!r}: its data_offsets are no [begin, end]")
         if offsets[1] - offsets[0] != math.prod(shape) * DTYPE_BYTES[entry["dtype"]]:
-            raise ValueError(f"tensor {name!r}: {offsets[1] - offsets[0]} bytes for a {entry['dtype']} of shape "
-                             f"{shape}")
+            raise ValueError(
+                f"tensor {name!r}: {offsets[1] - offsets[0]} bytes for a {entry['dtype']} of shape {shape}"
+            )
         tensors[name] = (entry["dtype"], tuple(shape))
         spans.append((offsets[0], offsets[1], name))
     end = 0
@@ -157,8 +216,10 @@ def _field_problem(name: str, value: Any, rule: tuple[Any, ...], vocab_size: Any
         ids = value if isinstance(value, list) else [value]
         rows = vocab_size if type(vocab_size) is int else math.inf
         if not ids or not all(type(i) is int and 0 <= i < rows for i in ids):
-            return f"{name} must be null or a row of the model (0 to {vocab_size - 1 if rows < math.inf else '…'}), " \
-                   f"got {value!r}"
+            return (
+                f"{name} must be null or a row of the model (0 to {vocab_size - 1 if rows < math.inf else '…'}), "
+                f"got {value!r}"
+            )
     elif kind == "str":
         if value not in rule[1:]:
             return f"{name} must be one of {', '.join(rule[1:])}, got {value!r}"
@@ -184,15 +245,18 @@ def config_problems(config: Any, *, id_space: int) -> list[str]:
     if not isinstance(config, dict):
         return ["config.json: not a JSON object"]
     if config.get("model_type") != "gpt2":
-        return [f"config.json: model_type must be gpt2 (tokmaint trainer export's models: the registry checks "
-                f"them tensor for tensor), got {config.get('model_type')!r}"]
+        return [
+            f"config.json: model_type must be gpt2 (tokmaint trainer export's models: the registry checks "
+            f"them tensor for tensor), got {config.get('model_type')!r}"
+        ]
     problems = [f"config.json: no {name}" for name in _REQUIRED if name not in config]
     for name, rule in GPT2_FIELDS.items():
         if name not in config:
             continue
         if name == "vocab_size" and type(config[name]) is int and config[name] < id_space:
-            problems.append(f"config.json: vocab_size: the model has {config[name]} rows; the version has ids up "
-                            f"to {id_space - 1}")
+            problems.append(
+                f"config.json: vocab_size: the model has {config[name]} rows; the version has ids up to {id_space - 1}"
+            )
             continue
         rule = (rule[0], id_space, rule[2]) if name == "vocab_size" else rule
         if (problem := _field_problem(name, config[name], rule, config.get("vocab_size"))) is not None:
@@ -211,16 +275,28 @@ def gpt2_tensors(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     (16, (50, 16), (16, 64))
     """
     width, rows, inner = config["n_embd"], config["vocab_size"], config.get("n_inner") or 4 * config["n_embd"]
-    shapes = {"wte.weight": (rows, width), "wpe.weight": (config["n_positions"], width),
-              "ln_f.weight": (width,), "ln_f.bias": (width,)}
+    shapes = {
+        "wte.weight": (rows, width),
+        "wpe.weight": (config["n_positions"], width),
+        "ln_f.weight": (width,),
+        "ln_f.bias": (width,),
+    }
     for layer in range(config["n_layer"]):
         block = f"h.{layer}."
-        shapes |= {block + "ln_1.weight": (width,), block + "ln_1.bias": (width,), block + "ln_2.weight": (width,),
-                   block + "ln_2.bias": (width,), block + "attn.c_attn.weight": (width, 3 * width),
-                   block + "attn.c_attn.bias": (3 * width,), block + "attn.c_proj.weight": (width, width),
-                   block + "attn.c_proj.bias": (width,), block + "mlp.c_fc.weight": (width, inner),
-                   block + "mlp.c_fc.bias": (inner,), block + "mlp.c_proj.weight": (inner, width),
-                   block + "mlp.c_proj.bias": (width,)}
+        shapes |= {
+            block + "ln_1.weight": (width,),
+            block + "ln_1.bias": (width,),
+            block + "ln_2.weight": (width,),
+            block + "ln_2.bias": (width,),
+            block + "attn.c_attn.weight": (width, 3 * width),
+            block + "attn.c_attn.bias": (3 * width,),
+            block + "attn.c_proj.weight": (width, width),
+            block + "attn.c_proj.bias": (width,),
+            block + "mlp.c_fc.weight": (width, inner),
+            block + "mlp.c_fc.bias": (inner,),
+            block + "mlp.c_proj.weight": (inner, width),
+            block + "mlp.c_proj.bias": (width,),
+        }
     if config.get("tie_word_embeddings") is False:
         shapes["lm_head.weight"] = (rows, width)
     return shapes
@@ -256,8 +332,10 @@ def tensor_problems(tensors: dict[str, tuple[str, tuple[int, ...]]], config: dic
             problems.append(f"model.safetensors: {key} is {dtype}, not a float")
     missing = [name for name in expected if name not in seen]
     if missing:
-        problems.append(f"model.safetensors: no tensor {', '.join(missing[:3])}"
-                        + (f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""))
+        problems.append(
+            f"model.safetensors: no tensor {', '.join(missing[:3])}"
+            + (f" (and {len(missing) - 3} more)" if len(missing) > 3 else "")
+        )
     return problems
 
 
@@ -266,8 +344,10 @@ def weights_problems(files: dict[str, bytes], config: dict[str, Any] | None) -> 
     already, only the files are read)."""
     given = [name for name in MODEL_WEIGHTS if name in files]
     if "pytorch_model.bin" in files:
-        return ["pytorch_model.bin: a pickle cannot be checked without running it; publish model.safetensors "
-                "(save_pretrained's default)"]
+        return [
+            "pytorch_model.bin: a pickle cannot be checked without running it; publish model.safetensors "
+            "(save_pretrained's default)"
+        ]
     if len(given) != 1:
         return [f"weights: one of {' or '.join(MODEL_WEIGHTS)}" + (", not both" if given else "")]
     shards = {"model.safetensors": None} if given == ["model.safetensors"] else None
@@ -282,10 +362,16 @@ def weights_problems(files: dict[str, bytes], config: dict[str, Any] | None) -> 
             return ["model.safetensors.index.json: no weight_map (tensor -> file)"]
         shards = {}
         for tensor, shard in weight_map.items():
-            if not (isinstance(shard, str) and _FILE_NAME.fullmatch(shard) and shard.endswith(".safetensors")
-                    and shard in files):
-                problems.append(f"model.safetensors.index.json: weight_map names {shard!r} for {tensor!r}, no "
-                                ".safetensors file of the folder")
+            if not (
+                isinstance(shard, str)
+                and _FILE_NAME.fullmatch(shard)
+                and shard.endswith(".safetensors")
+                and shard in files
+            ):
+                problems.append(
+                    f"model.safetensors.index.json: weight_map names {shard!r} for {tensor!r}, no "
+                    ".safetensors file of the folder"
+                )
             else:
                 shards.setdefault(shard, set()).add(tensor)
         if problems:
@@ -299,8 +385,9 @@ def weights_problems(files: dict[str, bytes], config: dict[str, Any] | None) -> 
             continue
         if listed is not None and listed != found.keys():
             odd = sorted(listed ^ found.keys())
-            problems.append(f"{shard}: its tensors are not those model.safetensors.index.json maps to it, e.g. "
-                            f"{odd[:3]}")
+            problems.append(
+                f"{shard}: its tensors are not those model.safetensors.index.json maps to it, e.g. {odd[:3]}"
+            )
         tensors |= found
     if not problems and config is not None:
         problems += tensor_problems(tensors, config)
@@ -323,23 +410,31 @@ def stamp_problems(stamp: Any, version: VersionInfo, tokenizer: BPETokenizer) ->
         return ["tokmaint.json: not a JSON object"]
     problems = []
     if "version" in stamp and stamp["version"] != version.number:
-        problems.append(f"tokmaint.json: the model was trained with version {stamp['version']!r}, not version "
-                        f"{version.number}")
+        problems.append(
+            f"tokmaint.json: the model was trained with version {stamp['version']!r}, not version {version.number}"
+        )
     if "lineage" in stamp and stamp["lineage"] != version.lineage:
-        problems.append(f"tokmaint.json: the model was trained with lineage {stamp['lineage']!r}, not "
-                        f"{version.lineage!r}")
+        problems.append(
+            f"tokmaint.json: the model was trained with lineage {stamp['lineage']!r}, not {version.lineage!r}"
+        )
     if "sha256" in stamp and stamp["sha256"] not in (version.sha256, tokenizer.sha256):
-        problems.append(f"tokmaint.json: the model was trained with tokenizer {str(stamp['sha256'])[:12]}, not "
-                        f"version {version.number}'s")
+        problems.append(
+            f"tokmaint.json: the model was trained with tokenizer {str(stamp['sha256'])[:12]}, not "
+            f"version {version.number}'s"
+        )
     return problems
 
 
-def model_folder_problems(files: dict[str, bytes], version: VersionInfo, tokenizer: BPETokenizer, *,
-                          max_files: int = MAX_MODEL_FILES) -> list[str]:
+def model_folder_problems(
+    files: dict[str, bytes], version: VersionInfo, tokenizer: BPETokenizer, *, max_files: int = MAX_MODEL_FILES
+) -> list[str]:
     """Why a model folder (its files by name) cannot be published beside ``version``
     (``tokenizer``, parsed); empty: it can. Every reason, each naming its file and field."""
-    problems = [f"file name {name!r} is not a plain name (letters, digits, '.', '_', '-')"
-                for name in files if not _FILE_NAME.fullmatch(name)]
+    problems = [
+        f"file name {name!r} is not a plain name (letters, digits, '.', '_', '-')"
+        for name in files
+        if not _FILE_NAME.fullmatch(name)
+    ]
     if len(files) > max_files:
         problems.append(f"the folder has {len(files):,} files; a model folder holds at most {max_files:,}")
     parsed: dict[str, Any] = {}
@@ -358,8 +453,9 @@ def model_folder_problems(files: dict[str, bytes], version: VersionInfo, tokeniz
         config = None if config_reasons else parsed["config.json"]
     problems += weights_problems(files, config)
     if "tokenizer.json" in files and not _same_tokenizer(files["tokenizer.json"], version, tokenizer):
-        problems.append(f"its tokenizer.json is not version {version.number}'s: the model was trained with another "
-                        "version")
+        problems.append(
+            f"its tokenizer.json is not version {version.number}'s: the model was trained with another version"
+        )
     if "tokmaint.json" in parsed:
         problems += stamp_problems(parsed["tokmaint.json"], version, tokenizer)
     return problems

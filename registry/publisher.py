@@ -30,8 +30,14 @@ class LineagePublisher:
             self.held = self.client.version(self.lineage)["number"]
         if number <= self.held:
             if self.client.version(self.lineage, number)["sha256"] != tokenizer.sha256:
-                raise TokmaintError(f"registry lineage {self.lineage!r} version {number} is not this run's; choose "
-                                    "another --lineage")
+                raise TokmaintError(
+                    f"registry lineage {self.lineage!r} version {number} is not this run's; choose another --lineage"
+                )
             return
-        self.client.publish(self.lineage, tokenizer.to_json(), diff_json=diff.to_json() if diff else None,
-                            kind="tedtok", parent=number - 1)
+        self.client.publish(
+            self.lineage,
+            tokenizer.to_json(),
+            diff_json=diff.to_json() if diff else None,
+            kind="tedtok",
+            parent=number - 1,
+        )

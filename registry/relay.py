@@ -35,8 +35,9 @@ def relay_once(registry: Registry, producer: EventProducer, *, topic: str = TOPI
     while events := registry.pending_events(limit=batch):
         # Keyed by lineage: one partition keeps a lineage's events in order. Raises if the broker
         # refused one: nothing is marked, and the next round sends them again.
-        producer.send_all(topic, [(json.dumps(event).encode("utf-8"), event["lineage"].encode("utf-8"))
-                                  for _, event in events])
+        producer.send_all(
+            topic, [(json.dumps(event).encode("utf-8"), event["lineage"].encode("utf-8")) for _, event in events]
+        )
         registry.mark_sent([outbox_id for outbox_id, _ in events])
         sent += len(events)
     return sent
@@ -74,9 +75,16 @@ class RevisionEvents:
         self._seen: set[str] = set()
         self._number = number
         # No group (nothing is committed), every partition from its start.
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tokmaint-revision-events",
-                                   "enable.auto.commit": False, "enable.auto.offset.store": False,
-                                   "fetch.wait.max.ms": 200, "logger": logging.getLogger("tokmaint.kafka")})
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "tokmaint-revision-events",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": 200,
+                "logger": logging.getLogger("tokmaint.kafka"),
+            }
+        )
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._read, name="tokmaint-revision-events", daemon=True)
         self._thread.start()

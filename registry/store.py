@@ -56,8 +56,17 @@ from sqlalchemy.orm import Session
 from registry.artifacts import ArtifactStore, artifact_name
 from registry.checker import EncodingChecker
 from registry.model_folder import MAX_MODEL_FILES, model_folder_problems
-from registry.models import (VERSION_KINDS, Alias, Diff, Lineage, OutboxEvent, PendingArtifact, PublishedModel,
-                             Version, utcnow)
+from registry.models import (
+    VERSION_KINDS,
+    Alias,
+    Diff,
+    Lineage,
+    OutboxEvent,
+    PendingArtifact,
+    PublishedModel,
+    Version,
+    utcnow,
+)
 from registry.refs import MAX_VERSION, alias_problem, version_number, version_reference
 from schemas.json_values import json_kind
 from schemas.revision import DiffEntry, RevisionDiff
@@ -87,10 +96,21 @@ GC_BATCH = 256
 class RegistryError(Exception):
     """A refused request: a symbolic ``code``, the HTTP ``status`` it maps to and every reason."""
 
-    STATUS = {"invalid_name": 422, "invalid_tokenizer": 422, "invalid_diff": 422, "invalid_request": 422,
-              "too_large": 413, "lineage_exists": 409,
-              "incompatible": 409, "stale_parent": 409, "lineage_not_found": 404, "version_not_found": 404,
-              "alias_not_found": 404, "invalid_model": 422, "artifacts_missing": 503}
+    STATUS = {
+        "invalid_name": 422,
+        "invalid_tokenizer": 422,
+        "invalid_diff": 422,
+        "invalid_request": 422,
+        "too_large": 413,
+        "lineage_exists": 409,
+        "incompatible": 409,
+        "stale_parent": 409,
+        "lineage_not_found": 404,
+        "version_not_found": 404,
+        "alias_not_found": 404,
+        "invalid_model": 422,
+        "artifacts_missing": 503,
+    }
 
     def __init__(self, code: str, reasons: list[str]) -> None:
         super().__init__(f"{code}: " + "; ".join(reasons))
@@ -119,11 +139,22 @@ class VersionInfo(BaseModel):
 
     @classmethod
     def of(cls, row: Version, lineage: str) -> "VersionInfo":
-        return cls(lineage=lineage, number=row.number, parent=row.parent_number, kind=row.kind, sha256=row.sha256,
-                   diff_sha256=row.diff_sha256, vocab_size=row.vocab_size, id_space=row.id_space, merges=row.merges,
-                   changed_ids=row.changed_ids, metrics=dict(row.metrics), created_by=row.created_by,
-                   # SQLite hands back naive datetimes; every time here is UTC.
-                   created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc))
+        return cls(
+            lineage=lineage,
+            number=row.number,
+            parent=row.parent_number,
+            kind=row.kind,
+            sha256=row.sha256,
+            diff_sha256=row.diff_sha256,
+            vocab_size=row.vocab_size,
+            id_space=row.id_space,
+            merges=row.merges,
+            changed_ids=row.changed_ids,
+            metrics=dict(row.metrics),
+            created_by=row.created_by,
+            # SQLite hands back naive datetimes; every time here is UTC.
+            created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc),
+        )
 
 
 class ModelInfo(BaseModel):
@@ -141,9 +172,14 @@ class ModelInfo(BaseModel):
 
     @classmethod
     def of(cls, row: PublishedModel, lineage: str) -> "ModelInfo":
-        return cls(lineage=lineage, number=row.number, version=row.version, files=dict(row.files),
-                   created_by=row.created_by, created_at=row.created_at.replace(tzinfo=timezone.utc)
-                   if row.created_at.tzinfo is None else row.created_at)
+        return cls(
+            lineage=lineage,
+            number=row.number,
+            version=row.version,
+            files=dict(row.files),
+            created_by=row.created_by,
+            created_at=row.created_at.replace(tzinfo=timezone.utc) if row.created_at.tzinfo is None else row.created_at,
+        )
 
 
 def finite_number(value: Any) -> bool:
@@ -221,13 +257,19 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
     ["1 surviving tokens changed their id, e.g. 'ab': 2 -> 3"]
     """
     reasons = []
-    moved = [f"{e.new_token!r}: {parent.vocab[e.new_token]} -> {e.id}" for e in entries
-             if e.new_token in parent.vocab]
+    moved = [f"{e.new_token!r}: {parent.vocab[e.new_token]} -> {e.id}" for e in entries if e.new_token in parent.vocab]
     if moved:
         reasons.append(f"{len(moved)} surviving tokens changed their id, e.g. {', '.join(moved[:3])}")
     # A base token is one no merge forms: its entry lists no parents for it.
-    lost = sorted({e.old_token for e in entries if e.old_token is not None and e.old_token not in parent.special_tokens
-                   and not (e.parents if e.kind == "removed" else e.old_parents)})
+    lost = sorted(
+        {
+            e.old_token
+            for e in entries
+            if e.old_token is not None
+            and e.old_token not in parent.special_tokens
+            and not (e.parents if e.kind == "removed" else e.old_parents)
+        }
+    )
     if lost:
         reasons.append(f"{len(lost)} base tokens are missing or moved, e.g. {lost[:3]}")
     specials = {t["content"]: t["id"] for t in parent.pipeline.get("added_tokens", []) if t.get("special")}
@@ -237,22 +279,31 @@ def lineage_problems(parent: BPETokenizer, child: BPETokenizer, entries: list[Di
         reasons.append(f"{len(gone)} special tokens are missing or moved, e.g. {gone[:3]}")
     # Ids alone tell a trainer what changed: text tokenized another way under the same ids
     # would reach it with an empty diff.
-    changed = sorted(k for k in (parent.pipeline.keys() | child.pipeline.keys()) - {"added_tokens", "version"}
-                     if parent.pipeline.get(k) != child.pipeline.get(k))
-    changed += [f"model.{k}" for k in sorted(parent.model_options.keys() | child.model_options.keys())
-                if parent.model_options.get(k) != child.model_options.get(k)]
+    changed = sorted(
+        k
+        for k in (parent.pipeline.keys() | child.pipeline.keys()) - {"added_tokens", "version"}
+        if parent.pipeline.get(k) != child.pipeline.get(k)
+    )
+    changed += [
+        f"model.{k}"
+        for k in sorted(parent.model_options.keys() | child.model_options.keys())
+        if parent.model_options.get(k) != child.model_options.get(k)
+    ]
     if changed:
-        reasons.append(f"the pipeline changed ({', '.join(changed)}): every version of a lineage tokenizes text "
-                       "the way its parent does, so that a diff of ids says all that changed; publish a tokenizer "
-                       "with another pipeline as a new lineage")
+        reasons.append(
+            f"the pipeline changed ({', '.join(changed)}): every version of a lineage tokenizes text "
+            "the way its parent does, so that a diff of ids says all that changed; publish a tokenizer "
+            "with another pipeline as a new lineage"
+        )
     return reasons
 
 
 class Registry:
     """The registry over a database ``engine`` (migrated: ``db.migrate``) and an artifact store."""
 
-    def __init__(self, engine: Engine, artifacts: ArtifactStore, *, check_process: bool = False,
-                 cache_tokens: int = 1_000_000) -> None:
+    def __init__(
+        self, engine: Engine, artifacts: ArtifactStore, *, check_process: bool = False, cache_tokens: int = 1_000_000
+    ) -> None:
         self.engine = engine
         self.artifacts = artifacts
         self._checker = EncodingChecker() if check_process else None
@@ -269,8 +320,9 @@ class Registry:
         """How many parsed versions are held."""
         return len(self._prepared)
 
-    def _prepare(self, sha: str, tokenizer: BPETokenizer | None = None,
-                 unreachable: list[str] | None = None) -> tuple[BPETokenizer, list[str]]:
+    def _prepare(
+        self, sha: str, tokenizer: BPETokenizer | None = None, unreachable: list[str] | None = None
+    ) -> tuple[BPETokenizer, list[str]]:
         """A version's parsed tokenizer and unreachable tokens (kept for the versions used last)."""
         with self._prepared_lock:  # requests run on a thread pool
             cached = self._prepared.get(sha)
@@ -310,15 +362,22 @@ class Registry:
     def lineages(self) -> list[tuple[str, int]]:
         """(name, latest version) of every lineage, by name."""
         with Session(self.engine) as session:
-            return [(n, latest) for n, latest in session.execute(select(Lineage.name, Lineage.latest)
-                                                                  .order_by(Lineage.name))]
+            return [
+                (n, latest)
+                for n, latest in session.execute(select(Lineage.name, Lineage.latest).order_by(Lineage.name))
+            ]
 
     def versions(self, name: str, *, offset: int = 0, limit: int = 100) -> tuple[list[VersionInfo], int]:
         """A page of a lineage's versions, oldest first, and how many there are."""
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
-            rows = session.scalars(select(Version).where(Version.lineage_id == lineage.id).order_by(Version.number)
-                                   .offset(min(offset, MAX_VERSION)).limit(min(limit, MAX_VERSION))).all()
+            rows = session.scalars(
+                select(Version)
+                .where(Version.lineage_id == lineage.id)
+                .order_by(Version.number)
+                .offset(min(offset, MAX_VERSION))
+                .limit(min(limit, MAX_VERSION))
+            ).all()
             return [VersionInfo.of(r, name) for r in rows], lineage.latest
 
     def version(self, name: str, ref: int | str = "latest") -> VersionInfo:
@@ -326,8 +385,9 @@ class Registry:
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
             number = self._resolve(session, lineage, ref)
-            row = session.scalars(select(Version).where(Version.lineage_id == lineage.id,
-                                                        Version.number == number)).one_or_none()
+            row = session.scalars(
+                select(Version).where(Version.lineage_id == lineage.id, Version.number == number)
+            ).one_or_none()
             if row is None:
                 raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
             return VersionInfo.of(row, name)
@@ -342,8 +402,11 @@ class Registry:
         """A lineage's aliases and the version each names, by alias."""
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
-            return dict(session.execute(select(Alias.name, Alias.number).where(Alias.lineage_id == lineage.id)
-                                        .order_by(Alias.name)).all())
+            return dict(
+                session.execute(
+                    select(Alias.name, Alias.number).where(Alias.lineage_id == lineage.id).order_by(Alias.name)
+                ).all()
+            )
 
     def _resolve(self, session: Session, lineage: Lineage, ref: int | str) -> int:
         if (number := version_number(ref)) is not None:
@@ -353,8 +416,9 @@ class Registry:
         if ref in ("latest", "main"):  # main: as the Hub reads it
             return lineage.latest
         if (reading := version_reference(ref)) is not None:  # never an old alias of that name
-            raise RegistryError("version_not_found", [f"lineage {lineage.name!r} has no version {ref!r} here: "
-                                                      f"{reading}"])
+            raise RegistryError(
+                "version_not_found", [f"lineage {lineage.name!r} has no version {ref!r} here: {reading}"]
+            )
         alias = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == ref)).one_or_none()
         if alias is None:
             raise RegistryError("alias_not_found", [f"lineage {lineage.name!r} has no alias {ref!r}"])
@@ -374,20 +438,30 @@ class Registry:
         first, last = self.version(name, start), self.version(name, end)
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
-            sha = session.scalar(select(Diff.sha256).where(Diff.lineage_id == lineage.id, Diff.from_number == start,
-                                                           Diff.to_number == end))
+            sha = session.scalar(
+                select(Diff.sha256).where(
+                    Diff.lineage_id == lineage.id, Diff.from_number == start, Diff.to_number == end
+                )
+            )
         if sha is not None:
             return RevisionDiff.from_dict(json.loads(self.artifacts.get(sha)))
-        diff = composed_diff(self.tokenizer(name, start), self.tokenizer(name, end), lineage=name,
-                             start=first.number, end=last.number, parent_sha256=first.sha256,
-                             tokenizer_sha256=last.sha256)
+        diff = composed_diff(
+            self.tokenizer(name, start),
+            self.tokenizer(name, end),
+            lineage=name,
+            start=first.number,
+            end=last.number,
+            parent_sha256=first.sha256,
+            tokenizer_sha256=last.sha256,
+        )
         data = diff.to_json().encode("utf-8")
         sha = artifact_name(data)
 
         def keep(session: Session) -> None:
             lineage = self._lineage(session, name)
-            session.add(Diff(lineage_id=lineage.id, from_number=start, to_number=end, sha256=sha,
-                             changed_ids=len(diff.entries)))
+            session.add(
+                Diff(lineage_id=lineage.id, from_number=start, to_number=end, sha256=sha, changed_ids=len(diff.entries))
+            )
 
         try:
             self._store_and_name({sha: data}, keep)
@@ -396,8 +470,15 @@ class Registry:
         return diff
 
     # ----- writing ------------------------------------------------------------------------
-    def create_lineage(self, name: str, tokenizer_json: bytes | str, *, kind: str = "initial",
-                       created_by: str = "", metrics: dict[str, Any] | None = None) -> VersionInfo:
+    def create_lineage(
+        self,
+        name: str,
+        tokenizer_json: bytes | str,
+        *,
+        kind: str = "initial",
+        created_by: str = "",
+        metrics: dict[str, Any] | None = None,
+    ) -> VersionInfo:
         """A new lineage whose version 1 is the uploaded tokenizer (it must pass ``validate``)."""
         check_lineage_name(name)
         if reasons := metrics_problems(metrics or {}):
@@ -420,16 +501,32 @@ class Registry:
             lineage = Lineage(name=name, latest=0)
             session.add(lineage)
             session.flush()
-            return self._insert_version(session, lineage, tokenizer, artifacts, changed_ids=0, kind=kind,
-                                        created_by=created_by, metrics=metrics or {})
+            return self._insert_version(
+                session,
+                lineage,
+                tokenizer,
+                artifacts,
+                changed_ids=0,
+                kind=kind,
+                created_by=created_by,
+                metrics=metrics or {},
+            )
 
         info = self._store_and_name(blobs, insert)
         self._prepare(info.sha256, tokenizer, report.unreachable)
         return info
 
-    def publish(self, name: str, tokenizer_json: bytes | str, *, diff_json: bytes | dict[str, Any] | None = None,
-                kind: str = "tedtok", parent: int | None = None, created_by: str = "",
-                metrics: dict[str, Any] | None = None) -> VersionInfo:
+    def publish(
+        self,
+        name: str,
+        tokenizer_json: bytes | str,
+        *,
+        diff_json: bytes | dict[str, Any] | None = None,
+        kind: str = "tedtok",
+        parent: int | None = None,
+        created_by: str = "",
+        metrics: dict[str, Any] | None = None,
+    ) -> VersionInfo:
         """Publish a new version on top of ``parent`` (default: the latest; a stale parent is
         refused) after every check; the latest version's own content again returns it."""
         if kind not in VERSION_KINDS or kind == "initial":
@@ -443,37 +540,58 @@ class Registry:
         while True:
             latest = self.version(name)
             if parent is not None and parent != latest.number:
-                raise RegistryError("stale_parent", [f"parent {parent} is not the latest version of {name!r} "
-                                                     f"({latest.number}); rebase on it"])
+                raise RegistryError(
+                    "stale_parent",
+                    [f"parent {parent} is not the latest version of {name!r} ({latest.number}); rebase on it"],
+                )
             if sha == latest.sha256 and kind != "rollback":
                 return latest
             if child is None:  # the library's checks run elsewhere while this process parses
                 encoding = self._encoding_check(text, data)
                 child = parse_tokenizer(text)
             parent_tokenizer, parent_unreachable = self._prepare(latest.sha256)
-            entries, unreachable = self._check(parent_tokenizer, parent_unreachable, child, sha, uploaded,
-                                               encoding, rollback=kind == "rollback")
+            entries, unreachable = self._check(
+                parent_tokenizer, parent_unreachable, child, sha, uploaded, encoding, rollback=kind == "rollback"
+            )
             # Artifacts before the transaction: a version is never visible without them, and
             # the write lock is not held while they are written.
-            blobs = self._version_blobs(name, latest.number + 1, latest.sha256, data, child, entries, kind,
-                                        metrics or {})
+            blobs = self._version_blobs(
+                name, latest.number + 1, latest.sha256, data, child, entries, kind, metrics or {}
+            )
             artifacts = tuple(blobs)
             try:
-                info = self._store_and_name(blobs, lambda session: self._insert_on_top(
-                    session, name, latest.number, child, artifacts, changed_ids=len(entries), kind=kind,
-                    created_by=created_by, metrics=metrics or {}))
+                info = self._store_and_name(
+                    blobs,
+                    lambda session: self._insert_on_top(
+                        session,
+                        name,
+                        latest.number,
+                        child,
+                        artifacts,
+                        changed_ids=len(entries),
+                        kind=kind,
+                        created_by=created_by,
+                        metrics=metrics or {},
+                    ),
+                )
                 self._prepare(info.sha256, child, unreachable)
                 return info
             except _LatestMoved:
                 if parent is not None:
-                    raise RegistryError("stale_parent", [f"another version of {name!r} was published first; "
-                                                         "rebase on it"]) from None
+                    raise RegistryError(
+                        "stale_parent", [f"another version of {name!r} was published first; rebase on it"]
+                    ) from None
 
     def rollback(self, name: str, to: int, *, created_by: str = "") -> VersionInfo:
         """Publish a new version whose content is version ``to``'s, with the diff that gets there."""
         target = self.version(name, to)
-        return self.publish(name, self.artifacts.get(target.sha256), kind="rollback", created_by=created_by,
-                            metrics={"rollback_to": target.number})
+        return self.publish(
+            name,
+            self.artifacts.get(target.sha256),
+            kind="rollback",
+            created_by=created_by,
+            metrics={"rollback_to": target.number},
+        )
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> int:
         """Point ``alias`` at a version (created or moved); returns its number."""
@@ -486,8 +604,9 @@ class Registry:
             number = self._resolve(session, lineage, ref)
             if not 1 <= number <= lineage.latest:
                 raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
-            row = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == alias)
-                                  ).one_or_none()
+            row = session.scalars(
+                select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == alias)
+            ).one_or_none()
             if row is None:
                 session.add(Alias(lineage_id=lineage.id, name=alias, number=number))
             else:
@@ -499,8 +618,9 @@ class Registry:
     def delete_alias(self, name: str, alias: str) -> None:
         def delete(session: Session) -> None:
             lineage = self._lineage(session, name)
-            row = session.scalars(select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == alias)
-                                  ).one_or_none()
+            row = session.scalars(
+                select(Alias).where(Alias.lineage_id == lineage.id, Alias.name == alias)
+            ).one_or_none()
             if row is None:
                 raise RegistryError("alias_not_found", [f"lineage {name!r} has no alias {alias!r}"])
             session.delete(row)
@@ -510,8 +630,9 @@ class Registry:
     def pending_events(self, limit: int = 100) -> list[tuple[int, dict[str, Any]]]:
         """(outbox id, event) of events not yet marked sent, oldest first."""
         with Session(self.engine) as session:
-            rows = session.scalars(select(OutboxEvent).where(OutboxEvent.sent_at.is_(None))
-                                   .order_by(OutboxEvent.id).limit(limit)).all()
+            rows = session.scalars(
+                select(OutboxEvent).where(OutboxEvent.sent_at.is_(None)).order_by(OutboxEvent.id).limit(limit)
+            ).all()
             return [(r.id, dict(r.payload)) for r in rows]
 
     def mark_sent(self, ids: list[int]) -> None:
@@ -521,8 +642,15 @@ class Registry:
 
         self._write(mark)
 
-    def publish_model(self, name: str, files: dict[str, bytes], *, version: int | str = "latest",
-                      created_by: str = "", max_files: int = MAX_MODEL_FILES) -> ModelInfo:
+    def publish_model(
+        self,
+        name: str,
+        files: dict[str, bytes],
+        *,
+        version: int | str = "latest",
+        created_by: str = "",
+        max_files: int = MAX_MODEL_FILES,
+    ) -> ModelInfo:
         """Publish a model folder (its files by name, at most ``max_files``) beside the version
         it was trained with, after ``model_folder_problems``' checks; numbered after the
         lineage's models."""
@@ -533,10 +661,13 @@ class Registry:
 
         def insert(session: Session) -> ModelInfo:
             lineage = self._lineage(session, name, lock=True)
-            last = session.scalar(select(func.max(PublishedModel.number))
-                                  .where(PublishedModel.lineage_id == lineage.id)) or 0
-            row = PublishedModel(lineage_id=lineage.id, number=last + 1, version=info.number, files=stored,
-                                 created_by=created_by)
+            last = (
+                session.scalar(select(func.max(PublishedModel.number)).where(PublishedModel.lineage_id == lineage.id))
+                or 0
+            )
+            row = PublishedModel(
+                lineage_id=lineage.id, number=last + 1, version=info.number, files=stored, created_by=created_by
+            )
             session.add(row)
             session.flush()
             return ModelInfo.of(row, name)
@@ -547,12 +678,18 @@ class Registry:
         """A lineage's models numbered past ``after`` (all by default), oldest first."""
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
-            return [ModelInfo.of(row, name) for row in session.scalars(
-                select(PublishedModel).where(PublishedModel.lineage_id == lineage.id, PublishedModel.number > after)
-                .order_by(PublishedModel.number))]
+            return [
+                ModelInfo.of(row, name)
+                for row in session.scalars(
+                    select(PublishedModel)
+                    .where(PublishedModel.lineage_id == lineage.id, PublishedModel.number > after)
+                    .order_by(PublishedModel.number)
+                )
+            ]
 
-    def collect_garbage(self, *, older_than: float = 3600.0, dry_run: bool = False,
-                        batch: int = GC_BATCH) -> dict[str, Any]:
+    def collect_garbage(
+        self, *, older_than: float = 3600.0, dry_run: bool = False, batch: int = GC_BATCH
+    ) -> dict[str, Any]:
         """Remove the artifacts put more than ``older_than`` seconds ago (finite, >= 0) that no
         version, kept diff, model or publish under way names (left by a refused or killed
         publish); clear the pins a killed publish left (older than ``PIN_EXPIRY_SECONDS``).
@@ -581,16 +718,23 @@ class Registry:
                     expired_pins = session.scalar(select(func.count(PendingArtifact.id)).where(expired)) or 0
                 named = set(session.scalars(select(Version.sha256))) | set(session.scalars(select(Version.diff_sha256)))
                 named |= set(session.scalars(select(Diff.sha256)))
-                named |= {f["sha256"] for files in session.scalars(select(PublishedModel.files))
-                          for f in files.values()}
-                doomed = [name for name in old[start:start + batch] if name not in named and name not in pinned]
+                named |= {
+                    f["sha256"] for files in session.scalars(select(PublishedModel.files)) for f in files.values()
+                }
+                doomed = [name for name in old[start : start + batch] if name not in named and name not in pinned]
                 if not dry_run:
                     session.execute(delete(PendingArtifact).where(expired))
                     for name in doomed:
                         self.artifacts.delete(name)
             unnamed += doomed
-        return {"named": len(named | pinned), "pinned": len(pinned), "expired_pins": expired_pins,
-                "removed": len(unnamed), "dry_run": dry_run, "artifacts": unnamed}
+        return {
+            "named": len(named | pinned),
+            "pinned": len(pinned),
+            "expired_pins": expired_pins,
+            "removed": len(unnamed),
+            "dry_run": dry_run,
+            "artifacts": unnamed,
+        }
 
     def count_versions(self) -> int:
         with Session(self.engine) as session:
@@ -628,12 +772,18 @@ class Registry:
                     return self._write(functools.partial(self._name_pinned, names, pins, name_them))
                 except _ArtifactsMissing as exc:
                     missing = exc.names
-            raise RegistryError("artifacts_missing", [f"artifact {name} was removed from the store as it was being "
-                                                      "published; nothing was published" for name in missing])
+            raise RegistryError(
+                "artifacts_missing",
+                [
+                    f"artifact {name} was removed from the store as it was being published; nothing was published"
+                    for name in missing
+                ],
+            )
         except BaseException:
             with contextlib.suppress(SQLAlchemyError):  # else they expire
-                self._write(lambda session: session.execute(delete(PendingArtifact)
-                                                            .where(PendingArtifact.id.in_(pins))))
+                self._write(
+                    lambda session: session.execute(delete(PendingArtifact).where(PendingArtifact.id.in_(pins)))
+                )
             raise
 
     def _pin(self, names: list[str], session: Session) -> list[int]:
@@ -648,8 +798,7 @@ class Registry:
         session.flush()
         return [row.id for row in rows]
 
-    def _name_pinned(self, names: list[str], pins: list[int], name_them: Callable[[Session], T],
-                     session: Session) -> T:
+    def _name_pinned(self, names: list[str], pins: list[int], name_them: Callable[[Session], T], session: Session) -> T:
         self._lock_artifacts(session, exclusive=False)
         if missing := [name for name in names if not self.artifacts.exists(name)]:
             raise _ArtifactsMissing(missing)
@@ -662,26 +811,39 @@ class Registry:
         try:
             return RevisionDiff.from_dict(diff_json if isinstance(diff_json, dict) else json.loads(diff_json))
         except Exception as exc:  # JSON or schema errors: their text is the reason
-            raise RegistryError("invalid_diff", [f"the diff is not a revision diff: {str(exc).splitlines()[0]}"]
-                                ) from None
+            raise RegistryError(
+                "invalid_diff", [f"the diff is not a revision diff: {str(exc).splitlines()[0]}"]
+            ) from None
 
     @staticmethod
-    def _check(parent: BPETokenizer, parent_unreachable: list[str], child: BPETokenizer, sha: str,
-               uploaded: RevisionDiff | None, encoding: Callable[[], ValidationReport], *, rollback: bool
-               ) -> tuple[list[DiffEntry], list[str]]:
+    def _check(
+        parent: BPETokenizer,
+        parent_unreachable: list[str],
+        child: BPETokenizer,
+        sha: str,
+        uploaded: RevisionDiff | None,
+        encoding: Callable[[], ValidationReport],
+        *,
+        rollback: bool,
+    ) -> tuple[list[DiffEntry], list[str]]:
         """Every check of a publish; returns the child's diff entries and unreachable tokens. The
         lineage rules and the diff come first: the library's checks may still be running."""
         expected = diff_entries(parent, child)
         reasons = [] if rollback else lineage_problems(parent, child, expected)
         if uploaded is not None:
             if uploaded.tokenizer_sha256 != sha:
-                reasons.append(f"the diff describes tokenizer {uploaded.tokenizer_sha256[:12]}, not the uploaded "
-                               f"{sha[:12]}")
+                reasons.append(
+                    f"the diff describes tokenizer {uploaded.tokenizer_sha256[:12]}, not the uploaded {sha[:12]}"
+                )
             if uploaded.entries != expected:
-                wrong = sorted({e.id for e in uploaded.entries} ^ {e.id for e in expected}
-                               | {a.id for a, b in zip(uploaded.entries, expected) if a != b})
-                reasons.append(f"the diff does not match the tokenizers: {len(uploaded.entries)} entries uploaded, "
-                               f"{len(expected)} computed, ids differ at e.g. {wrong[:5]}")
+                wrong = sorted(
+                    {e.id for e in uploaded.entries} ^ {e.id for e in expected}
+                    | {a.id for a, b in zip(uploaded.entries, expected) if a != b}
+                )
+                reasons.append(
+                    f"the diff does not match the tokenizers: {len(uploaded.entries)} entries uploaded, "
+                    f"{len(expected)} computed, ids differ at e.g. {wrong[:5]}"
+                )
         report = validate(child, parent=parent, parent_unreachable=parent_unreachable, encoding=encoding())
         if report.reasons:
             raise RegistryError("invalid_tokenizer", report.reasons)
@@ -690,41 +852,91 @@ class Registry:
         return expected, report.unreachable
 
     @staticmethod
-    def _version_blobs(name: str, number: int, parent_sha: str | None, data: bytes, child: BPETokenizer,
-                       entries: list[DiffEntry], kind: str, metrics: dict[str, Any]) -> dict[str, bytes]:
+    def _version_blobs(
+        name: str,
+        number: int,
+        parent_sha: str | None,
+        data: bytes,
+        child: BPETokenizer,
+        entries: list[DiffEntry],
+        kind: str,
+        metrics: dict[str, Any],
+    ) -> dict[str, bytes]:
         """The artifacts of version ``number`` by name: the uploaded tokenizer.json, then the
         registry's diff."""
         sha = artifact_name(data)
-        diff = RevisionDiff(lineage=name, version=number, parent_version=number - 1 or None,
-                            tokenizer_sha256=sha, parent_sha256=parent_sha, vocab_size=len(child),
-                            id_space=child.id_space, entries=entries,
-                            config={"kind": kind, **({"metrics": metrics} if metrics else {})})
+        diff = RevisionDiff(
+            lineage=name,
+            version=number,
+            parent_version=number - 1 or None,
+            tokenizer_sha256=sha,
+            parent_sha256=parent_sha,
+            vocab_size=len(child),
+            id_space=child.id_space,
+            entries=entries,
+            config={"kind": kind, **({"metrics": metrics} if metrics else {})},
+        )
         diff_data = diff.to_json().encode("utf-8")
         return {sha: data, artifact_name(diff_data): diff_data}
 
-    def _insert_on_top(self, session: Session, name: str, expected: int, child: BPETokenizer,
-                       artifacts: tuple[str, str], **row: Any) -> VersionInfo:
+    def _insert_on_top(
+        self, session: Session, name: str, expected: int, child: BPETokenizer, artifacts: tuple[str, str], **row: Any
+    ) -> VersionInfo:
         lineage = self._lineage(session, name, lock=True)
         if lineage.latest != expected:
             raise _LatestMoved()
         return self._insert_version(session, lineage, child, artifacts, **row)
 
-    def _insert_version(self, session: Session, lineage: Lineage, child: BPETokenizer, artifacts: tuple[str, str],
-                        *, changed_ids: int, kind: str, created_by: str, metrics: dict[str, Any]) -> VersionInfo:
+    def _insert_version(
+        self,
+        session: Session,
+        lineage: Lineage,
+        child: BPETokenizer,
+        artifacts: tuple[str, str],
+        *,
+        changed_ids: int,
+        kind: str,
+        created_by: str,
+        metrics: dict[str, Any],
+    ) -> VersionInfo:
         """The row, ``latest`` and the outbox event, in the caller's transaction."""
         number = lineage.latest + 1
         sha, diff_sha = artifacts
-        row = Version(lineage_id=lineage.id, number=number, parent_number=lineage.latest or None, kind=kind,
-                      sha256=sha, diff_sha256=diff_sha, vocab_size=len(child), id_space=child.id_space,
-                      merges=len(child.merges), changed_ids=changed_ids, metrics=metrics, created_by=created_by)
+        row = Version(
+            lineage_id=lineage.id,
+            number=number,
+            parent_number=lineage.latest or None,
+            kind=kind,
+            sha256=sha,
+            diff_sha256=diff_sha,
+            vocab_size=len(child),
+            id_space=child.id_space,
+            merges=len(child.merges),
+            changed_ids=changed_ids,
+            metrics=metrics,
+            created_by=created_by,
+        )
         session.add(row)
-        session.add(Diff(lineage_id=lineage.id, from_number=row.parent_number, to_number=number, sha256=diff_sha,
-                         changed_ids=changed_ids))
+        session.add(
+            Diff(
+                lineage_id=lineage.id,
+                from_number=row.parent_number,
+                to_number=number,
+                sha256=diff_sha,
+                changed_ids=changed_ids,
+            )
+        )
         lineage.latest = number
-        event = {"event_id": str(uuid.uuid4()), "lineage": lineage.name, "version": number,
-                 "parent_version": row.parent_number, "sha256": sha, "kind": kind,
-                 "download_url": f"/v1/tokenizers/{lineage.name}/versions/{number}/tokenizer.json",
-                 "created_at": utcnow().isoformat()}
+        event = {
+            "event_id": str(uuid.uuid4()),
+            "lineage": lineage.name,
+            "version": number,
+            "parent_version": row.parent_number,
+            "sha256": sha,
+            "kind": kind,
+            "download_url": f"/v1/tokenizers/{lineage.name}/versions/{number}/tokenizer.json",
+            "created_at": utcnow().isoformat(),
+        }
         session.add(OutboxEvent(event_id=event["event_id"], lineage=lineage.name, payload=event))
         try:
             session.flush()

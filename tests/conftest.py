@@ -20,19 +20,48 @@ from tokenizers import Tokenizer
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
-from tests.servers import (broker, postgres_server, postgres_url, pytest_report_header,  # noqa: F401
-                           pytest_terminal_summary, redis_cluster, redis_url)
+from tests.servers import (  # the servers' fixtures and report hooks, for every test
+    broker,  # noqa: F401
+    postgres_server,  # noqa: F401
+    postgres_url,  # noqa: F401
+    pytest_report_header,  # noqa: F401
+    pytest_terminal_summary,  # noqa: F401
+    redis_cluster,  # noqa: F401
+    redis_url,  # noqa: F401
+)
 
 NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
-WORDS = ["stream", "token", "merge", "drift", "commit", "revise", "vocab", "tensor", "model", "data",
-         "kafka", "redis", "beam", "train", "byte", "pair", "sink", "graph", "epoch", "batch"]
+WORDS = [
+    "stream",
+    "token",
+    "merge",
+    "drift",
+    "commit",
+    "revise",
+    "vocab",
+    "tensor",
+    "model",
+    "data",
+    "kafka",
+    "redis",
+    "beam",
+    "train",
+    "byte",
+    "pair",
+    "sink",
+    "graph",
+    "epoch",
+    "batch",
+]
 
 
 def sentences(n: int, *, seed: int = 0, words: list[str] = WORDS) -> list[str]:
     """Deterministic pseudo-English sentences over a small word list."""
     rng = random.Random(seed)
-    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + rng.choice([".", "!", "?", ""])
-            for _ in range(n)]
+    return [
+        " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + rng.choice([".", "!", "?", ""])
+        for _ in range(n)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -47,12 +76,23 @@ def byte_tokenizer(corpus) -> BPETokenizer:
 
 # Llama-2's pipeline: spaces written as "▁" with one prepended, no pre-tokenizer, byte fallback.
 LLAMA2_PIPELINE = {
-    "normalizer": {"type": "Sequence", "normalizers": [
-        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "normalizer": {
+        "type": "Sequence",
+        "normalizers": [
+            {"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        ],
+    },
     "pre_tokenizer": None,
-    "decoder": {"type": "Sequence", "decoders": [
-        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
-        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "decoder": {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+        ],
+    },
 }
 
 
@@ -65,8 +105,12 @@ def sentencepiece_style(texts: list[str], *, vocab_size: int) -> BPETokenizer:
     hf = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
     hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     bytes_ = [f"<0x{b:02X}>" for b in range(256)]
-    hf.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
-                                                      initial_alphabet=["▁"], show_progress=False))
+    hf.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=["▁"], show_progress=False
+        ),
+    )
     data = json.loads(hf.to_str())
     vocab = data["model"]["vocab"]
     for token in bytes_:
@@ -124,8 +168,17 @@ def edit_tokenizer_model(data, edit: str, a: int, b: int):
     elif edit == "ignore_merges":
         model["ignore_merges"] = True
     elif edit == "special token":
-        data["added_tokens"].append({"id": vocab[ta], "content": ta, "single_word": False, "lstrip": False,
-                                     "rstrip": False, "normalized": False, "special": True})
+        data["added_tokens"].append(
+            {
+                "id": vocab[ta],
+                "content": ta,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
     return data
 
 
@@ -195,8 +248,15 @@ def trickle_body(sock: socket.socket, stop: threading.Event) -> None:
         pass
 
 
-def trickle(bootstrap: str, topic: str, corpus: Path, *, per_round: tuple[int, ...] = (10, 6, 3, 1),
-            pause: float = 0.02, stall: tuple[int, float] | None = None) -> threading.Thread:
+def trickle(
+    bootstrap: str,
+    topic: str,
+    corpus: Path,
+    *,
+    per_round: tuple[int, ...] = (10, 6, 3, 1),
+    pause: float = 0.02,
+    stall: tuple[int, float] | None = None,
+) -> threading.Thread:
     """A slow producer, started: the corpus's documents onto partition k % 4 of a new topic (each
     partition in time order), partition p getting ``per_round[p]`` more each round, a short pause
     (well under the readers' wait) between rounds: partitions at different speeds, records coming
@@ -207,8 +267,10 @@ def trickle(bootstrap: str, topic: str, corpus: Path, *, per_round: tuple[int, .
     from schemas.document import StreamDocument, encode_document
 
     create_topic(bootstrap, topic, partitions=4)
-    values = [encode_document(StreamDocument(id=f"doc-{k:03d}", text=doc.text, ts=doc.ts))
-              for k, doc in enumerate(read_corpus(corpus).documents)]
+    values = [
+        encode_document(StreamDocument(id=f"doc-{k:03d}", text=doc.text, ts=doc.ts))
+        for k, doc in enumerate(read_corpus(corpus).documents)
+    ]
     queues = [values[p::4] for p in range(4)]
 
     def send() -> None:

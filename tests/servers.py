@@ -73,8 +73,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     except TokmaintError as exc:
         return f"servers: none ({exc})"
     where = os.environ.get("DOCKER_HOST", "the default socket")
-    return (f"servers: local binaries ({reason})" if reason
-            else f"servers: containers of the stand-in images (testcontainers, engine at {where})")
+    return (
+        f"servers: local binaries ({reason})"
+        if reason
+        else f"servers: containers of the stand-in images (testcontainers, engine at {where})"
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -187,12 +190,17 @@ def postgres_server() -> Iterator[str]:
     container.with_envs(POSTGRES_USER="postgres", POSTGRES_PASSWORD=password, POSTGRES_DB="postgres")
 
     def connect() -> None:
-        psycopg2.connect(host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres",
-                         connect_timeout=2).close()
+        psycopg2.connect(
+            host="127.0.0.1", port=port, user="postgres", password=password, dbname="postgres", connect_timeout=2
+        ).close()
 
-    yield from _container(container, f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}",
-                          lambda: wait_for(f"PostgreSQL at 127.0.0.1:{port}", connect, wait=READY_SECONDS,
-                                           errors=(psycopg2.OperationalError,)))
+    yield from _container(
+        container,
+        f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}",
+        lambda: wait_for(
+            f"PostgreSQL at 127.0.0.1:{port}", connect, wait=READY_SECONDS, errors=(psycopg2.OperationalError,)
+        ),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -52,8 +52,11 @@ def resolved(compose) -> dict:
 
 
 def test_the_compose_file_follows_the_compose_specification(resolved):
-    schema = json.loads((importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
-                         / "compose-spec.json").read_text(encoding="utf-8"))
+    schema = json.loads(
+        (importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json").read_text(
+            encoding="utf-8"
+        )
+    )
     validator = jsonschema.validators.validator_for(schema)(schema)
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(resolved)]
     assert errors == []
@@ -160,8 +163,12 @@ def test_the_dockerfile_lints_clean():
     for instruction, argument in build + runtime:
         if instruction == "COPY" and not argument.startswith("--from"):
             assert (ROOT / argument.split()[0]).exists(), f"COPY of a path not in the repository: {argument}"
-    packages = {p.rstrip("*") for p in re.findall(r'"([\w*]+)"', re.search(
-        r"include = \[([^\]]*)\]", (ROOT / "pyproject.toml").read_text())[1])}
+    packages = {
+        p.rstrip("*")
+        for p in re.findall(
+            r'"([\w*]+)"', re.search(r"include = \[([^\]]*)\]", (ROOT / "pyproject.toml").read_text())[1]
+        )
+    }
     copied = {a.split()[0] for i, a in build if i == "COPY"}
     assert packages <= copied, f"packages not copied into the image: {packages - copied}"
     users = [a for i, a in runtime if i == "USER"]
@@ -173,10 +180,15 @@ def test_the_dockerfile_lints_clean():
 def test_the_flink_file_adds_a_cluster_of_the_project_image_and_its_commands_parse():
     """docker-compose.flink.yml: a JobManager and a TaskManager of the project image, the job's
     submission, and the single-process pipeline out of the way (one writer per lineage)."""
-    flink = interpolate(yaml.safe_load((ROOT / "docker-compose.flink.yml").read_text(encoding="utf-8")),
-                        {"TOKMAINT_REGISTRY_TOKEN": "t" * 32})
-    schema = json.loads((importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
-                         / "compose-spec.json").read_text(encoding="utf-8"))
+    flink = interpolate(
+        yaml.safe_load((ROOT / "docker-compose.flink.yml").read_text(encoding="utf-8")),
+        {"TOKMAINT_REGISTRY_TOKEN": "t" * 32},
+    )
+    schema = json.loads(
+        (importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json").read_text(
+            encoding="utf-8"
+        )
+    )
     validator = jsonschema.validators.validator_for(schema)(schema)
     assert [e.message for e in validator.iter_errors(flink)] == []
     services = flink["services"]

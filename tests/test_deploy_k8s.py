@@ -23,8 +23,9 @@ def render(overlay: str) -> list[dict]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("no kubectl here (its built-in kustomize renders the overlays)")
-    result = subprocess.run([kubectl, "kustomize", str(ROOT / "k8s" / "overlays" / overlay)], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "k8s" / "overlays" / overlay)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -78,8 +79,10 @@ def test_references_resolve(overlay):
                 assert ("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]) in have
     for service in (o for o in objects if o["kind"] == "Service"):
         selector = service["spec"]["selector"]
-        assert any(o["kind"] == "Deployment" and selector.items() <= o["spec"]["template"]["metadata"]["labels"].items()
-                   for o in objects), f"service {service['metadata']['name']} selects no pods"
+        assert any(
+            o["kind"] == "Deployment" and selector.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+            for o in objects
+        ), f"service {service['metadata']['name']} selects no pods"
 
 
 def test_pods_are_locked_down_and_sized(overlay):

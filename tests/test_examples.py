@@ -25,9 +25,14 @@ def lineage_versions(drifting_corpus):
 def _run(example: str, *argv: str, publish=None) -> list[str]:
     """The example's log lines; ``publish()`` is called once it says it trains (a version published
     then is news to it)."""
-    process = subprocess.Popen([sys.executable, str(ROOT / "examples" / example), *argv], cwd=ROOT, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / example), *argv],
+        cwd=ROOT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     said = []
     for line in process.stderr:
         said.append(line.rstrip("\n"))
@@ -44,9 +49,22 @@ def test_an_example_takes_a_version_published_while_it_trains(example, registry_
     url, _ = registry_server
     _, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
-    said = _run(example, "--registry", url, "--lineage", name, "--steps", "100", "--batch-size", "4",
-                "--seq-len", "32", "--out", str(tmp_path / "out"),
-                publish=lambda: publish_revision(url, name, revisions[0]))
+    said = _run(
+        example,
+        "--registry",
+        url,
+        "--lineage",
+        name,
+        "--steps",
+        "100",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+        "--out",
+        str(tmp_path / "out"),
+        publish=lambda: publish_revision(url, name, revisions[0]),
+    )
     assert any(f"training {name} version 1" in line for line in said)
     assert any(line.startswith("tokmaint.trainer: trainer: took version 2 at step ") for line in said)
     assert f"ended on {name} version 2 after 100 steps" in said[-1]
@@ -56,8 +74,20 @@ def test_the_trainer_example_resumes_from_its_checkpoint(registry_server, lineag
     url, _ = registry_server
     _, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
-    common = ["--registry", url, "--lineage", name, "--batch-size", "4", "--seq-len", "32", "--save-steps", "4",
-              "--out", str(tmp_path)]
+    common = [
+        "--registry",
+        url,
+        "--lineage",
+        name,
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+        "--save-steps",
+        "4",
+        "--out",
+        str(tmp_path),
+    ]
     _run("hf_trainer.py", *common, "--steps", "4")
     publish_revision(url, name, revisions[0])
     said = _run("hf_trainer.py", *common, "--steps", "8", "--resume", str(tmp_path / "checkpoint-4"))

@@ -74,8 +74,11 @@ def markdown_links(text: str) -> list[str]:
 def relative_links(page: Path) -> list[str]:
     """The targets of a page's links that name a file of the repository: not a URL, not an anchor of
     the page itself."""
-    return [t for t in markdown_links(page.read_text(encoding="utf-8"))
-            if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+    return [
+        t
+        for t in markdown_links(page.read_text(encoding="utf-8"))
+        if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")
+    ]
 
 
 def test_readme_commands_parse_and_read_what_exists_or_was_written():
@@ -103,4 +106,3 @@ def test_relative_links_point_to_files_that_exist(page: Path):
     for target in relative_links(page):
         path = (page.parent / target.split("#")[0]).resolve()
         assert path.exists(), f"{page.relative_to(ROOT)}: the link {target} names no file"
-

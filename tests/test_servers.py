@@ -8,8 +8,9 @@ import pytest
 from tests.servers import IMAGES, local_reason, pytest_report_header
 
 
-def test_the_servers_are_stand_in_containers_on_loopback_where_an_engine_answers(broker, redis_url, postgres_server,
-                                                                                request):
+def test_the_servers_are_stand_in_containers_on_loopback_where_an_engine_answers(
+    broker, redis_url, postgres_server, request
+):
     header = pytest_report_header(request.config)
     reason = local_reason()
     if reason is not None:
@@ -18,13 +19,19 @@ def test_the_servers_are_stand_in_containers_on_loopback_where_an_engine_answers
     import docker
 
     assert header.startswith("servers: containers of the stand-in images")
-    ports = {"broker": int(broker.rsplit(":", 1)[1]), "redis": urlparse(redis_url).port,
-             "postgres": urlparse(postgres_server.replace("+psycopg2", "")).port}
+    ports = {
+        "broker": int(broker.rsplit(":", 1)[1]),
+        "redis": urlparse(redis_url).port,
+        "postgres": urlparse(postgres_server.replace("+psycopg2", "")).port,
+    }
     client = docker.from_env()
     try:
-        published = {int(binding["HostPort"]): (binding["HostIp"], container.image.tags)
-                     for container in client.containers.list()
-                     for bindings in container.ports.values() for binding in bindings or []}
+        published = {
+            int(binding["HostPort"]): (binding["HostIp"], container.image.tags)
+            for container in client.containers.list()
+            for bindings in container.ports.values()
+            for binding in bindings or []
+        }
     finally:
         client.close()
     for server, port in ports.items():

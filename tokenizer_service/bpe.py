@@ -50,8 +50,8 @@ def byte_to_unicode() -> dict[int, str]:
     >>> byte_to_unicode()[32], byte_to_unicode()[65]
     ('Ġ', 'A')
     """
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1)
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     codes = printable[:]
     extra = 0
@@ -113,8 +113,11 @@ def _strings_and_ids(vocab: Mapping[Any, Any], merges: Sequence[Sequence[Any]]) 
     >>> _strings_and_ids({"a": 0, "b": 1, "ab": 2}, [("a", "b")]), _strings_and_ids({"a": 0.0}, [])
     (True, False)
     """
-    return (set(map(type, vocab)) <= {str} and set(map(type, vocab.values())) <= {int}
-            and set(map(type, chain.from_iterable(merges))) <= {str})
+    return (
+        set(map(type, vocab)) <= {str}
+        and set(map(type, vocab.values())) <= {int}
+        and set(map(type, chain.from_iterable(merges))) <= {str}
+    )
 
 
 def mentions_byte_level(section: Any) -> bool:
@@ -137,8 +140,11 @@ def loaded_byte_level(hf: Tokenizer) -> bool:
     >>> loaded_byte_level(BPETokenizer.train(["x"], vocab_size=257).hf)
     True
     """
-    return any(mentions_byte_level(json.loads(part.__getstate__())) for part in (hf.pre_tokenizer, hf.decoder)
-               if part is not None)
+    return any(
+        mentions_byte_level(json.loads(part.__getstate__()))
+        for part in (hf.pre_tokenizer, hf.decoder)
+        if part is not None
+    )
 
 
 def loaded_byte_fallback(hf: Tokenizer) -> bool:
@@ -161,8 +167,13 @@ def space_symbol(pipeline: Mapping[str, Any]) -> str | None:
     """
     for step in pipeline_steps(pipeline.get("normalizer"), "normalizers"):
         pattern = step.get("pattern")
-        if (step.get("type") == "Replace" and isinstance(pattern, dict) and pattern.get("String") == " "
-                and isinstance(step.get("content"), str) and step["content"]):
+        if (
+            step.get("type") == "Replace"
+            and isinstance(pattern, dict)
+            and pattern.get("String") == " "
+            and isinstance(step.get("content"), str)
+            and step["content"]
+        ):
             return step["content"]
     for step in pipeline_steps(pipeline.get("pre_tokenizer"), "pretokenizers"):
         if step.get("type") == "Metaspace" and isinstance(step.get("replacement"), str) and step["replacement"]:
@@ -326,8 +337,9 @@ class BPETokenizer:
         # Ids in order keeps the JSON stable and readable. A revision's vocabulary has its new
         # tokens last: sorted with a C key (a lambda's 50k calls took ~15 ms).
         ids = list(self.vocab.values())
-        model["vocab"] = dict(self.vocab) if ids == sorted(ids) else dict(sorted(self.vocab.items(),
-                                                                             key=operator.itemgetter(1)))
+        model["vocab"] = (
+            dict(self.vocab) if ids == sorted(ids) else dict(sorted(self.vocab.items(), key=operator.itemgetter(1)))
+        )
         model["merges"] = list(self.merges)  # json writes the pairs (tuples) as lists
         data = {"version": "1.0", **self.pipeline, "model": model}
         data.setdefault("added_tokens", [])
@@ -359,7 +371,7 @@ class BPETokenizer:
         model["vocab"], model["merges"] = {}, []
         skeleton = _compact_json(data).encode("utf-8")
         at = skeleton.rindex(_EMPTY_BULK)
-        return skeleton[:at] + bulk + skeleton[at + len(_EMPTY_BULK):]
+        return skeleton[:at] + bulk + skeleton[at + len(_EMPTY_BULK) :]
 
     def save(self, path: str | Path) -> None:
         Path(path).write_bytes(self.to_json_bytes())
@@ -546,8 +558,11 @@ class BPETokenizer:
         a look-ahead that finds every occurrence: no word is cut inside one."""
         if self._word_start is None:
             return None
-        crossing = sorted((t for t in self.vocab if t not in self.added_tokens and self._word_start.search(t, 1)),
-                          key=len, reverse=True)
+        crossing = sorted(
+            (t for t in self.vocab if t not in self.added_tokens and self._word_start.search(t, 1)),
+            key=len,
+            reverse=True,
+        )
         return re.compile("(?=(" + "|".join(map(re.escape, crossing)) + "))") if crossing else None
 
     def split_words(self, piece: str) -> list[str]:

@@ -47,7 +47,6 @@ from tokenizer_service.errors import CorpusError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-
 @dataclass(frozen=True)
 class Document:
     """One document; ``ts`` is an aware UTC datetime, or None in a corpus without times."""
@@ -122,8 +121,11 @@ def _record(line: str, *, timed: bool | None) -> Document:
     if not isinstance(text, str):
         raise ValueError(f"'text' must be a string, got {json_kind(text)}")
     if timed is not None and ("ts" in record) != timed:
-        raise ValueError("no 'ts' field, but earlier records have one" if timed
-                         else "has a 'ts' field, but earlier records have none (give every record a 'ts' or none)")
+        raise ValueError(
+            "no 'ts' field, but earlier records have one"
+            if timed
+            else "has a 'ts' field, but earlier records have none (give every record a 'ts' or none)"
+        )
     return Document(ts=parse_timestamp(record["ts"]) if "ts" in record else None, text=text)
 
 
@@ -157,8 +159,13 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
     number = 0
     try:
         raw, stream = _open_binary(path)
-        with raw, stream, tqdm(total=path.stat().st_size, desc=f"read {path.name}", unit="B", unit_scale=True,
-                               disable=not progress) as bar:
+        with (
+            raw,
+            stream,
+            tqdm(
+                total=path.stat().st_size, desc=f"read {path.name}", unit="B", unit_scale=True, disable=not progress
+            ) as bar,
+        ):
             for number, data in enumerate(stream, 1):
                 digest.update(data)
                 if number % 4096 == 0:
@@ -177,8 +184,9 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
                     continue
                 if plain_text:
                     # \r alone ends a line too (old Mac files); "\r\n" leaves an empty piece.
-                    docs.extend(Document(ts=None, text=piece) for piece in line.removesuffix("\n").split("\r")
-                                if piece.strip())
+                    docs.extend(
+                        Document(ts=None, text=piece) for piece in line.removesuffix("\n").split("\r") if piece.strip()
+                    )
                     continue
                 try:
                     doc = _record(line, timed=timed)
@@ -195,8 +203,11 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
     except OSError as exc:
         raise CorpusError(path, exc.strerror or str(exc)) from None
     if not docs:
-        detail = (f" ({len(rejected)} bad records skipped, the first: line {rejected[0].line}: {rejected[0].reason})"
-                  if rejected else "")
+        detail = (
+            f" ({len(rejected)} bad records skipped, the first: line {rejected[0].line}: {rejected[0].reason})"
+            if rejected
+            else ""
+        )
         raise CorpusError(path, f"no documents{detail}")
     if timed:
         docs.sort(key=lambda d: d.ts)

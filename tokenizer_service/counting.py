@@ -110,11 +110,19 @@ def add_counts(parts: Sequence[StepCounts], weights: Sequence[float] | None = No
     pair_keys, pair_counts = merged([p.pair_keys for p in parts], [p.pair_counts for p in parts])
     neighbour_keys = neighbour_counts = None
     if all(p.neighbour_keys is not None for p in parts):
-        neighbour_keys, neighbour_counts = merged([p.neighbour_keys for p in parts],
-                                                  [p.neighbour_counts for p in parts])
-    return StepCounts(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts,
-                      n_bytes=sum(p.n_bytes for p in parts), n_tokens=sum(p.n_tokens for p in parts),
-                      neighbour_keys=neighbour_keys, neighbour_counts=neighbour_counts)
+        neighbour_keys, neighbour_counts = merged(
+            [p.neighbour_keys for p in parts], [p.neighbour_counts for p in parts]
+        )
+    return StepCounts(
+        token_ids=token_ids,
+        token_counts=token_counts,
+        pair_keys=pair_keys,
+        pair_counts=pair_counts,
+        n_bytes=sum(p.n_bytes for p in parts),
+        n_tokens=sum(p.n_tokens for p in parts),
+        neighbour_keys=neighbour_keys,
+        neighbour_counts=neighbour_counts,
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,7 @@ class WordTally:
             if added and any(token in text for token in added):
                 tally.special.append(text)
             else:
-                tally.boundaries.update(zip(words[at:at + length - 1], words[at + 1:at + length]))
+                tally.boundaries.update(zip(words[at : at + length - 1], words[at + 1 : at + length]))
             at += length
         return tally
 
@@ -293,8 +301,9 @@ class StepCounter:
         # Tables indexed by old id, not np.isin over every cached token (its sorts took 8-16 ms
         # a revision on a stream's cache, in the job's plan and again in its counting process).
         firsts = unpack_pair(change.pairs)[0]
-        table = np.zeros(1 + max(int(tokens.max(initial=0)), int(change.ids.max(initial=0)),
-                                 int(firsts.max(initial=0))), bool)
+        table = np.zeros(
+            1 + max(int(tokens.max(initial=0)), int(change.ids.max(initial=0)), int(firsts.max(initial=0))), bool
+        )
         table[change.ids] = True
         stale = table[tokens]
         if len(change.pairs) and len(tokens) > 1:
@@ -314,8 +323,10 @@ class StepCounter:
             self._len = np.concatenate([self._len, np.full(grow, -1, np.int64)])
             tokenizer = self.tokenizer  # a byte-level word's characters are a byte each
             specials = tokenizer.special_tokens if tokenizer.byte_level else None
-            new_bytes = [len(w) if specials is not None and w not in specials else len(tokenizer.token_bytes(w))
-                         for w in self.words.words[n - grow :]]
+            new_bytes = [
+                len(w) if specials is not None and w not in specials else len(tokenizer.token_bytes(w))
+                for w in self.words.words[n - grow :]
+            ]
             self._word_bytes = np.concatenate([self._word_bytes, np.asarray(new_bytes, np.int64)])
         missing = np.unique(word_ids[self._len[word_ids] < 0])
         if len(missing) == 0:
@@ -327,8 +338,9 @@ class StepCounter:
             self._compact()
         self._start[missing] = len(self._flat) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         self._len[missing] = lengths
-        self._flat = np.concatenate([self._flat, np.fromiter(chain.from_iterable(encoded), np.int64,
-                                                             int(lengths.sum()))])
+        self._flat = np.concatenate(
+            [self._flat, np.fromiter(chain.from_iterable(encoded), np.int64, int(lengths.sum()))]
+        )
 
     def _compact(self) -> None:
         """Drop encodings of earlier versions that are no longer referenced."""
@@ -342,8 +354,9 @@ class StepCounter:
         offsets = np.repeat(self._start[word_ids] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
         return self._flat[offsets + np.arange(total)]
 
-    def count_texts(self, texts: Sequence[str], *, neighbours: bool = False,
-                    words: tuple[np.ndarray, np.ndarray] | None = None) -> StepCounts:
+    def count_texts(
+        self, texts: Sequence[str], *, neighbours: bool = False, words: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> StepCounts:
         """Pre-tokenize texts, count each distinct word once, weight by its frequency; with
         ``neighbours``, also the adjacent token pairs of each whole document (what
         ``encode_batch`` gives: the words' pairs plus the pairs across each word boundary),
@@ -365,8 +378,11 @@ class StepCounter:
             return counts
         # Documents with an added token's text, which encoding matches before BPE, are not plain.
         added = self.tokenizer.added_tokens
-        plain = np.fromiter((not any(token in text for token in added) for text in texts), bool, len(texts)) \
-            if added else np.ones(len(texts), bool)
+        plain = (
+            np.fromiter((not any(token in text for token in added) for text in texts), bool, len(texts))
+            if added
+            else np.ones(len(texts), bool)
+        )
         words = flat
         if plain.all():
             inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
@@ -378,10 +394,14 @@ class StepCounter:
         # Across a word boundary: each word and the next in one document.
         follows = np.ones(len(words), dtype=bool)
         follows[np.cumsum(lengths)[lengths > 0] - 1] = False
-        boundary_keys, boundary_counts = np.unique(self._boundary_keys(words[:-1][follows[:-1]],
-                                                                       words[1:][follows[:-1]]), return_counts=True)
-        return self._with_neighbours(counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
-                                     [text for text, p in zip(texts, plain) if not p])
+        boundary_keys, boundary_counts = np.unique(
+            self._boundary_keys(words[:-1][follows[:-1]], words[1:][follows[:-1]]), return_counts=True
+        )
+        return self._with_neighbours(
+            counts,
+            [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
+            [text for text, p in zip(texts, plain) if not p],
+        )
 
     def _boundary_keys(self, before: np.ndarray, after: np.ndarray) -> np.ndarray:
         """The packed pairs (last token of word ``before[k]``, first token of word ``after[k]``)
@@ -389,18 +409,27 @@ class StepCounter:
         last = self._flat[self._start[before] + self._len[before] - 1]
         return pack_pair(last, self._flat[self._start[after]])
 
-    def _with_neighbours(self, counts: StepCounts, parts: list[tuple[np.ndarray, np.ndarray]],
-                         special: list[str]) -> StepCounts:
+    def _with_neighbours(
+        self, counts: StepCounts, parts: list[tuple[np.ndarray, np.ndarray]], special: list[str]
+    ) -> StepCounts:
         """``counts`` with its neighbours: the (keys, counts) of ``parts``, within and across
         words, and every adjacent pair of the ``special`` texts (those with an added token's
         text), encoded whole."""
-        special_keys = [pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64))
-                        for text in special for ids in [self.tokenizer.encode(text)] if len(ids) > 1]
-        weights = np.concatenate([*(np.asarray(n, np.float64) for _, n in parts),
-                                  *[np.ones(len(k)) for k in special_keys]])
+        special_keys = [
+            pack_pair(np.asarray(ids[:-1], np.int64), np.asarray(ids[1:], np.int64))
+            for text in special
+            for ids in [self.tokenizer.encode(text)]
+            if len(ids) > 1
+        ]
+        weights = np.concatenate(
+            [*(np.asarray(n, np.float64) for _, n in parts), *[np.ones(len(k)) for k in special_keys]]
+        )
         neighbour_keys, inverse = unique_runs([*(k for k, _ in parts), *special_keys])
-        return replace(counts, neighbour_keys=neighbour_keys,
-                       neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)))
+        return replace(
+            counts,
+            neighbour_keys=neighbour_keys,
+            neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)),
+        )
 
     def word_sequences(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The word ids of the texts in order, back to back, and each text's number of words
@@ -456,16 +485,21 @@ class StepCounter:
             plain = Counter(tally.words)
             plain.subtract(Counter(split_words(self.tokenizer, tally.special)[0]))
             kept = [(w, n) for w, n in plain.items() if n > 0]
-            inner_keys, inner_counts = self._pairs(self._word_ids([w for w, _ in kept]),
-                                                   np.array([n for _, n in kept], np.float64))
+            inner_keys, inner_counts = self._pairs(
+                self._word_ids([w for w, _ in kept]), np.array([n for _, n in kept], np.float64)
+            )
         before = self._word_ids([w for w, _ in tally.boundaries])
         after = self._word_ids([w for _, w in tally.boundaries])
         self._ensure_encoded(np.concatenate([before, after]))
         boundary_keys, inverse = np.unique(self._boundary_keys(before, after), return_inverse=True)
-        boundary_counts = np.bincount(inverse, weights=np.fromiter(tally.boundaries.values(), np.float64,
-                                                                   len(tally.boundaries)), minlength=len(boundary_keys))
-        return self._with_neighbours(counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
-                                     tally.special)
+        boundary_counts = np.bincount(
+            inverse,
+            weights=np.fromiter(tally.boundaries.values(), np.float64, len(tally.boundaries)),
+            minlength=len(boundary_keys),
+        )
+        return self._with_neighbours(
+            counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)], tally.special
+        )
 
     def count_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""
@@ -487,8 +521,14 @@ class StepCounter:
             n_tokens=int(weights.sum()),
         )
 
-    def _pairs(self, word_ids: np.ndarray, freqs: np.ndarray, *, tokens: np.ndarray | None = None,
-               weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(
+        self,
+        word_ids: np.ndarray,
+        freqs: np.ndarray,
+        *,
+        tokens: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The within-word pairs of encoded words (distinct ids, frequencies) and their counts."""
         lengths = self._len[word_ids]
         if tokens is None:

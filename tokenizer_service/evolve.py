@@ -57,26 +57,38 @@ class StreamSettings(Settings):
 
     vocab_size: int = setting(4096, whole(257, MAX_ID_SPACE), "vocabulary of the initial tokenizer it trains")
     step_docs: int = setting(64, whole(1), "documents per time step")
-    horizon_docs: int = setting(6400, whole(1), "documents the statistics remember (the EMA's time constant; at "
-                                                "least --step-docs)")
+    horizon_docs: int = setting(
+        6400, whole(1), "documents the statistics remember (the EMA's time constant; at least --step-docs)"
+    )
     interval_docs: int = setting(640, whole(1), "documents between revisions (rounded to whole steps)")
-    warmup_docs: int | None = setting(None, whole(0), "documents before the first revision, which comes at the next "
-                                                      "interval boundary (default: --horizon-docs, so that it "
-                                                      "decides on statistics that have seen a horizon)")
+    warmup_docs: int | None = setting(
+        None,
+        whole(0),
+        "documents before the first revision, which comes at the next "
+        "interval boundary (default: --horizon-docs, so that it "
+        "decides on statistics that have seen a horizon)",
+    )
     beta: float = setting(1.2, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink]")
     batch_size: int = setting(1000, whole(1), "most swaps (an add and a delete) per revision (K, a safety cap)")
-    id_price: float = setting(10.0, Number(float, low=0),
-                              "tokens a swap must save among the horizon's documents for the id it changes "
-                              "(0 with --base-token-cost 0: the paper's rule)")
-    base_token_cost: float = setting(2.5e-5, Number(float, low=0),
-                                     "share of the stream's tokens a swap must also save when it deletes a "
-                                     "pre-trained token (0: none)")
+    id_price: float = setting(
+        10.0,
+        Number(float, low=0),
+        "tokens a swap must save among the horizon's documents for the id it changes "
+        "(0 with --base-token-cost 0: the paper's rule)",
+    )
+    base_token_cost: float = setting(
+        2.5e-5,
+        Number(float, low=0),
+        "share of the stream's tokens a swap must also save when it deletes a pre-trained token (0: none)",
+    )
 
     @model_validator(mode="after")
     def _horizon_holds_a_step(self) -> Self:
         if self.horizon_docs < self.step_docs:
-            raise ValueError(f"horizon_docs must be at least step_docs ({self.step_docs}): the statistics remember "
-                             f"at least one step, got {self.horizon_docs}")
+            raise ValueError(
+                f"horizon_docs must be at least step_docs ({self.step_docs}): the statistics remember "
+                f"at least one step, got {self.horizon_docs}"
+            )
         return self
 
     @property
@@ -93,10 +105,14 @@ class StreamSettings(Settings):
     def tedtok_config(self, **options: Any) -> TedTokConfig:
         """The Ted-Tok config of this stream (no length needed)."""
         return TedTokConfig(
-            alpha=self.alpha, beta=self.beta, batch_size=self.batch_size,
+            alpha=self.alpha,
+            beta=self.beta,
+            batch_size=self.batch_size,
             interval=max(1, round(self.interval_docs / self.step_docs)),
-            warmup_steps=self.warmup_steps, id_price=self.id_price,
-            base_token_cost=self.base_token_cost, **options,
+            warmup_steps=self.warmup_steps,
+            id_price=self.id_price,
+            base_token_cost=self.base_token_cost,
+            **options,
         )
 
 
@@ -105,8 +121,9 @@ class EvolveSettings(StreamSettings):
     (environment: ``TOKMAINT_EVOLVE_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_EVOLVE_")
-    init_share: float = setting(0.2, share(one=False),
-                                "share of the oldest documents the initial tokenizer is trained on")
+    init_share: float = setting(
+        0.2, share(one=False), "share of the oldest documents the initial tokenizer is trained on"
+    )
     append_ids: bool = setting(False, None, "give new tokens fresh ids instead of recycling freed ones")
     lineage: LineageName = setting("default", None, "lineage name recorded in every diff")
 
@@ -123,8 +140,9 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
         for file_name, data in files.items():
             path = folder / file_name
             if not path.is_file() or path.read_bytes() != data:
-                raise OutputError(f"{path} is not the version this run makes (changed since it was written?); "
-                                  "choose another --out")
+                raise OutputError(
+                    f"{path} is not the version this run makes (changed since it was written?); choose another --out"
+                )
         return
 
     def write(staging):
@@ -137,8 +155,14 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
 VersionSink = Callable[[int, BPETokenizer, RevisionDiff | None], None]
 
 
-def replay(tedtok: TedTok, stream: Iterable[list[str]], sinks: list[VersionSink], log: StepLog | None = None, *,
-           progress: bool = False) -> float | None:
+def replay(
+    tedtok: TedTok,
+    stream: Iterable[list[str]],
+    sinks: list[VersionSink],
+    log: StepLog | None = None,
+    *,
+    progress: bool = False,
+) -> float | None:
     """Ted-Tok over a stream of steps (each a list of texts) in memory, the one driver of ``evolve``
     and of the demo's in-process pipeline: each step observed, each revision validated against its
     parent and handed to every sink before the step that made it is logged. Returns the first
@@ -175,9 +199,16 @@ def replay(tedtok: TedTok, stream: Iterable[list[str]], sinks: list[VersionSink]
     return first_bpt
 
 
-def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings | None = None, *,
-               initial: BPETokenizer | None = None, force: bool = False, progress: bool = False,
-               publish: VersionSink | None = None) -> dict[str, Any]:
+def run_evolve(
+    corpus: Corpus,
+    out: str | Path | None,
+    settings: EvolveSettings | None = None,
+    *,
+    initial: BPETokenizer | None = None,
+    force: bool = False,
+    progress: bool = False,
+    publish: VersionSink | None = None,
+) -> dict[str, Any]:
     """Evolve ``initial`` (default: trained on the oldest ``init_share``) over the rest of the
     corpus, writing every version into the output directory ``out`` (claimed by the rules of
     ``output_dir``, after the inputs are checked) and/or handing it to ``publish`` (a registry
@@ -188,26 +219,36 @@ def run_evolve(corpus: Corpus, out: str | Path | None, settings: EvolveSettings 
     if initial is None:
         n_init = max(1, round(settings.init_share * len(docs)))
         if n_init >= len(docs):
-            raise CorpusError(corpus.path, f"{len(docs)} documents: --init-share {settings.init_share} leaves none to "
-                                           "stream after training the initial tokenizer; lower --init-share")
-    run = {"corpus_sha256": corpus.sha256, "tokenizer_sha256": initial.sha256 if initial else None,
-           "skipped_records": len(corpus.skipped), **settings.model_dump()}
+            raise CorpusError(
+                corpus.path,
+                f"{len(docs)} documents: --init-share {settings.init_share} leaves none to "
+                "stream after training the initial tokenizer; lower --init-share",
+            )
+    run = {
+        "corpus_sha256": corpus.sha256,
+        "tokenizer_sha256": initial.sha256 if initial else None,
+        "skipped_records": len(corpus.skipped),
+        **settings.model_dump(),
+    }
     with contextlib.ExitStack() as stack:
         output = None
         sinks: list[VersionSink] = []
         if out is not None:
-            output = stack.enter_context(OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS,
-                                                         force=force))
+            output = stack.enter_context(
+                OutputDir.claim(out, command="evolve", run=run, outputs=VERSION_OUTPUTS, force=force)
+            )
             sinks.append(lambda number, tokenizer, diff: _write_version(output, number, tokenizer, diff))
         if publish is not None:
             sinks.append(publish)
         if initial is None:
-            initial = BPETokenizer.train([d.text for d in docs[:n_init]], vocab_size=settings.vocab_size,
-                                         progress=progress)
+            initial = BPETokenizer.train(
+                [d.text for d in docs[:n_init]], vocab_size=settings.vocab_size, progress=progress
+            )
             validate(initial).raise_for_reasons(source="the trained initial tokenizer")
         stream = list(batches(docs[n_init:], settings.step_docs))
-        tedtok = TedTok(initial, config=settings.tedtok_config(recycle_ids=not settings.append_ids),
-                        lineage=settings.lineage)
+        tedtok = TedTok(
+            initial, config=settings.tedtok_config(recycle_ids=not settings.append_ids), lineage=settings.lineage
+        )
         for sink in sinks:
             sink(1, initial, None)
         log = None

@@ -50,11 +50,15 @@ def special_tokens_map(tokenizer: BPETokenizer, *, bos_id: int | None = None) ->
     return {"bos_token": special, "eos_token": special} if special else {}
 
 
-def tokenizer_config(tokenizer: BPETokenizer, *, model_max_length: int | None = None,
-                     bos_id: int | None = None) -> dict[str, Any]:
+def tokenizer_config(
+    tokenizer: BPETokenizer, *, model_max_length: int | None = None, bos_id: int | None = None
+) -> dict[str, Any]:
     """``tokenizer_config.json``: the fast tokenizer over ``tokenizer.json`` as it is (no clean-up
     of spaces: decoding gives the text back), its special tokens, and the longest input
     (``model_max_length``; transformers' "no limit" when None)."""
-    return {"tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": NO_LENGTH_LIMIT if model_max_length is None else model_max_length,
-            "clean_up_tokenization_spaces": False, **special_tokens_map(tokenizer, bos_id=bos_id)}
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": NO_LENGTH_LIMIT if model_max_length is None else model_max_length,
+        "clean_up_tokenization_spaces": False,
+        **special_tokens_map(tokenizer, bos_id=bos_id),
+    }

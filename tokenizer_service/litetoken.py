@@ -89,8 +89,9 @@ class CorpusCounts:
         emitted = np.bincount(flat, minlength=size)[:size].astype(np.float64)
         keys = [pack_pair(a[:-1], a[1:]) for a in arrays if len(a) > 1]
         uniq, counts = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
-        return cls(emitted=emitted, neighbour_keys=uniq, neighbour_counts=counts.astype(np.float64),
-                   documents=len(arrays))
+        return cls(
+            emitted=emitted, neighbour_keys=uniq, neighbour_counts=counts.astype(np.float64), documents=len(arrays)
+        )
 
     @classmethod
     def combined(cls, parts: Sequence["CorpusCounts"]) -> "CorpusCounts":
@@ -105,8 +106,9 @@ class CorpusCounts:
         return cls(emitted, uniq, counts, sum(p.documents for p in parts))
 
 
-def count_corpus(tokenizer: BPETokenizer, texts: Sequence[str], *, batch_size: int = 2000,
-                 progress: bool = False) -> CorpusCounts:
+def count_corpus(
+    tokenizer: BPETokenizer, texts: Sequence[str], *, batch_size: int = 2000, progress: bool = False
+) -> CorpusCounts:
     """Encode the texts with the full tokenizer (Rust, in batches) and count."""
     size = tokenizer.id_space
     parts = [CorpusCounts.from_id_lists([], size)]
@@ -165,8 +167,9 @@ def inside_counts(tokenizer: BPETokenizer, graph: MergeGraph, emitted: np.ndarra
     return f2
 
 
-def neighbour_entropy(keys: np.ndarray, counts: np.ndarray, size: int, *, side: str,
-                      log_base: float = math.e) -> np.ndarray:
+def neighbour_entropy(
+    keys: np.ndarray, counts: np.ndarray, size: int, *, side: str, log_base: float = math.e
+) -> np.ndarray:
     """Entropy of each token's left or right neighbour, from packed (left, right) pair counts.
 
     ``side="right"`` groups pairs by their left token (the distribution of what follows it).
@@ -182,8 +185,9 @@ def neighbour_entropy(keys: np.ndarray, counts: np.ndarray, size: int, *, side: 
     return np.bincount(group, weights=-p * np.log(p), minlength=size)[:size] / math.log(log_base)
 
 
-def score_tokens(tokenizer: BPETokenizer, counts: CorpusCounts, *, graph: MergeGraph | None = None,
-                 log_base: float = math.e) -> TokenScores:
+def score_tokens(
+    tokenizer: BPETokenizer, counts: CorpusCounts, *, graph: MergeGraph | None = None, log_base: float = math.e
+) -> TokenScores:
     """F1, F2 and the neighbour entropies of every id (see the module docstring)."""
     graph = graph or MergeGraph(tokenizer)
     size = len(counts.emitted)
@@ -218,9 +222,18 @@ class ResidueReport:
         return len(self.ratio_only) / max(self.scope_size, 1)
 
 
-def find_residues(tokenizer: BPETokenizer, scores: TokenScores, *, graph: MergeGraph | None = None,
-                  r: float | None = None, s: float | None = None, scope: str = "ascii",
-                  min_count: int | str = 0, log_base: float = math.e, kind: str | None = None) -> ResidueReport:
+def find_residues(
+    tokenizer: BPETokenizer,
+    scores: TokenScores,
+    *,
+    graph: MergeGraph | None = None,
+    r: float | None = None,
+    s: float | None = None,
+    scope: str = "ascii",
+    min_count: int | str = 0,
+    log_base: float = math.e,
+    kind: str | None = None,
+) -> ResidueReport:
     """Tokens with R ≤ r and S ≤ s inside the scope; ``r``/``s`` default to the paper's values
     for the tokenizer's kind (``kind``, or :func:`tokenizer_kind`: a tiktoken vocabulary exported
     with one merge per token, such as GPT-4o's, looks classic; name its kind to get the paper's
@@ -246,7 +259,8 @@ def find_residues(tokenizer: BPETokenizer, scores: TokenScores, *, graph: MergeG
     s = PAPER_THRESHOLDS[kind][1] if s is None else s
     specials = tokenizer.special_tokens
     in_scope = [
-        (t, i) for t, i in tokenizer.vocab.items()
+        (t, i)
+        for t, i in tokenizer.vocab.items()
         if t not in specials and (scope == "all" or tokenizer.token_bytes(t).isascii())
     ]
     candidates = [(t, i) for t, i in in_scope if t not in tokenizer.base_tokens]
@@ -265,5 +279,13 @@ def find_residues(tokenizer: BPETokenizer, scores: TokenScores, *, graph: MergeG
     residues = [candidates[k][0] for k in order if flagged[k]]
     ratio_only = [candidates[k][0] for k in order if low_ratio[k]]
     unseen = int((~seen).sum())
-    return ResidueReport(residues=residues, ratio_only=ratio_only, scope_size=len(in_scope), unseen=unseen,
-                         r=r, s=s, kind=kind, min_count=int(min_count))
+    return ResidueReport(
+        residues=residues,
+        ratio_only=ratio_only,
+        scope_size=len(in_scope),
+        unseen=unseen,
+        r=r,
+        s=s,
+        kind=kind,
+        min_count=int(min_count),
+    )

@@ -185,7 +185,7 @@ def contexts(documents: Sequence[Sequence[int]], *, context: int = 1024) -> list
     if context == 0:
         return [list(d) for d in documents if len(d)]
     joined = [i for d in documents for i in d]
-    return [joined[k:k + context] for k in range(0, len(joined), context)]
+    return [joined[k : k + context] for k in range(0, len(joined), context)]
 
 
 def hypertoken_counts(windows: Iterable[Sequence[int]], lzw: LZW) -> Counter[tuple[int, ...]]:
@@ -201,8 +201,9 @@ def hypertoken_counts(windows: Iterable[Sequence[int]], lzw: LZW) -> Counter[tup
     return counts
 
 
-def merge_signal(tokenizer: BPETokenizer, windows: Sequence[Sequence[int]], *, max_merge: int = 3,
-                 top: int = 20) -> dict[str, Any]:
+def merge_signal(
+    tokenizer: BPETokenizer, windows: Sequence[Sequence[int]], *, max_merge: int = 3, top: int = 20
+) -> dict[str, Any]:
     """The ``top`` hypertokens LZW forms in the most of ``windows`` (contexts of ``tokenizer``'s
     ids), each with its text, in how many contexts, and whether it is a token of ``tokenizer``
     already (its tokens' strings joined are one): what ``tokmaint stats hypertokens`` and
@@ -215,8 +216,17 @@ def merge_signal(tokenizer: BPETokenizer, windows: Sequence[Sequence[int]], *, m
     (2, 0)
     """
     counts = hypertoken_counts(windows, LZW(base_size=tokenizer.id_space, max_merge=max_merge))
-    listed = [{"text": tokenizer.decode(list(run)), "contexts": n,
-               "is_token": "".join(tokenizer.id_to_token[i] for i in run) in tokenizer.vocab}
-              for run, n in counts.most_common(top)]
-    return {"contexts": len(windows), "max_merge": max_merge, "hypertokens": listed,
-            "already_tokens": sum(h["is_token"] for h in listed)}
+    listed = [
+        {
+            "text": tokenizer.decode(list(run)),
+            "contexts": n,
+            "is_token": "".join(tokenizer.id_to_token[i] for i in run) in tokenizer.vocab,
+        }
+        for run, n in counts.most_common(top)
+    ]
+    return {
+        "contexts": len(windows),
+        "max_merge": max_merge,
+        "hypertokens": listed,
+        "already_tokens": sum(h["is_token"] for h in listed),
+    }

@@ -103,14 +103,14 @@ class OrderedWorker:
         results, theirs_results = context.Pipe(duplex=False)
         for connection in (requests, results):
             _widen(connection)
-        process = context.Process(target=_serve, args=(theirs_requests, theirs_results, os.getpid(), self._name),
-                                  name=self._name, daemon=True)
+        process = context.Process(
+            target=_serve, args=(theirs_requests, theirs_results, os.getpid(), self._name), name=self._name, daemon=True
+        )
         process.start()
         theirs_requests.close()  # the worker's ends: its exit then reads as the end of the pipe here
         theirs_results.close()
         self._requests, self._process = requests, process
-        threading.Thread(target=self._read, args=(results, process), name=f"{self._name}-results",
-                         daemon=True).start()
+        threading.Thread(target=self._read, args=(results, process), name=f"{self._name}-results", daemon=True).start()
 
     @property
     def pid(self) -> int | None:

@@ -81,8 +81,16 @@ class OutputDir:
     _lock: int | None = field(default=None, repr=False)
 
     @classmethod
-    def claim(cls, path: str | Path, *, command: str, run: dict[str, Any], outputs: Sequence[str],
-              force: bool = False, option: str = "--out") -> "OutputDir":
+    def claim(
+        cls,
+        path: str | Path,
+        *,
+        command: str,
+        run: dict[str, Any],
+        outputs: Sequence[str],
+        force: bool = False,
+        option: str = "--out",
+    ) -> "OutputDir":
         """Check ``path`` against the rules above and mark it as this run's.
 
         ``run`` identifies the run (JSON-serialisable); ``outputs`` are regular expressions for the
@@ -107,8 +115,10 @@ class OutputDir:
             raise OutputError(f"{self.option} {path} is a file, not a directory")
         for parent in path.resolve().parents:
             if (parent / MARKER).is_file():
-                raise OutputError(f"{self.option} {path} is inside {parent}, the output of another tokmaint command; "
-                                  "choose a directory outside it")
+                raise OutputError(
+                    f"{self.option} {path} is inside {parent}, the output of another tokmaint command; "
+                    "choose a directory outside it"
+                )
         path.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(path, os.O_RDONLY)
         try:
@@ -124,8 +134,9 @@ class OutputDir:
                     raise TypeError
                 # A model folder's marker (write_file_set's) records no run: its command tells it apart.
                 if recorded_command != self.command:
-                    raise OutputError(f"{path} holds the output of `tokmaint {recorded_command}`; "
-                                      f"choose another {self.option}")
+                    raise OutputError(
+                        f"{path} holds the output of `tokmaint {recorded_command}`; choose another {self.option}"
+                    )
                 recorded_run = recorded["run"]
                 if not isinstance(recorded_run, dict):
                     raise TypeError
@@ -136,16 +147,26 @@ class OutputDir:
             elif force:
                 self._remove_outputs()
             else:
-                changed = _listing([f"{k}: {recorded_run.get(k)} there, {run.get(k)} now"
-                                    for k in sorted(set(recorded_run) | set(run)) if recorded_run.get(k) != run.get(k)],
-                                   3, separator="; ")
-                raise OutputError(f"{path} holds a different `tokmaint {self.command}` run ({changed}); choose another "
-                                  f"{self.option}, or pass --force to replace the files tokmaint wrote there")
+                changed = _listing(
+                    [
+                        f"{k}: {recorded_run.get(k)} there, {run.get(k)} now"
+                        for k in sorted(set(recorded_run) | set(run))
+                        if recorded_run.get(k) != run.get(k)
+                    ],
+                    3,
+                    separator="; ",
+                )
+                raise OutputError(
+                    f"{path} holds a different `tokmaint {self.command}` run ({changed}); choose another "
+                    f"{self.option}, or pass --force to replace the files tokmaint wrote there"
+                )
         else:
             foreign = [p.name for p in path.iterdir()]
             if foreign:
-                raise OutputError(f"{path} is not empty and was not written by tokmaint ({_listing(foreign)}); "
-                                  "choose a new or empty directory")
+                raise OutputError(
+                    f"{path} is not empty and was not written by tokmaint ({_listing(foreign)}); "
+                    "choose a new or empty directory"
+                )
         for stale in path.glob(f"{_STAGING}*"):
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         if not self.resumed:
@@ -185,8 +206,10 @@ class OutputDir:
             elif p.is_file() and "/" in relative and self._owns_folder(relative.split("/", 1)[0]):
                 foreign.append(relative)
         if foreign:
-            raise OutputError(f"--force would have to replace folders of {self.path} that hold files tokmaint did "
-                              f"not write ({_listing(foreign)}); move them or choose another {self.option}")
+            raise OutputError(
+                f"--force would have to replace folders of {self.path} that hold files tokmaint did "
+                f"not write ({_listing(foreign)}); move them or choose another {self.option}"
+            )
         for p in files:
             p.unlink()
         for folder in sorted({p.parent for p in files if p.parent != self.path}, reverse=True):
@@ -283,8 +306,11 @@ def file_set_marker(folder: Path) -> dict[str, Any] | None:
     try:
         recorded = json.loads(marker.read_text(encoding="utf-8"))
         files = recorded.setdefault("files", [])  # OutputDir's markers (evolve's...) name a command, not files
-        if not (isinstance(recorded.get("command"), str) and isinstance(files, list)
-                and all(isinstance(f, str) for f in files)):
+        if not (
+            isinstance(recorded.get("command"), str)
+            and isinstance(files, list)
+            and all(isinstance(f, str) for f in files)
+        ):
             raise TypeError
     except (ValueError, TypeError, AttributeError):  # AttributeError: JSON, but no object
         raise OutputError(f"{marker} is not a marker tokmaint can read; choose another folder") from None
@@ -293,15 +319,17 @@ def file_set_marker(folder: Path) -> dict[str, Any] | None:
 
 def _write_marker(folder: Path, command: str, files: Sequence[str], *, complete: bool) -> None:
     staged = folder / f"{_STAGING}marker-{os.getpid()}"
-    write_file(staged, json.dumps({"command": command, "files": sorted(files), "complete": complete},
-                                  indent=2).encode("utf-8"))
+    write_file(
+        staged, json.dumps({"command": command, "files": sorted(files), "complete": complete}, indent=2).encode("utf-8")
+    )
     staged.chmod(0o666 & ~umask())
     os.replace(staged, folder / MARKER)
     fsync_directory(folder)
 
 
-def write_file_set(out: str | Path, write: Callable[[Path], None], *, command: str, legacy: str | None = None,
-                   option: str = "--out") -> list[str]:
+def write_file_set(
+    out: str | Path, write: Callable[[Path], None], *, command: str, legacy: str | None = None, option: str = "--out"
+) -> list[str]:
     """Write the files ``write`` puts into a folder (a model folder: a set that only makes sense
     whole) as the folder ``out``, beside any file of the user's there; the names written.
 
@@ -339,8 +367,10 @@ def write_file_set(out: str | Path, write: Callable[[Path], None], *, command: s
         if old is None and legacy is not None and (out / legacy).is_file():
             old = {"command": command, "files": []}  # written before markers: only the names written now are ours
         if old is None and any(out.iterdir()):
-            raise OutputError(f"{out} is not empty and was not written by tokmaint "
-                              f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}")
+            raise OutputError(
+                f"{out} is not empty and was not written by tokmaint "
+                f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}"
+            )
         lock = os.open(out, os.O_RDONLY)  # released when the function returns (or the process ends)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -354,14 +384,17 @@ def write_file_set(out: str | Path, write: Callable[[Path], None], *, command: s
     return _replace_file_set(out, write, command=command, old=None, option=option)
 
 
-def _replace_file_set(out: Path, write: Callable[[Path], None], *, command: str, old: dict[str, Any] | None,
-                      option: str) -> list[str]:
+def _replace_file_set(
+    out: Path, write: Callable[[Path], None], *, command: str, old: dict[str, Any] | None, option: str
+) -> list[str]:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fresh = not out.exists()
         # What a crash left staged (only names of this form are removed: tokmaint's own).
-        for stale in [*out.parent.glob(f".{glob.escape(out.name)}{_STAGING}*"),
-                      *(() if fresh else out.glob(f"{_STAGING}*"))]:
+        for stale in [
+            *out.parent.glob(f".{glob.escape(out.name)}{_STAGING}*"),
+            *(() if fresh else out.glob(f"{_STAGING}*")),
+        ]:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         pid = os.getpid()
         staging = out.parent / f".{out.name}{_STAGING}{pid}" if fresh else out / f"{_STAGING}files-{pid}"
@@ -425,8 +458,10 @@ class StepLog:
         index, self.count = self.count, self.count + 1
         if index < len(self.logged):
             if self.logged[index] != record:
-                raise OutputError(f"{self.path} line {index + 1} differs from this run ({self.logged[index]} there, "
-                                  f"{record} now); choose another --out, or pass --force")
+                raise OutputError(
+                    f"{self.path} line {index + 1} differs from this run ({self.logged[index]} there, "
+                    f"{record} now); choose another --out, or pass --force"
+                )
             return
         self._file.write(json.dumps(record).encode("utf-8") + b"\n")
         self._file.flush()

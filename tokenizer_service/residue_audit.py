@@ -45,18 +45,25 @@ class ResidueOptions(Settings):
 
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_RESIDUES_")
 
-    r: float | None = setting(None, Number(float, low=0, high=1),
-                              "FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)")
-    s: float | None = setting(None, Number(float, low=0), "entropy threshold (default: 4.0 classic BPE, "
-                                                          "3.5 tiktoken-style)")
+    r: float | None = setting(
+        None, Number(float, low=0, high=1), "FI ratio threshold (default: 0.15 classic BPE, 0.05 tiktoken-style)"
+    )
+    s: float | None = setting(
+        None, Number(float, low=0), "entropy threshold (default: 4.0 classic BPE, 3.5 tiktoken-style)"
+    )
     log_base: float = setting(math.e, Number(float, low=1, low_open=True), "entropy log base (e: nats)")
     kind: Literal["auto", "classic", "tiktoken"] = setting(
-        "auto", None, "which of the paper's threshold pairs r, s apply (auto: tiktoken-style when the file has "
-                      "ignore_merges or several merges for one token; GPT-4o's has neither)")
-    scope: Literal["ascii", "all"] = setting("ascii", None, "tokens the share counts: all-ASCII tokens (the paper's) "
-                                                            "or all")
-    min_count: int | Literal["auto"] = setting(0, None, "evidence a test needs to flag a token: a whole number, or "
-                                                        "'auto' = ceil(log_base^s) (0: the paper's)")
+        "auto",
+        None,
+        "which of the paper's threshold pairs r, s apply (auto: tiktoken-style when the file has "
+        "ignore_merges or several merges for one token; GPT-4o's has neither)",
+    )
+    scope: Literal["ascii", "all"] = setting(
+        "ascii", None, "tokens the share counts: all-ASCII tokens (the paper's) or all"
+    )
+    min_count: int | Literal["auto"] = setting(
+        0, None, "evidence a test needs to flag a token: a whole number, or 'auto' = ceil(log_base^s) (0: the paper's)"
+    )
     batch_size: int = setting(2000, whole(1), "documents encoded per batch")
 
     @field_validator("min_count")
@@ -77,24 +84,34 @@ class ResidueAudit:
     removal: ResidueRemoval
 
 
-def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOptions | None = None, *,
-                   progress: bool = False) -> ResidueAudit:
+def audit_residues(
+    tokenizer: BPETokenizer, texts: list[str], options: ResidueOptions | None = None, *, progress: bool = False
+) -> ResidueAudit:
     options = options or ResidueOptions()
     started = time.perf_counter()
     graph = MergeGraph(tokenizer)
     counts = count_corpus(tokenizer, texts, batch_size=options.batch_size, progress=progress)
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
-    report = find_residues(tokenizer, scores, graph=graph, r=options.r, s=options.s, scope=options.scope,
-                           min_count=options.min_count, log_base=options.log_base,
-                           kind=None if options.kind == "auto" else options.kind)
+    report = find_residues(
+        tokenizer,
+        scores,
+        graph=graph,
+        r=options.r,
+        s=options.s,
+        scope=options.scope,
+        min_count=options.min_count,
+        log_base=options.log_base,
+        kind=None if options.kind == "auto" else options.kind,
+    )
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     every = SplitRemerge(tokenizer, report.residues, graph=graph)
     removed = SplitRemerge(tokenizer, removal.removed, graph=graph)
     promise = RoundTrip.of(tokenizer.hf)
     tokens = {"original": 0, "split": 0, "remerged": 0}
     lossless = agree = agree_all = 0
-    for start in tqdm(range(0, len(texts), options.batch_size), desc="split & re-merge", unit="batch",
-                      disable=not progress):
+    for start in tqdm(
+        range(0, len(texts), options.batch_size), desc="split & re-merge", unit="batch", disable=not progress
+    ):
         batch = texts[start : start + options.batch_size]
         encodings = tokenizer.hf.encode_batch(batch, add_special_tokens=False)
         lite, lite_removed = every.apply(encodings), removed.apply(encodings)
@@ -121,16 +138,28 @@ def audit_residues(tokenizer: BPETokenizer, texts: list[str], options: ResidueOp
         "residue_share_ratio_only": report.residue_share_ratio_only,
         "documents": len(texts),
         "tokens": tokens,
-        "tokens_change": {"split": tokens["split"] / max(tokens["original"], 1) - 1,
-                          "remerged": tokens["remerged"] / max(tokens["original"], 1) - 1},
+        "tokens_change": {
+            "split": tokens["split"] / max(tokens["original"], 1) - 1,
+            "remerged": tokens["remerged"] / max(tokens["original"], 1) - 1,
+        },
         "lossless": lossless == len(texts),
-        "export": {"removed": len(removal.removed), "scaffolding": len(removal.scaffolding),
-                   "rewired": len(removal.rewired), "vocab_size": len(vocab) - len(removal.removed)},
+        "export": {
+            "removed": len(removal.removed),
+            "scaffolding": len(removal.scaffolding),
+            "rewired": len(removal.rewired),
+            "vocab_size": len(vocab) - len(removal.removed),
+        },
         "export_agreement": agree / n,
         "export_agreement_all_residues": agree_all / n,
         "top_residues": [
-            {"token": t, "id": vocab[t], "f1": float(scores.f1[vocab[t]]), "f2": float(scores.f2[vocab[t]]),
-             "ratio": float(scores.ratio[vocab[t]]), "entropy": float(scores.s[vocab[t]])}
+            {
+                "token": t,
+                "id": vocab[t],
+                "f1": float(scores.f1[vocab[t]]),
+                "f2": float(scores.f2[vocab[t]]),
+                "ratio": float(scores.ratio[vocab[t]]),
+                "entropy": float(scores.s[vocab[t]]),
+            }
             for t in report.residues[:20]
         ],
         "seconds": time.perf_counter() - started,
@@ -145,10 +174,15 @@ def write_audit(audit: ResidueAudit, tokenizer: BPETokenizer, options: ResidueOp
 
     exported = audit.removal.tokenizer
     diff = RevisionDiff(
-        lineage="litetoken", version=2, parent_version=1, tokenizer_sha256=exported.sha256,
-        parent_sha256=tokenizer.sha256, vocab_size=len(exported), id_space=exported.id_space,
-        entries=audit.removal.entries, config={"litetoken": options.model_dump() | {"r": audit.report.r,
-                                                                              "s": audit.report.s}},
+        lineage="litetoken",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256=exported.sha256,
+        parent_sha256=tokenizer.sha256,
+        vocab_size=len(exported),
+        id_space=exported.id_space,
+        entries=audit.removal.entries,
+        config={"litetoken": options.model_dump() | {"r": audit.report.r, "s": audit.report.s}},
     )
     exported.save(out / "tokenizer.json")
     (out / "diff.json").write_text(diff.to_json(), encoding="utf-8")
@@ -156,13 +190,19 @@ def write_audit(audit: ResidueAudit, tokenizer: BPETokenizer, options: ResidueOp
     items = sorted(tokenizer.vocab.items(), key=lambda kv: kv[1])
     ids = np.array([i for _, i in items], np.int64)
     s = audit.scores
-    table = pa.table({
-        "id": ids,
-        "token": [t for t, _ in items],
-        "bytes": [tokenizer.token_bytes(t) for t, _ in items],
-        "f1": s.f1[ids], "f2": s.f2[ids], "ratio": s.ratio[ids],
-        "entropy_left": s.s_left[ids], "entropy_right": s.s_right[ids], "entropy": s.s[ids],
-        "residue": [t in residues for t, _ in items],
-        "removed": [t in removed for t, _ in items],
-    })
+    table = pa.table(
+        {
+            "id": ids,
+            "token": [t for t, _ in items],
+            "bytes": [tokenizer.token_bytes(t) for t, _ in items],
+            "f1": s.f1[ids],
+            "f2": s.f2[ids],
+            "ratio": s.ratio[ids],
+            "entropy_left": s.s_left[ids],
+            "entropy_right": s.s_right[ids],
+            "entropy": s.s[ids],
+            "residue": [t in residues for t, _ in items],
+            "removed": [t in removed for t, _ in items],
+        }
+    )
     pq.write_table(table, out / "scores.parquet")

@@ -87,8 +87,9 @@ class SplitRemerge:
         self.residues = _checked_residues(tokenizer, residues)
         self.residue_ids = frozenset(tokenizer.vocab[t] for t in self.residues)
         # Re-merging uses every merge whose product is not a residue, at its rank.
-        self.ranks = RanksWithout(self.graph.ranks, compress(tokenizer.merges,
-                                                             map(self.residues.__contains__, tokenizer.merge_outputs)))
+        self.ranks = RanksWithout(
+            self.graph.ranks, compress(tokenizer.merges, map(self.residues.__contains__, tokenizer.merge_outputs))
+        )
         self._split: dict[str, list[str]] = {}
         self._words: dict[tuple[int, ...], tuple[int, list[int]]] = {}
 
@@ -166,8 +167,9 @@ class ResidueRemoval:
     rewired: list[str]
 
 
-def residue_free_tokenizer(tokenizer: BPETokenizer, residues: Iterable[str], *,
-                           graph: MergeGraph | None = None) -> ResidueRemoval:
+def residue_free_tokenizer(
+    tokenizer: BPETokenizer, residues: Iterable[str], *, graph: MergeGraph | None = None
+) -> ResidueRemoval:
     """Remove the residues from the vocabulary and rewire the merges that needed them.
 
     Tokens are decided shortest first, so every merge that can act inside a token's bytes is
@@ -190,8 +192,13 @@ def residue_free_tokenizer(tokenizer: BPETokenizer, residues: Iterable[str], *,
     vocab = {t: i for t, i in tokenizer.vocab.items() if t not in removed}
     old = tokenizer.vocab
     entries = [
-        DiffEntry(id=old[t], kind="removed", old_token=t, new_token=None,
-                  parents=[old[graph.parents[t][0]], old[graph.parents[t][1]]])
+        DiffEntry(
+            id=old[t],
+            kind="removed",
+            old_token=t,
+            new_token=None,
+            parents=[old[graph.parents[t][0]], old[graph.parents[t][1]]],
+        )
         for t in sorted(removed, key=lambda t: old[t])
     ]
     return ResidueRemoval(

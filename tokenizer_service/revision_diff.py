@@ -47,8 +47,9 @@ def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
     parent_ids, child_ids = _ids(parent), _ids(child)
     came = list(compress(child_ids, map(ne, map(parent_ids.get, child_ids), child_ids.values())))
     left = parent_ids.keys() - child_ids.keys()
-    changed = sorted({child_ids[t] for t in came} | {parent_ids[t] for t in came if t in parent_ids}
-                     | {parent_ids[t] for t in left})
+    changed = sorted(
+        {child_ids[t] for t in came} | {parent_ids[t] for t in came if t in parent_ids} | {parent_ids[t] for t in left}
+    )
     old_parents = merge_parents(parent, (parent.id_to_token[i] for i in changed if i in parent.id_to_token))
     new_parents = merge_parents(child, (child.id_to_token[i] for i in changed if i in child.id_to_token))
 
@@ -60,20 +61,37 @@ def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
     for i in changed:
         old, new = parent.id_to_token.get(i), child.id_to_token.get(i)
         if new is None:
-            entries.append(DiffEntry(id=i, kind="removed", old_token=old, new_token=None,
-                                     parents=ids(parent, old_parents, old)))
+            entries.append(
+                DiffEntry(id=i, kind="removed", old_token=old, new_token=None, parents=ids(parent, old_parents, old))
+            )
         elif old is None:
-            entries.append(DiffEntry(id=i, kind="added", old_token=None, new_token=new,
-                                     parents=ids(child, new_parents, new)))
+            entries.append(
+                DiffEntry(id=i, kind="added", old_token=None, new_token=new, parents=ids(child, new_parents, new))
+            )
         else:
-            entries.append(DiffEntry(id=i, kind="reassigned", old_token=old, new_token=new,
-                                     parents=ids(child, new_parents, new),
-                                     old_parents=ids(parent, old_parents, old)))
+            entries.append(
+                DiffEntry(
+                    id=i,
+                    kind="reassigned",
+                    old_token=old,
+                    new_token=new,
+                    parents=ids(child, new_parents, new),
+                    old_parents=ids(parent, old_parents, old),
+                )
+            )
     return entries
 
 
-def composed_diff(parent: BPETokenizer, child: BPETokenizer, *, lineage: str, start: int, end: int,
-                  parent_sha256: str | None = None, tokenizer_sha256: str | None = None) -> RevisionDiff:
+def composed_diff(
+    parent: BPETokenizer,
+    child: BPETokenizer,
+    *,
+    lineage: str,
+    start: int,
+    end: int,
+    parent_sha256: str | None = None,
+    tokenizer_sha256: str | None = None,
+) -> RevisionDiff:
     """One diff from version ``start`` (``parent``) to version ``end`` (``child``): applying it
     equals applying every version's diff in turn (what a trainer that skipped versions applies).
     The sha256s are the versions' own (their files' bytes, which a registry keeps as uploaded),
@@ -85,7 +103,14 @@ def composed_diff(parent: BPETokenizer, child: BPETokenizer, *, lineage: str, st
     >>> (d.parent_version, d.version, [e.kind for e in d.entries], d.config)
     (1, 3, ['added'], {'composed': True})
     """
-    return RevisionDiff(lineage=lineage, version=end, parent_version=start,
-                        tokenizer_sha256=tokenizer_sha256 or child.sha256, parent_sha256=parent_sha256 or parent.sha256,
-                        vocab_size=len(child), id_space=child.id_space,
-                        entries=diff_entries(parent, child), config={"composed": True})
+    return RevisionDiff(
+        lineage=lineage,
+        version=end,
+        parent_version=start,
+        tokenizer_sha256=tokenizer_sha256 or child.sha256,
+        parent_sha256=parent_sha256 or parent.sha256,
+        vocab_size=len(child),
+        id_space=child.id_space,
+        entries=diff_entries(parent, child),
+        config={"composed": True},
+    )

@@ -81,14 +81,20 @@ class RoundTrip:
     @classmethod
     def of(cls, hf: Tokenizer) -> "RoundTrip":
         """The promise of a loaded ``tokenizers`` tokenizer."""
-        sections = {name: None if part is None else json.loads(part.__getstate__())
-                    for name, part in (("normalizer", hf.normalizer), ("pre_tokenizer", hf.pre_tokenizer),
-                                       ("decoder", hf.decoder))}
+        sections = {
+            name: None if part is None else json.loads(part.__getstate__())
+            for name, part in (
+                ("normalizer", hf.normalizer),
+                ("pre_tokenizer", hf.pre_tokenizer),
+                ("decoder", hf.decoder),
+            )
+        }
         return cls.from_sections(**sections, normalizer_object=hf.normalizer)
 
     @classmethod
-    def from_sections(cls, *, normalizer: Any, pre_tokenizer: Any, decoder: Any,
-                      normalizer_object: Any = None) -> "RoundTrip":
+    def from_sections(
+        cls, *, normalizer: Any, pre_tokenizer: Any, decoder: Any, normalizer_object: Any = None
+    ) -> "RoundTrip":
         """The promise from ``tokenizer.json``'s sections (``normalizer_object``: the loaded
         normalizer that applies the first one; :meth:`of` passes it).
 
@@ -113,8 +119,11 @@ class RoundTrip:
                 replaced.add((" ", step["replacement"]))
                 prepends |= metaspace[1]
                 names.append("Metaspace")
-        prefix_space = (isinstance(pre_tokenizer, dict) and pre_tokenizer.get("type") == "ByteLevel"
-                        and bool(pre_tokenizer.get("add_prefix_space")))
+        prefix_space = (
+            isinstance(pre_tokenizer, dict)
+            and pre_tokenizer.get("type") == "ByteLevel"
+            and bool(pre_tokenizer.get("add_prefix_space"))
+        )
         cleanup: list[tuple[str, Any]] = []
         fused = False
         for step in pipeline_steps(decoder, "decoders"):
@@ -123,14 +132,20 @@ class RoundTrip:
             if kind == "Replace" and (step.get("content"), _string_pattern(step)) in replaced:
                 cleanup.append(("replace", (_string_pattern(step), step["content"])))
             elif kind == "Strip" and fused and prepends:
-                cleanup.append(("strip", (step.get("content", " "), int(step.get("start", 0)),
-                                          int(step.get("stop", 0)))))
+                cleanup.append(
+                    ("strip", (step.get("content", " "), int(step.get("start", 0)), int(step.get("stop", 0))))
+                )
             elif kind == "Metaspace" and step.get("replacement"):
                 cleanup.append(("metaspace", (step["replacement"], _prepends(step))))
         if normalizer is not None and normalizer_object is None:
             raise ValueError("a normalizer section needs its loaded normalizer (RoundTrip.of loads both)")
-        return cls(normalizer=normalizer_object, metaspace=metaspace, prefix_space=prefix_space,
-                   cleanup=tuple(cleanup), description=" + ".join(n for n in names if n) or "none")
+        return cls(
+            normalizer=normalizer_object,
+            metaspace=metaspace,
+            prefix_space=prefix_space,
+            cleanup=tuple(cleanup),
+            description=" + ".join(n for n in names if n) or "none",
+        )
 
     @property
     def identity(self) -> bool:
@@ -171,7 +186,6 @@ class RoundTrip:
             else:
                 replacement, prepends = args
                 if prepends and text.startswith(replacement):
-                    text = text[len(replacement):]
+                    text = text[len(replacement) :]
                 text = text.replace(replacement, " ")
         return text
-

@@ -114,8 +114,7 @@ def lineage_name(text: str) -> str:
     'git-commits.v2'
     """
     if not _LINEAGE.fullmatch(text):
-        raise ValueError(f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got "
-                         f"{text!r}")
+        raise ValueError(f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got {text!r}")
     return text
 
 
@@ -148,6 +147,10 @@ def rule_of(field: FieldInfo) -> Number | None:
         return None
     limits = {type(m): m for m in field.metadata if isinstance(m, (Ge, Gt, Le, Lt))}
     low, high = limits.get(Gt) or limits.get(Ge), limits.get(Lt) or limits.get(Le)
-    return Number(kinds.pop(), low=None if low is None else getattr(low, "gt", getattr(low, "ge", None)),
-                  high=None if high is None else getattr(high, "lt", getattr(high, "le", None)),
-                  low_open=Gt in limits, high_open=Lt in limits)
+    return Number(
+        kinds.pop(),
+        low=None if low is None else getattr(low, "gt", getattr(low, "ge", None)),
+        high=None if high is None else getattr(high, "lt", getattr(high, "le", None)),
+        low_open=Gt in limits,
+        high_open=Lt in limits,
+    )

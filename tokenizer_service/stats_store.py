@@ -212,8 +212,15 @@ class MemoryStatsStore(StatsStore):
     def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
         self.apply_span(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts)
 
-    def apply_span(self, *, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray,
-                   pair_counts: np.ndarray, span: int = 1) -> None:
+    def apply_span(
+        self,
+        *,
+        token_ids: np.ndarray,
+        token_counts: np.ndarray,
+        pair_keys: np.ndarray,
+        pair_counts: np.ndarray,
+        span: int = 1,
+    ) -> None:
         """Advance ``span`` steps with their counts combined by :func:`combine_steps` (span 1:
         one step's counts): the first step's weight α/g times the combined counts. When the
         scale would fall below ``RENORMALISE_BELOW`` within the steps, every S is rescaled
@@ -353,9 +360,15 @@ class MemoryStatsStore(StatsStore):
         >>> t.token(np.array([1])).tolist(), t.top_pairs(1)[0].tolist(), t.step
         ([2.0], [7], 1)
         """
-        return b"".join([self._HEADER.pack(self.scale, self._step, len(self._token), len(self._pairs)),
-                         self._token.astype("<f8").tobytes(), self._buffer.astype("<f8").tobytes(),
-                         self._pairs.keys.astype("<i8").tobytes(), self._pairs.values.astype("<f8").tobytes()])
+        return b"".join(
+            [
+                self._HEADER.pack(self.scale, self._step, len(self._token), len(self._pairs)),
+                self._token.astype("<f8").tobytes(),
+                self._buffer.astype("<f8").tobytes(),
+                self._pairs.keys.astype("<i8").tobytes(),
+                self._pairs.values.astype("<f8").tobytes(),
+            ]
+        )
 
     @classmethod
     def from_bytes(cls, blob: bytes, *, alpha: float) -> "MemoryStatsStore":

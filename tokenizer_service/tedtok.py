@@ -100,8 +100,9 @@ class TedTokConfig:
     @classmethod
     def for_schedule(cls, total_steps: int, *, warmup: float, freeze_last: float, **options) -> "TedTokConfig":
         """Config with warmup and freeze given as fractions of a known number of steps."""
-        return cls(total_steps=total_steps, warmup_steps=round(warmup * total_steps), freeze_last=freeze_last,
-                   **options)
+        return cls(
+            total_steps=total_steps, warmup_steps=round(warmup * total_steps), freeze_last=freeze_last, **options
+        )
 
     def revision_due(self, step: int) -> bool:
         """Whether Algorithm 1 revises after time step ``step`` (1-based).
@@ -258,8 +259,10 @@ def build_revision(
                 next_id += 1
             vocab[u + v] = new_ids[-1]
         # The filter over every merge runs in C, on the tokens they make (no concatenations).
-        merges = [*compress(tokenizer.merges, map(operator.not_, map(gone.__contains__, tokenizer.merge_outputs))),
-                  *adds]
+        merges = [
+            *compress(tokenizer.merges, map(operator.not_, map(gone.__contains__, tokenizer.merge_outputs))),
+            *adds,
+        ]
         revised = tokenizer.replace_model(vocab=vocab, merges=merges)
         encoded = revised.tokenize_words([u + v for u, v in adds])
         unreachable = [k for k, ids in enumerate(encoded) if ids != [new_ids[k]]]
@@ -281,8 +284,12 @@ def build_revision(
             entries[i] = DiffEntry(id=i, kind="added", old_token=None, new_token=u + v, parents=parents)
         else:
             entries[i] = DiffEntry(
-                id=i, kind="reassigned", old_token=old.old_token, new_token=u + v,
-                parents=parents, old_parents=old.parents,
+                id=i,
+                kind="reassigned",
+                old_token=old.old_token,
+                new_token=u + v,
+                parents=parents,
+                old_parents=old.parents,
             )
     edit = StatsEdit(
         deletes=[(old_vocab[t], old_vocab[graph.parents[t][0]], old_vocab[graph.parents[t][1]]) for t in deletes],
@@ -363,17 +370,20 @@ class TedTok:
 
     def _revise(self, made: Callable[[BPETokenizer], object] | None = None) -> Revision | None:
         plan = plan_revision(
-            self.tokenizer, self.graph, self.store, beta=self.config.beta, batch_size=self.config.batch_size,
+            self.tokenizer,
+            self.graph,
+            self.store,
+            beta=self.config.beta,
+            batch_size=self.config.batch_size,
             # τ is a per-step rate: saving id_price tokens over the 1/α-step horizon is α·id_price a step.
-            base_vocab=self.base_vocab, id_price=self.config.id_price * self.config.alpha,
+            base_vocab=self.base_vocab,
+            id_price=self.config.id_price * self.config.alpha,
             base_token_cost=self.config.base_token_cost,
         )
         residues = self.pending_residues if self.config.drop_residues else frozenset()
         if not plan.adds and not residues:
             return None
-        revised, entries, edit = build_revision(
-            self.tokenizer, self.graph, plan, recycle_ids=self.config.recycle_ids
-        )
+        revised, entries, edit = build_revision(self.tokenizer, self.graph, plan, recycle_ids=self.config.recycle_ids)
         added_merges = [
             (revised.id_to_token[e.parents[0]], revised.id_to_token[e.parents[1]]) for e in entries if e.new_token
         ]
@@ -413,8 +423,14 @@ class TedTok:
         self.revisions.append(revision)
         return revision
 
-    def _drop_residues(self, revised: BPETokenizer, graph: MergeGraph, entries: list[DiffEntry], edit: StatsEdit,
-                       added_merges: list[tuple[str, str]]):
+    def _drop_residues(
+        self,
+        revised: BPETokenizer,
+        graph: MergeGraph,
+        entries: list[DiffEntry],
+        edit: StatsEdit,
+        added_merges: list[tuple[str, str]],
+    ):
         """Remove the pending residues from a planned version (parents of new merges stay).
 
         Removed residues leave holes (their ids are not recycled); in the statistics each is a

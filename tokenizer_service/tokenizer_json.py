@@ -38,8 +38,9 @@ def parse_json(text: str | bytes, *, source: str | Path | None = None) -> Any:
     try:
         return json.loads(text, object_pairs_hook=JSONObject.from_pairs)
     except json.JSONDecodeError as exc:
-        raise InvalidTokenizer([f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"],
-                               source=source) from None
+        raise InvalidTokenizer(
+            [f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"], source=source
+        ) from None
     except ValueError as exc:  # e.g. an integer of thousands of digits, or bytes that are not UTF-8
         raise InvalidTokenizer([f"not JSON tokmaint can read ({str(exc)[:80]})"], source=source) from None
     except RecursionError:
@@ -83,8 +84,15 @@ def json_shape_problems(data: Any) -> Iterator[str]:
                     children.append((child, child_path, depth + 1))
             stack.extend(reversed(children))
         elif isinstance(value, list):
-            stack.extend(reversed([(child, f"{path}[{k}]", depth + 1) for k, child in enumerate(value)
-                                   if isinstance(child, (dict, list))]))
+            stack.extend(
+                reversed(
+                    [
+                        (child, f"{path}[{k}]", depth + 1)
+                        for k, child in enumerate(value)
+                        if isinstance(child, (dict, list))
+                    ]
+                )
+            )
 
 
 def _is_id(value: Any) -> bool:
@@ -113,17 +121,24 @@ tokens, e.g. 0 ('a', 'c')"]
     ids = vocab.values()
     # The usual all-clear in a few C-level passes (publishes check 50k+ tokens); the pass
     # below only runs to name the problems.
-    if (set(map(type, ids)) <= {int} and (not ids or (min(ids) >= 0 and max(ids) < MAX_ID_SPACE))
-            and len(set(ids)) == len(vocab) and _valid_unicode("".join(vocab))):
+    if (
+        set(map(type, ids)) <= {int}
+        and (not ids or (min(ids) >= 0 and max(ids) < MAX_ID_SPACE))
+        and len(set(ids)) == len(vocab)
+        and _valid_unicode("".join(vocab))
+    ):
         return []
     reasons = []
     not_ids = [f"{t!r}: {json_kind(i)}" for t, i in vocab.items() if not _is_id(i)]
     negative = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i < 0]
     too_large = [f"{t!r}: {i}" for t, i in vocab.items() if _is_id(i) and i >= MAX_ID_SPACE]
     bad_text = [f"{t.encode('utf-8', 'backslashreplace').decode()!r}" for t in vocab if not _valid_unicode(t)]
-    for items, what in ((not_ids, "ids that are not whole numbers"), (negative, "negative ids"),
-                        (too_large, f"ids of {MAX_ID_SPACE:,} or more"),
-                        (bad_text, "tokens that are not valid Unicode (lone surrogates)")):
+    for items, what in (
+        (not_ids, "ids that are not whole numbers"),
+        (negative, "negative ids"),
+        (too_large, f"ids of {MAX_ID_SPACE:,} or more"),
+        (bad_text, "tokens that are not valid Unicode (lone surrogates)"),
+    ):
         if items:
             reasons.append(_examples(items, what, "model.vocab"))
     holders: dict[int, str] = {}
@@ -164,10 +179,15 @@ vocabulary, e.g. [2] ba']
             outside.append(f"[{k}] {json.dumps(pair, ensure_ascii=False)[:60]}")
         elif pair[0] + pair[1] not in vocab:
             products.append(f"[{k}] {pair[0] + pair[1]}")
-    return [_examples(items, what, "model.merges") for items, what in (
-        (malformed, 'merges that are not "a b" or ["a", "b"]'),
-        (outside, "merges name tokens outside the vocabulary"),
-        (products, "merges produce tokens outside the vocabulary")) if items]
+    return [
+        _examples(items, what, "model.merges")
+        for items, what in (
+            (malformed, 'merges that are not "a b" or ["a", "b"]'),
+            (outside, "merges name tokens outside the vocabulary"),
+            (products, "merges produce tokens outside the vocabulary"),
+        )
+        if items
+    ]
 
 
 def tokenizer_json_problems(data: Any) -> list[str]:
@@ -189,8 +209,9 @@ outside the vocabulary, e.g. [0] ab']
         reasons.append(f"model.type: {model.get('type')!r}; tokmaint maintains BPE tokenizers only")
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):
-        reasons.append(f"model.vocab: must be an object of token -> id, got "
-                       f"{'nothing' if vocab is None else json_kind(vocab)}")
+        reasons.append(
+            f"model.vocab: must be an object of token -> id, got {'nothing' if vocab is None else json_kind(vocab)}"
+        )
         vocab = {}
     reasons += _vocab_problems(vocab)
     merges = model.get("merges")
@@ -202,12 +223,24 @@ outside the vocabulary, e.g. [0] ab']
     if not isinstance(added, list):
         reasons.append(f"added_tokens: must be a list, got {json_kind(added)}")
         added = []
-    bad_added = [f"[{k}]" for k, t in enumerate(added)
-                 if not (isinstance(t, dict) and isinstance(t.get("content"), str) and t["content"]
-                         and _valid_unicode(t["content"]) and _is_id(t.get("id")) and 0 <= t["id"] < MAX_ID_SPACE)]
+    bad_added = [
+        f"[{k}]"
+        for k, t in enumerate(added)
+        if not (
+            isinstance(t, dict)
+            and isinstance(t.get("content"), str)
+            and t["content"]
+            and _valid_unicode(t["content"])
+            and _is_id(t.get("id"))
+            and 0 <= t["id"] < MAX_ID_SPACE
+        )
+    ]
     if bad_added:
-        reasons.append(_examples(bad_added, f"entries without a non-empty 'content' and an 'id' in [0, "
-                                            f"{MAX_ID_SPACE:,})", "added_tokens"))
+        reasons.append(
+            _examples(
+                bad_added, f"entries without a non-empty 'content' and an 'id' in [0, {MAX_ID_SPACE:,})", "added_tokens"
+            )
+        )
     elif added:
         holders: dict[int, str] = {}
         for token, i in vocab.items():

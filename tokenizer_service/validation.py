@@ -25,8 +25,15 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from tokenizer_service.bpe import (BYTE_FALLBACK_TOKENS, BYTE_TO_UNICODE, UNICODE_TO_BYTE, BPETokenizer,
-                                   loaded_byte_fallback, loaded_byte_level, loaded_special_tokens)
+from tokenizer_service.bpe import (
+    BYTE_FALLBACK_TOKENS,
+    BYTE_TO_UNICODE,
+    UNICODE_TO_BYTE,
+    BPETokenizer,
+    loaded_byte_fallback,
+    loaded_byte_level,
+    loaded_special_tokens,
+)
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.heap import release_free_memory
 from tokenizer_service.merge_graph import unreachable_tokens
@@ -95,11 +102,21 @@ def _byte_level_probes(n: int, seed: int) -> tuple[str, ...]:
         "mixed: Ünïcødé — 中文 日本語 한국어 العربية עברית हिन्दी",
         "\u200b\u200d\ufeff zero-width and BOM",
         "code:\n\tdef f(x):\n\t\treturn x**2  # comment\n",
-        " one leading space", "  two leading and two trailing  ",  # what a prefix or a strip would lose
+        " one leading space",
+        "  two leading and two trailing  ",  # what a prefix or a strip would lose
         "SentencePiece's space symbol \u2581 as text",
     ]
-    ranges = [(0x20, 0x7E), (0x00, 0x1F), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x4E00, 0x9FFF),
-              (0x1F300, 0x1FAFF), (0x10000, 0x10FFF), (0xE000, 0xF8FF)]
+    ranges = [
+        (0x20, 0x7E),
+        (0x00, 0x1F),
+        (0xA0, 0x24F),
+        (0x370, 0x3FF),
+        (0x400, 0x4FF),
+        (0x4E00, 0x9FFF),
+        (0x1F300, 0x1FAFF),
+        (0x10000, 0x10FFF),
+        (0xE000, 0xF8FF),
+    ]
     out = list(fixed)
     while len(out) < n:
         chars = []
@@ -110,9 +127,14 @@ def _byte_level_probes(n: int, seed: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, probes: list[str] | None = None,
-             parent_unreachable: list[str] | None = None, encoding: ValidationReport | None = None
-             ) -> ValidationReport:
+def validate(
+    tokenizer: BPETokenizer,
+    *,
+    parent: BPETokenizer | None = None,
+    probes: list[str] | None = None,
+    parent_unreachable: list[str] | None = None,
+    encoding: ValidationReport | None = None,
+) -> ValidationReport:
     """Run every check; the report lists each failure as a human-readable reason.
 
     ``parent_unreachable`` (the parent's own report) saves encoding the parent's tokens again.
@@ -122,10 +144,14 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     report = ValidationReport()
     vocab = tokenizer.vocab
     # A set check first: the per-merge pass only runs to name the offenders.
-    fine = tokenizer.merges_checked or (tokenizer.merge_products <= vocab.keys()
-                                        and set(chain.from_iterable(tokenizer.merges)) <= vocab.keys())
-    bad_merges = [] if fine else [m for m in tokenizer.merges
-                                  if m[0] not in vocab or m[1] not in vocab or m[0] + m[1] not in vocab]
+    fine = tokenizer.merges_checked or (
+        tokenizer.merge_products <= vocab.keys() and set(chain.from_iterable(tokenizer.merges)) <= vocab.keys()
+    )
+    bad_merges = (
+        []
+        if fine
+        else [m for m in tokenizer.merges if m[0] not in vocab or m[1] not in vocab or m[0] + m[1] not in vocab]
+    )
     if bad_merges:  # tokenizers may panic building its merge table from these
         report.refuse(f"{len(bad_merges)} merges use or produce tokens outside the vocabulary, e.g. {bad_merges[:3]}")
 
@@ -133,24 +159,36 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
         missing = [b for b, c in BYTE_TO_UNICODE.items() if c not in vocab]
         if missing:
             report.reasons.append(f"byte alphabet incomplete: {len(missing)} of 256 bytes missing, e.g. {missing[:5]}")
-        foreign = [] if set("".join(vocab)) <= _BYTE_LEVEL_ALPHABET else [
-            t for t in vocab if t not in tokenizer.added_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
+        foreign = (
+            []
+            if set("".join(vocab)) <= _BYTE_LEVEL_ALPHABET
+            else [t for t in vocab if t not in tokenizer.added_tokens and not set(t) <= _BYTE_LEVEL_ALPHABET]
+        )
         if foreign:
             report.refuse(f"{len(foreign)} tokens hold characters outside the byte-level alphabet, e.g. {foreign[:3]}")
         # An added token matches its text before BPE; if that text is also a byte-level token of
         # other bytes ("ü" is byte 0xFC there), encoding and decoding disagree.
-        two_faced = [t for t in tokenizer.added_tokens if t in vocab and set(t) <= _BYTE_LEVEL_ALPHABET
-                     and bytes(UNICODE_TO_BYTE[c] for c in t) != t.encode("utf-8")]
+        two_faced = [
+            t
+            for t in tokenizer.added_tokens
+            if t in vocab
+            and set(t) <= _BYTE_LEVEL_ALPHABET
+            and bytes(UNICODE_TO_BYTE[c] for c in t) != t.encode("utf-8")
+        ]
         if two_faced:
-            report.reasons.append(f"{len(two_faced)} added tokens mean other bytes as byte-level tokens, e.g. "
-                                  f"{two_faced[:3]}")
+            report.reasons.append(
+                f"{len(two_faced)} added tokens mean other bytes as byte-level tokens, e.g. {two_faced[:3]}"
+            )
     if tokenizer.byte_fallback:
         # An ASCII byte whose character is a token of its own never falls back (Gemini has "\t", not <0x09>).
-        missing_bytes = [t for b, t in enumerate(BYTE_FALLBACK_TOKENS)
-                         if t not in vocab and not (b < 0x80 and chr(b) in vocab)]
+        missing_bytes = [
+            t for b, t in enumerate(BYTE_FALLBACK_TOKENS) if t not in vocab and not (b < 0x80 and chr(b) in vocab)
+        ]
         if missing_bytes:
-            report.reasons.append(f"byte fallback incomplete: {len(missing_bytes)} of the 256 byte tokens missing, "
-                                  f"e.g. {missing_bytes[:5]} (text needing those bytes cannot be encoded)")
+            report.reasons.append(
+                f"byte fallback incomplete: {len(missing_bytes)} of the 256 byte tokens missing, "
+                f"e.g. {missing_bytes[:5]} (text needing those bytes cannot be encoded)"
+            )
     if report.unusable:
         return report
     if encoding is None:
@@ -158,12 +196,17 @@ def validate(tokenizer: BPETokenizer, *, parent: BPETokenizer | None = None, pro
     report.reasons += encoding.reasons
     report.unusable += encoding.unusable
     report.unreachable, report.probes = encoding.unreachable, encoding.probes
-    moved = [f"{a['content']!r} {a['id']} -> {encoding.added_ids.get(a['content'])}"
-             for a in tokenizer.pipeline.get("added_tokens", []) if encoding.added_ids.get(a["content"]) != a["id"]]
+    moved = [
+        f"{a['content']!r} {a['id']} -> {encoding.added_ids.get(a['content'])}"
+        for a in tokenizer.pipeline.get("added_tokens", [])
+        if encoding.added_ids.get(a["content"]) != a["id"]
+    ]
     if moved and not report.unusable:
-        report.reasons.append(f"{len(moved)} added tokens get other ids in tokenizers than the file gives them, e.g. "
-                              f"{', '.join(moved[:3])} (the vocabulary does not hold them, and tokenizers numbers "
-                              "such tokens on from its size)")
+        report.reasons.append(
+            f"{len(moved)} added tokens get other ids in tokenizers than the file gives them, e.g. "
+            f"{', '.join(moved[:3])} (the vocabulary does not hold them, and tokenizers numbers "
+            "such tokens on from its size)"
+        )
     if parent is not None and not report.unusable:
         was_unreachable = set(parent_unreachable if parent_unreachable is not None else unreachable_tokens(parent))
         broken = [t for t in report.unreachable if t in parent.vocab and t not in was_unreachable]
@@ -198,8 +241,10 @@ def check_encoding(tokenizer: str | BPETokenizer, *, probes: list[str] | None = 
     texts = probes if probes is not None else probe_texts(loaded)
     report.probes = len(texts)
     try:
-        decoded = [loaded.decode(enc.ids, skip_special_tokens=False)
-                   for enc in loaded.encode_batch(texts, add_special_tokens=False)]
+        decoded = [
+            loaded.decode(enc.ids, skip_special_tokens=False)
+            for enc in loaded.encode_batch(texts, add_special_tokens=False)
+        ]
     except BaseException as exc:
         _reraise_unless_library_error(exc)
         report.refuse(f"tokenizers fails while encoding: {type(exc).__name__}: {exc}")
@@ -209,8 +254,10 @@ def check_encoding(tokenizer: str | BPETokenizer, *, probes: list[str] | None = 
     if lossy:
         got, promised = lossy[0]
         after = "" if promise.identity else f" (after the tokenizer's own {promise.description})"
-        report.reasons.append(f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes{after}, e.g. "
-                              f"{promised!r} decodes as {got!r}")
+        report.reasons.append(
+            f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes{after}, e.g. "
+            f"{promised!r} decodes as {got!r}"
+        )
     report.unreachable = unreachable_tokens(loaded)
     report.added_ids = {t.content: i for i, t in loaded.get_added_tokens_decoder().items()}
     return report
@@ -223,8 +270,9 @@ def _reraise_unless_library_error(exc: BaseException) -> None:
         raise exc
 
 
-def load_tokenizer(path: str | Path, *, allow_invalid: bool = False,
-                   on_invalid: Callable[[list[str]], None] | None = None) -> BPETokenizer:
+def load_tokenizer(
+    path: str | Path, *, allow_invalid: bool = False, on_invalid: Callable[[list[str]], None] | None = None
+) -> BPETokenizer:
     """The tokenizer loader every command and service uses: a ``tokenizer.json`` (or a directory
     holding one, such as a version folder), refused with an :class:`InvalidTokenizer` that names
     the file and every reason.
@@ -260,8 +308,9 @@ object, got a list
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidTokenizer([f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"],
-                               source=path) from None
+        raise InvalidTokenizer(
+            [f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"], source=path
+        ) from None
     tokenizer = BPETokenizer.from_json(text, source=path)
     del data, text  # a large file's text and parse are garbage now: free them before validating
     release_free_memory()

@@ -27,69 +27,136 @@ from tokmaint.logs import configure
 # Every command: its name, the function (``module:function``) that adds its options to its parser,
 # and its one-line help. The order is --help's.
 COMMANDS = (
-    ("evolve", "tokmaint.commands.tokenizer:add_evolve",
-     "replay a timestamped corpus through Ted-Tok, writing every version"),
-    ("residues", "tokmaint.commands.tokenizer:add_residues",
-     "LiteToken: find a tokenizer's residues on a corpus and remove them"),
+    (
+        "evolve",
+        "tokmaint.commands.tokenizer:add_evolve",
+        "replay a timestamped corpus through Ted-Tok, writing every version",
+    ),
+    (
+        "residues",
+        "tokmaint.commands.tokenizer:add_residues",
+        "LiteToken: find a tokenizer's residues on a corpus and remove them",
+    ),
     ("bench", "tokmaint.cli:add_bench", "reproducible benchmarks"),
     ("registry", "tokmaint.commands.registry:add_registry", "the versioned tokenizer registry: server and client"),
     ("ingest", "tokmaint.commands.pipeline:add_ingest", "send a corpus's documents to the docs topic (Kafka)"),
-    ("ingest-server", "tokmaint.commands.pipeline:add_ingest_server",
-     "take documents over HTTP (POST /v1/streams/{topic}/documents) onto the docs topic"),
-    ("pipeline", "tokmaint.commands.pipeline:add_pipeline",
-     "the streaming job: Kafka -> statistics in Redis -> revisions"),
-    ("revise", "tokmaint.commands.pipeline:add_revise",
-     "one Ted-Tok revision from a lineage's statistics in Redis, validated and published (what a CronJob runs)"),
-    ("residues-job", "tokmaint.commands.pipeline:add_residues_job",
-     "LiteToken scores of a lineage's current version from the stream's statistics; --publish: a "
-     "residue-removal version"),
+    (
+        "ingest-server",
+        "tokmaint.commands.pipeline:add_ingest_server",
+        "take documents over HTTP (POST /v1/streams/{topic}/documents) onto the docs topic",
+    ),
+    (
+        "pipeline",
+        "tokmaint.commands.pipeline:add_pipeline",
+        "the streaming job: Kafka -> statistics in Redis -> revisions",
+    ),
+    (
+        "revise",
+        "tokmaint.commands.pipeline:add_revise",
+        "one Ted-Tok revision from a lineage's statistics in Redis, validated and published (what a CronJob runs)",
+    ),
+    (
+        "residues-job",
+        "tokmaint.commands.pipeline:add_residues_job",
+        "LiteToken scores of a lineage's current version from the stream's statistics; --publish: a "
+        "residue-removal version",
+    ),
     ("stats", "tokmaint.commands.pipeline:add_stats", "a lineage's statistics in Redis"),
     ("trainer", "tokmaint.commands.trainer:add_trainer", "train a model that follows a lineage's versions"),
-    ("eval", "tokmaint.commands.byte_level:add_eval",
-     "byte-level evaluation of models across tokenizer versions (ByteSampler): exact prefix probabilities, bits "
-     "per byte, the next byte"),
-    ("generate", "tokmaint.commands.byte_level:add_generate",
-     "sample bytes after a prompt that may end anywhere, from one model or a byte-level ensemble"),
-    ("demo", "tokmaint.commands.demo:add_demo",
-     "the whole loop on one machine: broker, Redis, registry, pipeline and a trainer on the shipped stream; "
-     "a report folder"),
+    (
+        "eval",
+        "tokmaint.commands.byte_level:add_eval",
+        "byte-level evaluation of models across tokenizer versions (ByteSampler): exact prefix probabilities, bits "
+        "per byte, the next byte",
+    ),
+    (
+        "generate",
+        "tokmaint.commands.byte_level:add_generate",
+        "sample bytes after a prompt that may end anywhere, from one model or a byte-level ensemble",
+    ),
+    (
+        "demo",
+        "tokmaint.commands.demo:add_demo",
+        "the whole loop on one machine: broker, Redis, registry, pipeline and a trainer on the shipped stream; "
+        "a report folder",
+    ),
 )
 BENCHES = (
-    ("residues", "tokmaint.commands.tokenizer:add_bench_residues",
-     "LiteToken Table 4 across tokenizer families: residue shares beside the paper's"),
+    (
+        "residues",
+        "tokmaint.commands.tokenizer:add_bench_residues",
+        "LiteToken Table 4 across tokenizer families: residue shares beside the paper's",
+    ),
     ("arithmetic", "tokmaint.commands.tokenizer:add_bench_arithmetic", "Ted-Tok Table 2, synthetic arithmetic"),
     ("drift", "tokmaint.commands.tokenizer:add_bench_drift", "Old / New / Ted-Tok on a timestamped corpus"),
-    ("throughput", "tokmaint.commands.tokenizer:add_bench_throughput",
-     "stats update vs raw encoding; revision latency"),
-    ("registry", "tokmaint.commands.registry:add_bench_registry",
-     "registry: publish latency (p50/p99) and tokenizer.json downloads/revalidations per second"),
-    ("pipeline", "tokmaint.commands.pipeline:add_bench_pipeline",
-     "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time"),
-    ("flink", "tokmaint.commands.pipeline:add_bench_flink",
-     "the scale-out job on a Flink cluster here, a TaskManager killed: equal to the replay, MB/s against pipeline run"),
-    ("ingest", "tokmaint.commands.pipeline:add_bench_ingest",
-     "the request rate the ingest server serves within p99 500 ms, what it answers past it (503), and that "
-     "every accepted document reached the topic once"),
-    ("apply", "tokmaint.commands.trainer:add_bench_apply",
-     "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state"),
-    ("distributed", "tokmaint.commands.trainer:add_bench_distributed",
-     "distributed: ranks of one DistributedDataParallel job following a lineage while versions are published: each "
-     "version applied at the same step on every rank, embeddings identical, and the steps per second it costs"),
-    ("arithmetic-train", "tokmaint.commands.trainer:add_bench_arithmetic_train",
-     "arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and evolving "
-     "tokenizers, and each init strategy's loss jump after a revision"),
-    ("lifelong", "tokmaint.commands.byte_level:add_bench_lifelong",
-     "lifelong: two tiny models through a drifting stream, one with the first version for good, one taking each "
-     "Ted-Tok version; bits per byte on the next part (and their byte-level ensemble), tokens processed"),
-    ("bytelevel", "tokmaint.commands.byte_level:add_bench_bytelevel",
-     "bytelevel: ByteSampler's Tables 3-5 at our scale: model tokens per prefix, next-character accuracy and bits "
-     "per character of byte-level conditioning against naive tokenization of the prefix"),
-    ("zip2zip", "tokmaint.commands.byte_level:add_bench_zip2zip",
-     "zip2zip: LZW hypertokens over a tokenizer's ids, the tokens they save and, for a tiny model fine-tuned with "
-     "and without them, bits per byte on held-out text"),
-    ("soak", "tokmaint.commands.demo:add_bench_soak",
-     "soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks that "
-     "nothing was lost or counted twice"),
+    (
+        "throughput",
+        "tokmaint.commands.tokenizer:add_bench_throughput",
+        "stats update vs raw encoding; revision latency",
+    ),
+    (
+        "registry",
+        "tokmaint.commands.registry:add_bench_registry",
+        "registry: publish latency (p50/p99) and tokenizer.json downloads/revalidations per second",
+    ),
+    (
+        "pipeline",
+        "tokmaint.commands.pipeline:add_bench_pipeline",
+        "pipeline: end-to-end MB/s Kafka -> counting -> Redis vs raw encode_batch; per-step update time",
+    ),
+    (
+        "flink",
+        "tokmaint.commands.pipeline:add_bench_flink",
+        "the scale-out job on a Flink cluster here, a TaskManager killed: equal to the replay, "
+        "MB/s against pipeline run",
+    ),
+    (
+        "ingest",
+        "tokmaint.commands.pipeline:add_bench_ingest",
+        "the request rate the ingest server serves within p99 500 ms, what it answers past it (503), and that "
+        "every accepted document reached the topic once",
+    ),
+    (
+        "apply",
+        "tokmaint.commands.trainer:add_bench_apply",
+        "apply: apply_revision's latency for K changed ids on a GPT-2-124M-shaped model with AdamW state",
+    ),
+    (
+        "distributed",
+        "tokmaint.commands.trainer:add_bench_distributed",
+        "distributed: ranks of one DistributedDataParallel job following a lineage while versions are published: each "
+        "version applied at the same step on every rank, embeddings identical, and the steps per second it costs",
+    ),
+    (
+        "arithmetic-train",
+        "tokmaint.commands.trainer:add_bench_arithmetic_train",
+        "arithmetic-train: Ted-Tok Table 1, SA row: exact match of models trained with the Old, New and evolving "
+        "tokenizers, and each init strategy's loss jump after a revision",
+    ),
+    (
+        "lifelong",
+        "tokmaint.commands.byte_level:add_bench_lifelong",
+        "lifelong: two tiny models through a drifting stream, one with the first version for good, one taking each "
+        "Ted-Tok version; bits per byte on the next part (and their byte-level ensemble), tokens processed",
+    ),
+    (
+        "bytelevel",
+        "tokmaint.commands.byte_level:add_bench_bytelevel",
+        "bytelevel: ByteSampler's Tables 3-5 at our scale: model tokens per prefix, next-character accuracy and bits "
+        "per character of byte-level conditioning against naive tokenization of the prefix",
+    ),
+    (
+        "zip2zip",
+        "tokmaint.commands.byte_level:add_bench_zip2zip",
+        "zip2zip: LZW hypertokens over a tokenizer's ids, the tokens they save and, for a tiny model fine-tuned with "
+        "and without them, bits per byte on held-out text",
+    ),
+    (
+        "soak",
+        "tokmaint.commands.demo:add_bench_soak",
+        "soak: the whole system under load for --minutes while a seeded schedule kills its parts; checks that "
+        "nothing was lost or counted twice",
+    ),
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -137,14 +204,20 @@ class LazyCommands(argparse._SubParsersAction):
             getattr(importlib.import_module(module), function)(self.choices[name])
         return self.choices[name]
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: list[str],
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: list[str],
+        option_string: str | None = None,
+    ) -> None:
         self.build(values[0])
         super().__call__(parser, namespace, values, option_string)
 
 
-def _add_lazy_commands(parser: argparse.ArgumentParser, commands: tuple[tuple[str, str, str], ...], *,
-                       dest: str) -> LazyCommands:
+def _add_lazy_commands(
+    parser: argparse.ArgumentParser, commands: tuple[tuple[str, str, str], ...], *, dest: str
+) -> LazyCommands:
     sub = parser.add_subparsers(dest=dest, required=True, action=LazyCommands, parser_class=Parser)
     for name, builder, help_text in commands:
         sub.add_lazy(name, builder, help_text)
@@ -196,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         # A command of the services or the trainer, installed with the core dependencies only.
         if debug:
             traceback.print_exc()
-        log.error("this command needs the Python package %r, which is not installed: pip install "
-                  "'tokmaint[services,trainer]' installs every command's", exc.name)
+        log.error(
+            "this command needs the Python package %r, which is not installed: pip install "
+            "'tokmaint[services,trainer]' installs every command's",
+            exc.name,
+        )
         return EXIT_USAGE
     except KeyboardInterrupt:
         log.info("interrupted; everything written so far is complete")

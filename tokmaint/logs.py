@@ -35,8 +35,12 @@ class PlainFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line = {"ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
-                "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        line = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         line.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
             line["traceback"] = self.formatException(record.exc_info)

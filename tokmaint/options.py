@@ -46,8 +46,9 @@ def free_text(value: str) -> str:
     try:
         os.fsencode(value).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"must be UTF-8 text, got the byte 0x{exc.object[exc.start]:02x} at byte "
-                                         f"{exc.start}") from None
+        raise argparse.ArgumentTypeError(
+            f"must be UTF-8 text, got the byte 0x{exc.object[exc.start]:02x} at byte {exc.start}"
+        ) from None
     except UnicodeEncodeError:  # a surrogate that stands for no byte the shell gave
         pass
     raise argparse.ArgumentTypeError("must be UTF-8 text")
@@ -75,8 +76,13 @@ def _shown(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettings], *,
-                 skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> None:
+def add_settings(
+    parser: argparse.ArgumentParser,
+    settings_type: type[BaseSettings],
+    *,
+    skip: tuple[str, ...] = (),
+    only: tuple[str, ...] | None = None,
+) -> None:
     """One ``--option`` per field of ``settings_type`` (but those in ``skip``, or those not in
     ``only``: a command that has no use for them), with its help, range (checked as the option is
     parsed), choices and default; the help names the environment variable that sets it too."""
@@ -88,8 +94,12 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettin
         variable = f"{prefix}{name}".upper()
         if field.annotation is bool:
             # --NAME and --no-NAME: a setting that is on by default can be turned off.
-            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"{help_text} (default: {str(field.default).lower()}; {variable})")
+            parser.add_argument(
+                option,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{help_text} (default: {str(field.default).lower()}; {variable})",
+            )
             continue
         rule = rule_of(field)
         choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else None
@@ -97,12 +107,23 @@ def add_settings(parser: argparse.ArgumentParser, settings_type: type[BaseSettin
             help_text += f"; {rule.describe()}"
         default = "" if field.default is None else f"default: {_shown(field.default)}; "
         kind = type(choices[0]) if choices else str  # a Literal of numbers takes numbers
-        parser.add_argument(option, type=rule or kind, choices=choices, default=None,
-                            metavar=None if choices else name.upper(), help=f"{help_text} ({default}{variable})")
+        parser.add_argument(
+            option,
+            type=rule or kind,
+            choices=choices,
+            default=None,
+            metavar=None if choices else name.upper(),
+            help=f"{help_text} ({default}{variable})",
+        )
 
 
-def add_bench_options(parser: argparse.ArgumentParser, settings_type: type[BaseSettings],
-                      func: Callable[[argparse.Namespace], int], *, corpus: str | None = None) -> None:
+def add_bench_options(
+    parser: argparse.ArgumentParser,
+    settings_type: type[BaseSettings],
+    func: Callable[[argparse.Namespace], int],
+    *,
+    corpus: str | None = None,
+) -> None:
     """A benchmark's options: ``--corpus`` (with this help, for one that reads a corpus), one a
     setting, ``--json``; ``func`` runs it."""
     if corpus is not None:

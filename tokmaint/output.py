@@ -24,8 +24,9 @@ def _flatten(data: dict[str, Any] | list[dict[str, Any]], prefix: str = "") -> l
     rows = []
     for key, value in data.items() if isinstance(data, dict) else enumerate(data, 1):
         name = f"{prefix}{key}"
-        nested = isinstance(value, dict) or (isinstance(value, list) and value
-                                             and all(isinstance(item, dict) for item in value))
+        nested = isinstance(value, dict) or (
+            isinstance(value, list) and value and all(isinstance(item, dict) for item in value)
+        )
         rows.extend(_flatten(value, name + ".") if nested else [(name, value)])
     return rows
 
@@ -57,8 +58,9 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     git     1.2500
     news         -
     """
-    cells = [[("-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)) for v in row.values()]
-             for row in rows]
+    cells = [
+        [("-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)) for v in row.values()] for row in rows
+    ]
     header = list(rows[0])
     widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(header)]
     for line in [header, *cells]:

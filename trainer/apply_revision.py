@@ -118,8 +118,9 @@ class PairEncoder(nn.Module):
         return (first + second) / 2 + self.mlp(torch.cat([first, second], dim=-1))
 
 
-def train_pair_encoder(matrix: torch.Tensor, merges: list[tuple[int, int, int]], *, steps: int = 300,
-                       seed: int = 0) -> PairEncoder:
+def train_pair_encoder(
+    matrix: torch.Tensor, merges: list[tuple[int, int, int]], *, steps: int = 300, seed: int = 0
+) -> PairEncoder:
     """A pair encoder fitted on the model's own merged tokens: ``merges`` (first, second, token
     ids) whose rows are known, to predict a token's row from its pieces' rows (full batch,
     mean squared error, Adam; deterministic for a seed on a device)."""
@@ -143,12 +144,16 @@ def train_pair_encoder(matrix: torch.Tensor, merges: list[tuple[int, int, int]],
 def _known_merges(previous: BPETokenizer, changed: set[int]) -> list[tuple[int, int, int]]:
     """The previous version's merges as (first, second, token) ids, none touching a changed id."""
     vocab = previous.vocab
-    return [(vocab[a], vocab[b], vocab[a + b]) for a, b in previous.merges
-            if not {vocab[a], vocab[b], vocab[a + b]} & changed]
+    return [
+        (vocab[a], vocab[b], vocab[a + b])
+        for a, b in previous.merges
+        if not {vocab[a], vocab[b], vocab[a + b]} & changed
+    ]
 
 
-def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy,
-              previous: BPETokenizer | None) -> dict[int, torch.Tensor]:
+def _new_rows(
+    matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy, previous: BPETokenizer | None
+) -> dict[int, torch.Tensor]:
     """The row of every added or reassigned id, from ``matrix`` as it was before the revision."""
     made = {e.id: e for e in entries if e.kind != "removed"}
     rows: dict[int, torch.Tensor] = {}
@@ -167,8 +172,10 @@ def _new_rows(matrix: torch.Tensor, entries: list[DiffEntry], strategy: Strategy
             entry = made[i]
             if strategy == "subtoken_mean" or len(entry.parents) != 2:
                 if previous is None:
-                    raise ValueError(f"id {i} ({entry.new_token!r}) needs the previous version's tokenizer "
-                                     f"({strategy}; or it has no merge parents)")
+                    raise ValueError(
+                        f"id {i} ({entry.new_token!r}) needs the previous version's tokenizer "
+                        f"({strategy}; or it has no merge parents)"
+                    )
                 rows[i] = _subtoken_rows(matrix, previous, entry.new_token)
             else:
                 rows[i] = combine(row(entry.parents[0]), row(entry.parents[1]))
@@ -204,13 +211,21 @@ def set_removed(model: nn.Module, ids: Iterable[int]) -> None:
         output.register_buffer("tokmaint_removed", mask, persistent=False)
     if not getattr(output, "tokmaint_hooked", False):
         output.register_forward_hook(
-            lambda module, inputs, logits: logits.masked_fill(module.tokmaint_removed, float("-inf"))
-            if module.tokmaint_removed.any() else logits)
+            lambda module, inputs, logits: (
+                logits.masked_fill(module.tokmaint_removed, float("-inf")) if module.tokmaint_removed.any() else logits
+            )
+        )
         output.tokmaint_hooked = True
 
 
-def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, diff: RevisionDiff, *,
-                   strategy: Strategy = "parents_mean", previous: BPETokenizer | None = None) -> AppliedRevision:
+def apply_revision(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    diff: RevisionDiff,
+    *,
+    strategy: Strategy = "parents_mean",
+    previous: BPETokenizer | None = None,
+) -> AppliedRevision:
     """Apply ``diff`` (one version's, or a composed one) to ``model`` and ``optimizer``.
 
     ``previous``: the tokenizer the model used until now (for ``subtoken_mean`` and ``hyper``,
@@ -219,20 +234,22 @@ def apply_revision(model: nn.Module, optimizer: torch.optim.Optimizer | None, di
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     entries = diff.entries
-    rows = max([model.get_input_embeddings().weight.shape[0], diff.id_space or 0,
-                *(e.id + 1 for e in entries)])
+    rows = max([model.get_input_embeddings().weight.shape[0], diff.id_space or 0, *(e.id + 1 for e in entries)])
     removed_before = removed_ids(model)  # (a resize may replace the output layer, and its mask with it)
     rows_before = model.get_input_embeddings().weight.shape[0]
     if rows > rows_before:
         if any(is_sharded(m) for m in embedding_matrices(model)):
-            raise TokmaintError(f"the version needs {rows} embedding rows and the model has {rows_before}: a model "
-                                "sharded by fully_shard cannot grow; build it with room for the versions to come "
-                                "(LineageFollower.prepare masks the rows no version uses yet)")
+            raise TokmaintError(
+                f"the version needs {rows} embedding rows and the model has {rows_before}: a model "
+                "sharded by fully_shard cannot grow; build it with room for the versions to come "
+                "(LineageFollower.prepare masks the rows no version uses yet)"
+            )
         grow(model, optimizer, rows)
     changed = sorted(e.id for e in entries if e.kind != "removed")
     filled = set(changed)
-    removed = sorted({e.id for e in entries if e.kind == "removed"} |
-                     {i for i in range(rows_before, rows) if i not in filled})
+    removed = sorted(
+        {e.id for e in entries if e.kind == "removed"} | {i for i in range(rows_before, rows) if i not in filled}
+    )
     with torch.no_grad():
         for matrix in embedding_matrices(model):
             # Sharded (FSDP): gathered, made alike on every rank, each rank keeping its rows.

@@ -92,9 +92,18 @@ def sa_model(rows: int, *, n_embd: int, seed: int) -> GPT2LMHeadModel:
     4596
     """
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=n_embd, n_positions=16, vocab_size=rows,
-                        bos_token_id=rows - 1, eos_token_id=rows - 1,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=n_embd,
+        n_positions=16,
+        vocab_size=rows,
+        bos_token_id=rows - 1,
+        eos_token_id=rows - 1,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     model = GPT2LMHeadModel(config)
     model.loss_type = CAUSAL_LM_LOSS
     return model
@@ -168,8 +177,9 @@ def _question_rest(tokenizer: BPETokenizer, ids: list[int], example: str, length
 
 
 @torch.no_grad()
-def exact_match(model: GPT2LMHeadModel, tokenizer: BPETokenizer, examples: list[str], *, eos: int,
-                max_new: int = 8) -> float:
+def exact_match(
+    model: GPT2LMHeadModel, tokenizer: BPETokenizer, examples: list[str], *, eos: int, max_new: int = 8
+) -> float:
     """The share of ``examples`` the model completes exactly from their prompts (greedy).
 
     The prompt is the example's tokens that end before its answer begins. Where a token spans
@@ -192,8 +202,9 @@ def exact_match(model: GPT2LMHeadModel, tokenizer: BPETokenizer, examples: list[
         """The ids a generation with ``rest`` of the question still to come may choose."""
         if rest not in allowed:
             tokens = [tokenizer.id_to_token.get(i) for i in range(eos + 1)]  # None: eos, holes
-            allowed[rest] = torch.tensor([not rest or (t is not None and (t.startswith(rest) or rest.startswith(t)))
-                                          for t in tokens])
+            allowed[rest] = torch.tensor(
+                [not rest or (t is not None and (t.startswith(rest) or rest.startswith(t))) for t in tokens]
+            )
         return allowed[rest]
 
     correct = 0
@@ -209,7 +220,7 @@ def exact_match(model: GPT2LMHeadModel, tokenizer: BPETokenizer, examples: list[
             seqs = torch.cat([seqs, nxt[:, None]], dim=1)
             done |= nxt == eos
             chosen = [tokenizer.id_to_token.get(i, "") for i in nxt.tolist()]
-            rest = [r[len(t):] if r.startswith(t) else "" for r, t in zip(rest, chosen)]
+            rest = [r[len(t) :] if r.startswith(t) else "" for r, t in zip(rest, chosen)]
             if done.all():
                 break
         for k, row in zip(members, seqs.tolist()):
@@ -236,8 +247,9 @@ def learning_rate(lr: float, step: int, total: int, *, decay: float) -> float:
     return lr * min(1.0, left / (decay * total)) if decay else lr
 
 
-def _step(model: GPT2LMHeadModel, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-          labels: torch.Tensor, lr: float) -> float:
+def _step(
+    model: GPT2LMHeadModel, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, labels: torch.Tensor, lr: float
+) -> float:
     for group in optimizer.param_groups:
         group["lr"] = lr
     loss = model(input_ids=inputs, labels=labels).loss
@@ -249,8 +261,16 @@ def _step(model: GPT2LMHeadModel, optimizer: torch.optim.Optimizer, inputs: torc
 
 def _switch_diff(old: BPETokenizer, new: BPETokenizer) -> RevisionDiff:
     """The New run's tokenizer switch as one revision diff (Old → New)."""
-    return RevisionDiff(lineage="arithmetic", version=2, parent_version=1, tokenizer_sha256=new.sha256,
-                        vocab_size=len(new), entries=diff_entries(old, new), config={}, id_space=new.id_space)
+    return RevisionDiff(
+        lineage="arithmetic",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256=new.sha256,
+        vocab_size=len(new),
+        entries=diff_entries(old, new),
+        config={},
+        id_space=new.id_space,
+    )
 
 
 @dataclass
@@ -280,20 +300,33 @@ class _Schedule:
         old_data = arithmetic_dataset(50)
         new_train, held_out = split_new(rng, settings.validation)
         vocab = dict(vocab_size=settings.vocab_size, byte_level=False)
-        order = [*_batches(rng, len(old_data), settings.batch, settings.epochs),
-                 *(b + len(old_data) for b in _batches(rng, len(new_train), settings.batch, settings.epochs))]
-        return cls(examples=old_data + new_train, held_out=held_out, old=BPETokenizer.train(old_data, **vocab),
-                   new=BPETokenizer.train(new_train, **vocab), order=order,
-                   first_new=-(-len(old_data) // settings.batch) * settings.epochs)
+        order = [
+            *_batches(rng, len(old_data), settings.batch, settings.epochs),
+            *(b + len(old_data) for b in _batches(rng, len(new_train), settings.batch, settings.epochs)),
+        ]
+        return cls(
+            examples=old_data + new_train,
+            held_out=held_out,
+            old=BPETokenizer.train(old_data, **vocab),
+            new=BPETokenizer.train(new_train, **vocab),
+            order=order,
+            first_new=-(-len(old_data) // settings.batch) * settings.epochs,
+        )
 
     def tedtok(self, settings: ArithmeticTrainSettings) -> tuple[TedTok, np.ndarray]:
         """Ted-Tok from Old over this schedule (a time step per batch), and the examples' word
         ids: ``tedtok.observe_words(word_ids[rows], ...)`` is a step."""
         words = WordVocabulary()
         word_ids = words.ids(self.examples)
-        config = TedTokConfig.for_schedule(len(self.order), warmup=settings.warmup, freeze_last=settings.freeze_last,
-                                           alpha=settings.alpha, beta=settings.beta, interval=settings.interval,
-                                           batch_size=settings.batch_size)
+        config = TedTokConfig.for_schedule(
+            len(self.order),
+            warmup=settings.warmup,
+            freeze_last=settings.freeze_last,
+            alpha=settings.alpha,
+            beta=settings.beta,
+            interval=settings.interval,
+            batch_size=settings.batch_size,
+        )
         return TedTok(self.old, config=config, words=words, lineage="arithmetic"), word_ids
 
 
@@ -312,8 +345,9 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
     jump: _Jump | None = None
     for t, rows in enumerate(plan.order):
         if name == "new" and t == plan.first_new:
-            apply_revision(model, optimizer, _switch_diff(plan.old, plan.new), strategy="subtoken_mean",
-                           previous=plan.old)
+            apply_revision(
+                model, optimizer, _switch_diff(plan.old, plan.new), strategy="subtoken_mean", previous=plan.old
+            )
             encodings.set(plan.new)
         inputs, labels = encodings.batch(rows)
         lr = learning_rate(settings.lr, t, len(plan.order), decay=settings.decay)
@@ -339,9 +373,15 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
             encodings.set(revision.tokenizer)
         if report is not None and (t + 1) % 100 == 0:
             report(100, losses[-1])
-    return {"seed": seed, "run": name, "exact_match": exact_match(model, encodings.tokenizer, plan.held_out, eos=eos),
-            "final_loss": float(np.mean(losses[-window:])), "steps": len(plan.order),
-            "revisions": len(tedtok.revisions) if tedtok else 0, "loss_jump": jumps}
+    return {
+        "seed": seed,
+        "run": name,
+        "exact_match": exact_match(model, encodings.tokenizer, plan.held_out, eos=eos),
+        "final_loss": float(np.mean(losses[-window:])),
+        "steps": len(plan.order),
+        "revisions": len(tedtok.revisions) if tedtok else 0,
+        "loss_jump": jumps,
+    }
 
 
 def _run_in_worker(settings: ArithmeticTrainSettings, seed: int, name: str, queue) -> dict[str, Any]:
@@ -349,22 +389,24 @@ def _run_in_worker(settings: ArithmeticTrainSettings, seed: int, name: str, queu
     return run_one(settings, seed, name, report=lambda steps, loss: queue.put((steps, loss, name)))
 
 
-def run_arithmetic_train(settings: ArithmeticTrainSettings | None = None, *,
-                         progress: bool = True) -> dict[str, Any]:
+def run_arithmetic_train(settings: ArithmeticTrainSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
     """Every seed's three runs, ``workers`` at a time; the benchmark's JSON-ready result (means
     over seeds)."""
     settings = settings or ArithmeticTrainSettings()
     started = time.perf_counter()
     tasks = [(seed, name) for seed in range(settings.seed, settings.seed + settings.seeds) for name in RUNS]
-    per_epoch = (-(-len(arithmetic_dataset(50)) // settings.batch)
-                 - (-(NEW_EXAMPLES - settings.validation) // settings.batch))
+    per_epoch = -(-len(arithmetic_dataset(50)) // settings.batch) - (
+        -(NEW_EXAMPLES - settings.validation) // settings.batch
+    )
     steps = per_epoch * settings.epochs * len(tasks)
     bar = tqdm(total=steps, desc="arithmetic-train", unit="step", disable=not progress)
     if settings.workers == 1:
         runs = [run_one(settings, seed, name, report=lambda n, loss: bar.update(n)) for seed, name in tasks]
     else:
-        with multiprocessing.get_context("spawn").Manager() as manager, ProcessPoolExecutor(
-                settings.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with (
+            multiprocessing.get_context("spawn").Manager() as manager,
+            ProcessPoolExecutor(settings.workers, mp_context=multiprocessing.get_context("spawn")) as pool,
+        ):
             queue = manager.Queue()
             futures = [pool.submit(_run_in_worker, settings, seed, name, queue) for seed, name in tasks]
             while not all(f.done() for f in futures):

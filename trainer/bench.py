@@ -27,10 +27,21 @@ def _diff(settings: ApplyBenchSettings) -> RevisionDiff:
     rng = np.random.default_rng(0)
     ids = rng.choice(settings.vocab_size, settings.changes + 2, replace=False).tolist()
     parents, changed = ids[:2], ids[2:]
-    entries = [DiffEntry(id=i, kind="reassigned", old_token=f"old{i}", new_token=f"new{i}", parents=parents,
-                         old_parents=parents) for i in sorted(changed)]
-    return RevisionDiff(lineage="bench", version=2, parent_version=1, tokenizer_sha256="0" * 64,
-                        vocab_size=settings.vocab_size, entries=entries, config={})
+    entries = [
+        DiffEntry(
+            id=i, kind="reassigned", old_token=f"old{i}", new_token=f"new{i}", parents=parents, old_parents=parents
+        )
+        for i in sorted(changed)
+    ]
+    return RevisionDiff(
+        lineage="bench",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256="0" * 64,
+        vocab_size=settings.vocab_size,
+        entries=entries,
+        config={},
+    )
 
 
 def run_apply_bench(settings: ApplyBenchSettings | None = None) -> dict[str, Any]:
@@ -53,6 +64,11 @@ def run_apply_bench(settings: ApplyBenchSettings | None = None) -> dict[str, Any
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
-    return {"apply_seconds": statistics.median(times), "changes": settings.changes,
-            "parameters": sum(p.numel() for p in model.parameters()), "vocab_size": settings.vocab_size,
-            "device": device, "repeats": settings.repeats}
+    return {
+        "apply_seconds": statistics.median(times),
+        "changes": settings.changes,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": settings.vocab_size,
+        "device": device,
+        "repeats": settings.repeats,
+    }

@@ -70,9 +70,11 @@ class ByteVocabulary:
 
     def __init__(self, tokenizer: BPETokenizer) -> None:
         if tokenizer.pipeline.get("normalizer") or (not tokenizer.byte_level and tokenizer.space_symbol):
-            raise TokmaintError("byte-level probabilities need a tokenizer whose tokens spell the text byte for "
-                                "byte (byte-level BPE, or character BPE, without a normalizer); this one rewrites "
-                                "the text first")
+            raise TokmaintError(
+                "byte-level probabilities need a tokenizer whose tokens spell the text byte for "
+                "byte (byte-level BPE, or character BPE, without a normalizer); this one rewrites "
+                "the text first"
+            )
         self.tokenizer = tokenizer
         self.token_bytes: dict[int, bytes] = {i: tokenizer.token_bytes(t) for i, t in tokenizer.id_to_token.items()}
         ordered = sorted((b, i) for i, b in self.token_bytes.items() if b)
@@ -83,7 +85,8 @@ class ByteVocabulary:
         # no whitespace (only a pre-token's first character may be a space): texts that share
         # what comes before such a space share its encoding, and only the rest is encoded anew.
         self._splits_at_spaces = tokenizer.plain_gpt2_pre_tokenizer and not any(
-            any(c.isspace() for c in t) for t in tokenizer.added_tokens)
+            any(c.isspace() for c in t) for t in tokenizer.added_tokens
+        )
         self._heads: dict[bytes, list[int] | None] = {}
         self.pairs: PairValidity | None = None  # valid_pair's, made when first asked
 
@@ -160,7 +163,7 @@ class ByteVocabulary:
             if partial == 0:
                 jobs.append((k, text, None))
             elif partial > 0:
-                jobs.extend((k, text + w, len(text)) for w in completions(text[len(text) - partial:]))
+                jobs.extend((k, text + w, len(text)) for w in completions(text[len(text) - partial :]))
         found: list[dict[tuple[int, ...], None]] = [{} for _ in texts]  # ordered sets
         for (k, _, end), ids in zip(jobs, self.encode([data for _, data, _ in jobs])):
             if ids is None:
@@ -206,8 +209,11 @@ def completions(partial: bytes) -> list[bytes]:
     size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
     # The second byte's range where the lead narrows it (no overlong forms, no surrogates, no
     # code point past U+10FFFF); 0x80-0xBF otherwise.
-    low, high = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(
-        lead, (0x80, 0xBF)) if len(partial) == 1 else (0x80, 0xBF)
+    low, high = (
+        {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(lead, (0x80, 0xBF))
+        if len(partial) == 1
+        else (0x80, 0xBF)
+    )
     rest = bytes([0x80] * (size - len(partial) - 1))
     return [bytes([b]) + rest for b in range(low, high + 1)]
 
@@ -343,7 +349,7 @@ class CoveringTree:
         """
         if not self.parents:
             return ()
-        return self.parents[0][:_common(self.parents[0], self.parents[-1])]  # the sorted ends' is everyone's
+        return self.parents[0][: _common(self.parents[0], self.parents[-1])]  # the sorted ends' is everyone's
 
     @cached_property
     def branches(self) -> tuple[tuple[int, ...], ...]:
@@ -353,7 +359,7 @@ class CoveringTree:
         ((1, 2, 4, 5),)
         """
         parents = self.parents
-        return tuple(p for p, after in zip(parents, parents[1:] + (None,)) if after is None or after[:len(p)] != p)
+        return tuple(p for p, after in zip(parents, parents[1:] + (None,)) if after is None or after[: len(p)] != p)
 
     @cached_property
     def inner_nodes(self) -> int:
@@ -502,7 +508,7 @@ class ByteLevelModel:
             width = max(len(b) for b in group) - depth
             rows = max(1, min(len(group), BATCH_VALUES // (width * vocab_size)))
             for start in range(0, len(group), rows):
-                chunk = group[start:start + rows]
+                chunk = group[start : start + rows]
                 ids = torch.zeros((len(chunk), width), dtype=torch.long)
                 for row, branch in enumerate(chunk):
                     ids[row, : len(branch) - depth] = torch.tensor(branch[depth:])
@@ -610,8 +616,9 @@ def ensemble_next_byte(models: Sequence[ByteLevelModel], text: str | bytes) -> n
     return np.mean([model.next_byte(text) for model in models], axis=0)
 
 
-def generate(models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, seed: int = 0,
-             progress: bool = False) -> bytes:
+def generate(
+    models: Sequence[ByteLevelModel], prompt: str, *, max_bytes: int, seed: int = 0, progress: bool = False
+) -> bytes:
     """Bytes sampled one at a time after ``prompt`` from the (ensemble's) next-byte distribution;
     the prompt may end anywhere, inside a word or a character (no prompt boundary problem)."""
     from tqdm import tqdm
@@ -651,6 +658,7 @@ def fit_text(models: Sequence[ByteLevelModel], text: str) -> str:
     >>> fit_text([Model()], "0123456789")
     '01234'
     """
+
     def fits(cut: str) -> bool:
         return all(len(m.vocab.tokenizer.encode(cut)) + FIT_MARGIN <= m.max_positions for m in models)
 
@@ -666,8 +674,7 @@ def fit_text(models: Sequence[ByteLevelModel], text: str) -> str:
 FIT_MARGIN = 3  # positions beyond the canonical tokens a text is given for its covering tree's deepest leaf
 
 
-def evaluate_texts(models: Sequence[ByteLevelModel], texts: Sequence[str], *,
-                   progress: bool = False) -> dict[str, Any]:
+def evaluate_texts(models: Sequence[ByteLevelModel], texts: Sequence[str], *, progress: bool = False) -> dict[str, Any]:
     """Bits per byte of ``models`` (one, or their byte-level ensemble) over ``texts``, each from
     the start of the model's text (``[bos]``); a text longer than a model's context is cut to
     what fits (``truncated``). One model also gives its canonical tokenization's figure."""
@@ -694,7 +701,16 @@ def evaluate_texts(models: Sequence[ByteLevelModel], texts: Sequence[str], *,
         n_bytes += len(cut.encode("utf-8"))
         log_prob, canonical, evaluated = log_prob + lp, canonical + lp_canonical, evaluated + tokens
     bits = -log_prob / LN2 / max(1, n_bytes)
-    return {"documents": documents, "bytes": n_bytes, "truncated": truncated, "log_prob": log_prob,
-            "bits_per_byte": bits, "model_tokens": evaluated,
-            **({"log_prob_canonical": canonical, "bits_per_byte_canonical": -canonical / LN2 / max(1, n_bytes)}
-               if len(models) == 1 else {})}
+    return {
+        "documents": documents,
+        "bytes": n_bytes,
+        "truncated": truncated,
+        "log_prob": log_prob,
+        "bits_per_byte": bits,
+        "model_tokens": evaluated,
+        **(
+            {"log_prob_canonical": canonical, "bits_per_byte_canonical": -canonical / LN2 / max(1, n_bytes)}
+            if len(models) == 1
+            else {}
+        ),
+    }

@@ -96,24 +96,24 @@ def _plain(model: ByteLevelModel, text: str, prompt_bytes: int) -> float:
     return float(_token_log_probs(model, ids[:j])[ids[j]]) / chars
 
 
-def _draw(rng: random.Random, texts: list[str], prefix_bytes: int,
-          model: ByteLevelModel) -> tuple[str, int, str, str]:
+def _draw(rng: random.Random, texts: list[str], prefix_bytes: int, model: ByteLevelModel) -> tuple[str, int, str, str]:
     """A random substring: its text, where it starts (a character), the prompt (the longest run
     of whole characters within ``prefix_bytes`` bytes) and the character after it; drawn again
     while it does not fit the model's context with a character to spare."""
     while True:
         text = rng.choice(texts)
         start = rng.randrange(len(text))
-        sizes = np.cumsum([len(c.encode("utf-8")) for c in text[start:start + prefix_bytes + 1]])
+        sizes = np.cumsum([len(c.encode("utf-8")) for c in text[start : start + prefix_bytes + 1]])
         chars = int(np.searchsorted(sizes, prefix_bytes, side="right"))  # whole characters within the bytes
         if start + chars < len(text):
-            prompt, target = text[start:start + chars], text[start + chars]
-            if fit_text([model], text[start:start + chars + 8]) == text[start:start + chars + 8]:
+            prompt, target = text[start : start + chars], text[start + chars]
+            if fit_text([model], text[start : start + chars + 8]) == text[start : start + chars + 8]:
                 return text, start, prompt, target
 
 
-def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBenchSettings | None = None, *,
-                        progress: bool = False) -> dict[str, Any]:
+def run_bytelevel_bench(
+    corpus: str | Path | None = None, settings: BytelevelBenchSettings | None = None, *, progress: bool = False
+) -> dict[str, Any]:
     from tqdm import tqdm
 
     settings = settings or BytelevelBenchSettings()
@@ -124,11 +124,14 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
     train, held_out = [d.text for d in docs[:cut]], [d.text for d in docs[cut:]]
     long_enough = [t for t in held_out if len(t.encode("utf-8")) > settings.prefix_bytes + 4]
     if not train or not long_enough:
-        raise CorpusError(path, f"no held-out document of more than {settings.prefix_bytes + 4} bytes in "
-                                f"--max-mb {settings.max_mb} with --train-share {settings.train_share}")
+        raise CorpusError(
+            path,
+            f"no held-out document of more than {settings.prefix_bytes + 4} bytes in "
+            f"--max-mb {settings.max_mb} with --train-share {settings.train_share}",
+        )
     tokenizer = BPETokenizer.train(train, vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]])
     tiny = TinyModel(tokenizer, lr=settings.lr, seed=settings.seed)
-    batches = [train[k:k + settings.train_batch] for k in range(0, len(train), settings.train_batch)]
+    batches = [train[k : k + settings.train_batch] for k in range(0, len(train), settings.train_batch)]
     trained = time.perf_counter()
     for texts in tqdm(batches * settings.epochs, disable=not progress, unit="step", desc="training"):
         tiny.step(texts, settings.seq_len)
@@ -150,15 +153,21 @@ def run_bytelevel_bench(corpus: str | Path | None = None, settings: BytelevelBen
         predicted, log_p = _naive(model, prompt, target)
         correct["naive"] += predicted == target
         log_probs["naive"] += log_p
-        log_probs["plain"] += _plain(model, text[start:start + len(prompt) + 64], len(prompt.encode("utf-8")))
+        log_probs["plain"] += _plain(model, text[start : start + len(prompt) + 64], len(prompt.encode("utf-8")))
     n = settings.samples
     per_prefix = {name: count / n for name, count in tokens.items()}
     return {
         "tokens_per_prefix": per_prefix,
         "overhead": per_prefix["bytesampler"] / per_prefix["plain"] - 1,
         "next_char_accuracy": {name: count / n for name, count in correct.items()},
-        "bits_per_char": {"bytesampler": -log_probs["bytesampler"] / LN2 / n, "naive": -log_probs["naive"] / LN2 / n,
-                          "plain": -log_probs["plain"] / LN2 / n},
-        "samples": n, "vocab_size": len(tokenizer), "train_documents": len(train),
-        "train_seconds": train_seconds, "seconds": time.perf_counter() - started,
+        "bits_per_char": {
+            "bytesampler": -log_probs["bytesampler"] / LN2 / n,
+            "naive": -log_probs["naive"] / LN2 / n,
+            "plain": -log_probs["plain"] / LN2 / n,
+        },
+        "samples": n,
+        "vocab_size": len(tokenizer),
+        "train_documents": len(train),
+        "train_seconds": train_seconds,
+        "seconds": time.perf_counter() - started,
     }

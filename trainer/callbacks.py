@@ -92,27 +92,38 @@ class CheckpointFolder:
             step = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
             return cls(stamp["lineage"], stamp["version"], stamp["sha256"], rows, step)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise TokmaintError(f"{folder} is not a checkpoint of a Trainer with TokmaintCallback ({STAMP}, "
-                                f"config.json and trainer_state.json): {exc}") from None
+            raise TokmaintError(
+                f"{folder} is not a checkpoint of a Trainer with TokmaintCallback ({STAMP}, "
+                f"config.json and trainer_state.json): {exc}"
+            ) from None
 
 
 class TokmaintCallback(TrainerCallback):
     """A lineage followed by a ``transformers.Trainer``: the version its model is on
     (:attr:`version`, :attr:`tokenizer`), each newer one applied between two optimizer steps."""
 
-    def __init__(self, registry: RegistryClient | HubVersions | str, lineage: str, *,
-                 checkpoint: str | Path | None = None, **follow: Any) -> None:
+    def __init__(
+        self,
+        registry: RegistryClient | HubVersions | str,
+        lineage: str,
+        *,
+        checkpoint: str | Path | None = None,
+        **follow: Any,
+    ) -> None:
         """``registry``, ``lineage`` and ``follow`` (``events``, ``strategy``, ``retry_steps``): as
         ``LineageFollower``'s. ``checkpoint``: the Trainer's checkpoint folder the training resumes
         from (its version; the model is grown to its rows when the Trainer is made); by default the
         latest version, from step 0."""
         self.resumed = CheckpointFolder.read(checkpoint) if checkpoint is not None else None
-        self.follower = LineageFollower(registry, lineage, version=self.resumed.version if self.resumed else None,
-                                        **follow)
+        self.follower = LineageFollower(
+            registry, lineage, version=self.resumed.version if self.resumed else None, **follow
+        )
         if self.resumed and (self.resumed.lineage, self.resumed.sha256) != (lineage, self.tokenizer.sha256):
-            raise CheckpointMismatch(f"{checkpoint} was trained with {self.resumed.lineage} version "
-                                     f"{self.resumed.version} (sha256 {self.resumed.sha256[:12]}), not {lineage} "
-                                     f"version {self.version} (sha256 {self.tokenizer.sha256[:12]})")
+            raise CheckpointMismatch(
+                f"{checkpoint} was trained with {self.resumed.lineage} version "
+                f"{self.resumed.version} (sha256 {self.resumed.sha256[:12]}), not {lineage} "
+                f"version {self.version} (sha256 {self.tokenizer.sha256[:12]})"
+            )
         self.model: nn.Module | None = None
         self._hook: torch.utils.hooks.RemovableHandle | None = None
 
@@ -135,11 +146,16 @@ class TokmaintCallback(TrainerCallback):
         """The version's files in ``folder`` (``export.write_tokenizer_files``): what
         ``Trainer.save_model`` writes beside the weights."""
         config = self.model.config if self.model is not None else None
-        write_tokenizer_files(Path(folder), self.tokenizer, self.follower.state_dict(),
-                              model_max_length=getattr(config, "max_position_embeddings", None))
+        write_tokenizer_files(
+            Path(folder),
+            self.tokenizer,
+            self.follower.state_dict(),
+            model_max_length=getattr(config, "max_position_embeddings", None),
+        )
 
-    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                    model: nn.Module, **kwargs: Any) -> None:
+    def on_init_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *, model: nn.Module, **kwargs: Any
+    ) -> None:
         self.model = model
         # The Trainer drops the examples' fields the model's forward does not name ("text" among
         # them) before the collator sees them; the callback does the text-to-ids step itself.
@@ -148,48 +164,73 @@ class TokmaintCallback(TrainerCallback):
         if self.resumed and self.resumed.rows > rows:  # the vocabulary grew before the checkpoint
             grow(model, None, self.resumed.rows)
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                       model: nn.Module, **kwargs: Any) -> None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized() \
-                and torch.distributed.get_world_size() > 1:
-            raise TokmaintError("TokmaintCallback follows a lineage in one process: under torch.distributed, call "
-                                "trainer.follow.LineageFollower from your own loop")
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *, model: nn.Module, **kwargs: Any
+    ) -> None:
+        if (
+            torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1
+        ):
+            raise TokmaintError(
+                "TokmaintCallback follows a lineage in one process: under torch.distributed, call "
+                "trainer.follow.LineageFollower from your own loop"
+            )
         if state.global_step != (self.resumed.step if self.resumed else 0):
-            raise TokmaintError(f"the Trainer resumes at step {state.global_step}, but TokmaintCallback was "
-                                f"{'made at step ' + str(self.resumed.step) if self.resumed else 'not told'}: "
-                                "give it the folder of resume_from_checkpoint (checkpoint=...)")
+            raise TokmaintError(
+                f"the Trainer resumes at step {state.global_step}, but TokmaintCallback was "
+                f"{'made at step ' + str(self.resumed.step) if self.resumed else 'not told'}: "
+                "give it the folder of resume_from_checkpoint (checkpoint=...)"
+            )
         self.model = self.follower.prepare(model)
         if (bos := bos_token_id(self.tokenizer)) is not None:  # the context token_batch starts texts from
             model.config.bos_token_id = model.config.eos_token_id = bos
         if self._hook is None:
             self._hook = model.register_forward_pre_hook(self._encode_with_model_version, with_kwargs=True)
-        log.info("trainer: training %s version %s from step %s", self.follower.lineage, self.version,
-                 state.global_step, extra={"lineage": self.follower.lineage, "step": state.global_step})
+        log.info(
+            "trainer: training %s version %s from step %s",
+            self.follower.lineage,
+            self.version,
+            state.global_step,
+            extra={"lineage": self.follower.lineage, "step": state.global_step},
+        )
 
-    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                      model: nn.Module, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
+    def on_step_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        **kwargs: Any,
+    ) -> None:
         self.follower.between_steps(model, optimizer, step=state.global_step)
 
-    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                **kwargs: Any) -> None:
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if args.should_save:  # the process that writes the checkpoint
             self.save_pretrained(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                     **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
 
-    def _encode_with_model_version(self, module: nn.Module, args: tuple[Any, ...],
-                                   kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    def _encode_with_model_version(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The forward's input ids and labels in the version the model has now (a forward pre-hook)."""
         batch = kwargs.pop(BATCH_KEY, None)
         if batch is None:  # not one of the collator's batches (an evaluation, a generation)
             return None
         device = kwargs["input_ids"].device
-        inputs, labels = ((kwargs["input_ids"], batch.labels) if batch.version == self.version
-                          else self.follower.encode(batch.texts, seq_len=batch.seq_len))
+        inputs, labels = (
+            (kwargs["input_ids"], batch.labels)
+            if batch.version == self.version
+            else self.follower.encode(batch.texts, seq_len=batch.seq_len)
+        )
         return args, {**kwargs, "input_ids": inputs.to(device), "labels": labels.to(device)}
 
 
@@ -208,8 +249,10 @@ class TokmaintCollator:
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if missing := [k for k, e in enumerate(examples) if not isinstance(e.get("text"), str)]:
-            raise TokmaintError(f"TokmaintCollator takes examples {{'text': str}}; example {missing[0]} of the batch "
-                                f"has keys {sorted(examples[missing[0]])}")
+            raise TokmaintError(
+                f"TokmaintCollator takes examples {{'text': str}}; example {missing[0]} of the batch "
+                f"has keys {sorted(examples[missing[0]])}"
+            )
         texts = [e["text"] for e in examples]
         follower = self.callback.follower
         inputs, labels = follower.encode(texts, seq_len=self.seq_len)

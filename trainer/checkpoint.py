@@ -38,8 +38,15 @@ class CheckpointMismatch(TokmaintError):
     """A checkpoint made with another tokenizer version than the one at hand."""
 
 
-def save_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    tokenizer: TokenizerStamp, position: dict[str, Any], tokenizer_json: str | None = None) -> None:
+def save_checkpoint(
+    path: str | Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: TokenizerStamp,
+    position: dict[str, Any],
+    tokenizer_json: str | None = None,
+) -> None:
     """Write the checkpoint to ``path`` whole or not at all (a temporary file, fsynced, then a
     rename, fsynced: after a crash or a power cut the old checkpoint or the new one is there).
     ``tokenizer_json``: the version itself, kept so that ``tokmaint trainer export`` needs
@@ -47,11 +54,21 @@ def save_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     path = Path(path)
     part = path.with_name(path.name + ".part")
     with open(part, "wb") as f:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "tokenizer": asdict(tokenizer),
-                    "position": position, "rows": model.get_input_embeddings().weight.shape[0],
-                    "removed": removed_ids(model), "rng": torch.get_rng_state(),  # dropout goes on as it would
-                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                    "config": model.config.to_dict(), "tokenizer_json": tokenizer_json}, f)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "tokenizer": asdict(tokenizer),
+                "position": position,
+                "rows": model.get_input_embeddings().weight.shape[0],
+                "removed": removed_ids(model),
+                "rng": torch.get_rng_state(),  # dropout goes on as it would
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "config": model.config.to_dict(),
+                "tokenizer_json": tokenizer_json,
+            },
+            f,
+        )
         f.flush()
         os.fsync(f.fileno())
     os.replace(part, path)
@@ -84,22 +101,36 @@ written by torch.save (tokmaint trainer run writes one)
         # torch's own message for a corrupt file runs to several lines and asks to file an issue
         # with PyTorch: the user's problem is the file, which this says.
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, OSError, pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError, KeyError,
-            IndexError) as exc:
+    except (
+        RuntimeError,
+        OSError,
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        UnicodeDecodeError,
+        KeyError,
+        IndexError,
+    ) as exc:
         if isinstance(exc, OSError) and exc.errno != errno.EINVAL:  # EINVAL: torch's zip reader on a truncated file
             raise TokmaintError(f"cannot read {path}: {exc.strerror or exc}") from None
-        raise TokmaintError(f"{path} is not a trainer checkpoint: truncated, corrupt or not written by torch.save "
-                            f"(tokmaint trainer run writes one)") from exc
+        raise TokmaintError(
+            f"{path} is not a trainer checkpoint: truncated, corrupt or not written by torch.save "
+            f"(tokmaint trainer run writes one)"
+        ) from exc
     if not isinstance(data, dict):
         raise TokmaintError(f"{path} is not a trainer checkpoint: it holds a {type(data).__name__}, not a dictionary")
     reasons = [f"no {key!r} in it" for key in keys if key not in data]
     stamp = data.get("tokenizer")
-    if "tokenizer" in data and not (isinstance(stamp, dict) and isinstance(stamp.get("lineage"), str)
-                                    and isinstance(stamp.get("version"), int)
-                                    and isinstance(stamp.get("sha256"), str)):
+    if "tokenizer" in data and not (
+        isinstance(stamp, dict)
+        and isinstance(stamp.get("lineage"), str)
+        and isinstance(stamp.get("version"), int)
+        and isinstance(stamp.get("sha256"), str)
+    ):
         reasons.append("'tokenizer' is not a version stamp (lineage, version, sha256)")
-    if "model" in data and not (isinstance(data["model"], dict)
-                                and all(isinstance(v, torch.Tensor) for v in data["model"].values())):
+    if "model" in data and not (
+        isinstance(data["model"], dict) and all(isinstance(v, torch.Tensor) for v in data["model"].values())
+    ):
         reasons.append("'model' is not a state dict of tensors")
     if "rows" in data and not (isinstance(data["rows"], int) and data["rows"] >= 1):
         reasons.append(f"'rows' is {data['rows']!r}, not a whole number ≥ 1")
@@ -123,8 +154,9 @@ def state_dict_error(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    tokenizer: TokenizerStamp) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer: TokenizerStamp
+) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``model`` and ``optimizer`` (resized to its rows) and
     return its training position; :class:`CheckpointMismatch` when it was trained with another
     tokenizer version than ``tokenizer``."""
@@ -136,11 +168,13 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
         raise CheckpointMismatch(
             f"{path} was trained with tokenizer {theirs.lineage} version {theirs.version} "
             f"(sha256 {theirs.sha256[:12]}), not {tokenizer.lineage} version {tokenizer.version} "
-            f"(sha256 {tokenizer.sha256[:12]}): load it with that version, then apply the diff from it")
+            f"(sha256 {tokenizer.sha256[:12]}): load it with that version, then apply the diff from it"
+        )
     rows = model.get_input_embeddings().weight.shape[0]
     if data["rows"] < rows:
-        raise CheckpointMismatch(f"{path} has {data['rows']} embedding rows, fewer than the model's {rows}: "
-                                 "build the model with as many")
+        raise CheckpointMismatch(
+            f"{path} has {data['rows']} embedding rows, fewer than the model's {rows}: build the model with as many"
+        )
     if data["rows"] > rows:  # the vocabulary grew while it trained
         grow(model, optimizer, data["rows"])
     try:

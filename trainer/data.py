@@ -30,8 +30,9 @@ class TrainingTexts(Protocol):
     def close(self) -> None: ...
 
 
-def held_out_split(texts: list[str] | None, eval_texts: list[str] | None, *, eval_docs: int,
-                   eval_every: int) -> tuple[list[str] | None, list[str]]:
+def held_out_split(
+    texts: list[str] | None, eval_texts: list[str] | None, *, eval_docs: int, eval_every: int
+) -> tuple[list[str] | None, list[str]]:
     """The texts to train on and those held out to score the model on: the first ``eval_docs``
     of ``eval_texts`` where they are given; else, with scoring on (``eval_every``) and a corpus of
     more than twice ``eval_docs`` texts, the corpus's newest ``eval_docs``, kept out of training.
@@ -47,7 +48,7 @@ def held_out_split(texts: list[str] | None, eval_texts: list[str] | None, *, eva
     if eval_texts is not None:
         return texts, eval_texts[:eval_docs]
     if texts is not None and eval_every and len(texts) > 2 * eval_docs:
-        return texts[: len(texts) - eval_docs], texts[len(texts) - eval_docs:]
+        return texts[: len(texts) - eval_docs], texts[len(texts) - eval_docs :]
     return texts, []
 
 
@@ -84,8 +85,9 @@ class TopicTexts:
         self.reader, self.poll = StepReader(settings, wait=wait), poll
         self.passed_over = 0
 
-    def take(self, position: dict[int, int], n: int, *,
-             waiting: Callable[[], Any] | None = None) -> tuple[list[str], dict[int, int]]:
+    def take(
+        self, position: dict[int, int], n: int, *, waiting: Callable[[], Any] | None = None
+    ) -> tuple[list[str], dict[int, int]]:
         texts: list[str] = []
         said = False
         while len(texts) < n:

@@ -52,9 +52,19 @@ def lineage_revisions(texts: list[str], *, vocab_size: int, versions: int) -> tu
     """A first tokenizer trained on the oldest texts and Ted-Tok's first ``versions`` revisions
     over the rest."""
     initial = BPETokenizer.train(texts[:200], vocab_size=vocab_size)
-    tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
-                                                   batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
-    for chunk in (texts[at: at + 32] for at in range(200, len(texts), 32)):
+    tedtok = TedTok(
+        initial,
+        config=StreamSettings(
+            step_docs=32,
+            horizon_docs=320,
+            interval_docs=64,
+            warmup_docs=64,
+            batch_size=8,
+            id_price=0.0,
+            base_token_cost=0.0,
+        ).tedtok_config(),
+    )
+    for chunk in (texts[at : at + 32] for at in range(200, len(texts), 32)):
         tedtok.observe_texts(chunk)
         if len(tedtok.revisions) >= versions:
             break
@@ -63,8 +73,16 @@ def lineage_revisions(texts: list[str], *, vocab_size: int, versions: int) -> tu
     return initial, tedtok.revisions[:versions]
 
 
-def _train_rank(rank: int, world: int, port: int, registry: str, settings: DistributedBenchSettings,
-                texts: list[str], rank0_steps: Any, results: Any) -> None:
+def _train_rank(
+    rank: int,
+    world: int,
+    port: int,
+    registry: str,
+    settings: DistributedBenchSettings,
+    texts: list[str],
+    rank0_steps: Any,
+    results: Any,
+) -> None:
     """One rank: the two models trained in alternating blocks; what it saw, put on ``results``."""
     from transformers import GPT2LMHeadModel
 
@@ -78,8 +96,9 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    torch.distributed.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                         rank=rank, world_size=world)
+    torch.distributed.init_process_group(
+        "nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
         follower = LineageFollower(registry, LINEAGE, retry_steps=5)
         first = follower.tokenizer
@@ -90,8 +109,10 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
             rows = first.id_space + settings.room
             model = follower.prepare(GPT2LMHeadModel(tiny_gpt2_config(rows, n_positions=settings.seq_len))).to(device)
             model.loss_type = CAUSAL_LM_LOSS
-            return (nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None),
-                    torch.optim.AdamW(model.parameters(), lr=1e-3))
+            return (
+                nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None),
+                torch.optim.AdamW(model.parameters(), lr=1e-3),
+            )
 
         models = {"following": fresh(), "not_following": fresh()}
         seconds = {arm: 0.0 for arm in models}
@@ -103,7 +124,7 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
             nonlocal following
             model, optimizer = models[arm]
             at = (s * world + rank) * settings.batch_size % len(texts)
-            batch = (texts + texts)[at: at + settings.batch_size]
+            batch = (texts + texts)[at : at + settings.batch_size]
             if arm == "following":
                 version, asked = follower.version, time.perf_counter()
                 model = follower.between_steps(model, optimizer, step=s)
@@ -136,19 +157,29 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
         # a busy machine it may come after the timed steps); rank 0 says when, for every rank.
         deadline = time.monotonic() + settings.timeout / 2
         while True:
-            going = torch.tensor([int(follower.version < 1 + settings.versions and time.monotonic() < deadline)],
-                                 device=collective_device())
+            going = torch.tensor(
+                [int(follower.version < 1 + settings.versions and time.monotonic() < deadline)],
+                device=collective_device(),
+            )
             torch.distributed.broadcast(going, src=0)
             if not going.item():
                 break
             train("following", step)
             step += 1
         follower.close()
-        results.put({"rank": rank, "taken": [(t["version"], t["step"]) for t in follower.taken],
-                     "apply_seconds": [t["seconds"] for t in follower.taken], "checksums": checksums,
-                     "seconds": seconds, "between_steps_seconds": following, "version": follower.version,
-                     "rows": models["following"][0].module.get_input_embeddings().weight.shape[0],
-                     "settle_steps": step - settings.steps})
+        results.put(
+            {
+                "rank": rank,
+                "taken": [(t["version"], t["step"]) for t in follower.taken],
+                "apply_seconds": [t["seconds"] for t in follower.taken],
+                "checksums": checksums,
+                "seconds": seconds,
+                "between_steps_seconds": following,
+                "version": follower.version,
+                "rows": models["following"][0].module.get_input_embeddings().weight.shape[0],
+                "settle_steps": step - settings.steps,
+            }
+        )
     except BaseException as exc:
         results.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
         raise
@@ -156,8 +187,9 @@ def _train_rank(rank: int, world: int, port: int, registry: str, settings: Distr
         torch.distributed.destroy_process_group()
 
 
-def _publish_during_training(registry: RegistryClient, revisions: list[Any], rank0_steps: Any, *, steps: int,
-                             done: threading.Event) -> None:
+def _publish_during_training(
+    registry: RegistryClient, revisions: list[Any], rank0_steps: Any, *, steps: int, done: threading.Event
+) -> None:
     """Publish revision k once rank 0 has trained k / (len + 1) of the steps."""
     for k, revision in enumerate(revisions, start=1):
         while rank0_steps.value < k * steps // (len(revisions) + 1) and not done.is_set():
@@ -186,12 +218,14 @@ def _results(results: Any, ranks: list[Any], *, timeout: float) -> list[dict[str
     return sorted(seen, key=lambda r: r["rank"])
 
 
-def run_distributed_bench(settings: DistributedBenchSettings | None = None, *,
-                          corpus: str | Path | None = None) -> dict[str, Any]:
+def run_distributed_bench(
+    settings: DistributedBenchSettings | None = None, *, corpus: str | Path | None = None
+) -> dict[str, Any]:
     settings = settings or DistributedBenchSettings()
     if settings.device == "cuda" and settings.ranks > torch.cuda.device_count():
-        raise TokmaintError(f"--device cuda --ranks {settings.ranks}: this machine has "
-                            f"{torch.cuda.device_count()} GPU(s), one a rank")
+        raise TokmaintError(
+            f"--device cuda --ranks {settings.ranks}: this machine has {torch.cuda.device_count()} GPU(s), one a rank"
+        )
     started = time.perf_counter()
     texts = [d.text for d in read_corpus(corpus or SAMPLE).documents]
     initial, revisions = lineage_revisions(texts, vocab_size=settings.vocab_size, versions=settings.versions)
@@ -203,15 +237,22 @@ def run_distributed_bench(settings: DistributedBenchSettings | None = None, *,
             with RegistryClient(url, token=token) as registry:
                 registry.create(LINEAGE, initial.to_json())
                 rank0_steps, results, port = context.Value("i", 0), context.Queue(), free_port()
-                ranks = [context.Process(target=_train_rank, args=(rank, settings.ranks, port, url, settings, texts,
-                                                                   rank0_steps, results))
-                         for rank in range(settings.ranks)]
+                ranks = [
+                    context.Process(
+                        target=_train_rank,
+                        args=(rank, settings.ranks, port, url, settings, texts, rank0_steps, results),
+                    )
+                    for rank in range(settings.ranks)
+                ]
                 for process in ranks:
                     process.start()
                 done = threading.Event()
-                publisher = threading.Thread(target=_publish_during_training, daemon=True,
-                                             args=(registry, revisions, rank0_steps),
-                                             kwargs={"steps": settings.steps, "done": done})
+                publisher = threading.Thread(
+                    target=_publish_during_training,
+                    daemon=True,
+                    args=(registry, revisions, rank0_steps),
+                    kwargs={"steps": settings.steps, "done": done},
+                )
                 publisher.start()
                 try:
                     seen = _results(results, ranks, timeout=settings.timeout)
@@ -227,13 +268,21 @@ def run_distributed_bench(settings: DistributedBenchSettings | None = None, *,
             server.wait(timeout=30)
     first = seen[0]
     rates = {arm: settings.steps / first["seconds"][arm] for arm in ("following", "not_following")}
-    return {"ranks": settings.ranks, "versions_applied": len(first["taken"]),
-            "versions_published": len(revisions),
-            "same_step_all_ranks": all(r["taken"] == first["taken"] for r in seen),
-            "identical_across_ranks": all(r["checksums"] == first["checksums"] for r in seen),
-            "apply_seconds_p50": statistics.median(first["apply_seconds"]) if first["apply_seconds"] else None,
-            "steps_per_second": rates, "overhead": 1 - rates["following"] / rates["not_following"],
-            "between_steps_share": first["between_steps_seconds"] / first["seconds"]["following"],
-            "rows": first["rows"], "settle_steps": first["settle_steps"],
-            "taken": first["taken"], "version": first["version"], "device": settings.device,
-            "steps": settings.steps, "seconds": time.perf_counter() - started}
+    return {
+        "ranks": settings.ranks,
+        "versions_applied": len(first["taken"]),
+        "versions_published": len(revisions),
+        "same_step_all_ranks": all(r["taken"] == first["taken"] for r in seen),
+        "identical_across_ranks": all(r["checksums"] == first["checksums"] for r in seen),
+        "apply_seconds_p50": statistics.median(first["apply_seconds"]) if first["apply_seconds"] else None,
+        "steps_per_second": rates,
+        "overhead": 1 - rates["following"] / rates["not_following"],
+        "between_steps_share": first["between_steps_seconds"] / first["seconds"]["following"],
+        "rows": first["rows"],
+        "settle_steps": first["settle_steps"],
+        "taken": first["taken"],
+        "version": first["version"],
+        "device": settings.device,
+        "steps": settings.steps,
+        "seconds": time.perf_counter() - started,
+    }

@@ -31,6 +31,7 @@ from trainer.checkpoint import read_checkpoint, state_dict_error
 
 STAMP = "tokmaint.json"  # the lineage, version and sha256 of the tokenizer the model was trained with
 
+
 @contextmanager
 def _no_progress_bars() -> Iterator[None]:
     """transformers' bars for writing and loading a folder's weights (a line of stderr each time, for
@@ -46,34 +47,41 @@ def _no_progress_bars() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = None,
-                     bos_id: int | None = None) -> tuple[GPT2LMHeadModel, BPETokenizer, dict[str, Any]]:
+def checkpoint_model(
+    checkpoint: str | Path, *, tokenizer_json: str | None = None, bos_id: int | None = None
+) -> tuple[GPT2LMHeadModel, BPETokenizer, dict[str, Any]]:
     """The checkpoint's model (bos and eos set in its config), its tokenizer version and its
     stamp. ``tokenizer_json``: the version's, for a checkpoint that does not hold it;
     ``bos_id``: the context a text starts from, when the version has no special token for it."""
     data = read_checkpoint(checkpoint)
     text = tokenizer_json or data.get("tokenizer_json")
     if text is None:
-        raise TokmaintError(f"{checkpoint} does not hold its tokenizer version (an older checkpoint): give its "
-                            "tokenizer.json with --tokenizer")
+        raise TokmaintError(
+            f"{checkpoint} does not hold its tokenizer version (an older checkpoint): give its "
+            "tokenizer.json with --tokenizer"
+        )
     tokenizer = BPETokenizer.from_json(text)
     stamp = data["tokenizer"]
     if tokenizer.sha256 != stamp["sha256"]:
-        raise TokmaintError(f"the tokenizer given is not the one {checkpoint} was trained with ({stamp['lineage']} "
-                            f"version {stamp['version']}, sha256 {stamp['sha256'][:12]})")
+        raise TokmaintError(
+            f"the tokenizer given is not the one {checkpoint} was trained with ({stamp['lineage']} "
+            f"version {stamp['version']}, sha256 {stamp['sha256'][:12]})"
+        )
     rows = data["rows"]
     bos = bos_id if bos_id is not None else bos_token_id(tokenizer)
     if bos is None:
-        raise TokmaintError(f"{stamp['lineage']} version {stamp['version']} has no special token to start a text "
-                            f"from ({', '.join(BOS_TOKENS)}): give one id with --bos-id")
+        raise TokmaintError(
+            f"{stamp['lineage']} version {stamp['version']} has no special token to start a text "
+            f"from ({', '.join(BOS_TOKENS)}): give one id with --bos-id"
+        )
     if not 0 <= bos < rows:
         raise TokmaintError(f"--bos-id {bos} is not a row of the model (0 to {rows - 1})")
     if tokenizer.id_space > rows:
-        raise TokmaintError(f"{checkpoint}: its tokenizer has ids up to {tokenizer.id_space - 1}, more than the "
-                            f"model's {rows} rows")
+        raise TokmaintError(
+            f"{checkpoint}: its tokenizer has ids up to {tokenizer.id_space - 1}, more than the model's {rows} rows"
+        )
     try:
-        config = GPT2Config(**{**data.get("config", {}), "vocab_size": rows, "bos_token_id": bos,
-                               "eos_token_id": bos})
+        config = GPT2Config(**{**data.get("config", {}), "vocab_size": rows, "bos_token_id": bos, "eos_token_id": bos})
         model = GPT2LMHeadModel(config)
         model.load_state_dict(data["model"])
     except (TypeError, ValueError, RuntimeError) as exc:
@@ -82,16 +90,23 @@ def checkpoint_model(checkpoint: str | Path, *, tokenizer_json: str | None = Non
     return model, tokenizer, {**stamp, "removed": data.get("removed", [])}
 
 
-def export_model(checkpoint: str | Path, out: str | Path, *, tokenizer_json: str | None = None,
-                 bos_id: int | None = None) -> dict[str, Any]:
+def export_model(
+    checkpoint: str | Path, out: str | Path, *, tokenizer_json: str | None = None, bos_id: int | None = None
+) -> dict[str, Any]:
     """Write the checkpoint's model as a Hugging Face folder at ``out`` (:func:`write_model_folder`);
     what was written (``checkpoint_model``'s options)."""
     model, tokenizer, stamp = checkpoint_model(checkpoint, tokenizer_json=tokenizer_json, bos_id=bos_id)
     return write_model_folder(model, tokenizer, stamp, out)
 
 
-def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: dict[str, Any], out: str | Path, *,
-                       extra: Callable[[Path], None] | None = None) -> dict[str, Any]:
+def write_model_folder(
+    model: GPT2LMHeadModel,
+    tokenizer: BPETokenizer,
+    stamp: dict[str, Any],
+    out: str | Path,
+    *,
+    extra: Callable[[Path], None] | None = None,
+) -> dict[str, Any]:
     """``model`` (its config's ``bos_token_id`` set) and its version as a Hugging Face folder at
     ``out``, with ``stamp`` (lineage, version) in ``tokmaint.json`` and what ``extra`` writes
     into the folder (``tokenizer_service.output_dir.write_file_set``: a new folder is renamed into
@@ -107,12 +122,24 @@ def write_model_folder(model: GPT2LMHeadModel, tokenizer: BPETokenizer, stamp: d
 
     # Folders exported before the marker are recognised by their tokmaint.json.
     files = write_file_set(out, write, command="trainer export", legacy=STAMP)
-    return {"out": str(out), "lineage": stamp.get("lineage"), "version": stamp.get("version"),
-            "rows": config.vocab_size, "bos_token_id": bos, "files": files}
+    return {
+        "out": str(out),
+        "lineage": stamp.get("lineage"),
+        "version": stamp.get("version"),
+        "rows": config.vocab_size,
+        "bos_token_id": bos,
+        "files": files,
+    }
 
 
-def write_tokenizer_files(folder: Path, tokenizer: BPETokenizer, stamp: dict[str, Any], *,
-                          model_max_length: int | None = None, bos_id: int | None = None) -> None:
+def write_tokenizer_files(
+    folder: Path,
+    tokenizer: BPETokenizer,
+    stamp: dict[str, Any],
+    *,
+    model_max_length: int | None = None,
+    bos_id: int | None = None,
+) -> None:
     """A version's files beside a model's weights in ``folder``: ``tokenizer.json``,
     ``tokenizer_config.json`` and ``special_tokens_map.json`` (``AutoTokenizer.from_pretrained``
     reads them), and ``stamp`` (lineage, version) with the version's sha256 in ``tokmaint.json``.
@@ -128,10 +155,13 @@ def write_tokenizer_files(folder: Path, tokenizer: BPETokenizer, stamp: dict[str
     True
     """
     (folder / "tokenizer.json").write_bytes(tokenizer.to_json_bytes())
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(
-        tokenizer, model_max_length=model_max_length, bos_id=bos_id), indent=2), encoding="utf-8")
-    (folder / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(tokenizer, bos_id=bos_id),
-                                                               indent=2), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(tokenizer_config(tokenizer, model_max_length=model_max_length, bos_id=bos_id), indent=2),
+        encoding="utf-8",
+    )
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps(special_tokens_map(tokenizer, bos_id=bos_id), indent=2), encoding="utf-8"
+    )
     (folder / STAMP).write_text(json.dumps({**stamp, "sha256": tokenizer.sha256}, indent=2), encoding="utf-8")
 
 
@@ -164,8 +194,10 @@ def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
         rows = config.vocab_size
         bos = config.bos_token_id
         if not isinstance(bos, int) or not 0 <= bos < rows:
-            reasons.append(f"config.json's bos_token_id is {bos}, not one of the model's {rows} rows (the context "
-                           "its text starts from)")
+            reasons.append(
+                f"config.json's bos_token_id is {bos}, not one of the model's {rows} rows (the context "
+                "its text starts from)"
+            )
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         reasons.append(f"config.json is not a model config: {' '.join(str(exc).split())}")
         expected = None
@@ -179,17 +211,24 @@ def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
             found = None
         if expected is not None and found is not None:
             missing = [k for k in expected if k not in found and k not in tied]
-            wrong = [f"{k} {list(found[k])} where config.json makes {list(shape)}" for k, shape in expected.items()
-                     if k in found and found[k] != shape]
+            wrong = [
+                f"{k} {list(found[k])} where config.json makes {list(shape)}"
+                for k, shape in expected.items()
+                if k in found and found[k] != shape
+            ]
             if missing:
-                reasons.append(f"model.safetensors lacks {len(missing)} tensors config.json's model has "
-                               f"(e.g. {missing[0]})")
+                reasons.append(
+                    f"model.safetensors lacks {len(missing)} tensors config.json's model has (e.g. {missing[0]})"
+                )
             if wrong:
-                reasons.append(f"model.safetensors disagrees with config.json: {'; '.join(wrong[:3])}"
-                               + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""))
+                reasons.append(
+                    f"model.safetensors disagrees with config.json: {'; '.join(wrong[:3])}"
+                    + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+                )
     try:
-        tokenizer = BPETokenizer.from_json((path / "tokenizer.json").read_text(encoding="utf-8"),
-                                           source=path / "tokenizer.json")
+        tokenizer = BPETokenizer.from_json(
+            (path / "tokenizer.json").read_text(encoding="utf-8"), source=path / "tokenizer.json"
+        )
         if rows is not None and tokenizer.id_space > rows:
             reasons.append(f"tokenizer.json has ids up to {tokenizer.id_space - 1}, more than the model's {rows} rows")
     except TokmaintError as exc:
@@ -205,16 +244,17 @@ def check_model_folder(path: Path) -> tuple[BPETokenizer, dict[str, Any]]:
             reasons.append(f"{STAMP} is not a JSON object")
             stamp = {}
         elif tokenizer is not None and stamp.get("sha256", tokenizer.sha256) != tokenizer.sha256:
-            reasons.append(f"tokenizer.json is not the version the model was trained with ({STAMP}: "
-                           f"{stamp.get('lineage')} version {stamp.get('version')}, sha256 "
-                           f"{str(stamp['sha256'])[:12]}; tokenizer.json's: {tokenizer.sha256[:12]})")
+            reasons.append(
+                f"tokenizer.json is not the version the model was trained with ({STAMP}: "
+                f"{stamp.get('lineage')} version {stamp.get('version')}, sha256 "
+                f"{str(stamp['sha256'])[:12]}; tokenizer.json's: {tokenizer.sha256[:12]})"
+            )
     if reasons:
         raise TokmaintError(f"{path} is not a model folder tokmaint can use: {'; '.join(reasons)}")
     return tokenizer, stamp or {}
 
 
-def load_model(path: str | Path, *,
-               device: str | None = None) -> tuple[torch.nn.Module, BPETokenizer, dict[str, Any]]:
+def load_model(path: str | Path, *, device: str | None = None) -> tuple[torch.nn.Module, BPETokenizer, dict[str, Any]]:
     """A Hugging Face model folder (``tokmaint trainer export``'s: the model, its
     ``tokenizer.json`` and its config's ``bos_token_id``, checked by :func:`check_model_folder`)
     or a trainer checkpoint, on ``device`` (default: CUDA when there is one), in eval mode, with
@@ -228,8 +268,10 @@ def load_model(path: str | Path, *,
     from transformers import AutoModelForCausalLM
 
     if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
-        raise TokmaintError(f"{path} is neither a trainer checkpoint nor a model folder (config.json, the weights "
-                            "and tokenizer.json: tokmaint trainer export writes one)")
+        raise TokmaintError(
+            f"{path} is neither a trainer checkpoint nor a model folder (config.json, the weights "
+            "and tokenizer.json: tokmaint trainer export writes one)"
+        )
     tokenizer, stamp = check_model_folder(path)
     try:
         with _no_progress_bars():

@@ -84,7 +84,7 @@ def token_batch(tokenizer: BPETokenizer, texts: Sequence[str], *, seq_len: int) 
     labels = torch.full((len(texts), width), -100, dtype=torch.long)
     for row, ids in enumerate(encoded):
         inputs[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        labels[row, len(start): len(ids)] = inputs[row, len(start): len(ids)]
+        labels[row, len(start) : len(ids)] = inputs[row, len(start) : len(ids)]
     return inputs, labels
 
 
@@ -103,10 +103,19 @@ class LineageFollower:
     """A lineage's versions for one model: the version it is on (:attr:`version`,
     :attr:`tokenizer`), and each newer one applied by :meth:`between_steps`."""
 
-    def __init__(self, registry: RegistryClient | HubVersions | str, lineage: str, *, version: int | None = None,
-                 events: tuple[str, str] | None = None, strategy: Strategy = "parents_mean",
-                 retry_steps: int = 10, warm_steps: int = WARM_STEPS, warm_docs: int = WARM_DOCS,
-                 warm_lr: float = WARM_LR) -> None:
+    def __init__(
+        self,
+        registry: RegistryClient | HubVersions | str,
+        lineage: str,
+        *,
+        version: int | None = None,
+        events: tuple[str, str] | None = None,
+        strategy: Strategy = "parents_mean",
+        retry_steps: int = 10,
+        warm_steps: int = WARM_STEPS,
+        warm_docs: int = WARM_DOCS,
+        warm_lr: float = WARM_LR,
+    ) -> None:
         """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
         ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
         by default the latest (under ``torch.distributed``, rank 0's latest). ``events``:
@@ -130,8 +139,11 @@ class LineageFollower:
         self.refused: dict[int, int] = {}  # a version refused, and the call it was refused at
         self.taken: list[dict[str, Any]] = []  # each version applied: its number, the call, the time, the seconds
         # Every rank hears of versions, to download them ahead; rank 0's hearing decides.
-        self.latest = (RevisionEvents(events[0], lineage, topic=events[1], number=version) if events
-                       else self.registry.follow(lineage))
+        self.latest = (
+            RevisionEvents(events[0], lineage, topic=events[1], number=version)
+            if events
+            else self.registry.follow(lineage)
+        )
         self._downloaded: dict[int, tuple[int, BPETokenizer, RevisionDiff] | None] = {}  # target: (from, ...)
         self._pending: tuple[torch.Tensor, Any] | None = None  # rank 0's last decision, on its way
         if (newest := self.latest.number) > version:  # behind already (a resume): had before the first step
@@ -169,8 +181,10 @@ class LineageFollower:
         free ids, and the rows past its id space: room for the versions to come) held at −inf."""
         rows = model.get_input_embeddings().weight.shape[0]
         if rows < self.tokenizer.id_space:
-            raise TokmaintError(f"the model has {rows} embedding rows, fewer than version {self.version}'s "
-                                f"{self.tokenizer.id_space} ids")
+            raise TokmaintError(
+                f"the model has {rows} embedding rows, fewer than version {self.version}'s "
+                f"{self.tokenizer.id_space} ids"
+            )
         set_removed(model, [*self.tokenizer.free_ids, *range(self.tokenizer.id_space, rows)])
         return model
 
@@ -196,8 +210,11 @@ class LineageFollower:
         target = 0
         if self.rank == 0:
             newest = self.latest.number
-            if (newest > self.version and self.steps - self.refused.get(newest, -10**9) >= self.retry_steps
-                    and newest in self._downloaded):
+            if (
+                newest > self.version
+                and self.steps - self.refused.get(newest, -(10**9)) >= self.retry_steps
+                and newest in self._downloaded
+            ):
                 if self._downloaded[newest] is None:  # could not be had: refused for now
                     self.refused[newest] = self.steps
                     del self._downloaded[newest]
@@ -206,12 +223,13 @@ class LineageFollower:
         if distributed():
             target = self._exchange(target)
         # Decided a step ago: applied, or refused, since (every rank knows alike).
-        if target <= self.version or self.steps - self.refused.get(target, -10**9) < self.retry_steps:
+        if target <= self.version or self.steps - self.refused.get(target, -(10**9)) < self.retry_steps:
             return None
         return target
 
-    def between_steps(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                      step: int | None = None) -> nn.Module:
+    def between_steps(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, step: int | None = None
+    ) -> nn.Module:
         """Apply the version due, if any, to ``model`` (or the module a ``DistributedDataParallel``
         wraps) and ``optimizer``; the model to train on (``model``, or its new wrapper when the
         vocabulary grew under ``DistributedDataParallel``). ``step``: the optimizer steps done
@@ -242,8 +260,12 @@ class LineageFollower:
         self._check_ranks(module)
         if applied.rows > rows_before and module is not model:
             model = nn.parallel.DistributedDataParallel(
-                module, device_ids=model.device_ids, output_device=model.output_device,
-                broadcast_buffers=model.broadcast_buffers, find_unused_parameters=model.find_unused_parameters)
+                module,
+                device_ids=model.device_ids,
+                output_device=model.output_device,
+                broadcast_buffers=model.broadcast_buffers,
+                find_unused_parameters=model.find_unused_parameters,
+            )
         self._taken(target, applied, time.perf_counter() - began)
         return model
 
@@ -274,8 +296,14 @@ class LineageFollower:
             tokenizer = self.registry.tokenizer(self.lineage, target)  # RegistryRefused: not its sha256
             diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, start, target))
         except (TokmaintError, OSError) as exc:  # RegistryRefused: refused, unreachable or not its sha256
-            log.warning("trainer: version %s refused on rank %s, training on with version %s: %s", target,
-                        self.rank, start, exc, extra={"lineage": self.lineage, "step": self.steps})
+            log.warning(
+                "trainer: version %s refused on rank %s, training on with version %s: %s",
+                target,
+                self.rank,
+                start,
+                exc,
+                extra={"lineage": self.lineage, "step": self.steps},
+            )
             return None
         return start, tokenizer, diff
 
@@ -288,7 +316,7 @@ class LineageFollower:
                 newest = self.latest.number
             except Exception:  # the registry away past the watch's patience: the loop hears of it
                 continue
-            if newest <= self.version or self.steps - self.refused.get(newest, -10**9) < self.retry_steps:
+            if newest <= self.version or self.steps - self.refused.get(newest, -(10**9)) < self.retry_steps:
                 continue
             kept = self._downloaded.get(newest, ())
             if kept == () or (kept is not None and kept[0] != self.version):
@@ -296,15 +324,19 @@ class LineageFollower:
 
     def _taken(self, target: int, applied: AppliedRevision, seconds: float) -> None:
         self.taken.append({"version": target, "step": self.steps, "time": time.time(), "seconds": seconds})
-        log.info("trainer: took version %s at step %s (%s ids changed)", target, self.steps,
-                 len(applied.changed) + len(applied.removed), extra={"lineage": self.lineage, "step": self.steps})
+        log.info(
+            "trainer: took version %s at step %s (%s ids changed)",
+            target,
+            self.steps,
+            len(applied.changed) + len(applied.removed),
+            extra={"lineage": self.lineage, "step": self.steps},
+        )
 
     def _exchange(self, decision: int) -> int:
         """Rank 0's decision of the call before, on every rank; this call's goes out meanwhile,
         asynchronously (0 at the first call)."""
         outgoing = torch.tensor([decision], dtype=torch.long, device=collective_device())
-        previous, self._pending = self._pending, (outgoing, torch.distributed.broadcast(outgoing, src=0,
-                                                                                        async_op=True))
+        previous, self._pending = self._pending, (outgoing, torch.distributed.broadcast(outgoing, src=0, async_op=True))
         if previous is None:
             return 0
         received, work = previous
@@ -329,5 +361,6 @@ class LineageFollower:
 
     def _check_ranks(self, module: nn.Module) -> None:
         """Stop every rank when their embedding and output matrices differ after an apply."""
-        same_on_every_rank(matrices_checksum(module), f"lineage {self.lineage!r}: after version {self.version} "
-                                                      f"at step {self.steps}")
+        same_on_every_rank(
+            matrices_checksum(module), f"lineage {self.lineage!r}: after version {self.version} at step {self.steps}"
+        )

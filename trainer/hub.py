@@ -55,24 +55,34 @@ class HubVersions:
             return kept
         expected = self.version(lineage, number)["sha256"]
         try:
-            path = hf_hub_download(lineage, "tokenizer.json", revision=f"v{number}", endpoint=self.endpoint,
-                                   cache_dir=self.cache_dir)
+            path = hf_hub_download(
+                lineage, "tokenizer.json", revision=f"v{number}", endpoint=self.endpoint, cache_dir=self.cache_dir
+            )
             with open(path, "rb") as f:
                 data = f.read()
         except Exception as exc:  # the download failed: as the registry client says it
             raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} v{number}: {exc}"]) from None
         if (got := hashlib.sha256(data).hexdigest()) != expected:
-            raise RegistryRefused(0, "sha256_mismatch", [f"{path} is not version {number} of {lineage!r} (sha256 "
-                                                         f"{got[:12]}, not {expected[:12]})"])
+            raise RegistryRefused(
+                0,
+                "sha256_mismatch",
+                [f"{path} is not version {number} of {lineage!r} (sha256 {got[:12]}, not {expected[:12]})"],
+            )
         tokenizer = BPETokenizer.from_json(data.decode("utf-8"))
         self._tokenizers[(lineage, number)] = tokenizer
         return tokenizer
 
     def composed_diff(self, lineage: str, start: int, end: int) -> dict[str, Any]:
         """One diff from version ``start`` to ``end`` (as the registry's ``/diff?from=&to=``)."""
-        return composed_diff(self.tokenizer(lineage, start), self.tokenizer(lineage, end), lineage=lineage,
-                             start=start, end=end, parent_sha256=self.version(lineage, start)["sha256"],
-                             tokenizer_sha256=self.version(lineage, end)["sha256"]).to_dict()
+        return composed_diff(
+            self.tokenizer(lineage, start),
+            self.tokenizer(lineage, end),
+            lineage=lineage,
+            start=start,
+            end=end,
+            parent_sha256=self.version(lineage, start)["sha256"],
+            tokenizer_sha256=self.version(lineage, end)["sha256"],
+        ).to_dict()
 
     def follow(self, lineage: str) -> "HubLatest":
         return HubLatest(self, lineage)
@@ -84,8 +94,9 @@ class HubLatest(LatestVersion):
     the registry is away, its error once it has been away longer than ``patience``
     (``registry.client.LatestVersion``'s following, over the Hub)."""
 
-    def __init__(self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0,
-                 patience: float = 30.0) -> None:
+    def __init__(
+        self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0, patience: float = 30.0
+    ) -> None:
         self.versions = versions
         self._follow(lineage, poll_seconds=poll_seconds, patience=patience)
 

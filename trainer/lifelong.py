@@ -49,21 +49,25 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.json
 class LifelongBenchSettings(StreamSettings, NewRowWarmUpSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_LIFELONG_")
 
-    vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the first version (trained on the first "
-                                                         "part)")
+    vocab_size: int = setting(1024, whole(258, 1 << 16), "vocabulary of the first version (trained on the first part)")
     # A short stream: the first revision after two intervals, not one horizon (6,400 documents,
     # most of the 3 MB sample), so that the stream has versions to take (as before issue 46).
-    warmup_docs: int | None = setting(1280, whole(0), "documents before the first revision (default: 1,280, "
-                                                      "two intervals)")
-    max_mb: float = setting(3.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream (its "
-                                                                      "oldest)")
+    warmup_docs: int | None = setting(
+        1280, whole(0), "documents before the first revision (default: 1,280, two intervals)"
+    )
+    max_mb: float = setting(3.0, Number(float, low=0, low_open=True), "megabytes of the corpus to stream (its oldest)")
     parts: int = setting(6, whole(2), "parts the stream is cut into by time; each is scored before it is trained on")
     train_batch: int = setting(16, whole(1), "documents per optimizer step")
-    doc_bytes: int = setting(384, whole(1), "bytes of each document trained on, at most (its start): both models "
-                                            "read the same text whole, so their token counts compare")
+    doc_bytes: int = setting(
+        384,
+        whole(1),
+        "bytes of each document trained on, at most (its start): both models "
+        "read the same text whole, so their token counts compare",
+    )
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
-    strategy: Strategy = setting("parents_mean", None, f"how the evolving model's new rows start: "
-                                                       f"{', '.join(STRATEGIES)}")
+    strategy: Strategy = setting(
+        "parents_mean", None, f"how the evolving model's new rows start: {', '.join(STRATEGIES)}"
+    )
     eval_docs: int = setting(48, whole(1), "documents of the next part scored after each part")
     eval_bytes: int = setting(192, whole(1), "bytes of each scored document, at most (its start)")
     seed: int = setting(0, whole(0), "the models' initial weights (the same for all)")
@@ -75,14 +79,23 @@ class TinyModel:
     with and the tokens it has processed (codes, for a zip2zip model). ``max_merge`` above 1: it
     reads and predicts LZW hypertokens of each document (``trainer.zip2zip``)."""
 
-    def __init__(self, tokenizer: BPETokenizer, *, lr: float, seed: int, max_merge: int = 1,
-                 n_positions: int = 256) -> None:
+    def __init__(
+        self, tokenizer: BPETokenizer, *, lr: float, seed: int, max_merge: int = 1, n_positions: int = 256
+    ) -> None:
         torch.manual_seed(seed)
         # No dropout: two models then differ by their versions alone (same weights, same batches).
         bos = bos_token_id(tokenizer)
-        self.model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, resid_pdrop=0.0, embd_pdrop=0.0,
-                                                      attn_pdrop=0.0, bos_token_id=bos, eos_token_id=bos,
-                                                      n_positions=n_positions))
+        self.model = GPT2LMHeadModel(
+            tiny_gpt2_config(
+                tokenizer.id_space,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                bos_token_id=bos,
+                eos_token_id=bos,
+                n_positions=n_positions,
+            )
+        )
         self.model.loss_type = CAUSAL_LM_LOSS
         self.zip2zip = Zip2zipLM(self.model, max_merge=max_merge, bos_token_id=bos) if max_merge > 1 else None
         extra = hyper_parameters(self.zip2zip) if self.zip2zip is not None else []
@@ -138,21 +151,28 @@ def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str]) -> dict[str, fl
     return {**bits, **{name: run.code_bits(texts) / n_bytes for name, run in runs.items() if run.zip2zip is not None}}
 
 
-def _retrained_saving(parts: list[list[Document]], trained: list[list[str]], static_by_part: list[int],
-                      settings: LifelongBenchSettings) -> float:
+def _retrained_saving(
+    parts: list[list[Document]], trained: list[list[str]], static_by_part: list[int], settings: LifelongBenchSettings
+) -> float:
     """The share of the static model's tokens (``static_by_part``, on each part's ``trained``
     texts) a tokenizer trained anew (at ``vocab_size``) on each part, and used for the next, would
     save: what retraining from scratch, with no regard for the model, would have bought."""
     retrained = static_by_part[0]  # the first part is read with the first version either way
     for p in range(1, len(parts)):
-        reader = BPETokenizer.train([d.text for d in parts[p - 1]], vocab_size=settings.vocab_size,
-                                    special_tokens=[BOS_TOKENS[0]])
+        reader = BPETokenizer.train(
+            [d.text for d in parts[p - 1]], vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]]
+        )
         retrained += sum(map(len, reader.encode_batch(trained[p])))
     return 1 - retrained / sum(static_by_part)
 
 
-def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBenchSettings | None = None, *,
-                       plot: str | Path | None = None, progress: bool = False) -> dict[str, Any]:
+def run_lifelong_bench(
+    corpus: str | Path | None = None,
+    settings: LifelongBenchSettings | None = None,
+    *,
+    plot: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Static against evolving through the stream (see the module); ``plot``: a folder to draw
     lifelong.png into."""
     from tqdm import tqdm
@@ -162,27 +182,49 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
     path = Path(corpus) if corpus else SAMPLE
     docs = oldest(read_corpus(path, progress=progress), settings.max_mb)
     if len(docs) < settings.parts * settings.train_batch:
-        raise CorpusError(path, f"{len(docs)} documents in --max-mb {settings.max_mb}: too few for {settings.parts} "
-                                f"parts of {settings.train_batch}-document batches")
+        raise CorpusError(
+            path,
+            f"{len(docs)} documents in --max-mb {settings.max_mb}: too few for {settings.parts} "
+            f"parts of {settings.train_batch}-document batches",
+        )
     bounds = [round(k * len(docs) / settings.parts) for k in range(settings.parts + 1)]
     parts = [docs[a:b] for a, b in zip(bounds, bounds[1:])]
-    initial = BPETokenizer.train([d.text for d in parts[0]], vocab_size=settings.vocab_size,
-                                 special_tokens=[BOS_TOKENS[0]], progress=progress)
+    initial = BPETokenizer.train(
+        [d.text for d in parts[0]], vocab_size=settings.vocab_size, special_tokens=[BOS_TOKENS[0]], progress=progress
+    )
 
     # The versions, as the pipeline's logic publishes them over the rest of the stream, each with
     # the index of the first document that comes after the step that made it.
     versions: list[tuple[int, Any]] = []
     tedtok = TedTok(initial, config=settings.tedtok_config())
-    stream = [[d.text for d in docs[s:s + settings.step_docs]] for s in range(bounds[1], len(docs), settings.step_docs)]
-    replay(tedtok, stream, [lambda number, tokenizer, diff: versions.append(
-        (bounds[1] + tedtok.store.step * settings.step_docs, (number, tokenizer, diff)))], progress=progress)
+    stream = [
+        [d.text for d in docs[s : s + settings.step_docs]] for s in range(bounds[1], len(docs), settings.step_docs)
+    ]
+    replay(
+        tedtok,
+        stream,
+        [
+            lambda number, tokenizer, diff: versions.append(
+                (bounds[1] + tedtok.store.step * settings.step_docs, (number, tokenizer, diff))
+            )
+        ],
+        progress=progress,
+    )
     pending = list(versions)
 
     # Every token is at least a byte: a document of doc_bytes bytes is never cut by its tokens.
     seq_len = settings.doc_bytes + 1
     arms = ["static", "evolving"] + (["static_zip2zip", "evolving_zip2zip"] if settings.max_merge > 1 else [])
-    runs = {name: TinyModel(initial, lr=settings.lr, seed=settings.seed, n_positions=max(256, seq_len),
-                            max_merge=settings.max_merge if name.endswith("zip2zip") else 1) for name in arms}
+    runs = {
+        name: TinyModel(
+            initial,
+            lr=settings.lr,
+            seed=settings.seed,
+            n_positions=max(256, seq_len),
+            max_merge=settings.max_merge if name.endswith("zip2zip") else 1,
+        )
+        for name in arms
+    }
     trained = [[first_bytes(d.text, settings.doc_bytes) for d in part] for part in parts]
     static_by_part: list[int] = []  # the static model's tokens on each part
     rows = []
@@ -196,17 +238,26 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
             while pending and pending[0][0] <= position:  # published before this batch's documents
                 _, (number, tokenizer, diff) = pending.pop(0)
                 for evolving in (run for name, run in runs.items() if name.startswith("evolving")):
-                    applied = apply_revision(evolving.model, evolving.optimizer, diff, strategy=settings.strategy,
-                                             previous=evolving.tokenizer)
+                    applied = apply_revision(
+                        evolving.model,
+                        evolving.optimizer,
+                        diff,
+                        strategy=settings.strategy,
+                        previous=evolving.tokenizer,
+                    )
                     evolving.tokenizer, evolving.version = tokenizer, number
                     # (A zip2zip model reads hypertokens: its rows learn in its own loss, not this one.)
                     if evolving.zip2zip is None and recent:
                         warming = time.perf_counter()  # part of the evolving model's training time
-                        warm_new_rows(evolving.model, applied.changed,
-                                      *token_batch(tokenizer, list(recent), seq_len=seq_len),
-                                      steps=settings.warm_steps, lr=settings.warm_lr)
+                        warm_new_rows(
+                            evolving.model,
+                            applied.changed,
+                            *token_batch(tokenizer, list(recent), seq_len=seq_len),
+                            steps=settings.warm_steps,
+                            lr=settings.warm_lr,
+                        )
                         evolving.seconds += time.perf_counter() - warming
-            texts = trained[p][start:start + settings.train_batch]
+            texts = trained[p][start : start + settings.train_batch]
             for run in runs.values():
                 run.step(texts, seq_len)
             recent.extend(texts)
@@ -216,19 +267,32 @@ def run_lifelong_bench(corpus: str | Path | None = None, settings: LifelongBench
         if p + 1 < len(parts):
             scored = time.perf_counter()
             bits = _bits_per_byte(runs, _scored(parts[p + 1], settings))
-            rows.append({"part": p + 1, "trained_through": p, "version": runs["evolving"].version,
-                         "static": bits["static"], "evolving": bits["evolving"], "bits_per_byte": bits,
-                         "tokens": {name: run.tokens - tokens_before[name] for name, run in runs.items()},
-                         "train_seconds": train_seconds, "eval_seconds": time.perf_counter() - scored})
+            rows.append(
+                {
+                    "part": p + 1,
+                    "trained_through": p,
+                    "version": runs["evolving"].version,
+                    "static": bits["static"],
+                    "evolving": bits["evolving"],
+                    "bits_per_byte": bits,
+                    "tokens": {name: run.tokens - tokens_before[name] for name, run in runs.items()},
+                    "train_seconds": train_seconds,
+                    "eval_seconds": time.perf_counter() - scored,
+                }
+            )
     bar.close()
     mean = {name: float(np.mean([row["bits_per_byte"][name] for row in rows])) for name in rows[0]["bits_per_byte"]}
     report = {
         "bits_per_byte": mean,
         "tokens": {name: run.tokens for name, run in runs.items()},
-        "token_savings": {"evolving": 1 - runs["evolving"].tokens / runs["static"].tokens,
-                          "retrained_each_part": _retrained_saving(parts, trained, static_by_part, settings)},
+        "token_savings": {
+            "evolving": 1 - runs["evolving"].tokens / runs["static"].tokens,
+            "retrained_each_part": _retrained_saving(parts, trained, static_by_part, settings),
+        },
         "train_seconds": {name: run.seconds for name, run in runs.items()},
-        "versions": 1 + len(versions), "parts": rows, "documents": len(docs),
+        "versions": 1 + len(versions),
+        "parts": rows,
+        "documents": len(docs),
         "evolving_vs_static": mean["evolving"] / mean["static"] - 1,
         "ensemble_vs_best": mean["ensemble"] / min(mean["static"], mean["evolving"]) - 1,
         "seconds": time.perf_counter() - started,
@@ -248,8 +312,13 @@ def _plot(rows: list[dict[str, Any]], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.4, 4))
     parts = [row["part"] for row in rows]
-    for name, style in (("static", "o-"), ("evolving", "s-"), ("ensemble", "^--"), ("static_zip2zip", "o:"),
-                        ("evolving_zip2zip", "s:")):
+    for name, style in (
+        ("static", "o-"),
+        ("evolving", "s-"),
+        ("ensemble", "^--"),
+        ("static_zip2zip", "o:"),
+        ("evolving_zip2zip", "s:"),
+    ):
         if name in rows[0]["bits_per_byte"]:
             ax.plot(parts, [row["bits_per_byte"][name] for row in rows], style, label=name.replace("_", " + "))
     ax.set_xticks(parts)

@@ -46,17 +46,36 @@ def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
     >>> tiny_gpt2_config(300).n_embd
     64
     """
-    return GPT2Config(**{"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 256, "vocab_size": vocab_size,
-                         "bos_token_id": None, "eos_token_id": None, **overrides})  # not GPT-2's 50256
+    return GPT2Config(
+        **{
+            "n_layer": 2,
+            "n_head": 2,
+            "n_embd": 64,
+            "n_positions": 256,
+            "vocab_size": vocab_size,
+            "bos_token_id": None,
+            "eos_token_id": None,
+            **overrides,
+        }
+    )  # not GPT-2's 50256
 
 
 class Trainer:
     """One model trained on ``data`` with a lineage's versions."""
 
-    def __init__(self, *, registry: RegistryClient | HubVersions, lineage: str, data: TrainingTexts,
-                 settings: TrainerSettings | None = None, model_config: dict[str, Any] | None = None,
-                 checkpoint_dir: str | Path | None = None, events: tuple[str, str] | None = None,
-                 held_out: Sequence[str] = (), progress: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        registry: RegistryClient | HubVersions,
+        lineage: str,
+        data: TrainingTexts,
+        settings: TrainerSettings | None = None,
+        model_config: dict[str, Any] | None = None,
+        checkpoint_dir: str | Path | None = None,
+        events: tuple[str, str] | None = None,
+        held_out: Sequence[str] = (),
+        progress: bool = False,
+    ) -> None:
         """``registry``: the registry's client, or ``trainer.hub.HubVersions`` (the Hub protocol).
         ``events``: (bootstrap, topic) to learn of versions from the revision events there
         instead of the registry's watch. ``held_out``: texts the model is scored on in bits per
@@ -71,13 +90,23 @@ class Trainer:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         resuming = self.checkpoint is not None and self.checkpoint.is_file()
         # map_location: a checkpoint a GPU wrote resumes on a machine without one.
-        stamp = (TokenizerStamp(**torch.load(self.checkpoint, map_location="cpu", weights_only=True)["tokenizer"])
-                 if resuming else None)
+        stamp = (
+            TokenizerStamp(**torch.load(self.checkpoint, map_location="cpu", weights_only=True)["tokenizer"])
+            if resuming
+            else None
+        )
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
-        self.follower = LineageFollower(registry, lineage, version=stamp.version if stamp else None, events=events,
-                                        strategy=settings.strategy, retry_steps=settings.retry_steps,
-                                        warm_steps=settings.warm_steps, warm_docs=settings.warm_docs,
-                                        warm_lr=settings.warm_lr)
+        self.follower = LineageFollower(
+            registry,
+            lineage,
+            version=stamp.version if stamp else None,
+            events=events,
+            strategy=settings.strategy,
+            retry_steps=settings.retry_steps,
+            warm_steps=settings.warm_steps,
+            warm_docs=settings.warm_docs,
+            warm_lr=settings.warm_lr,
+        )
         self.position, self.step = data.start, 0  # the next batch's position, the optimizer steps done
         torch.manual_seed(settings.seed)
         self.model = GPT2LMHeadModel(tiny_gpt2_config(self.tokenizer.id_space, **(model_config or {}))).to(self.device)
@@ -88,8 +117,14 @@ class Trainer:
             position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
             self.position, self.step = position["position"], position["step"]
         # Said once it follows: a version published from here on is taken (one before is not news).
-        log.info("trainer: training %s version %s on %s from step %s", lineage, self.version, self.device, self.step,
-                 extra={"lineage": lineage, "step": self.step})
+        log.info(
+            "trainer: training %s version %s on %s from step %s",
+            lineage,
+            self.version,
+            self.device,
+            self.step,
+            extra={"lineage": lineage, "step": self.step},
+        )
 
     @property
     def version(self) -> int:
@@ -110,9 +145,14 @@ class Trainer:
 
     def _save(self) -> None:
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self.follower.stamp,
-                        position={"position": self.position, "step": self.step},
-                        tokenizer_json=self.tokenizer.to_json())
+        save_checkpoint(
+            self.checkpoint,
+            model=self.model,
+            optimizer=self.optimizer,
+            tokenizer=self.follower.stamp,
+            position={"position": self.position, "step": self.step},
+            tokenizer_json=self.tokenizer.to_json(),
+        )
 
     def _follow(self) -> bool:
         """Take the lineage's newest version if it is due; True when taken."""
@@ -135,16 +175,26 @@ class Trainer:
             scored = evaluate_texts([ByteLevelModel(self.model, self.tokenizer, bos_token_id=bos)], self.held_out)
         finally:
             self.model.train()
-        self.evaluations.append({"step": self.step, "version": self.version, "bits_per_byte": scored["bits_per_byte"],
-                                 "bytes": scored["bytes"]})
+        self.evaluations.append(
+            {
+                "step": self.step,
+                "version": self.version,
+                "bits_per_byte": scored["bits_per_byte"],
+                "bytes": scored["bytes"],
+            }
+        )
         return scored["bits_per_byte"]
 
     def run(self, *, steps: int) -> dict[str, Any]:
         """``steps`` optimizer steps; a newer version is taken between two of them."""
         started, tokens, losses, versions = time.perf_counter(), 0, [], []
         if self.held_out and bos_token_id(self.tokenizer) is None:
-            log.warning("trainer: %s version %s has no token to start texts from (%s): no bits per byte",
-                        self.lineage, self.version, ", ".join(BOS_TOKENS))
+            log.warning(
+                "trainer: %s version %s has no token to start texts from (%s): no bits per byte",
+                self.lineage,
+                self.version,
+                ", ".join(BOS_TOKENS),
+            )
         bar = tqdm(total=steps, disable=not self.progress, unit="step")
         for _ in range(steps):
             # Versions are taken while the stream has nothing new too: the trainer is between steps.
@@ -165,19 +215,31 @@ class Trainer:
             if self.settings.eval_every and self.step % self.settings.eval_every == 0:
                 self.evaluate()
             bits = self.evaluations[-1]["bits_per_byte"] if self.evaluations else None
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", bpb="-" if bits is None else f"{bits:.3f}",
-                            tok_s=f"{tokens / (time.perf_counter() - started):.0f}", version=self.version)
+            bar.set_postfix(
+                loss=f"{losses[-1]:.3f}",
+                bpb="-" if bits is None else f"{bits:.3f}",
+                tok_s=f"{tokens / (time.perf_counter() - started):.0f}",
+                version=self.version,
+            )
             bar.update()
         bar.close()
         if self.settings.eval_every and steps and (not self.evaluations or self.evaluations[-1]["step"] != self.step):
             self.evaluate()
         if self.checkpoint is not None:
             self._save()
-        return {"lineage": self.lineage, "steps": self.step, "version": self.version, "losses": losses,
-                "versions": versions, "taken": self.follower.taken, "refused": sorted(self.follower.refused),
-                "evaluations": list(self.evaluations),
-                "bits_per_byte": self.evaluations[-1]["bits_per_byte"] if self.evaluations else None,
-                "tokens_per_s": tokens / (time.perf_counter() - started), "device": self.device}
+        return {
+            "lineage": self.lineage,
+            "steps": self.step,
+            "version": self.version,
+            "losses": losses,
+            "versions": versions,
+            "taken": self.follower.taken,
+            "refused": sorted(self.follower.refused),
+            "evaluations": list(self.evaluations),
+            "bits_per_byte": self.evaluations[-1]["bits_per_byte"] if self.evaluations else None,
+            "tokens_per_s": tokens / (time.perf_counter() - started),
+            "device": self.device,
+        }
 
 
 def read_model_config(path: str | None) -> dict[str, Any]:

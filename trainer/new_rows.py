@@ -37,8 +37,16 @@ def holding(inputs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
     return torch.isin(inputs, torch.tensor(list(ids), dtype=inputs.dtype, device=inputs.device)).any(dim=1)
 
 
-def warm_new_rows(model: nn.Module, ids: Sequence[int], inputs: torch.Tensor, labels: torch.Tensor, *,
-                  steps: int, lr: float, chunk: int = WARM_CHUNK) -> list[float]:
+def warm_new_rows(
+    model: nn.Module,
+    ids: Sequence[int],
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int,
+    lr: float,
+    chunk: int = WARM_CHUNK,
+) -> list[float]:
     """Train the rows ``ids`` of the embedding matrices (input and, untied, output) alone for
     ``steps`` full-batch Adam steps of the language-modelling loss on the rows of ``inputs`` that
     hold one of them; the losses before each step (empty when no row holds one). Every other
@@ -77,7 +85,7 @@ def warm_new_rows(model: nn.Module, ids: Sequence[int], inputs: torch.Tensor, la
         optimizer = torch.optim.Adam(matrices, lr=lr)
         model.train()
         # The tokens each chunk's loss is a mean over (labels shifted by one, as the model's loss is).
-        parts = [(inputs[k:k + chunk], labels[k:k + chunk]) for k in range(0, len(inputs), chunk)]
+        parts = [(inputs[k : k + chunk], labels[k : k + chunk]) for k in range(0, len(inputs), chunk)]
         counted = [int((part_labels[:, 1:] != -100).sum()) for _, part_labels in parts]
         total = max(sum(counted), 1)
         with torch.enable_grad():

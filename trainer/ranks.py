@@ -61,8 +61,9 @@ def same_on_every_rank(values: torch.Tensor, what: str) -> None:
     every = [torch.empty_like(mine) for _ in range(torch.distributed.get_world_size())]
     torch.distributed.all_gather(every, mine)
     if differing := [rank for rank, theirs in enumerate(every) if not torch.equal(theirs, every[0])]:
-        raise RanksDiverged(f"{what}: the matrices of rank(s) {differing} differ from rank 0's: "
-                            "stopped rather than train on")
+        raise RanksDiverged(
+            f"{what}: the matrices of rank(s) {differing} differ from rank 0's: stopped rather than train on"
+        )
 
 
 def is_sharded(tensor: torch.Tensor) -> bool:

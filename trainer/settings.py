@@ -29,11 +29,15 @@ WARM_STEPS, WARM_DOCS, WARM_LR = 20, 256, 3e-3
 class NewRowWarmUpSettings(Settings):
     """How a revision's new rows warm up alone before the model trains on (``trainer.new_rows``)."""
 
-    warm_steps: int = setting(WARM_STEPS, whole(0), "steps a version's new rows train alone on the last batches "
-                                                    "before the model trains on (0: none)")
+    warm_steps: int = setting(
+        WARM_STEPS,
+        whole(0),
+        "steps a version's new rows train alone on the last batches before the model trains on (0: none)",
+    )
     warm_docs: int = setting(WARM_DOCS, whole(1), "documents of the last batches the new rows warm up on")
-    warm_lr: float = setting(WARM_LR, Number(float, low=0, low_open=True),
-                             "the new rows' learning rate in their warm-up")
+    warm_lr: float = setting(
+        WARM_LR, Number(float, low=0, low_open=True), "the new rows' learning rate in their warm-up"
+    )
 
 
 class TrainerSettings(NewRowWarmUpSettings):
@@ -44,10 +48,12 @@ class TrainerSettings(NewRowWarmUpSettings):
     lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
     strategy: Strategy = setting("parents_mean", None, f"how new rows start: {', '.join(STRATEGIES)}")
     checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
-    eval_every: int = setting(100, whole(0), "steps between evaluations of bits per byte on the held-out texts (and "
-                                             "one at the end; 0: none)")
-    eval_docs: int = setting(16, whole(0), "held-out documents: the corpus's newest, kept out of training (or the "
-                                           "first of --eval-data)")
+    eval_every: int = setting(
+        100, whole(0), "steps between evaluations of bits per byte on the held-out texts (and one at the end; 0: none)"
+    )
+    eval_docs: int = setting(
+        16, whole(0), "held-out documents: the corpus's newest, kept out of training (or the first of --eval-data)"
+    )
     eval_bytes: int = setting(256, whole(1), "bytes of each held-out document scored, at most (its start)")
     retry_steps: int = setting(20, whole(1), "steps before a refused version is tried again")
     seed: int = setting(0, whole(0), "the model's initial weights")
@@ -60,14 +66,19 @@ class Zip2zipSettings(Settings):
 
     max_merge: int = setting(3, whole(1, 64), "most base tokens a hypertoken (M; the paper's best trade-off: 3)")
     layers: Literal[0, 1, 2] = setting(1, None, "the hyper-encoder's transformer layers (0: mean pooling)")
-    context: int | None = setting(None, whole(0), "base tokens a context, cut from the documents' ids concatenated "
-                                                  "(0: a document each; default: what the model reads, its "
-                                                  "positions less the one its text starts from)")
+    context: int | None = setting(
+        None,
+        whole(0),
+        "base tokens a context, cut from the documents' ids concatenated "
+        "(0: a document each; default: what the model reads, its "
+        "positions less the one its text starts from)",
+    )
     steps: int = setting(100, whole(1), "fine-tuning steps")
     batch: int = setting(4, whole(1), "contexts a step")
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
-    max_mb: float | None = setting(None, Number(float, low=0, low_open=True),
-                                   "megabytes of the corpus to read, its oldest (default: all of it)")
+    max_mb: float | None = setting(
+        None, Number(float, low=0, low_open=True), "megabytes of the corpus to read, its oldest (default: all of it)"
+    )
     seed: int = setting(0, whole(0), "the hyper-encoder's initial weights")
 
 
@@ -92,8 +103,9 @@ class ApplyBenchSettings(Settings):
     @model_validator(mode="after")
     def _parents_left(self) -> Self:
         if self.changes > self.vocab_size - 2:
-            raise ValueError(f"changes must leave two ids for parents: at most {self.vocab_size - 2}, "
-                             f"got {self.changes}")
+            raise ValueError(
+                f"changes must leave two ids for parents: at most {self.vocab_size - 2}, got {self.changes}"
+            )
         return self
 
 
@@ -108,8 +120,12 @@ class DistributedBenchSettings(Settings):
     batch_size: int = setting(8, whole(1), "documents a rank's batch")
     seq_len: int = setting(128, whole(2), "tokens a document, at most")
     vocab_size: int = setting(400, whole(300), "the first version's vocabulary")
-    room: int = setting(256, whole(0), "embedding rows past the first version's ids, in both models (the versions "
-                                       "use them; past them the following model grows)")
+    room: int = setting(
+        256,
+        whole(0),
+        "embedding rows past the first version's ids, in both models (the versions "
+        "use them; past them the following model grows)",
+    )
     seed: int = setting(0, whole(0), "the models' initial weights")
     timeout: float = setting(600.0, Number(float, low=0, low_open=True), "seconds the ranks may take in all")
 
@@ -127,20 +143,32 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     # A step here is a batch of 256 examples, not the paper's 4,096: its counts are noisier, and
     # at the paper's margin half the revisions or more swapped near-equal tokens back and forth
     # (``trainer.arithmetic_train``).
-    beta: float = setting(2.0, Number(float, low=0, low_open=True), "margin β: add when τ_pair > β·τ_token[sink] "
-                                                                      "(paper: 1.2, with batches of 4,096)")
+    beta: float = setting(
+        2.0,
+        Number(float, low=0, low_open=True),
+        "margin β: add when τ_pair > β·τ_token[sink] (paper: 1.2, with batches of 4,096)",
+    )
     epochs: int = setting(60, whole(1), "epochs over Old, then as many over New (paper: 1000)")
     batch: int = setting(256, whole(1), "examples per optimizer step and Ted-Tok time step (paper: 4096)")
-    seeds: int = setting(3, whole(1), "seeds seed, seed+1, ... (each: the held-out split, the batch order, the "
-                                      "initial weights)")
+    seeds: int = setting(
+        3, whole(1), "seeds seed, seed+1, ... (each: the held-out split, the batch order, the initial weights)"
+    )
     lr: float = setting(3e-3, Number(float, low=0, low_open=True), "Adam's learning rate (paper: 5e-4, constant)")
-    decay: float = setting(0.2, share(zero=True, one=False), "share of final steps over which the learning rate falls "
-                                                              "linearly to zero (the paper's: 0, constant)")
-    n_embd: int = setting(32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K "
-                                        "parameters: 12)")
+    decay: float = setting(
+        0.2,
+        share(zero=True, one=False),
+        "share of final steps over which the learning rate falls linearly to zero (the paper's: 0, constant)",
+    )
+    n_embd: int = setting(
+        32, whole(4), "the model's width (four heads: a multiple of 4; the paper's ~4K parameters: 12)"
+    )
     window: int = setting(20, whole(1), "steps before and after a revision compared for the loss jump")
-    strategy: Strategy = setting("hyper", None, "how the Ted-Tok run starts the rows a revision changes (the paper: "
-                                                "parents_mean; the loss jump is measured for each)")
+    strategy: Strategy = setting(
+        "hyper",
+        None,
+        "how the Ted-Tok run starts the rows a revision changes (the paper: "
+        "parents_mean; the loss jump is measured for each)",
+    )
     workers: int = setting(2, whole(1), "runs at a time, in processes of one torch thread (1: here, torch's threads)")
 
     @model_validator(mode="after")
@@ -148,6 +176,7 @@ class ArithmeticTrainSettings(ArithmeticSettings):
         if self.n_embd % 4:
             raise ValueError(f"n_embd must be a multiple of 4 (four heads), got {self.n_embd}")
         if self.window >= self.interval:
-            raise ValueError(f"window must be shorter than the interval between revisions, got {self.window} "
-                             f">= {self.interval}")
+            raise ValueError(
+                f"window must be shorter than the interval between revisions, got {self.window} >= {self.interval}"
+            )
         return self

@@ -142,8 +142,15 @@ class Zip2zipOutput:
 class Zip2zipLM(nn.Module):
     """A tied-embedding causal LM (GPT-2) extended with hypertokens (see the module)."""
 
-    def __init__(self, base: nn.Module, *, max_merge: int = 3, layers: int = 1, reconstruct: float = 0.1,
-                 bos_token_id: int | None = None) -> None:
+    def __init__(
+        self,
+        base: nn.Module,
+        *,
+        max_merge: int = 3,
+        layers: int = 1,
+        reconstruct: float = 0.1,
+        bos_token_id: int | None = None,
+    ) -> None:
         super().__init__()
         self.base, self.max_merge, self.reconstruct = base, max_merge, reconstruct
         d = base.get_input_embeddings().weight.shape[1]
@@ -160,19 +167,31 @@ class Zip2zipLM(nn.Module):
         from trainer.export import write_model_folder
 
         def write(folder: Path) -> None:
-            (folder / CONFIG).write_text(json.dumps({
-                "max_merge": self.max_merge, "layers": self.hyper.layers, "heads": self.hyper.heads,
-                "reconstruct": self.reconstruct}, indent=2), encoding="utf-8")
-            weights = {**{f"hyper.{k}": v for k, v in self.hyper.state_dict().items()},
-                       **{f"decoder.{k}": v for k, v in self.decoder.state_dict().items()}}
+            (folder / CONFIG).write_text(
+                json.dumps(
+                    {
+                        "max_merge": self.max_merge,
+                        "layers": self.hyper.layers,
+                        "heads": self.hyper.heads,
+                        "reconstruct": self.reconstruct,
+                    },
+                    indent=2,
+                ),
+                encoding="utf-8",
+            )
+            weights = {
+                **{f"hyper.{k}": v for k, v in self.hyper.state_dict().items()},
+                **{f"decoder.{k}": v for k, v in self.decoder.state_dict().items()},
+            }
             save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(folder / WEIGHTS))
 
         self.base.config.bos_token_id = self.base.config.eos_token_id = self.bos_token_id
         return write_model_folder(self.base, tokenizer, stamp, out, extra=write)
 
     @classmethod
-    def load(cls, path: str | Path, *, max_merge: int | None = None,
-             device: str | None = None) -> tuple["Zip2zipLM", BPETokenizer]:
+    def load(
+        cls, path: str | Path, *, max_merge: int | None = None, device: str | None = None
+    ) -> tuple["Zip2zipLM", BPETokenizer]:
         """A folder :meth:`save` wrote, or any model ``trainer.export.load_model`` reads (a folder
         or a checkpoint) with an untrained hyper-encoder: mean pooling, the zero-parameter
         baseline, of ``max_merge`` (default 3) base tokens a hypertoken."""
@@ -188,21 +207,32 @@ class Zip2zipLM(nn.Module):
             return plain.eval(), tokenizer
         config = _read_config(config_path, d=base.get_input_embeddings().weight.shape[1])
         if max_merge is not None and max_merge != config["max_merge"]:
-            raise TokmaintError(f"{path} was trained with hypertokens of at most {config['max_merge']} base tokens, "
-                                f"not {max_merge}: leave the merge size out, or give {config['max_merge']}")
-        model = cls(base, max_merge=config["max_merge"], layers=config["layers"], reconstruct=config["reconstruct"],
-                    bos_token_id=base.config.bos_token_id)
-        model.hyper = HyperEncoder(model.decoder.in_features, config["max_merge"], layers=config["layers"],
-                                   heads=config["heads"])
+            raise TokmaintError(
+                f"{path} was trained with hypertokens of at most {config['max_merge']} base tokens, "
+                f"not {max_merge}: leave the merge size out, or give {config['max_merge']}"
+            )
+        model = cls(
+            base,
+            max_merge=config["max_merge"],
+            layers=config["layers"],
+            reconstruct=config["reconstruct"],
+            bos_token_id=base.config.bos_token_id,
+        )
+        model.hyper = HyperEncoder(
+            model.decoder.in_features, config["max_merge"], layers=config["layers"], heads=config["heads"]
+        )
         try:
             weights = load_file(str(Path(path) / WEIGHTS))
-            model.hyper.load_state_dict({k.removeprefix("hyper."): v for k, v in weights.items()
-                                         if k.startswith("hyper.")})
-            model.decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in weights.items()
-                                           if k.startswith("decoder.")})
+            model.hyper.load_state_dict(
+                {k.removeprefix("hyper."): v for k, v in weights.items() if k.startswith("hyper.")}
+            )
+            model.decoder.load_state_dict(
+                {k.removeprefix("decoder."): v for k, v in weights.items() if k.startswith("decoder.")}
+            )
         except (SafetensorError, OSError, RuntimeError) as exc:  # truncated, corrupt, or another shape's
-            raise TokmaintError(f"{Path(path) / WEIGHTS} is not the hyper-encoder {CONFIG} describes: "
-                                f"{' '.join(str(exc).split())}") from None
+            raise TokmaintError(
+                f"{Path(path) / WEIGHTS} is not the hyper-encoder {CONFIG} describes: {' '.join(str(exc).split())}"
+            ) from None
         return model.to(next(base.parameters()).device).eval(), tokenizer
 
     @property
@@ -228,7 +258,7 @@ class Zip2zipLM(nn.Module):
         books, guesses = [], []
         for row, codes in enumerate(encoded):
             ids[row, : len(codes)] = torch.tensor(codes)
-            runs = list(lzw.runs(codes[len(start):]))
+            runs = list(lzw.runs(codes[len(start) :]))
             books.append(lzw.book(runs))
             # Code t is read knowing the hypertokens made by the codes before it; reading it makes
             # one more (the run before and code t's first token), which code t itself may be only
@@ -243,8 +273,7 @@ class Zip2zipLM(nn.Module):
                     guess[t + len(start) - 1] = runs[t - 1] + runs[t - 1][:1] if makes else None
                 made += makes
             guesses.append(guess)
-        return HyperBatch(ids, torch.tensor(list(map(len, encoded))), books, known, guesses,
-                          sum(map(len, contexts)))
+        return HyperBatch(ids, torch.tensor(list(map(len, encoded))), books, known, guesses, sum(map(len, contexts)))
 
     def hyper_rows(self, book: list[tuple[int, ...]]) -> torch.Tensor:
         """The hypertokens' embeddings (``[K, d]``), from the model's current rows."""
@@ -292,8 +321,14 @@ class Zip2zipLM(nn.Module):
         nats = -(picked * real).sum()
         lm_loss = nats / real.sum().clamp(min=1)
         reconstruction = self._reconstruction(hyper, batch.books)
-        return Zip2zipOutput(lm_loss + self.reconstruct * reconstruction, lm_loss, reconstruction,
-                             float(nats.detach()), int(real.sum()), log_probs.detach() if full else None)
+        return Zip2zipOutput(
+            lm_loss + self.reconstruct * reconstruction,
+            lm_loss,
+            reconstruction,
+            float(nats.detach()),
+            int(real.sum()),
+            log_probs.detach() if full else None,
+        )
 
     def _reconstruction(self, hyper: list[torch.Tensor], books: list[list[tuple[int, ...]]]) -> torch.Tensor:
         """f_ψ's cross-entropy: each base token of each hypertoken predicted back from its embedding."""
@@ -333,8 +368,9 @@ class HyperCache:
         return self.rows[: len(book)]
 
 
-def finetune(model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: int, lr: float,
-             progress: bool = False) -> float:
+def finetune(
+    model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: int, lr: float, progress: bool = False
+) -> float:
     """``steps`` AdamW steps over ``windows`` (contexts of base ids) in order, round and round,
     the base model's parameters and (with hypertokens) zip2zip's own; the last loss."""
     from tqdm import tqdm
@@ -346,7 +382,7 @@ def finetune(model: Zip2zipLM, windows: list[list[int]], *, steps: int, batch: i
     bar = tqdm(range(steps), disable=not progress, unit="step", desc="zip2zip")
     for step in bar:
         start = (step * batch) % len(windows)
-        out = model(model.batch(windows[start:start + batch]))
+        out = model(model.batch(windows[start : start + batch]))
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -378,8 +414,13 @@ def bits_per_byte(model: Zip2zipLM, windows: Sequence[Sequence[int]], token_byte
         nats, codes = nats + out.nats, codes + out.codes
     n_bytes = sum(token_bytes[i] for w in windows for i in w)
     tokens = sum(map(len, windows))
-    return {"bits_per_byte": nats / LN2 / max(1, n_bytes), "bytes": n_bytes, "base_tokens": tokens,
-            "codes": int(codes), "reduction": 1 - codes / tokens if tokens else 0.0}
+    return {
+        "bits_per_byte": nats / LN2 / max(1, n_bytes),
+        "bytes": n_bytes,
+        "base_tokens": tokens,
+        "codes": int(codes),
+        "reduction": 1 - codes / tokens if tokens else 0.0,
+    }
 
 
 class Zip2zipReader:
@@ -406,8 +447,10 @@ class Zip2zipReader:
         if not codes and not start:
             raise ValueError("read at least one code")
         if self.read_codes + len(start) + len(codes) > model.positions:
-            raise ContextFull(f"{self.read_codes + len(start) + len(codes)} codes are more than the model's "
-                              f"{model.positions} positions")
+            raise ContextFull(
+                f"{self.read_codes + len(start) + len(codes)} codes are more than the model's "
+                f"{model.positions} positions"
+            )
         for code in codes:
             self.codebook.read(code)
         hyper = self.cache(self.codebook.entries)
@@ -437,8 +480,9 @@ class Generation:
 
 
 @torch.no_grad()
-def generate(model: Zip2zipLM, tokenizer: BPETokenizer, prompt: str, *, max_bytes: int, seed: int = 0,
-             progress: bool = False) -> Generation:
+def generate(
+    model: Zip2zipLM, tokenizer: BPETokenizer, prompt: str, *, max_bytes: int, seed: int = 0, progress: bool = False
+) -> Generation:
     """Codes sampled after ``prompt`` (its base tokens, compressed with LZW) until ``max_bytes``
     bytes follow it or the context is full; the codebook grows with the output. Only codes the
     encoder would have made are drawn (none that starts with a token extending the run before
@@ -448,10 +492,13 @@ def generate(model: Zip2zipLM, tokenizer: BPETokenizer, prompt: str, *, max_byte
 
     rows = model.rows
     device = model.base.get_input_embeddings().weight.device
-    spelled = [tokenizer.token_bytes(tokenizer.id_to_token[i]) if i in tokenizer.id_to_token else None
-               for i in range(rows)]
-    never = torch.tensor([b is None or tokenizer.id_to_token[i] in tokenizer.special_tokens
-                          for i, b in enumerate(spelled)], device=device)
+    spelled = [
+        tokenizer.token_bytes(tokenizer.id_to_token[i]) if i in tokenizer.id_to_token else None for i in range(rows)
+    ]
+    never = torch.tensor(
+        [b is None or tokenizer.id_to_token[i] in tokenizer.special_tokens for i, b in enumerate(spelled)],
+        device=device,
+    )
     lzw = LZW(base_size=rows, max_merge=model.max_merge)
     prompt_codes = lzw.encode(tokenizer.encode(prompt))
     reader = Zip2zipReader(model)
@@ -462,8 +509,9 @@ def generate(model: Zip2zipLM, tokenizer: BPETokenizer, prompt: str, *, max_byte
     bar = tqdm(total=max_bytes, disable=not progress, unit="B")
     while len(data) < max_bytes:
         book = reader.codebook
-        firsts = torch.tensor([run[0] for run in book.entries] + [book.new[0] if book.new else 0], device=device,
-                              dtype=torch.long)
+        firsts = torch.tensor(
+            [run[0] for run in book.entries] + [book.new[0] if book.new else 0], device=device, dtype=torch.long
+        )
         banned_first = torch.zeros(rows, dtype=torch.bool, device=device)
         banned_first[list(book.continuing)] = True
         banned = torch.cat([never | banned_first, banned_first[firsts] | never[firsts]])
@@ -484,9 +532,14 @@ def generate(model: Zip2zipLM, tokenizer: BPETokenizer, prompt: str, *, max_byte
     return made
 
 
-def train_zip2zip(model_path: str | Path, corpus: str | Path, out: str | Path,
-                  settings: Zip2zipSettings | None = None, *,
-                  progress: bool = False) -> dict[str, Any]:
+def train_zip2zip(
+    model_path: str | Path,
+    corpus: str | Path,
+    out: str | Path,
+    settings: Zip2zipSettings | None = None,
+    *,
+    progress: bool = False,
+) -> dict[str, Any]:
     """``tokmaint trainer zip2zip``: the model at ``model_path`` (a folder or a checkpoint)
     fine-tuned on ``corpus``'s LZW-compressed contexts (``trainer.settings.Zip2zipSettings``),
     written to ``out`` as a zip2zip folder (:meth:`Zip2zipLM.save`); its figures."""
@@ -498,17 +551,28 @@ def train_zip2zip(model_path: str | Path, corpus: str | Path, out: str | Path,
     documents = read_corpus(corpus, progress=progress)
     texts = [d.text for d in (oldest(documents, settings.max_mb) if settings.max_mb else documents)]
     torch.manual_seed(settings.seed)
-    model = Zip2zipLM(base, max_merge=settings.max_merge, layers=settings.layers,
-                      bos_token_id=base.config.bos_token_id).to(next(base.parameters()).device)
+    model = Zip2zipLM(
+        base, max_merge=settings.max_merge, layers=settings.layers, bos_token_id=base.config.bos_token_id
+    ).to(next(base.parameters()).device)
     fits = model.positions - 1
     context = fits if settings.context is None else settings.context
     if context > fits:
-        raise TokmaintError(f"--context {context} is more than the model reads in one context ({fits} tokens after "
-                            "the one its text starts from)")
+        raise TokmaintError(
+            f"--context {context} is more than the model reads in one context ({fits} tokens after "
+            "the one its text starts from)"
+        )
     windows = [w[:fits] for w in contexts(tokenizer.encode_batch(texts), context=context)]
     if not windows:
         raise CorpusError(Path(corpus), "no document with a token in it to train on")
     loss = finetune(model, windows, steps=settings.steps, batch=settings.batch, lr=settings.lr, progress=progress)
     written = model.save(out, tokenizer, stamp)
-    return {**written, "max_merge": model.max_merge, "layers": settings.layers, "contexts": len(windows),
-            "context": context, "steps": settings.steps, "last_loss": loss, "seconds": time.perf_counter() - started}
+    return {
+        **written,
+        "max_merge": model.max_merge,
+        "layers": settings.layers,
+        "contexts": len(windows),
+        "context": context,
+        "steps": settings.steps,
+        "last_loss": loss,
+        "seconds": time.perf_counter() - started,
+    }

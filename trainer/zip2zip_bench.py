@@ -46,12 +46,22 @@ class Zip2zipBenchSettings(TinyModelBenchSettings):
     # The paper's hyper-encoder: one or two transformer layers, or mean pooling (no parameters).
     layers: Literal[0, 1, 2] = setting(1, None, "the hyper-encoder's transformer layers (0: mean pooling)")
     eval_contexts: int = setting(16, whole(1), "held-out contexts scored")
-    top_hypertokens: int = setting(20, whole(0), "the hypertokens formed in the most contexts, listed (a merge signal "
-                                                 "for Ted-Tok), with whether each is a token already")
+    top_hypertokens: int = setting(
+        20,
+        whole(0),
+        "the hypertokens formed in the most contexts, listed (a merge signal "
+        "for Ted-Tok), with whether each is a token already",
+    )
 
 
-def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: Zip2zipBenchSettings | None = None,
-                      *, max_merges: list[int] | None = None, progress: bool = False) -> dict[str, Any]:
+def run_zip2zip_bench(
+    corpus: str | Path,
+    tokenizer_path: str | Path,
+    settings: Zip2zipBenchSettings | None = None,
+    *,
+    max_merges: list[int] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     from tqdm import tqdm
 
     settings = settings or Zip2zipBenchSettings()
@@ -69,15 +79,19 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
     cut = max(1, round(settings.train_share * len(windows)))
     train, held_out = windows[:cut], windows[cut:][: settings.eval_contexts]
     if not held_out:
-        raise CorpusError(Path(corpus), f"{len(windows)} contexts of {settings.context} tokens in --max-mb "
-                                        f"{settings.max_mb}: none left to score after --train-share")
+        raise CorpusError(
+            Path(corpus),
+            f"{len(windows)} contexts of {settings.context} tokens in --max-mb "
+            f"{settings.max_mb}: none left to score after --train-share",
+        )
 
     bos = bos_token_id(tokenizer)
     rows = tokenizer.id_space + (bos is None)  # a row of its own to start texts from when the version has none
     longest = max(map(len, windows)) + 1
     torch.manual_seed(settings.seed)
-    gpt = GPT2LMHeadModel(tiny_gpt2_config(rows, n_positions=max(256, longest), resid_pdrop=0.0, embd_pdrop=0.0,
-                                           attn_pdrop=0.0))
+    gpt = GPT2LMHeadModel(
+        tiny_gpt2_config(rows, n_positions=max(256, longest), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    )
     gpt.loss_type = CAUSAL_LM_LOSS
     base = Zip2zipLM(gpt, max_merge=1, bos_token_id=rows - 1 if bos is None else bos)
     trained = time.perf_counter()
@@ -96,21 +110,39 @@ def run_zip2zip_bench(corpus: str | Path, tokenizer_path: str | Path, settings: 
         if decoded != windows:
             raise AssertionError("LZW did not decode to the base tokens")  # a bug, never an input's fault
         codes = sum(map(len, encoded))
-        hyper = Zip2zipLM(copy.deepcopy(base.base), max_merge=max_merge, layers=settings.layers,
-                          bos_token_id=base.bos_token_id)
+        hyper = Zip2zipLM(
+            copy.deepcopy(base.base), max_merge=max_merge, layers=settings.layers, bos_token_id=base.bos_token_id
+        )
         finetune(hyper, train, steps=settings.finetune_steps, batch=settings.train_batch, lr=settings.lr)
-        runs.append({"max_merge": max_merge, "tokens": n_tokens, "hypertokens": codes,
-                     "reduction": 1 - codes / n_tokens,
-                     "bytes_per_token": {"base": n_bytes / n_tokens, "zip2zip": n_bytes / codes},
-                     "bits_per_byte": {"base": base_bits,
-                                       "zip2zip": bits_per_byte(hyper, held_out, token_bytes)["bits_per_byte"]},
-                     "lzw_seconds": lzw_seconds, "lzw_vs_encode": encode_seconds / lzw_seconds})
+        runs.append(
+            {
+                "max_merge": max_merge,
+                "tokens": n_tokens,
+                "hypertokens": codes,
+                "reduction": 1 - codes / n_tokens,
+                "bytes_per_token": {"base": n_bytes / n_tokens, "zip2zip": n_bytes / codes},
+                "bits_per_byte": {
+                    "base": base_bits,
+                    "zip2zip": bits_per_byte(hyper, held_out, token_bytes)["bits_per_byte"],
+                },
+                "lzw_seconds": lzw_seconds,
+                "lzw_vs_encode": encode_seconds / lzw_seconds,
+            }
+        )
     first = runs[0]
     # The merge signal: runs LZW forms again and again across the contexts (at the first M).
     signal = merge_signal(tokenizer, windows, max_merge=first["max_merge"], top=settings.top_hypertokens)
-    return {**{k: first[k] for k in ("tokens", "hypertokens", "reduction", "bytes_per_token", "bits_per_byte")},
-            "max_merge": first["max_merge"], "context": settings.context, "contexts": len(windows),
-            "encode_seconds": encode_seconds, "lzw_seconds": first["lzw_seconds"],
-            "lzw_vs_encode": first["lzw_vs_encode"], "train_seconds": time.perf_counter() - trained,
-            "top_hypertokens": signal["hypertokens"], "top_hypertokens_are_tokens": signal["already_tokens"],
-            "runs": runs, "seconds": time.perf_counter() - started}
+    return {
+        **{k: first[k] for k in ("tokens", "hypertokens", "reduction", "bytes_per_token", "bits_per_byte")},
+        "max_merge": first["max_merge"],
+        "context": settings.context,
+        "contexts": len(windows),
+        "encode_seconds": encode_seconds,
+        "lzw_seconds": first["lzw_seconds"],
+        "lzw_vs_encode": first["lzw_vs_encode"],
+        "train_seconds": time.perf_counter() - trained,
+        "top_hypertokens": signal["hypertokens"],
+        "top_hypertokens_are_tokens": signal["already_tokens"],
+        "runs": runs,
+        "seconds": time.perf_counter() - started,
+    }

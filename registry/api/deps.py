@@ -26,8 +26,11 @@ def require_writer(request: Request) -> str:
         return "insecure-dev"
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(token.encode(), settings.token.encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="a bearer token is required to write",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            detail="a bearer token is required to write",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     return "token"
 
 

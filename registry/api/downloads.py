@@ -115,8 +115,11 @@ class CachedDownloads:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        match = _NUMBERED_DOWNLOAD.fullmatch(path) if path.endswith("/tokenizer.json") and \
-            scope["type"] == "http" and scope["method"] == "GET" else None
+        match = (
+            _NUMBERED_DOWNLOAD.fullmatch(path)
+            if path.endswith("/tokenizer.json") and scope["type"] == "http" and scope["method"] == "GET"
+            else None
+        )
         sha = self.cache.shas.get((match[1], int(match[2]))) if match else None
         body = self.cache.blobs.get(sha) if sha is not None else None  # once: a request's thread may let it go
         if sha is None or body is None:
@@ -124,13 +127,20 @@ class CachedDownloads:
             return
         scope["route"] = DOWNLOAD_ROUTE
         if (headers := self._headers.get(sha)) is None:
-            headers = self._headers[sha] = [(k.lower().encode(), v.encode())
-                                            for k, v in download_headers(sha, immutable=True).items()]
+            headers = self._headers[sha] = [
+                (k.lower().encode(), v.encode()) for k, v in download_headers(sha, immutable=True).items()
+            ]
         asked = b",".join(value for name, value in scope["headers"] if name == b"if-none-match")
         if not_modified(sha, asked.decode("latin-1")):
             await send({"type": "http.response.start", "status": 304, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
-        await send({"type": "http.response.start", "status": 200, "headers": headers + [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": headers
+                + [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

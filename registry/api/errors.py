@@ -16,9 +16,18 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 # The code of a refusal that carries only an HTTP status.
-STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type",
-                422: "invalid_request", 429: "too_many_requests", 503: "unavailable"}
+STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    503: "unavailable",
+}
 
 
 def error_body(code: str, reasons: list[str]) -> dict[str, Any]:

@@ -230,12 +230,21 @@ class InFlight:
         (None, True)
         """
         limits, working = self.limits, self.requests - len(self.stalled)
-        saturated = (working >= limits.requests or self.requests >= limits.requests * STALLED_PER_PLACE
-                     or self.watches >= limits.watches)
-        return {"status": "saturated" if saturated else "ok", "in_flight": self.requests,
-                "stalled": len(self.stalled), "limit": self.limits.requests, "watches": self.watches,
-                "max_watches": self.limits.watches,
-                "saturated": saturated, "refused": self.refused}
+        saturated = (
+            working >= limits.requests
+            or self.requests >= limits.requests * STALLED_PER_PLACE
+            or self.watches >= limits.watches
+        )
+        return {
+            "status": "saturated" if saturated else "ok",
+            "in_flight": self.requests,
+            "stalled": len(self.stalled),
+            "limit": self.limits.requests,
+            "watches": self.watches,
+            "max_watches": self.limits.watches,
+            "saturated": saturated,
+            "refused": self.refused,
+        }
 
 
 def is_watch(path: str) -> bool:
@@ -267,9 +276,14 @@ def read_headers(scope: Scope) -> tuple[bytes | None, bool]:
 
 def _refusal(status: int, code: str, reason: str, *headers: tuple[bytes, bytes]) -> tuple[Message, Message]:
     body = json.dumps(error_body(code, [reason])).encode()
-    return ({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]},
-            {"type": "http.response.body", "body": body})
+    return (
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers],
+        },
+        {"type": "http.response.body", "body": body},
+    )
 
 
 class InFlightLimit:
@@ -316,11 +330,16 @@ class InFlightLimit:
             await self.app(scope, self._receiving(receive) if body else receive, sending)
         except BaseException as exc:  # an ExceptionGroup of a streaming response's tasks, too
             if _holds(exc, SendTimeout):
-                log.warning("%s %s: the client took nothing for %g s; its connection is closed",
-                            scope["method"], scope["path"], state.limits.send_timeout)
+                log.warning(
+                    "%s %s: the client took nothing for %g s; its connection is closed",
+                    scope["method"],
+                    scope["path"],
+                    state.limits.send_timeout,
+                )
             elif _holds(exc, BodyTimeout) and not started:
-                await send_refusal(send, 408, "request_timeout", str(_find(exc, BodyTimeout)),
-                                   (b"connection", b"close"))
+                await send_refusal(
+                    send, 408, "request_timeout", str(_find(exc, BodyTimeout)), (b"connection", b"close")
+                )
             else:
                 raise
         finally:
@@ -343,9 +362,11 @@ class InFlightLimit:
                 async with asyncio.timeout(max(wait, 0)):
                     message = await receive()
             except TimeoutError:
-                raise BodyTimeout(f"the request body stalled or came slower than {limits.min_upload_rate:,.0f} "
-                                  f"bytes/s after {got:,} bytes (no byte may wait {limits.receive_timeout:g} s); "
-                                  "send it again faster") from None
+                raise BodyTimeout(
+                    f"the request body stalled or came slower than {limits.min_upload_rate:,.0f} "
+                    f"bytes/s after {got:,} bytes (no byte may wait {limits.receive_timeout:g} s); "
+                    "send it again faster"
+                ) from None
             got += len(message.get("body", b""))
             done = not message.get("more_body", False)
             return message
@@ -357,17 +378,24 @@ class InFlightLimit:
         state.refused += 1
         scope["route"] = SHED_ROUTE
         if why == "held" and watch:
-            reason = (f"this client has {limits.watches_per_client} watches waiting, its share of the server's "
-                      f"{limits.watches}; try again in {self.retry_after} s")
+            reason = (
+                f"this client has {limits.watches_per_client} watches waiting, its share of the server's "
+                f"{limits.watches}; try again in {self.retry_after} s"
+            )
         elif why == "held":
-            reason = (f"this client has {limits.per_client} requests in flight, its share of the server's "
-                      f"{limits.requests}; try again in {self.retry_after} s")
+            reason = (
+                f"this client has {limits.per_client} requests in flight, its share of the server's "
+                f"{limits.requests}; try again in {self.retry_after} s"
+            )
         elif watch:
-            reason = f"{state.watches} watches are waiting, the most this server holds; try again in " \
-                     f"{self.retry_after} s"
+            reason = (
+                f"{state.watches} watches are waiting, the most this server holds; try again in {self.retry_after} s"
+            )
         else:
-            reason = (f"{state.requests} requests are in flight, the most this server takes at once; "
-                      f"try again in {self.retry_after} s")
+            reason = (
+                f"{state.requests} requests are in flight, the most this server takes at once; "
+                f"try again in {self.retry_after} s"
+            )
         await send_refusal(send, 503, "overloaded", reason, (b"retry-after", str(self.retry_after).encode()))
 
 

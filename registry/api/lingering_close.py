@@ -30,8 +30,9 @@ class LingeringTransport:
             self.transport = LingeringTransport(transport, self)
     """
 
-    def __init__(self, transport: asyncio.Transport, protocol: asyncio.Protocol, *,
-                 seconds: float = LINGER_SECONDS) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, protocol: asyncio.Protocol, *, seconds: float = LINGER_SECONDS
+    ) -> None:
         self._transport, self._protocol, self._seconds = transport, protocol, seconds
         self._closing = False
 

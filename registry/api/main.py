@@ -43,10 +43,12 @@ class Metrics:
         reg = CollectorRegistry()
         return cls(
             registry=reg,
-            requests=Counter("tokmaint_registry_requests_total", "HTTP requests", ["method", "route", "status"],
-                             registry=reg),
-            latency=Histogram("tokmaint_registry_request_seconds", "HTTP request latency", ["method", "route"],
-                              registry=reg),
+            requests=Counter(
+                "tokmaint_registry_requests_total", "HTTP requests", ["method", "route", "status"], registry=reg
+            ),
+            latency=Histogram(
+                "tokmaint_registry_request_seconds", "HTTP request latency", ["method", "route"], registry=reg
+            ),
             publishes=Counter("tokmaint_registry_publishes_total", "versions published", ["kind"], registry=reg),
             refusals=Counter("tokmaint_registry_refusals_total", "refused requests", ["code"], registry=reg),
         )
@@ -79,8 +81,10 @@ class RequestMetrics:
             template = getattr(scope.get("route"), "path", "unmatched")
             key = (scope["method"], template, status)
             if (children := self._children.get(key)) is None:  # labels() costs more than the rest together
-                children = self._children[key] = (self.metrics.latency.labels(key[0], template),
-                                                  self.metrics.requests.labels(key[0], template, str(status)))
+                children = self._children[key] = (
+                    self.metrics.latency.labels(key[0], template),
+                    self.metrics.requests.labels(key[0], template, str(status)),
+                )
             children[0].observe(time.perf_counter() - started)
             children[1].inc()
 
@@ -92,25 +96,41 @@ def create_app(settings: RegistrySettings) -> FastAPI:
     async def lifespan(app: FastAPI):
         migrate(settings.db)
         engine = make_engine(settings.db)
-        app.state.registry = Registry(engine, LocalArtifactStore(settings.artifacts),
-                                      check_process=settings.check_process, cache_tokens=settings.cache_tokens)
+        app.state.registry = Registry(
+            engine,
+            LocalArtifactStore(settings.artifacts),
+            check_process=settings.check_process,
+            cache_tokens=settings.cache_tokens,
+        )
         app.state.latest_numbers = LatestNumbers(app.state.registry.lineages)
         yield
         app.state.registry.close()
         engine.dispose()
 
-    app = FastAPI(title="tokmaint registry", version="1", lifespan=lifespan, telemetry=NO_TELEMETRY,
-                  description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch; the "
-                              "Hugging Face Hub protocol (read-only) at the root.")
+    app = FastAPI(
+        title="tokmaint registry",
+        version="1",
+        lifespan=lifespan,
+        telemetry=NO_TELEMETRY,
+        description="Immutable numbered tokenizer versions per lineage, aliases, diffs and watch; the "
+        "Hugging Face Hub protocol (read-only) at the root.",
+    )
     app.state.settings = settings
     app.state.cache = ArtifactCache(max_bytes=int(settings.cache_mb * 1024 * 1024))
     app.state.metrics = Metrics.create()
     app.state.hub = hub.HubFiles(model_max_length=settings.model_max_length)
-    app.state.in_flight = InFlight(Limits(
-        requests=settings.max_in_flight, per_client=settings.max_in_flight_per_client, watches=settings.max_watches,
-        watches_per_client=settings.max_watches_per_client,
-        send_timeout=settings.send_timeout, receive_timeout=settings.receive_timeout,
-        min_upload_rate=settings.min_upload_kib_per_second * 1024), write_token=settings.token)
+    app.state.in_flight = InFlight(
+        Limits(
+            requests=settings.max_in_flight,
+            per_client=settings.max_in_flight_per_client,
+            watches=settings.max_watches,
+            watches_per_client=settings.max_watches_per_client,
+            send_timeout=settings.send_timeout,
+            receive_timeout=settings.receive_timeout,
+            min_upload_rate=settings.min_upload_kib_per_second * 1024,
+        ),
+        write_token=settings.token,
+    )
     app.include_router(router)
     app.include_router(pages.router)
     app.include_router(hub.router)  # last: its paths start with any lineage's name

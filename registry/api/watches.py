@@ -46,8 +46,7 @@ class LatestNumbers:
         self._watchers: Counter[str] = Counter()
         self._poller: asyncio.Task | None = None
 
-    async def wait_newer(self, name: str, *, after: int, seconds: float,
-                         gone: Awaitable[object] | None = None) -> bool:
+    async def wait_newer(self, name: str, *, after: int, seconds: float, gone: Awaitable[object] | None = None) -> bool:
         """Whether lineage ``name`` has a version newer than ``after`` within ``seconds``
         (False at the deadline, or once ``gone`` — the client's disconnect — completes)."""
         loop = asyncio.get_running_loop()
@@ -62,8 +61,9 @@ class LatestNumbers:
                 if left <= 0 or (gone_task is not None and gone_task.done()):
                     return False
                 changed = asyncio.ensure_future(self._changed.setdefault(name, asyncio.Event()).wait())
-                await asyncio.wait([changed] + ([gone_task] if gone_task else []), timeout=left,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    [changed] + ([gone_task] if gone_task else []), timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
                 changed.cancel()
             return True
         finally:

@@ -29,8 +29,11 @@ def _children(pid: int) -> set[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid and fields[0] != "Z" \
-                    and b"resource_tracker" not in (entry / "cmdline").read_bytes():
+            if (
+                int(fields[1]) == pid
+                and fields[0] != "Z"
+                and b"resource_tracker" not in (entry / "cmdline").read_bytes()
+            ):
                 found.add(int(entry.name))
     return found
 
@@ -38,10 +41,18 @@ def _children(pid: int) -> set[int]:
 @pytest.mark.parametrize("with_redis", [True, False], ids=["redis-server", "in-process store"])
 def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path, with_redis, caplog):
     before = _children(os.getpid())
-    settings = DemoSettings(corpus=drifting_corpus, initial_docs=150, vocab_size=400, chunks=4, pause=0.5,
-                            trainer_steps=40, stream=StreamSettings(step_docs=16, horizon_docs=160, interval_docs=64,
-                                                                    warmup_docs=64, id_price=0.0, base_token_cost=0.0),
-                            redis=with_redis)
+    settings = DemoSettings(
+        corpus=drifting_corpus,
+        initial_docs=150,
+        vocab_size=400,
+        chunks=4,
+        pause=0.5,
+        trainer_steps=40,
+        stream=StreamSettings(
+            step_docs=16, horizon_docs=160, interval_docs=64, warmup_docs=64, id_price=0.0, base_token_cost=0.0
+        ),
+        redis=with_redis,
+    )
     demo_log = logging.getLogger("tokmaint.demo")
     demo_log.addHandler(caplog.handler)  # (the command line's configure() stops tokmaint's lines at its own handler)
     try:
@@ -75,10 +86,31 @@ def test_the_demo_runs_the_loop_and_writes_its_report(drifting_corpus, tmp_path,
 
 
 def test_ctrl_c_stops_every_process_the_demo_started(drifting_corpus, tmp_path):
-    demo = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "demo", "--out", str(tmp_path / "r"), "--corpus",
-                             str(drifting_corpus), "--initial-docs", "150", "--chunks", "8", "--pause", "2",
-                             "--trainer-steps", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=ctrl_c_works)
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "demo",
+            "--out",
+            str(tmp_path / "r"),
+            "--corpus",
+            str(drifting_corpus),
+            "--initial-docs",
+            "150",
+            "--chunks",
+            "8",
+            "--pause",
+            "2",
+            "--trainer-steps",
+            "20",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_works,
+    )
     started: set[int] = set()
     deadline = time.monotonic() + 60
     while len(started) < 4 and time.monotonic() < deadline:  # broker, redis, registry, trainer
@@ -89,6 +121,9 @@ def test_ctrl_c_stops_every_process_the_demo_started(drifting_corpus, tmp_path):
     _, err = demo.communicate(timeout=60)
     assert demo.returncode != 0 and "interrupt" in err.lower()
     time.sleep(0.5)
-    alive = [pid for pid in started if Path(f"/proc/{pid}").exists()
-             and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    alive = [
+        pid
+        for pid in started
+        if Path(f"/proc/{pid}").exists() and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")
+    ]
     assert alive == []

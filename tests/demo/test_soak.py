@@ -10,8 +10,26 @@ import sys
 
 
 def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
-    result = subprocess.run([sys.executable, "-m", "tokmaint.cli", "bench", "soak", "--minutes", "1", "--seed", "3",
-                             "--fault-every", "6", "--hostile", "--json"], capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "bench",
+            "soak",
+            "--minutes",
+            "1",
+            "--seed",
+            "3",
+            "--fault-every",
+            "6",
+            "--hostile",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     report = json.loads(result.stdout)
     assert result.returncode == 0, (report, result.stderr[-3000:])
     documents = report["documents"]

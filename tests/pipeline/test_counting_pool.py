@@ -17,8 +17,9 @@ from tokenizer_service.ordered_worker import WorkerDied
 
 def _same(a: StepCounts, b: StepCounts) -> bool:
     return (a.n_bytes, a.n_tokens) == (b.n_bytes, b.n_tokens) and all(
-        np.array_equal(getattr(a, f), getattr(b, f)) for f in
-        ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts"))
+        np.array_equal(getattr(a, f), getattr(b, f))
+        for f in ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts")
+    )
 
 
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.5])
@@ -58,6 +59,7 @@ def test_prepared_texts_count_as_texts_submitted_whole(corpus):
 def test_the_callers_share_grows_while_it_waits_and_shrinks_while_it_does_not(byte_tokenizer, monkeypatch):
     pool = CountingPool(own=StepCounter(byte_tokenizer))
     try:
+
         def step(clock_step: float) -> None:
             pending = pool.submit(["a b"] * 10, byte_tokenizer)
             pending.future.result(timeout=60)
@@ -83,6 +85,7 @@ def _clock(*, step: float):
     def perf_counter() -> float:
         now[0] += step
         return now[0]
+
     return perf_counter
 
 

@@ -11,8 +11,9 @@ from tokenizer_service.counting import StepCounter, StepCounts
 
 def _same(a: StepCounts, b: StepCounts) -> bool:
     return (a.n_bytes, a.n_tokens) == (b.n_bytes, b.n_tokens) and all(
-        np.array_equal(getattr(a, f), getattr(b, f)) for f in
-        ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts"))
+        np.array_equal(getattr(a, f), getattr(b, f))
+        for f in ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts")
+    )
 
 
 def test_counts_equal_the_jobs_own_in_order_across_versions(byte_tokenizer, corpus):
@@ -39,15 +40,18 @@ def test_a_step_prepared_before_its_version_counts_as_one_sent_with_it():
         for revision in revisions:
             counting.prepare(texts)
             counting.load(revision.tokenizer, wait=False)
-            assert _same(counting.submit(None, revision.tokenizer).result(timeout=60),
-                         StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
+            assert _same(
+                counting.submit(None, revision.tokenizer).result(timeout=60),
+                StepCounter(revision.tokenizer).count_texts(texts, neighbours=True),
+            )
         with pytest.raises(RuntimeError, match="no texts prepared"):
             counting.submit(None, initial).result(timeout=60)
         counting.prepare([None])  # no text: splitting it fails in the worker
         with pytest.raises(AttributeError):
             counting.submit(None, initial).result(timeout=60)
-        assert _same(counting.submit(texts, initial).result(timeout=60),
-                     StepCounter(initial).count_texts(texts, neighbours=True))
+        assert _same(
+            counting.submit(texts, initial).result(timeout=60), StepCounter(initial).count_texts(texts, neighbours=True)
+        )
 
 
 def test_an_error_in_the_worker_is_raised_by_its_future_and_the_worker_goes_on(byte_tokenizer):
@@ -57,5 +61,7 @@ def test_an_error_in_the_worker_is_raised_by_its_future_and_the_worker_goes_on(b
         counting._sent = other.sha256  # as if the worker had been sent a version it never was
         with pytest.raises(RuntimeError, match="has no tokenizer"):
             counting.submit(["a b"], other).result(timeout=60)
-        assert _same(counting.submit(["a b"], byte_tokenizer).result(timeout=60),
-                     StepCounter(byte_tokenizer).count_texts(["a b"], neighbours=True))
+        assert _same(
+            counting.submit(["a b"], byte_tokenizer).result(timeout=60),
+            StepCounter(byte_tokenizer).count_texts(["a b"], neighbours=True),
+        )

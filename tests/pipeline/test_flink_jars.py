@@ -18,8 +18,10 @@ def test_a_jar_of_another_version_or_a_missing_one_is_refused_with_the_reason(tm
     for name in JARS:
         shutil.copy(JARS_DIR / name, tmp_path / name)
     with zipfile.ZipFile(tmp_path / "flink-connector-kafka.jar", "w") as jar:  # a stand-in of another release
-        jar.writestr("META-INF/MANIFEST.MF", "Implementation-Vendor: The Apache Software Foundation\n"
-                                             "Implementation-Version: 3.2.0-1.19\n")
+        jar.writestr(
+            "META-INF/MANIFEST.MF",
+            "Implementation-Vendor: The Apache Software Foundation\nImplementation-Version: 3.2.0-1.19\n",
+        )
     (tmp_path / "kafka-clients.jar").unlink()
     found = problems(tmp_path)
     assert any("Implementation-Version is '3.2.0-1.19', not '4.0.1-2.0'" in p for p in found), found

@@ -10,9 +10,9 @@ SAMPLE = Path(__file__).resolve().parents[2] / "data" / "git-commits-sample.json
 
 
 def test_the_job_on_flink_survives_a_taskmanager_kill_and_equals_the_replay():
-    report = run_flink_bench(SAMPLE,
-                             FlinkBenchSettings(max_mb=0.5, steps=12, interval_steps=3, vocab_size=600, kill=True),
-                             progress=False)
+    report = run_flink_bench(
+        SAMPLE, FlinkBenchSettings(max_mb=0.5, steps=12, interval_steps=3, vocab_size=600, kill=True), progress=False
+    )
     assert report["taskmanager_killed"] is True
     assert report["equal_to_replay"] is True, report
     assert report["local_equal_to_replay"] is True, report

@@ -22,10 +22,25 @@ TOKEN = "i" * 32
 @pytest.fixture(scope="module")
 def served(broker):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "ingest-server", "--port", str(port),
-                                "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic", "docs.http.dlq"],
-                               env={**os.environ, "TOKMAINT_REGISTRY_TOKEN": TOKEN}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "ingest-server",
+            "--port",
+            str(port),
+            "--bootstrap",
+            broker,
+            "--topic",
+            "docs.http",
+            "--dlq-topic",
+            "docs.http.dlq",
+        ],
+        env={**os.environ, "TOKMAINT_REGISTRY_TOKEN": TOKEN},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -53,8 +68,13 @@ def _doc(k: int, **changes) -> dict:
     return {"id": f"h{k}", "text": f"document number {k}", "ts": f"2021-01-01T00:00:{k % 60:02d}Z", **changes}
 
 
-def _post(url: str, body: bytes, content_type: str = "application/x-ndjson", token: str | None = TOKEN,
-          topic: str = "docs.http") -> httpx.Response:
+def _post(
+    url: str,
+    body: bytes,
+    content_type: str = "application/x-ndjson",
+    token: str | None = TOKEN,
+    topic: str = "docs.http",
+) -> httpx.Response:
     headers = {"Content-Type": content_type} | ({"Authorization": f"Bearer {token}"} if token else {})
     return httpx.post(f"{url}/v1/streams/{topic}/documents", content=body, headers=headers, timeout=60)
 
@@ -80,8 +100,11 @@ def test_each_record_is_produced_once_or_dead_lettered_even_when_one_cannot_be(s
     good ones: the good ones are produced once, the bad ones dead-lettered with the reason, and
     a resend of the same body produces the good ones once more, never a 500."""
     good = [json.dumps(_doc(k, id=f"{form}-{k}")) for k in range(3)]
-    bad = [json.dumps(_doc(7, id="\ud800"))[:-1] + "}", json.dumps(_doc(8, text="x\ud800"))[:-1] + "}",
-           json.dumps(_doc(9, text="y" * (5 << 20)))]
+    bad = [
+        json.dumps(_doc(7, id="\ud800"))[:-1] + "}",
+        json.dumps(_doc(8, text="x\ud800"))[:-1] + "}",
+        json.dumps(_doc(9, text="y" * (5 << 20))),
+    ]
     records = [good[0], bad[0], good[1], bad[1], bad[2], good[2]]
     if form == "array":
         body, content_type = ("[" + ",".join(records) + "]").encode(), "application/json"
@@ -97,9 +120,12 @@ def test_each_record_is_produced_once_or_dead_lettered_even_when_one_cannot_be(s
     assert reasons[4].startswith("larger than the limit (5,")
     produced = [r for r in consume(broker, "docs.http", expected=10_000, timeout=5) if r.key.decode().startswith(form)]
     assert sorted(r.key.decode() for r in produced) == [f"{form}-{k}" for k in range(3)]
-    dead = [r for r in consume(broker, "docs.http.dlq", expected=10_000, timeout=5)
-            if dict(r.headers)["tokmaint.reason"].decode() in reasons.values()
-            and dict(r.headers).get("tokmaint.source") == b"http docs.http"]
+    dead = [
+        r
+        for r in consume(broker, "docs.http.dlq", expected=10_000, timeout=5)
+        if dict(r.headers)["tokmaint.reason"].decode() in reasons.values()
+        and dict(r.headers).get("tokmaint.source") == b"http docs.http"
+    ]
     assert len(dead) >= 3
     too_large = next(r for r in dead if dict(r.headers)["tokmaint.reason"].startswith(b"larger"))
     assert int(dict(too_large.headers)["tokmaint.bytes"]) > 5 << 20 and len(too_large.value) == 1 << 20
@@ -108,10 +134,12 @@ def test_each_record_is_produced_once_or_dead_lettered_even_when_one_cannot_be(s
 def test_writes_need_the_token_and_the_configured_topic(server):
     """Refused in the registry's one error shape."""
     body = json.dumps(_doc(0)).encode()
-    for response, status, code in [(_post(server, body, token=None), 401, "unauthorized"),
-                                   (_post(server, body, token="wrong"), 401, "unauthorized"),
-                                   (_post(server, body, topic="elsewhere"), 404, "not_found"),
-                                   (_post(server, b'{"a": 1}', "application/json"), 422, "invalid_request")]:
+    for response, status, code in [
+        (_post(server, body, token=None), 401, "unauthorized"),
+        (_post(server, body, token="wrong"), 401, "unauthorized"),
+        (_post(server, body, topic="elsewhere"), 404, "not_found"),
+        (_post(server, b'{"a": 1}', "application/json"), 422, "invalid_request"),
+    ]:
         assert response.status_code == status
         answer = response.json()
         assert set(answer) == {"error_code", "message", "reasons"} and answer["error_code"] == code, answer
@@ -153,8 +181,10 @@ def test_a_body_of_more_records_than_a_request_takes_is_refused_whole_and_at_onc
     an array of 10,001 documents, are refused whole (413, nothing produced or dead-lettered),
     not checked one by one; and an answer names the first 100 refusals, counting them all."""
     dead_before = len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=3))
-    for body, content_type in [(b"x\n" * 500_000, "application/x-ndjson"),
-                               (("[" + ",".join([json.dumps(_doc(0))] * 10_001) + "]").encode(), "application/json")]:
+    for body, content_type in [
+        (b"x\n" * 500_000, "application/x-ndjson"),
+        (("[" + ",".join([json.dumps(_doc(0))] * 10_001) + "]").encode(), "application/json"),
+    ]:
         response = _post(server, body, content_type)
         assert response.status_code == 413, response.text[:300]
         answer = response.json()
@@ -171,15 +201,19 @@ def _start(broker: str, tmp_path, *options: str) -> tuple[subprocess.Popen, str]
     """An ingest server of its own (topic docs.http) with these options: the process and its URL."""
     from registry.local_server import start_service
 
-    return start_service(["ingest-server", "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic",
-                          "docs.http.dlq", *options], env={"TOKMAINT_REGISTRY_TOKEN": TOKEN},
-                         log=tmp_path / "ingest.log")
+    return start_service(
+        ["ingest-server", "--bootstrap", broker, "--topic", "docs.http", "--dlq-topic", "docs.http.dlq", *options],
+        env={"TOKMAINT_REGISTRY_TOKEN": TOKEN},
+        log=tmp_path / "ingest.log",
+    )
 
 
 def _upload_head(length: int) -> bytes:
     """A post's head (with the token) announcing a body of ``length`` bytes."""
-    return (f"POST /v1/streams/docs.http/documents HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
-            f"Content-Type: application/x-ndjson\r\nContent-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST /v1/streams/docs.http/documents HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/x-ndjson\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 HELD_BODY = json.dumps(_doc(1)).encode().ljust(1000)  # one document, padded
@@ -208,13 +242,16 @@ def _answer(sock: socket.socket) -> bytes:
 def test_a_stalled_upload_is_answered_408_and_frees_its_place(broker, tmp_path):
     """A server of two places, receive timeout 1 s: two posts whose bodies stop after a byte (the
     token sent) are each answered 408, and their places come back."""
-    process, url = _start(broker, tmp_path, "--max-in-flight", "2", "--max-in-flight-per-client", "2",
-                          "--receive-timeout", "1")
+    process, url = _start(
+        broker, tmp_path, "--max-in-flight", "2", "--max-in-flight-per-client", "2", "--receive-timeout", "1"
+    )
     port = int(url.rsplit(":", 1)[1])
     head = _upload_head(1000) + b"{"
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as first, \
-                socket.create_connection(("127.0.0.1", port), timeout=30) as second:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as first,
+            socket.create_connection(("127.0.0.1", port), timeout=30) as second,
+        ):
             first.sendall(head)
             second.sendall(head)
             for sock in (first, second):
@@ -238,8 +275,10 @@ def test_health_says_when_the_ingest_server_is_saturated(broker, tmp_path):
     try:
         assert httpx.get(f"{url}/readyz").status_code == 200
         with _held_upload(url) as held:
-            health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json()["saturated"] and r,
-                            "the held upload did not saturate the server")
+            health = _until(
+                lambda: (r := httpx.get(f"{url}/healthz")).json()["saturated"] and r,
+                "the held upload did not saturate the server",
+            )
             assert health.status_code == 200 and health.json()["in_flight"] == 1
             ready = httpx.get(f"{url}/readyz")
             assert ready.status_code == 503 and ready.json()["saturated"] is True
@@ -263,9 +302,11 @@ def test_a_client_past_its_share_is_refused_while_another_is_served(broker, tmp_
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert refused.json()["error_code"] == "overloaded" and "its share" in refused.json()["reasons"][0]
             with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as other:
-                served = other.post(f"{url}/v1/streams/docs.http/documents", content=json.dumps(_doc(3)).encode(),
-                                    headers={"Authorization": f"Bearer {TOKEN}",
-                                             "Content-Type": "application/x-ndjson"})
+                served = other.post(
+                    f"{url}/v1/streams/docs.http/documents",
+                    content=json.dumps(_doc(3)).encode(),
+                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-ndjson"},
+                )
             assert served.status_code == 200 and served.json()["accepted"] == 1, served.text
     finally:
         process.terminate()

@@ -19,10 +19,36 @@ def test_a_corpus_arrives_whole_and_bad_records_are_dead_lettered(broker, drifti
     lines = gzip.open(drifting_corpus, "rt").read().splitlines()
     bad = ['{"ts": "2020-01-01T00:00:00", "text": null}', "not json", '{"ts": "2020-01-01T00:00:01"}']
     path = tmp_path / "with-bad.jsonl"
-    path.write_text("\n".join(lines[:100] + bad[:1] + lines[100:200] + bad[1:] + lines[200:] + [
-        json.dumps({"ts": "2020-01-01T01:00:00", "text": "x" * 5000})]) + "\n")
-    assert main(["ingest", str(path), "--bootstrap", broker, "--topic", "docs.a", "--dlq-topic", "docs.a.dlq",
-                 "--max-record-bytes", "4096", "--skip-bad", "--json"]) == 0
+    path.write_text(
+        "\n".join(
+            lines[:100]
+            + bad[:1]
+            + lines[100:200]
+            + bad[1:]
+            + lines[200:]
+            + [json.dumps({"ts": "2020-01-01T01:00:00", "text": "x" * 5000})]
+        )
+        + "\n"
+    )
+    assert (
+        main(
+            [
+                "ingest",
+                str(path),
+                "--bootstrap",
+                broker,
+                "--topic",
+                "docs.a",
+                "--dlq-topic",
+                "docs.a.dlq",
+                "--max-record-bytes",
+                "4096",
+                "--skip-bad",
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert (report["documents"], report["dead_lettered"]) == (len(lines), len(bad) + 1)
 

@@ -6,8 +6,23 @@ from tests.support.cli import run_json
 
 
 def test_past_its_limit_the_ingest_server_refuses_and_loses_nothing(capsys):
-    result = run_json(capsys, "bench", "ingest", "--corpus", "data/git-commits-sample.jsonl.gz", "--docs", "200",
-                      "--seconds", "0.5", "--start-rps", "200", "--max-rps", "1600", "--max-in-flight", "2")
+    result = run_json(
+        capsys,
+        "bench",
+        "ingest",
+        "--corpus",
+        "data/git-commits-sample.jsonl.gz",
+        "--docs",
+        "200",
+        "--seconds",
+        "0.5",
+        "--start-rps",
+        "200",
+        "--max-rps",
+        "1600",
+        "--max-in-flight",
+        "2",
+    )
     assert [s["offered_rps"] for s in result["steps"]][:2] == [200, 400]
     assert result["hung"] == 0 and result["failed"] == 0
     assert result["past_it"]["refused"] > 0 and result["past_it"]["server_errors"] == 0

@@ -35,10 +35,25 @@ from tokenizer_service.stats_store import MemoryStatsStore
 from tokenizer_service.tedtok import TedTok
 from tokmaint.cli import main
 
-STREAM = StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64, batch_size=8,
-                        id_price=0.0, base_token_cost=0.0)
-OPTIONS = ["--step-docs", "32", "--horizon-docs", "320", "--interval-docs", "64", "--warmup-docs", "64",
-           "--batch-size", "8", "--id-price", "0", "--base-token-cost", "0"]
+STREAM = StreamSettings(
+    step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64, batch_size=8, id_price=0.0, base_token_cost=0.0
+)
+OPTIONS = [
+    "--step-docs",
+    "32",
+    "--horizon-docs",
+    "320",
+    "--interval-docs",
+    "64",
+    "--warmup-docs",
+    "64",
+    "--batch-size",
+    "8",
+    "--id-price",
+    "0",
+    "--base-token-cost",
+    "0",
+]
 ID_SPACE = 600  # past the largest id of either initial tokenizer (a SentencePiece one has 256 byte tokens more)
 BAD = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode()]
 
@@ -85,8 +100,12 @@ def _lineage(registry_url, initial) -> str:
 def _state(redis_url, lineage, id_space=ID_SPACE):
     store = RedisStatsStore(connect_redis(redis_url), lineage=lineage, alpha=STREAM.tedtok_config().alpha)
     keys, values = store.top_pairs(store.tracked_pairs)
-    return store, store.token(np.arange(id_space)), store.buffer(np.arange(id_space)), dict(zip(keys.tolist(),
-                                                                                               values.tolist()))
+    return (
+        store,
+        store.token(np.arange(id_space)),
+        store.buffer(np.arange(id_space)),
+        dict(zip(keys.tolist(), values.tolist())),
+    )
 
 
 def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions):
@@ -108,24 +127,34 @@ def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions
     return store, reference
 
 
-def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url, registry_url, stream, initial,
-                                                               drifting_corpus, monkeypatch, capsys, tmp_path):
+def test_statistics_and_revisions_equal_the_offline_reference(
+    broker, redis_url, registry_url, stream, initial, drifting_corpus, monkeypatch, capsys, tmp_path
+):
     lineage = _lineage(registry_url, initial)
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
     metrics, port = PipelineMetrics.create(lineage), free_port()
     metrics.serve(port, host="127.0.0.1")
     with RegistryClient(registry_url) as registry:
-        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream,
-                                                    dlq_topic=f"{stream}.dlq"),
-                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
-                          lineage=lineage, wait=1.0, metrics=metrics)
+        job = PipelineJob(
+            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+            metrics=metrics,
+        )
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage)["data"]
     assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
     families = text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
-    scraped = {(s.name, s.labels.get("outcome")): s.value for family in families for s in family.samples
-               if s.labels.get("lineage") == lineage}
+    scraped = {
+        (s.name, s.labels.get("outcome")): s.value
+        for family in families
+        for s in family.samples
+        if s.labels.get("lineage") == lineage
+    }
     assert scraped[("tokmaint_pipeline_documents_total", None)] == 600
     assert scraped[("tokmaint_pipeline_steps_total", None)] == 19
     assert scraped[("tokmaint_pipeline_dead_letters_total", None)] == len(BAD)
@@ -141,22 +170,55 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
     client = RegistryClient(registry_url)
     for version in versions[1:]:  # each recorded the stream's bytes/token at a step, with its parent
         parent = client.tokenizer(lineage, version["parent"])
-        measured = {round(sum(len(t.encode()) for t in texts) / sum(map(len, parent.encode_batch(texts))), 9)
-                    for texts in steps}
+        measured = {
+            round(sum(len(t.encode()) for t in texts) / sum(map(len, parent.encode_batch(texts))), 9) for texts in steps
+        }
         assert round(version["metrics"]["bytes_per_token"], 9) in measured
 
-    assert main(["stats", "show", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
-                 "--top", "5", "--json"]) == 0
+    assert (
+        main(
+            [
+                "stats",
+                "show",
+                "--redis",
+                redis_url,
+                "--registry",
+                registry_url,
+                "--lineage",
+                lineage,
+                "--top",
+                "5",
+                "--json",
+            ]
+        )
+        == 0
+    )
     shown = json.loads(capsys.readouterr().out)
     assert (shown["step"], shown["version"], shown["pending_revision"]) == (19, versions[-1]["number"], False)
     final = BPETokenizer.from_json(RegistryClient(registry_url).download(lineage, "latest").decode())
-    expected = sorted(((float(t), tok) for tok, t in zip(final.vocab, reference.store.token(
-        np.fromiter(final.vocab.values(), np.int64)))), reverse=True)[:5]
+    expected = sorted(
+        (
+            (float(t), tok)
+            for tok, t in zip(final.vocab, reference.store.token(np.fromiter(final.vocab.values(), np.int64)))
+        ),
+        reverse=True,
+    )[:5]
     np.testing.assert_allclose(sorted(shown["tokens"].values(), reverse=True), [t for t, _ in expected], rtol=1e-9)
     assert len(shown["pairs"]) == 5 and len(shown["weakest_sinks"]) == 5
 
-    snapshot = ["stats", "snapshot", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
-                "--out", str(tmp_path), "--json"]
+    snapshot = [
+        "stats",
+        "snapshot",
+        "--redis",
+        redis_url,
+        "--registry",
+        registry_url,
+        "--lineage",
+        lineage,
+        "--out",
+        str(tmp_path),
+        "--json",
+    ]
     assert main(snapshot) == 0
     written = json.loads(capsys.readouterr().out)
     folder = tmp_path / lineage / "step-000000019"
@@ -175,7 +237,8 @@ def test_statistics_and_revisions_equal_the_offline_reference(broker, redis_url,
 
 
 def test_a_job_reading_while_a_slow_producer_trickles_the_stream_in_equals_the_topics_replay(
-        broker, redis_url, registry_url, initial, drifting_corpus, monkeypatch):
+    broker, redis_url, registry_url, initial, drifting_corpus, monkeypatch
+):
     """The producer slow (records across many of the job's polls, partitions at different
     speeds) and the job slowed down (a few records taken from the client at a time): its steps,
     statistics and versions are those of the offline replay of the finished topic."""
@@ -185,8 +248,14 @@ def test_a_job_reading_while_a_slow_producer_trickles_the_stream_in_equals_the_t
     lineage = _lineage(registry_url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq")
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=settings, stream=STREAM, redis_client=redis.Redis.from_url(redis_url),
-                          registry=registry, lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=settings,
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage)["data"]
@@ -197,7 +266,8 @@ def test_a_job_reading_while_a_slow_producer_trickles_the_stream_in_equals_the_t
 
 
 def test_a_live_job_whose_producer_stops_mid_step_counts_the_finished_topics_steps(
-        broker, redis_url, registry_url, initial, drifting_corpus, monkeypatch):
+    broker, redis_url, registry_url, initial, drifting_corpus, monkeypatch
+):
     """The producer stops for longer than the job's wait mid-step, then goes on; the job runs
     live (not told the topic ends) for 18 steps, then to the topic's end: it counted the step it
     found short when the topic went quiet only once it was whole, so its steps, statistics and
@@ -208,8 +278,14 @@ def test_a_live_job_whose_producer_stops_mid_step_counts_the_finished_topics_ste
     lineage = _lineage(registry_url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq")
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=settings, stream=STREAM, redis_client=redis.Redis.from_url(redis_url),
-                          registry=registry, lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=settings,
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         try:
             live = job.run(max_steps=18)
             producer.join()
@@ -223,17 +299,21 @@ def test_a_live_job_whose_producer_stops_mid_step_counts_the_finished_topics_ste
     _equal_to_the_offline_reference(redis_url, lineage, initial, replayed, versions)
 
 
-def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url, registry_url, stream,
-                                                              drifting_corpus):
+def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url, registry_url, stream, drifting_corpus):
     """A Llama-2-style tokenizer (▁ for spaces, byte fallback) as version 1: the pipeline's
     statistics and versions are the offline Ted-Tok's."""
     initial = sentencepiece_style(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
     assert initial.byte_fallback and initial.id_space <= ID_SPACE
     lineage = _lineage(registry_url, initial)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
-                          lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage)["data"]
@@ -243,17 +323,25 @@ def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url,
     assert reference.tokenizer.byte_fallback and reference.tokenizer.pipeline == initial.pipeline
 
 
-def test_event_time_steps_are_windows_cut_at_the_step_cap(broker, redis_url, registry_url, stream, initial,
-                                                           drifting_corpus):
+def test_event_time_steps_are_windows_cut_at_the_step_cap(
+    broker, redis_url, registry_url, stream, initial, drifting_corpus
+):
     """With ``step_seconds`` a step is one window of event time (45 s: 45 documents of the corpus,
     one a second), at most ``max_step_docs`` (40) of them: the statistics and revisions equal the
     offline reference on those steps."""
     lineage = _lineage(registry_url, initial)
-    settings = PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq", step_seconds=45,
-                                max_step_docs=40)
+    settings = PipelineSettings(
+        bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq", step_seconds=45, max_step_docs=40
+    )
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=settings, stream=STREAM, redis_client=redis.Redis.from_url(redis_url),
-                          registry=registry, lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=settings,
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         try:
             report = job.run(until_idle=True)
         finally:
@@ -263,7 +351,7 @@ def test_event_time_steps_are_windows_cut_at_the_step_cap(broker, redis_url, reg
     windows: dict[int, list[str]] = {}
     for doc in docs:
         windows.setdefault(int(doc.ts.timestamp() // 45), []).append(doc.text)
-    steps = [texts[k:k + 40] for _, texts in sorted(windows.items()) for k in range(0, len(texts), 40)]
+    steps = [texts[k : k + 40] for _, texts in sorted(windows.items()) for k in range(0, len(texts), 40)]
     assert report["steps"] == len(steps) == 2 * 13 + 1 and report["documents"] == 600
 
     _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
@@ -271,14 +359,37 @@ def test_event_time_steps_are_windows_cut_at_the_step_cap(broker, redis_url, reg
 
 def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess.Popen:
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
-    return subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker,
-                             "--topic", stream, "--dlq-topic", f"{stream}.dlq", "--redis", redis_url, "--registry",
-                             registry_url, "--lineage", lineage, *OPTIONS, *extra], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "pipeline",
+            "run",
+            "--bootstrap",
+            broker,
+            "--topic",
+            stream,
+            "--dlq-topic",
+            f"{stream}.dlq",
+            "--redis",
+            redis_url,
+            "--registry",
+            registry_url,
+            "--lineage",
+            lineage,
+            *OPTIONS,
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
-def test_the_job_on_a_redis_cluster_equals_the_offline_reference(broker, redis_cluster, registry_url, stream,
-                                                                  initial, drifting_corpus):
+def test_the_job_on_a_redis_cluster_equals_the_offline_reference(
+    broker, redis_cluster, registry_url, stream, initial, drifting_corpus
+):
     """The command, given one node of a three-node Redis Cluster, keeps the lineage's statistics
     in the cluster (its keys on the node of their slot), the same as on one redis-server."""
     lineage = _lineage(registry_url, initial)
@@ -293,8 +404,9 @@ def test_the_job_on_a_redis_cluster_equals_the_offline_reference(broker, redis_c
 
 
 @pytest.mark.parametrize("topic", ["stream", "resent"])
-def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_url, registry_url, initial, topic,
-                                                                 request):
+def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(
+    broker, redis_url, registry_url, initial, topic, request
+):
     """Also on a topic holding resent documents: the ids a step counted are kept with the
     statistics, so a restarted job skips a resend as the uninterrupted one does."""
     stream = request.getfixturevalue(topic)
@@ -315,18 +427,22 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_u
         process.wait(timeout=30)
     assert _run(broker, redis_url, registry_url, stream, killed, "--until-idle").wait(timeout=300) == 0
 
-    (_, tokens, buffers, pairs), (store, tokens_k, buffers_k, pairs_k) = (_state(redis_url, whole),
-                                                                          _state(redis_url, killed))
+    (_, tokens, buffers, pairs), (store, tokens_k, buffers_k, pairs_k) = (
+        _state(redis_url, whole),
+        _state(redis_url, killed),
+    )
     np.testing.assert_allclose(tokens_k, tokens, rtol=1e-12)
     np.testing.assert_allclose(buffers_k, buffers, rtol=1e-12)
     assert pairs_k.keys() == pairs.keys()
     np.testing.assert_allclose([pairs_k[k] for k in pairs], [pairs[k] for k in pairs], rtol=1e-12)
     with RegistryClient(registry_url) as registry:
-        assert ([v["sha256"] for v in registry.versions(killed)["data"]]
-                == [v["sha256"] for v in registry.versions(whole)["data"]])
+        assert [v["sha256"] for v in registry.versions(killed)["data"]] == [
+            v["sha256"] for v in registry.versions(whole)["data"]
+        ]
         # What is published with them too: a restarted job once lost a version's bytes/token.
-        assert ([v["metrics"] for v in registry.versions(killed)["data"]]
-                == [v["metrics"] for v in registry.versions(whole)["data"]])
+        assert [v["metrics"] for v in registry.versions(killed)["data"]] == [
+            v["metrics"] for v in registry.versions(whole)["data"]
+        ]
     assert store.meta()["step"] == _state(redis_url, whole)[0].meta()["step"]
     assert store.meta()["documents"] == 600  # every unique document counted once, through three kills
     assert store.meta()["step"] == 19 or topic == "resent"  # resends take room in steps: more steps
@@ -335,21 +451,60 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(broker, redis_u
 def _unrevised_steps(broker, redis_url, registry_url, stream, initial, *, steps: int) -> str:
     """A new lineage whose statistics hold ``steps`` steps that the job did not revise."""
     lineage = _lineage(registry_url, initial)
-    schedule = [o if o != "64" or k != OPTIONS.index("--interval-docs") + 1 else "100000"
-                for k, o in enumerate(OPTIONS)]  # the job makes no revision itself
+    schedule = [
+        o if o != "64" or k != OPTIONS.index("--interval-docs") + 1 else "100000" for k, o in enumerate(OPTIONS)
+    ]  # the job makes no revision itself
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
-    run = subprocess.run([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker, "--topic",
-                          stream, "--redis", redis_url, "--registry", registry_url, "--lineage", lineage,
-                          "--max-steps", str(steps), *schedule], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "pipeline",
+            "run",
+            "--bootstrap",
+            broker,
+            "--topic",
+            stream,
+            "--redis",
+            redis_url,
+            "--registry",
+            registry_url,
+            "--lineage",
+            lineage,
+            "--max-steps",
+            str(steps),
+            *schedule,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     return lineage
 
 
-def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_url, registry_url, stream, initial,
-                                                                 capsys, monkeypatch):
+def test_revise_makes_one_published_revision_from_the_statistics(
+    broker, redis_url, registry_url, stream, initial, capsys, monkeypatch
+):
     lineage = _unrevised_steps(broker, redis_url, registry_url, stream, initial, steps=14)
-    revise = ["revise", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage, "--batch-size", "8",
-              "--id-price", "0", "--base-token-cost", "0", "--json"]
+    revise = [
+        "revise",
+        "--redis",
+        redis_url,
+        "--registry",
+        registry_url,
+        "--lineage",
+        lineage,
+        "--batch-size",
+        "8",
+        "--id-price",
+        "0",
+        "--base-token-cost",
+        "0",
+        "--json",
+    ]
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
     assert main(revise) == 0
     first = json.loads(capsys.readouterr().out)
@@ -363,8 +518,9 @@ def test_revise_makes_one_published_revision_from_the_statistics(broker, redis_u
     assert RegistryClient(registry_url).version(lineage)["number"] == 2
 
 
-def test_a_revision_planned_while_another_process_revises_writes_nothing(broker, redis_url, registry_url, stream,
-                                                                        initial):
+def test_a_revision_planned_while_another_process_revises_writes_nothing(
+    broker, redis_url, registry_url, stream, initial
+):
     """Two revisers of one lineage's statistics at one step (a revise CronJob beside the
     pipeline): the first to write wins, the other is refused and leaves everything as it was."""
     from pipeline.lineage_statistics import LineageStatistics, RevisedMeanwhile
@@ -372,8 +528,16 @@ def test_a_revision_planned_while_another_process_revises_writes_nothing(broker,
     lineage = _unrevised_steps(broker, redis_url, registry_url, stream, initial, steps=14)
     settings = StreamSettings(batch_size=8, id_price=0, base_token_cost=0)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        ours, theirs = (LineageStatistics(stream=settings, redis_client=redis.Redis.from_url(redis_url),
-                                          registry=registry, lineage=lineage, existing=True) for _ in range(2))
+        ours, theirs = (
+            LineageStatistics(
+                stream=settings,
+                redis_client=redis.Redis.from_url(redis_url),
+                registry=registry,
+                lineage=lineage,
+                existing=True,
+            )
+            for _ in range(2)
+        )
         late = ours.plan(14)
         assert late.revision is not None
         assert theirs.revise(14)
@@ -390,9 +554,14 @@ def test_a_revision_planned_while_another_process_revises_writes_nothing(broker,
 def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_url, registry_url, stream, initial):
     lineage = _lineage(registry_url, initial)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
-                          lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         try:
             job.run(max_steps=12)
             ours = job.tedtok.version
@@ -413,17 +582,23 @@ def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_
             job.close()
 
 
-def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_again(broker, redis_url, registry_url,
-                                                                                 stream, initial):
+def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_again(
+    broker, redis_url, registry_url, stream, initial
+):
     """The step after a revision is counted with the planned version while the revision is
     committed; when someone else publishes first (a rollback, here just before the job's own
     publish), the statistics move to that version and the steps counted ahead are counted
     again with it before they are written."""
     lineage = _lineage(registry_url, initial)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
-                          lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         commit, raced, submitted, prepared = job.lineage_stats.commit, [], [], []
 
         def commit_after_a_rollback(plan):
@@ -446,32 +621,38 @@ def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_agai
             return recount(texts)
 
         job.lineage_stats.commit, job.counting.process.prepare, job.counting.process.submit, job._recount = (
-            commit_after_a_rollback, prepare, submit, recount)
+            commit_after_a_rollback,
+            prepare,
+            submit,
+            recount,
+        )
         try:
             job.run(until_idle=True)
         finally:
             job.close()
         versions = registry.versions(lineage)["data"]
-    (planned, rollback), = raced
+    ((planned, rollback),) = raced
     assert planned not in {v["sha256"] for v in versions}  # the planned revision lost the race
     assert versions[rollback - 1]["sha256"] == initial.sha256 and len(versions) > rollback  # and the job went on
     ahead = [texts for texts, sha in submitted if sha == planned]  # (the counting process's share of a step)
-    assert ahead and all(any(whole[:len(texts)] == texts for whole in recounted) for texts in ahead)
+    assert ahead and all(any(whole[: len(texts)] == texts for whole in recounted) for texts in ahead)
     assert any(sha == initial.sha256 for _, sha in submitted)  # counted again with the rolled-back version
     store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
     assert store.meta()["version"] == versions[-1]["number"] and store.meta()["step"] == 19
 
 
-def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(broker, redis_url, registry_url, stream,
-                                                                          initial):
+def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(
+    broker, redis_url, registry_url, stream, initial
+):
     """A crash between keeping a revision and publishing it, while someone publishes on top: on
     restart the statistics move to the registry's latest and the kept revision goes."""
     lineage = _lineage(registry_url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq")
     client = redis.Redis.from_url(redis_url)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage,
-                          wait=1.0)
+        job = PipelineJob(
+            settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage, wait=1.0
+        )
         try:
             job.run(max_steps=12)
             revision = job.tedtok.revise()  # ... kept, and then the process dies before publishing it
@@ -481,8 +662,9 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(brok
         finally:
             job.close()
         rollback = registry.rollback(lineage, to=1)["number"]  # meanwhile, someone else publishes
-        restarted = PipelineJob(settings=settings, stream=STREAM, redis_client=client, registry=registry,
-                                lineage=lineage, wait=1.0)
+        restarted = PipelineJob(
+            settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage, wait=1.0
+        )
         try:
             assert restarted.store.pending() is None and restarted.store.meta()["version"] == rollback
             assert restarted.tedtok.version == rollback and restarted.tedtok.tokenizer.sha256 == initial.sha256
@@ -492,8 +674,9 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(brok
             restarted.close()
 
 
-def test_neighbour_statistics_and_the_residues_job(broker, redis_url, registry_url, stream, initial, drifting_corpus,
-                                                   tmp_path, capsys, monkeypatch):
+def test_neighbour_statistics_and_the_residues_job(
+    broker, redis_url, registry_url, stream, initial, drifting_corpus, tmp_path, capsys, monkeypatch
+):
     """The neighbour EMA (adjacent tokens across words, by their text) equals an offline EMA of the
     same steps with the same versions; residues-job scores from it,
     keeps the residues in Redis, writes Parquet, and publishes a residue-free version."""
@@ -502,9 +685,14 @@ def test_neighbour_statistics_and_the_residues_job(broker, redis_url, registry_u
     lineage = _lineage(registry_url, initial)
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
     with RegistryClient(registry_url) as registry:
-        job = PipelineJob(settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-                          stream=STREAM, redis_client=redis.Redis.from_url(redis_url), registry=registry,
-                          lineage=lineage, wait=1.0)
+        job = PipelineJob(
+            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
+            stream=STREAM,
+            redis_client=redis.Redis.from_url(redis_url),
+            registry=registry,
+            lineage=lineage,
+            wait=1.0,
+        )
         job.run(until_idle=True)
         job.close()
 
@@ -527,8 +715,30 @@ def test_neighbour_statistics_and_the_residues_job(broker, redis_url, registry_u
     out = tmp_path / "residues"
     # Thresholds past the paper's, so that this small vocabulary has residues that are not
     # scaffolding of others, and the removal is published.
-    assert main(["residues-job", "--redis", redis_url, "--registry", registry_url, "--lineage", lineage, "--scope",
-                 "all", "--r", "1", "--s", "100", "--out", str(out), "--publish", "--json"]) == 0
+    assert (
+        main(
+            [
+                "residues-job",
+                "--redis",
+                redis_url,
+                "--registry",
+                registry_url,
+                "--lineage",
+                lineage,
+                "--scope",
+                "all",
+                "--r",
+                "1",
+                "--s",
+                "100",
+                "--out",
+                str(out),
+                "--publish",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["residues"] > 0
     assert (out / "scores.parquet").is_file() and (out / "tokenizer.json").is_file()
@@ -557,9 +767,30 @@ def test_bench_pipeline_streams_the_whole_corpus_and_reports_its_figures(driftin
     JSON has the issue's keys."""
     from tokmaint.cli import main
 
-    assert main(["bench", "pipeline", "--corpus", str(drifting_corpus), "--vocab-size", "300", "--step-docs", "50",
-                 "--interval-docs", "200", "--horizon-docs", "400", "--step-repeats", "2", "--repeats", "3",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "pipeline",
+                "--corpus",
+                str(drifting_corpus),
+                "--vocab-size",
+                "300",
+                "--step-docs",
+                "50",
+                "--interval-docs",
+                "200",
+                "--horizon-docs",
+                "400",
+                "--step-repeats",
+                "2",
+                "--repeats",
+                "3",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     runs = result["runs"]
     assert len(runs) == 3 and all((r["documents"], r["steps"]) == (600, 12) and r["revisions"] >= 1 for r in runs)

@@ -20,8 +20,7 @@ def test_records_sent_are_on_the_topic_with_their_keys_and_headers(broker):
     finally:
         consumer.close()
     with Producer(broker) as producer:
-        records = [Record(f"v{k}".encode(), key=f"k{k}".encode(), headers=[("n", str(k).encode())])
-                   for k in range(50)]
+        records = [Record(f"v{k}".encode(), key=f"k{k}".encode(), headers=[("n", str(k).encode())]) for k in range(50)]
         sent = producer.send_all(topic, [*records, (b"pair", b"key")])
     assert sent == 51
     records = read_topic(broker, topic, quiet_ms=1000)

@@ -16,15 +16,31 @@ def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
     return result, time.monotonic() - started
 
 
-@pytest.mark.parametrize("redis_url, says", [
-    ("redis://127.0.0.1:{port}/0", "Redis at redis://127.0.0.1:{port}/0 did not answer in 2 s"),
-    ("redis://127.0.0.1:notaport/0", "Redis: 'redis://127.0.0.1:notaport/0' is not a Redis URL"),
-    ("http://127.0.0.1:{port}", "is not a Redis URL"),
-])
+@pytest.mark.parametrize(
+    "redis_url, says",
+    [
+        ("redis://127.0.0.1:{port}/0", "Redis at redis://127.0.0.1:{port}/0 did not answer in 2 s"),
+        ("redis://127.0.0.1:notaport/0", "Redis: 'redis://127.0.0.1:notaport/0' is not a Redis URL"),
+        ("http://127.0.0.1:{port}", "is not a Redis URL"),
+    ],
+)
 def test_pipeline_run_without_redis_is_one_line_exit_2(broker, redis_url, says):
     port = free_port()  # nothing listens there
-    result, seconds = _run("pipeline", "run", "--lineage", "x", "--redis", redis_url.format(port=port),
-                           "--bootstrap", broker, "--registry", "http://127.0.0.1:1", "--wait", "2", "--until-idle")
+    result, seconds = _run(
+        "pipeline",
+        "run",
+        "--lineage",
+        "x",
+        "--redis",
+        redis_url.format(port=port),
+        "--bootstrap",
+        broker,
+        "--registry",
+        "http://127.0.0.1:1",
+        "--wait",
+        "2",
+        "--until-idle",
+    )
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if "waiting up to" not in line]
     assert len(lines) == 1 and says.format(port=port) in lines[0] and "Traceback" not in result.stderr, result.stderr
@@ -45,15 +61,33 @@ def test_ingest_without_a_broker_is_one_line_exit_2(tmp_path):
 def test_a_part_that_comes_up_while_the_command_waits_is_used():
     """--wait is a wait, not a single try: Redis started once the command says it waits still serves it."""
     port = free_port()
-    command = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "stats", "show", "--lineage", "none",
-                                "--redis", f"redis://127.0.0.1:{port}/0", "--registry", "http://127.0.0.1:1",
-                                "--wait", "60"], stderr=subprocess.PIPE, text=True)
+    command = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "stats",
+            "show",
+            "--lineage",
+            "none",
+            "--redis",
+            f"redis://127.0.0.1:{port}/0",
+            "--registry",
+            "http://127.0.0.1:1",
+            "--wait",
+            "60",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     said = []  # up to the line saying it waits (a loaded machine takes seconds to get there)
     while not said or "waiting up to" not in said[-1]:
         said.append(command.stderr.readline())
         assert said[-1], "".join(said)  # the command ended without waiting
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         stderr = "".join(said) + command.communicate(timeout=90)[1]
     finally:
@@ -65,16 +99,32 @@ def test_a_part_that_comes_up_while_the_command_waits_is_used():
 
 def test_a_job_to_the_end_of_a_topic_nobody_sent_to_is_one_line_exit_2(broker, redis_url):
     """It exited 0 having read nothing; a long-running job (no --until-idle) waits for the topic."""
-    result, _ = _run("pipeline", "run", "--lineage", "x", "--redis", redis_url, "--bootstrap", broker,
-                     "--topic", "never.sent.to", "--registry", "http://127.0.0.1:1", "--wait", "2", "--until-idle")
+    result, _ = _run(
+        "pipeline",
+        "run",
+        "--lineage",
+        "x",
+        "--redis",
+        redis_url,
+        "--bootstrap",
+        broker,
+        "--topic",
+        "never.sent.to",
+        "--registry",
+        "http://127.0.0.1:1",
+        "--wait",
+        "2",
+        "--until-idle",
+    )
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert f"the Kafka broker at {broker} with topic 'never.sent.to' did not answer in 2 s" in last
     assert "no topic 'never.sent.to' there yet" in last
 
 
-def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers(broker, redis_url, drifting_corpus,
-                                                                                 tmp_path):
+def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers(
+    broker, redis_url, drifting_corpus, tmp_path
+):
     """The registry down while the job starts and revises (killed, restarted): the job waits for
     it, then goes on from its statistics and publishes; it does not exit."""
     import os
@@ -90,8 +140,19 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
     topic, lineage, token, port = f"docs.parts.{uuid.uuid4().hex[:6]}", "parts", "p" * 32, free_port()
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": token}
-    serve = [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(port), "--db",
-             f"sqlite:///{tmp_path / 'registry.db'}", "--artifacts", str(tmp_path / "artifacts")]
+    serve = [
+        sys.executable,
+        "-m",
+        "tokmaint.cli",
+        "registry",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        f"sqlite:///{tmp_path / 'registry.db'}",
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+    ]
 
     def registry() -> subprocess.Popen:
         process = subprocess.Popen(serve, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -109,11 +170,40 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
     RegistryClient(f"http://127.0.0.1:{port}", token=token).create(lineage, initial.to_json())
     server.terminate()
     server.wait(timeout=30)
-    job = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker, "--topic",
-                            topic, "--redis", redis_url, "--registry", f"http://127.0.0.1:{port}", "--lineage",
-                            lineage, "--step-docs", "32", "--horizon-docs", "320", "--interval-docs", "64",
-                            "--warmup-docs", "64", "--id-price", "0", "--base-token-cost", "0"], env=env,
-                           stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokmaint.cli",
+            "pipeline",
+            "run",
+            "--bootstrap",
+            broker,
+            "--topic",
+            topic,
+            "--redis",
+            redis_url,
+            "--registry",
+            f"http://127.0.0.1:{port}",
+            "--lineage",
+            lineage,
+            "--step-docs",
+            "32",
+            "--horizon-docs",
+            "320",
+            "--interval-docs",
+            "64",
+            "--warmup-docs",
+            "64",
+            "--id-price",
+            "0",
+            "--base-token-cost",
+            "0",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(3)
         assert job.poll() is None  # waiting, not gone

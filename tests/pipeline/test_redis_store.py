@@ -20,8 +20,9 @@ from tokenizer_service.stats_store import RENORMALISE_BELOW, MemoryStatsStore, S
 def client(request):
     """A client of one redis-server, or of a three-node Redis Cluster (``connect_redis`` tells
     them apart): every test of the store runs on both."""
-    connection = connect_redis(request.getfixturevalue("redis_url" if request.param == "redis-server"
-                                                       else "redis_cluster"))
+    connection = connect_redis(
+        request.getfixturevalue("redis_url" if request.param == "redis-server" else "redis_cluster")
+    )
     yield connection
     connection.close()
 
@@ -29,8 +30,12 @@ def client(request):
 def _counts(rng, ids: int):
     tokens = np.unique(rng.integers(0, ids, size=rng.integers(1, 12)))
     pairs = np.unique(pack_pair(rng.integers(0, ids, size=8), rng.integers(0, ids, size=8)))
-    return dict(token_ids=tokens, token_counts=rng.integers(1, 9, size=len(tokens)).astype(float),
-                pair_keys=pairs, pair_counts=rng.integers(1, 9, size=len(pairs)).astype(float))
+    return dict(
+        token_ids=tokens,
+        token_counts=rng.integers(1, 9, size=len(tokens)).astype(float),
+        pair_keys=pairs,
+        pair_counts=rng.integers(1, 9, size=len(pairs)).astype(float),
+    )
 
 
 def test_equals_the_memory_store_through_steps_and_revisions(client):
@@ -43,8 +48,9 @@ def test_equals_the_memory_store_through_steps_and_revisions(client):
         if step % 25 == 24:  # a revision: delete two tokens (child first), add two
             w = rng.choice(40, size=4, replace=False).tolist()
             u, v = rng.integers(0, 40, size=4).tolist(), rng.integers(0, 40, size=4).tolist()
-            edit = StatsEdit(deletes=[(w[0], u[0], v[0]), (w[1], u[1], v[1])], adds=[(w[2], u[2], v[2]),
-                                                                                  (w[3], u[3], v[3])])
+            edit = StatsEdit(
+                deletes=[(w[0], u[0], v[0]), (w[1], u[1], v[1])], adds=[(w[2], u[2], v[2]), (w[3], u[3], v[3])]
+            )
             memory.apply_edit(edit)
             stored.apply_edit(edit)
     _assert_same(stored, memory)
@@ -57,8 +63,10 @@ def _assert_same(stored: RedisStatsStore, memory: MemoryStatsStore, ids: int = 4
     assert stored.token(np.arange(ids)).tolist() == memory.token(np.arange(ids)).tolist()
     assert stored.buffer(np.arange(ids)).tolist() == memory.buffer(np.arange(ids)).tolist()
     assert stored.tracked_pairs == memory.tracked_pairs
-    (stored_keys, stored_values), (memory_keys, memory_values) = (stored.top_pairs(memory.tracked_pairs),
-                                                                  memory.top_pairs(memory.tracked_pairs))
+    (stored_keys, stored_values), (memory_keys, memory_values) = (
+        stored.top_pairs(memory.tracked_pairs),
+        memory.top_pairs(memory.tracked_pairs),
+    )
     assert stored_keys.tolist() == memory_keys.tolist() and stored_values.tolist() == memory_values.tolist()
 
 
@@ -111,13 +119,23 @@ def test_compaction_folds_the_log_and_keeps_steps_written_since(client):
 
 def test_a_step_is_applied_once_with_its_version_and_offsets(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
-    counts = dict(token_ids=np.array([1]), token_counts=np.array([4.0]), pair_keys=np.array([pack_pair(1, 2)]),
-                  pair_counts=np.array([2.0]))
+    counts = dict(
+        token_ids=np.array([1]),
+        token_counts=np.array([4.0]),
+        pair_keys=np.array([pack_pair(1, 2)]),
+        pair_counts=np.array([2.0]),
+    )
     assert store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, bytes_per_token=3.25, **counts)
     assert not store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)  # a replay: nothing
     assert store.token(np.array([1])).tolist() == [2.0] and store.step == 1
-    assert store.meta() == {"step": 1, "version": 3, "offsets": {0: 17, 3: 2}, "revised": 0, "bytes_per_token": 3.25,
-                            "documents": 0}
+    assert store.meta() == {
+        "step": 1,
+        "version": 3,
+        "offsets": {0: 17, 3: 2},
+        "revised": 0,
+        "bytes_per_token": 3.25,
+        "documents": 0,
+    }
     with pytest.raises(redis.ResponseError, match="step 3 would skip step 2"):
         store.apply_step(step=3, **counts)
     assert store.step == 1
@@ -140,16 +158,24 @@ def test_statistics_of_the_earlier_layout_are_refused_with_what_to_do(client):
 
 def test_a_revision_bounds_the_pair_table_keeping_the_strongest(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
-    store.apply_counts(token_ids=np.array([], np.int64), token_counts=np.array([]),
-                       pair_keys=np.array([pack_pair(1, k) for k in range(10)]), pair_counts=np.arange(1.0, 11.0))
+    store.apply_counts(
+        token_ids=np.array([], np.int64),
+        token_counts=np.array([]),
+        pair_keys=np.array([pack_pair(1, k) for k in range(10)]),
+        pair_counts=np.arange(1.0, 11.0),
+    )
     assert store.write_revision(StatsEdit(), step=1, pending=b"", max_pairs=3) and store.tracked_pairs == 3
     assert store.top_pairs(5)[0].tolist() == [pack_pair(1, 9), pack_pair(1, 8), pack_pair(1, 7)]
 
 
 def test_a_revision_is_applied_once_and_kept_until_settled(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
-    store.apply_counts(token_ids=np.array([1, 2]), token_counts=np.array([4.0, 6.0]),
-                       pair_keys=np.array([pack_pair(1, 2)]), pair_counts=np.array([8.0]))
+    store.apply_counts(
+        token_ids=np.array([1, 2]),
+        token_counts=np.array([4.0, 6.0]),
+        pair_keys=np.array([pack_pair(1, 2)]),
+        pair_counts=np.array([8.0]),
+    )
     edit = StatsEdit(adds=[(3, 1, 2)])
     assert store.write_revision(edit, step=1, pending=b"version 2")
     assert not store.write_revision(edit, step=1, pending=b"version 2")  # a replay: nothing
@@ -174,15 +200,20 @@ def test_steps_written_together_equal_steps_one_by_one(client):
             memory.apply_step_counts(counts)
         step += len(span)
         combined = combine_steps(span, alpha=0.6)
-        assert stored.apply_step(step=step, span=len(span), token_ids=combined.token_ids,
-                                 token_counts=combined.token_counts, pair_keys=combined.pair_keys,
-                                 pair_counts=combined.pair_counts)
+        assert stored.apply_step(
+            step=step,
+            span=len(span),
+            token_ids=combined.token_ids,
+            token_counts=combined.token_counts,
+            pair_keys=combined.pair_keys,
+            pair_counts=combined.pair_counts,
+        )
     ids = np.arange(40)
     assert stored.step == memory.step == step
     np.testing.assert_allclose(stored.token(ids), memory.token(ids), rtol=1e-9, atol=1e-300)
     keys = memory.top_pairs(memory.tracked_pairs)[0]
     np.testing.assert_allclose(stored.pair(keys), memory.pair(keys), rtol=1e-9, atol=1e-300)
-    assert 0.4 ** 300 < RENORMALISE_BELOW  # so both renormalised on the way (at different steps)
+    assert 0.4**300 < RENORMALISE_BELOW  # so both renormalised on the way (at different steps)
 
 
 def test_neighbour_segments_compact_to_the_same_ema_bounded_to_the_strongest(client):
@@ -199,9 +230,16 @@ def test_neighbour_segments_compact_to_the_same_ema_bounded_to_the_strongest(cli
         for k, c in zip(keys.tolist(), counts.tolist()):
             pair = (texts[k >> 32], texts[k & 0xFFFFFFFF])
             ema[pair] = ema.get(pair, 0.0) + 0.3 * c
-        store.apply_step(step=step, token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0),
-                         pair_keys=np.zeros(0, np.int64), pair_counts=np.zeros(0), neighbour_keys=keys,
-                         neighbour_counts=counts, token_texts=texts)
+        store.apply_step(
+            step=step,
+            token_ids=np.zeros(0, np.int64),
+            token_counts=np.zeros(0),
+            pair_keys=np.zeros(0, np.int64),
+            pair_counts=np.zeros(0),
+            neighbour_keys=keys,
+            neighbour_counts=counts,
+            token_texts=texts,
+        )
     assert store.neighbour_segments() == 12
 
     def check(stored):

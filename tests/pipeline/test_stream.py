@@ -31,14 +31,18 @@ def test_steps_cover_every_record_once_and_repeat_from_their_offsets(broker, dri
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.steps")
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", "docs.steps"]) == 0
     bad = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode(), b"\xff\xfe"]
-    produce(broker, "docs.steps", [Record(value, partition=k % 4) for k, value in enumerate(bad)]
-            + [Record(None, key=b"deleted", partition=3)])  # a tombstone
+    produce(
+        broker,
+        "docs.steps",
+        [Record(value, partition=k % 4) for k, value in enumerate(bad)] + [Record(None, key=b"deleted", partition=3)],
+    )  # a tombstone
 
     steps = _steps(settings, {}, 64)
     docs = [d for s in steps for d in s.documents]
     assert len(docs) == 600 and len({d.id for d in docs}) == 600
     assert sorted(r.reason.split(" (")[0] for s in steps for r in s.dead) == sorted(
-        ["not JSON", "'text' must be a string, got null", "not UTF-8", "no value"])
+        ["not JSON", "'text' must be a string, got null", "not UTF-8", "no value"]
+    )
     assert [d.ts for d in docs] == sorted(d.ts for d in docs)  # ingest keeps time order per partition
     assert all(len(s.documents) == 64 for s in steps[:-1])
     covered = sum(s.end[p] - (steps[k - 1].end[p] if k else 0) for k, s in enumerate(steps) for p in s.end)
@@ -87,8 +91,14 @@ def test_records_larger_than_a_fetch_are_read_and_too_large_ones_dead_lettered(b
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.large", max_record_bytes=1 << 20)
     big = json.dumps({"id": "big", "text": "word " * 140_000, "ts": "2021"}).encode()
     too_big = json.dumps({"id": "huge", "text": "word " * 300_000, "ts": "2022"}).encode()
-    produce(broker, "docs.large", [Record(value, partition=0) for value in
-                                    (big, too_big, json.dumps({"id": "small", "text": "hi", "ts": "2023"}).encode())])
+    produce(
+        broker,
+        "docs.large",
+        [
+            Record(value, partition=0)
+            for value in (big, too_big, json.dumps({"id": "small", "text": "hi", "ts": "2023"}).encode())
+        ],
+    )
     steps = _steps(settings, {}, 8)
     assert [d.id for s in steps for d in s.documents] == ["big", "small"]
     assert len(steps[0].documents[0].text) == 700_000
@@ -105,8 +115,9 @@ def test_a_topic_nobody_wrote_to_yet_gives_empty_steps_until_records_come(broker
         assert [d.id for d in reader.read({}, 8).documents] == ["first"]
 
 
-def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_topics(broker, drifting_corpus,
-                                                                                        monkeypatch):
+def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_topics(
+    broker, drifting_corpus, monkeypatch
+):
     """The reader slowed down too (a few records taken from the client at a time): what a step
     holds depends on the topic's contents alone, not on what had arrived when it was read."""
     settings = PipelineSettings(bootstrap=broker, docs_topic="docs.trickle")
@@ -126,7 +137,8 @@ def test_steps_read_while_a_slow_producer_trickles_records_in_are_the_finished_t
 
 
 def test_a_step_the_topic_went_quiet_in_is_not_complete_and_the_complete_steps_are_the_finished_topics(
-        broker, drifting_corpus, monkeypatch):
+    broker, drifting_corpus, monkeypatch
+):
     """The producer stops for longer than the reader's wait mid-step (then goes on): the step
     read then is not ``complete`` (short, or merged on without the partition that ran dry), and
     the complete steps, each read again from the same offsets until it is, are the finished
@@ -154,6 +166,11 @@ def test_a_step_the_topic_went_quiet_in_is_not_complete_and_the_complete_steps_a
     assert [s.end for s in live] == [s.end for s in complete] == [s.end for s in replayed[:18]]
     partitions = sorted(replayed[0].end)
     starts = [{p: 0 for p in partitions}] + [s.end for s in replayed]
-    cut_elsewhere = [step for at, step in partial if step.documents and [d.id for d in step.documents]
-                     != [d.id for d in replayed[starts.index({p: at.get(p, 0) for p in partitions})].documents]]
+    cut_elsewhere = [
+        step
+        for at, step in partial
+        if step.documents
+        and [d.id for d in step.documents]
+        != [d.id for d in replayed[starts.index({p: at.get(p, 0) for p in partitions})].documents]
+    ]
     assert cut_elsewhere, "the stall should have met a step mid-way"

@@ -23,8 +23,14 @@ from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
 from registry.store import ModelInfo
 from tests.conftest import sentences, tedtok_lineage
-from tests.support.registry_files import (collect_until_stopped, exported_model, lying_diff, model_variant, moved_ids,
-                                          unreachable_add)
+from tests.support.registry_files import (
+    collect_until_stopped,
+    exported_model,
+    lying_diff,
+    model_variant,
+    moved_ids,
+    unreachable_add,
+)
 from tokenizer_service.bpe import BPETokenizer
 
 TOKEN = secrets.token_hex(16)
@@ -34,8 +40,14 @@ TOKEN = secrets.token_hex(16)
 def server(tmp_path_factory):
     """A registry server on SQLite in a temporary directory, 1 MB upload limit, watches ≤ 3 s."""
     root = tmp_path_factory.mktemp("registry")
-    process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "1",
-                                           "TOKMAINT_REGISTRY_MAX_WATCH_SECONDS": "3"})
+    process, url = start_server(
+        root,
+        env={
+            "TOKMAINT_REGISTRY_TOKEN": TOKEN,
+            "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "1",
+            "TOKMAINT_REGISTRY_MAX_WATCH_SECONDS": "3",
+        },
+    )
     yield url
     process.terminate()
     process.wait(timeout=30)
@@ -61,6 +73,7 @@ def test_publish_watch_compose_and_download(server, revisions, tmp_path):
     def watch():
         woke["version"] = client_reader.watch("news", after=latest, timeout=20)
         woke["at"] = time.monotonic()
+
     client_reader = RegistryClient(server)
     thread = threading.Thread(target=watch)
     thread.start()
@@ -118,35 +131,85 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
     tokenizer = revision.tokenizer.to_json()
     cases = [
         ("truncated JSON", "/v1/tokenizers/refusals/versions", b'{"tokenizer": "{', 422, "not JSON"),
-        ("a truncated tokenizer.json", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": tokenizer[:1000]}).encode(), 422, "not JSON"),
-        ("the tokenizer as an object", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": json.loads(tokenizer)}).encode(), 422, "'tokenizer' must be a string"),
-        ("not BPE", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": json.dumps({"model": {"type": "Unigram", "vocab": {}, "merges": []}})}).encode(),
-         422, "tokmaint maintains BPE tokenizers only"),
-        ("a diff that lies", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": tokenizer,
-                     "diff": json.loads(lying_diff(revision.diff.to_json().encode()))}).encode(),
-         409, "the diff does not match the tokenizers"),
-        ("moved ids", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": moved_ids(revision.tokenizer).decode()}).encode(), 409,
-         "surviving tokens changed their id"),
-        ("unreachable add", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": unreachable_add(revision.tokenizer).decode()}).encode(), 422,
-         "added tokens are unreachable"),
-        ("over the size limit", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": tokenizer, "pad": "x" * 2_000_000}).encode(), 413, "the limit is 1,048,576"),
-        ("a name with ../", "/v1/tokenizers", json.dumps({"name": "../etc", "tokenizer": tokenizer}).encode(), 422,
-         "lineage name must be"),
-        ("an unknown lineage", "/v1/tokenizers/nope/versions", json.dumps({"tokenizer": tokenizer}).encode(), 404,
-         "no lineage 'nope'"),
-        ("a tokenizer key nested 500 deep", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": tokenizer[:-1] + ',"extra":' + "[" * 500 + "]" * 500 + "}"}).encode(), 422,
-         "nested more than 64 levels deep"),
-        ("a diff nested 500 deep", "/v1/tokenizers/refusals/versions",
-         json.dumps({"tokenizer": tokenizer, "diff": {"config": json.loads("[" * 500 + "]" * 500)}}).encode(), 422,
-         "nested more than 64 levels deep"),
+        (
+            "a truncated tokenizer.json",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": tokenizer[:1000]}).encode(),
+            422,
+            "not JSON",
+        ),
+        (
+            "the tokenizer as an object",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": json.loads(tokenizer)}).encode(),
+            422,
+            "'tokenizer' must be a string",
+        ),
+        (
+            "not BPE",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": json.dumps({"model": {"type": "Unigram", "vocab": {}, "merges": []}})}).encode(),
+            422,
+            "tokmaint maintains BPE tokenizers only",
+        ),
+        (
+            "a diff that lies",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps(
+                {"tokenizer": tokenizer, "diff": json.loads(lying_diff(revision.diff.to_json().encode()))}
+            ).encode(),
+            409,
+            "the diff does not match the tokenizers",
+        ),
+        (
+            "moved ids",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": moved_ids(revision.tokenizer).decode()}).encode(),
+            409,
+            "surviving tokens changed their id",
+        ),
+        (
+            "unreachable add",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": unreachable_add(revision.tokenizer).decode()}).encode(),
+            422,
+            "added tokens are unreachable",
+        ),
+        (
+            "over the size limit",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": tokenizer, "pad": "x" * 2_000_000}).encode(),
+            413,
+            "the limit is 1,048,576",
+        ),
+        (
+            "a name with ../",
+            "/v1/tokenizers",
+            json.dumps({"name": "../etc", "tokenizer": tokenizer}).encode(),
+            422,
+            "lineage name must be",
+        ),
+        (
+            "an unknown lineage",
+            "/v1/tokenizers/nope/versions",
+            json.dumps({"tokenizer": tokenizer}).encode(),
+            404,
+            "no lineage 'nope'",
+        ),
+        (
+            "a tokenizer key nested 500 deep",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": tokenizer[:-1] + ',"extra":' + "[" * 500 + "]" * 500 + "}"}).encode(),
+            422,
+            "nested more than 64 levels deep",
+        ),
+        (
+            "a diff nested 500 deep",
+            "/v1/tokenizers/refusals/versions",
+            json.dumps({"tokenizer": tokenizer, "diff": {"config": json.loads("[" * 500 + "]" * 500)}}).encode(),
+            422,
+            "nested more than 64 levels deep",
+        ),
     ]
     # "²" passes str.isdigit but is not a version number (schemathesis found the 500 it once gave);
     # digits of any kind are refused as an alias's name, so it is read as a version, and none is.
@@ -158,8 +221,9 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
         answer = response.json()
         assert any(reason in r for r in answer["reasons"]), (case, answer)
         assert set(answer) == {"error_code", "message", "reasons"}
-    unauthorised = _post(server, "/v1/tokenizers/refusals/versions", json.dumps({"tokenizer": tokenizer}).encode(),
-                         token="wrong")
+    unauthorised = _post(
+        server, "/v1/tokenizers/refusals/versions", json.dumps({"tokenizer": tokenizer}).encode(), token="wrong"
+    )
     assert unauthorised.status_code == 401 and unauthorised.headers["www-authenticate"] == "Bearer"
     assert unauthorised.json()["error_code"] == "unauthorized"  # one error shape, FastAPI's own refusals too
     negative = httpx.get(f"{server}/v1/tokenizers/refusals/versions?offset=-1")
@@ -171,23 +235,35 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
     assert [lineage["name"] for lineage in client.lineages()].count("refusals") == 1
 
 
-@pytest.mark.parametrize("path", [
-    "/v1/tokenizers/{name}/versions/{n}", "/v1/tokenizers/{name}/versions/{n}/tokenizer.json",
-    "/v1/tokenizers/{name}/versions/{n}/diff", "/v1/tokenizers/{name}/versions?offset={n}",
-    "/v1/tokenizers/{name}/versions?limit={n}", "/v1/tokenizers/{name}/diff?from={n}",
-    "/v1/tokenizers/{name}/diff?from=1&to={n}",
-    "/lineages/{name}/versions/{n}", "rollback", "alias"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/tokenizers/{name}/versions/{n}",
+        "/v1/tokenizers/{name}/versions/{n}/tokenizer.json",
+        "/v1/tokenizers/{name}/versions/{n}/diff",
+        "/v1/tokenizers/{name}/versions?offset={n}",
+        "/v1/tokenizers/{name}/versions?limit={n}",
+        "/v1/tokenizers/{name}/diff?from={n}",
+        "/v1/tokenizers/{name}/diff?from=1&to={n}",
+        "/lineages/{name}/versions/{n}",
+        "rollback",
+        "alias",
+    ],
+)
 def test_version_numbers_past_what_sql_holds_answer_4xx(server, revisions, path):
     """2^63 and beyond name no version: SQLite raised OverflowError, a 500, on every such path."""
     client = RegistryClient(server, token=TOKEN)
     if "huge" not in [lineage["name"] for lineage in client.lineages()]:
         client.create("huge", revisions[0].to_json())
-    for n in (1 << 63, 1 << 64, 10 ** 30):
+    for n in (1 << 63, 1 << 64, 10**30):
         if path == "rollback":
             response = _post(server, "/v1/tokenizers/huge/rollback", json.dumps({"to": n}).encode())
         elif path == "alias":
-            response = httpx.put(f"{server}/v1/tokenizers/huge/aliases/prod", json={"version": n},
-                                 headers={"Authorization": f"Bearer {TOKEN}"})
+            response = httpx.put(
+                f"{server}/v1/tokenizers/huge/aliases/prod",
+                json={"version": n},
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
         else:
             response = httpx.get(server + path.format(name="huge", n=n))
         assert response.status_code < 500, (path, n, response.text)
@@ -205,12 +281,19 @@ def test_alias_names_the_hub_reads_as_another_revision_are_refused(server, revis
     client = RegistryClient(server, token=TOKEN)
     if "shadows" not in [lineage["name"] for lineage in client.lineages()]:
         client.create("shadows", revisions[0].to_json())
-    why = {"main": "'main' names the newest version", "v2": "a number, or v and a number, names a version",
-           "v0": "a number, or v and a number, names a version", "12": "a number, or v and a number, names a version",
-           "0123456789abcdef0123456789abcdef01234567": "40 hex characters name a commit (the Hub's)"}
+    why = {
+        "main": "'main' names the newest version",
+        "v2": "a number, or v and a number, names a version",
+        "v0": "a number, or v and a number, names a version",
+        "12": "a number, or v and a number, names a version",
+        "0123456789abcdef0123456789abcdef01234567": "40 hex characters name a commit (the Hub's)",
+    }
     for alias, reason in why.items():
-        response = httpx.put(f"{server}/v1/tokenizers/shadows/aliases/{alias}", json={"version": 1},
-                             headers={"Authorization": f"Bearer {TOKEN}"})
+        response = httpx.put(
+            f"{server}/v1/tokenizers/shadows/aliases/{alias}",
+            json={"version": 1},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         assert response.status_code == 422, (alias, response.text)
         answer = response.json()
         assert answer["error_code"] == "invalid_name"
@@ -233,8 +316,10 @@ def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions
     process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
     context = multiprocessing.get_context("spawn")
     started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
-    collector = context.Process(target=collect_until_stopped, args=(f"sqlite:///{root / 'registry.db'}",
-                                                                     str(root / "artifacts"), started, stop, runs))
+    collector = context.Process(
+        target=collect_until_stopped,
+        args=(f"sqlite:///{root / 'registry.db'}", str(root / "artifacts"), started, stop, runs),
+    )
     try:
         RegistryClient(url, token=TOKEN).create("raced", initial.to_json())
         exported = exported_model(initial, {"lineage": "raced", "version": 1})
@@ -277,19 +362,27 @@ def test_a_local_server_logs_to_a_file_and_a_failed_start_shows_it(tmp_path):
     from tokenizer_service.errors import TokmaintError
 
     with pytest.raises(TokmaintError) as failed:
-        start_server(tmp_path / "bad", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
-                                            "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "lots"})
+        start_server(
+            tmp_path / "bad", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_UPLOAD_MB": "lots"}
+        )
     assert "server.log" in str(failed.value) and "MAX_UPLOAD_MB" in str(failed.value).upper()
     assert (tmp_path / "bad" / "server.log").stat().st_size > 0
 
 
 def test_a_writable_server_needs_a_token():
     env = {k: v for k, v in os.environ.items() if k != "TOKMAINT_REGISTRY_TOKEN"}
-    result = subprocess.run([sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(free_port())],
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "tokmaint.cli", "registry", "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
-    assert result.stderr.splitlines() == ["tokmaint: error: TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with "
-                                          "--insecure-dev to accept unauthenticated writes (development only)"]
+    assert result.stderr.splitlines() == [
+        "tokmaint: error: TOKMAINT_REGISTRY_TOKEN is unset: set it, or start with "
+        "--insecure-dev to accept unauthenticated writes (development only)"
+    ]
 
 
 def test_evolve_publishes_every_version_and_continues(server, drifting_corpus, tmp_path, capsys):
@@ -297,17 +390,42 @@ def test_evolve_publishes_every_version_and_continues(server, drifting_corpus, t
 
     os.environ["TOKMAINT_REGISTRY_TOKEN"] = TOKEN
     try:
-        argv = ["evolve", "--corpus", str(drifting_corpus), "--out", str(tmp_path / "out"), "--registry", server,
-                "--lineage", "stream", "--vocab-size", "300", "--step-docs", "10", "--horizon-docs", "30",
-                "--interval-docs", "50", "--warmup-docs", "0", "--batch-size", "10", "--init-share", "0.3", "--json"]
+        argv = [
+            "evolve",
+            "--corpus",
+            str(drifting_corpus),
+            "--out",
+            str(tmp_path / "out"),
+            "--registry",
+            server,
+            "--lineage",
+            "stream",
+            "--vocab-size",
+            "300",
+            "--step-docs",
+            "10",
+            "--horizon-docs",
+            "30",
+            "--interval-docs",
+            "50",
+            "--warmup-docs",
+            "0",
+            "--batch-size",
+            "10",
+            "--init-share",
+            "0.3",
+            "--json",
+        ]
         assert main(argv) == 0
         versions = json.loads(capsys.readouterr().out)["versions"]
         client = RegistryClient(server)
         assert client.version("stream")["number"] == versions > 1
         for n in range(1, versions + 1):
             assert client.download("stream", n) == (tmp_path / "out" / f"v{n:04d}" / "tokenizer.json").read_bytes()
-        assert client.diff("stream", 2)["entries"] == json.loads(
-            (tmp_path / "out" / "v0002" / "diff.json").read_text())["entries"]
+        assert (
+            client.diff("stream", 2)["entries"]
+            == json.loads((tmp_path / "out" / "v0002" / "diff.json").read_text())["entries"]
+        )
         assert main(argv) == 0  # the same run again: nothing new
         assert client.version("stream")["number"] == versions
         # Only a registry, and a lineage another run started: refused in one line.
@@ -320,8 +438,30 @@ def test_evolve_publishes_every_version_and_continues(server, drifting_corpus, t
 def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
     from tokmaint.cli import main
 
-    assert main(["bench", "registry", "--corpus", str(drifting_corpus), "--vocab-size", "300", "--batch-size", "5",
-                 "--publishes", "3", "--clients", "2", "--seconds", "0.3", "--repeats", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "registry",
+                "--corpus",
+                str(drifting_corpus),
+                "--vocab-size",
+                "300",
+                "--batch-size",
+                "5",
+                "--publishes",
+                "3",
+                "--clients",
+                "2",
+                "--seconds",
+                "0.3",
+                "--repeats",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert 0 < result["publish_ms"]["p50"] <= result["publish_ms"]["p99"]
     assert result["get_rps"] > 0 and result["get_304_rps"] > 0
@@ -341,6 +481,7 @@ def test_no_request_built_from_the_openapi_schema_gets_a_500(server):
     served = _requests_served(server)
 
     for operation in operations:
+
         @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(case=operation.as_strategy())
         def no_server_error(case):
@@ -375,14 +516,18 @@ def test_a_model_folder_s_tar_holds_regular_files_within_the_limit():
         return info, data
 
     assert folder_files(tar_of(file("config.json", b"{}"), file("model.safetensors", b"w")), 100) == {
-        "config.json": b"{}", "model.safetensors": b"w"}
+        "config.json": b"{}",
+        "model.safetensors": b"w",
+    }
     link = tarfile.TarInfo("weights")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-    for body, limit, code in ((tar_of(file("a", b"x" * 50)), 10, "too_large"),
-                              (tar_of((link, b"")), 100, "invalid_request"),
-                              (tar_of(file("sub/a", b"x")), 100, "invalid_request"),
-                              (b"no tar", 100, "invalid_request"),
-                              (tar_of(file("a", b"x"), file("a", b"y")), 100, "invalid_request")):  # a name twice
+    for body, limit, code in (
+        (tar_of(file("a", b"x" * 50)), 10, "too_large"),
+        (tar_of((link, b"")), 100, "invalid_request"),
+        (tar_of(file("sub/a", b"x")), 100, "invalid_request"),
+        (b"no tar", 100, "invalid_request"),
+        (tar_of(file("a", b"x"), file("a", b"y")), 100, "invalid_request"),
+    ):  # a name twice
         with pytest.raises(RegistryError) as refused:
             folder_files(body, limit)
         assert refused.value.code == code
@@ -397,8 +542,12 @@ def sparse_tar(name: str, size: int) -> bytes:
     sparse_map = f"1\n{size - 1}\n1\n".encode().ljust(512, b"\0")
     info = tarfile.TarInfo(name)
     info.size = len(sparse_map) + 1
-    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": name,
-                        "GNU.sparse.realsize": str(size)}
+    info.pax_headers = {
+        "GNU.sparse.major": "1",
+        "GNU.sparse.minor": "0",
+        "GNU.sparse.name": name,
+        "GNU.sparse.realsize": str(size),
+    }
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:", format=tarfile.PAX_FORMAT) as tar:
         tar.addfile(info, io.BytesIO(sparse_map + b"x"))
@@ -433,18 +582,30 @@ def test_a_model_upload_expands_to_no_more_than_it_sends_and_holds_a_bounded_num
     many = {**folder, **{f"shard-{i:05d}.json": b"{}" for i in range(300)}}
     nan = {**folder, "config.json": folder["config.json"].replace(b'"n_positions": 64', b'"n_positions": NaN')}
     assert nan != folder
-    for body, code, reason in ((sparse, "invalid_request", "the folder's tar holds 'model.safetensors' as a sparse"),
-                               (tar_of_files(many), "invalid_model",
-                                f"the folder has {len(many)} files; a model folder holds at most 256 "
-                                "(TOKMAINT_REGISTRY_MAX_MODEL_FILES)"),
-                               (tar_of_files(nan), "invalid_model", "config.json: not JSON: NaN is not a JSON number")):
-        answer = httpx.post(f"{server}/v1/tokenizers/tars/models", content=body, params={"version": "1"},
-                            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"})
+    for body, code, reason in (
+        (sparse, "invalid_request", "the folder's tar holds 'model.safetensors' as a sparse"),
+        (
+            tar_of_files(many),
+            "invalid_model",
+            f"the folder has {len(many)} files; a model folder holds at most 256 (TOKMAINT_REGISTRY_MAX_MODEL_FILES)",
+        ),
+        (tar_of_files(nan), "invalid_model", "config.json: not JSON: NaN is not a JSON number"),
+    ):
+        answer = httpx.post(
+            f"{server}/v1/tokenizers/tars/models",
+            content=body,
+            params={"version": "1"},
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"},
+        )
         assert answer.status_code == 422 and answer.json()["error_code"] == code, answer.text
         assert any(r.startswith(reason) for r in answer.json()["reasons"]), answer.json()
     assert client.models("tars")["count"] == 0
-    published = httpx.post(f"{server}/v1/tokenizers/tars/models", content=tar_of_files(folder), params={"version": "1"},
-                           headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"})
+    published = httpx.post(
+        f"{server}/v1/tokenizers/tars/models",
+        content=tar_of_files(folder),
+        params={"version": "1"},
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"},
+    )
     assert published.status_code == 201 and client.models("tars")["count"] == 1
 
 
@@ -457,9 +618,19 @@ def test_if_none_match_is_a_list_of_entity_tags(server):
     url = f"{server}/v1/tokenizers/etags/versions/1/tokenizer.json"
     for served in ("from the store", "from memory"):
         sha = httpx.get(url).headers["etag"].strip('"')
-        for asked, status in (("*", 304), (f'"{sha}"', 304), (f'W/"{sha}"', 304), (f'"a", "{sha}"', 304),
-                              (f'"x{sha}"', 200), (f'"{sha}", x', 200), (sha, 200), ('"other"', 200)):
+        for asked, status in (
+            ("*", 304),
+            (f'"{sha}"', 304),
+            (f'W/"{sha}"', 304),
+            (f'"a", "{sha}"', 304),
+            (f'"x{sha}"', 200),
+            (f'"{sha}", x', 200),
+            (sha, 200),
+            ('"other"', 200),
+        ):
             assert httpx.get(url, headers={"If-None-Match": asked}).status_code == status, (served, asked)
+
+
 def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp_path, revisions):
     """Forty watches waiting on one lineage (a real uvicorn server in this process, so that a
     SQLAlchemy listener counts its queries): the database is read a handful of times a second
@@ -474,9 +645,16 @@ def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp
     from registry.config import RegistrySettings
 
     initial, made = revisions
-    app = create_app(RegistrySettings(token=TOKEN, db=f"sqlite:///{tmp_path / 'registry.db'}",
-                                      artifacts=str(tmp_path / "artifacts"), max_watches=40, max_watches_per_client=40,
-                                      max_watch_seconds=60))  # one client here: all forty are its
+    app = create_app(
+        RegistrySettings(
+            token=TOKEN,
+            db=f"sqlite:///{tmp_path / 'registry.db'}",
+            artifacts=str(tmp_path / "artifacts"),
+            max_watches=40,
+            max_watches_per_client=40,
+            max_watch_seconds=60,
+        )
+    )  # one client here: all forty are its
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -493,8 +671,12 @@ def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp
         client.create("watched", initial.to_json())
         with ThreadPoolExecutor(40) as pool:
             before = len(queries)
-            watches = [pool.submit(httpx.get, f"{url}/v1/tokenizers/watched/watch", params={"after": 1, "timeout": 30},
-                                   timeout=60) for _ in range(40)]
+            watches = [
+                pool.submit(
+                    httpx.get, f"{url}/v1/tokenizers/watched/watch", params={"after": 1, "timeout": 30}, timeout=60
+                )
+                for _ in range(40)
+            ]
             deadline = time.monotonic() + 30
             while len(queries) - before < 40 * 2:  # each watch's first read of the latest version: two queries
                 assert time.monotonic() < deadline, "the watches did not start"

@@ -6,9 +6,29 @@ from tests.support.cli import run_json
 
 
 def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drifting_corpus, capsys):
-    result = run_json(capsys, "bench", "registry", "--corpus", str(drifting_corpus), "--max-mb", "0.2",
-                      "--vocab-size", "300", "--publishes", "2", "--clients", "2", "--seconds", "0.5",
-                      "--start-rps", "200", "--max-rps", "1600", "--max-in-flight", "2")
+    result = run_json(
+        capsys,
+        "bench",
+        "registry",
+        "--corpus",
+        str(drifting_corpus),
+        "--max-mb",
+        "0.2",
+        "--vocab-size",
+        "300",
+        "--publishes",
+        "2",
+        "--clients",
+        "2",
+        "--seconds",
+        "0.5",
+        "--start-rps",
+        "200",
+        "--max-rps",
+        "1600",
+        "--max-in-flight",
+        "2",
+    )
     assert result["publishes"] == 2 and result["get_rps"] > 0 and result["get_304_rps"] > 0
     load = result["load"]
     assert load["hung"] == 0 and load["failed"] == 0 and load["max_in_flight"] == 2

@@ -24,10 +24,17 @@ RESOLVE = "/{repo}/resolve/{revision}/{filename:path}"
 def hub_client(registry: str, home, script: str) -> dict:
     """Run ``script`` (its last line prints one JSON value) with the Hub clients and nothing of
     tokmaint's: ``HF_ENDPOINT`` is the registry, ``HF_HOME`` a cache of the test's own."""
-    env = {"HF_ENDPOINT": registry, "HF_HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1", "PATH": "/usr/bin:/bin",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True,
-                          timeout=120)
+    env = {
+        "HF_ENDPOINT": registry,
+        "HF_HOME": str(home),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -35,8 +42,12 @@ def hub_client(registry: str, home, script: str) -> dict:
 def resolve_gets(registry: str) -> float:
     """How many GETs of a resolve URL the registry has answered (its /metrics)."""
     families = text_string_to_metric_families(httpx.get(f"{registry}/metrics").text)
-    return sum(s.value for f in families for s in f.samples if s.name == "tokmaint_registry_requests_total"
-               and s.labels["route"] == RESOLVE and s.labels["method"] == "GET")
+    return sum(
+        s.value
+        for f in families
+        for s in f.samples
+        if s.name == "tokmaint_registry_requests_total" and s.labels["route"] == RESOLVE and s.labels["method"] == "GET"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +57,9 @@ def lineage(registry_server):
     texts = sentences(300)
     client = RegistryClient(url, token=REGISTRY_TOKEN)
     client.create("hub", BPETokenizer.train(texts, vocab_size=330, special_tokens=["<|endoftext|>"]).to_json())
-    client.publish("hub", BPETokenizer.train(texts, vocab_size=345, special_tokens=["<|endoftext|>"]).to_json(),
-                   kind="import")
+    client.publish(
+        "hub", BPETokenizer.train(texts, vocab_size=345, special_tokens=["<|endoftext|>"]).to_json(), kind="import"
+    )
     client.set_alias("hub", "stable", 2)
     return url, client
 
@@ -57,7 +69,10 @@ def test_auto_tokenizer_loads_a_version_by_number_alias_and_commit(lineage, tmp_
     v2 = client.version("hub", 2)
     commit = commit_hash("hub", 2, v2["sha256"])
     texts = sentences(20, seed=4) + ["héllo <|endoftext|> wörld", "  two  spaces\n\nand 12345"]
-    loaded = hub_client(url, tmp_path, f"""
+    loaded = hub_client(
+        url,
+        tmp_path,
+        f"""
         import json
         from transformers import AutoTokenizer
         out = {{}}
@@ -66,7 +81,8 @@ def test_auto_tokenizer_loads_a_version_by_number_alias_and_commit(lineage, tmp_
             out[revision] = {{"ids": [tok(t, add_special_tokens=False).input_ids for t in {texts!r}],
                               "size": len(tok), "bos": tok.bos_token, "text": tok.decode(tok("a b").input_ids)}}
         print(json.dumps(out))
-    """)
+    """,
+    )
     for revision, number in (("2", 2), ("v2", 2), ("stable", 2), (commit, 2), ("v1", 1), ("main", 2)):
         tokenizer = client.tokenizer("hub", number)
         assert loaded[revision]["ids"] == [tokenizer.encode(t) for t in texts], revision
@@ -93,8 +109,12 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
     latest = client.version("hub")
     assert first["sha"] == commit_hash("hub", latest["number"], latest["sha256"])
     assert first["folder"].endswith(f"/snapshots/{first['sha']}")
-    assert first["files"] == ["revision_diff.json", "special_tokens_map.json", "tokenizer.json",
-                              "tokenizer_config.json"]
+    assert first["files"] == [
+        "revision_diff.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert first["card"]["tokmaint"]["number"] == latest["number"] and first["etag"] == latest["sha256"]
     with open(first["path"], "rb") as f:
         assert f.read() == client.download("hub", 2)
@@ -102,10 +122,14 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
     gets = resolve_gets(url)
     again = hub_client(url, tmp_path, script)
     assert again == first and resolve_gets(url) == gets  # HEADs only: every file came from the cache
-    by_commit = hub_client(url, tmp_path, f"""
+    by_commit = hub_client(
+        url,
+        tmp_path,
+        f"""
         from huggingface_hub import hf_hub_download
-        print('"' + hf_hub_download("hub", "tokenizer_config.json", revision="{first['sha']}") + '"')
-    """)
+        print('"' + hf_hub_download("hub", "tokenizer_config.json", revision="{first["sha"]}") + '"')
+    """,
+    )
     assert by_commit.startswith(first["folder"]) and resolve_gets(url) == gets
 
     published = client.rollback("hub", 1)  # a new version, with version 1's tokenizer
@@ -130,7 +154,10 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
 
 def test_unknown_repositories_revisions_and_files_raise_the_clients_own_errors(lineage, tmp_path):
     url, _ = lineage
-    raised = hub_client(url, tmp_path, """
+    raised = hub_client(
+        url,
+        tmp_path,
+        """
         import json
         from huggingface_hub import hf_hub_download, HfApi
         from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
@@ -155,10 +182,17 @@ def test_unknown_repositories_revisions_and_files_raise_the_clients_own_errors(l
         except OSError as exc:
             out.append("OSError: " + str(exc).splitlines()[0])
         print(json.dumps(out))
-    """)
-    assert raised[:7] == ["RepositoryNotFoundError", "RepositoryNotFoundError", "RevisionNotFoundError",
-                          "RevisionNotFoundError", "RevisionNotFoundError", "EntryNotFoundError",
-                          "RepositoryNotFoundError"]
+    """,
+    )
+    assert raised[:7] == [
+        "RepositoryNotFoundError",
+        "RepositoryNotFoundError",
+        "RevisionNotFoundError",
+        "RevisionNotFoundError",
+        "RevisionNotFoundError",
+        "EntryNotFoundError",
+        "RepositoryNotFoundError",
+    ]
     assert "nothing" in raised[7]
 
 
@@ -177,14 +211,14 @@ def test_revalidation_is_a_304_and_numbered_files_are_immutable(lineage):
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and config["eos_token"] == "<|endoftext|>"
     tree = httpx.get(f"{url}/api/models/hub/tree/v1").json()
     assert {f["path"]: f["size"] for f in tree}["tokenizer.json"] == int(head.headers["content-length"])
-    assert httpx.get(f"{url}/api/models/hub/tree/v1/additional_chat_templates").headers["x-error-code"] == \
-        "EntryNotFound"
+    assert (
+        httpx.get(f"{url}/api/models/hub/tree/v1/additional_chat_templates").headers["x-error-code"] == "EntryNotFound"
+    )
     huge = httpx.head(f"{url}/hub/resolve/{'9' * 5000}/tokenizer.json")  # past any version: no number at all
     assert huge.status_code == 404 and huge.headers["x-error-code"] == "RevisionNotFound"
 
 
-def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(lineage, tmp_path, monkeypatch,
-                                                                              capsys):
+def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(lineage, tmp_path, monkeypatch, capsys):
     """A model folder (tokmaint trainer export's) published beside version 2 with `registry
     publish-model` loads as ``hub-models`` with AutoModelForCausalLM and AutoTokenizer, by the
     version's number and as ``main``, and gives the model's own logits; folders that do not fit
@@ -199,16 +233,30 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
     tokenizer = client.tokenizer("hub", 2)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64, vocab_size=tokenizer.id_space,
-                                       bos_token_id=0, eos_token_id=0)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1,
+            n_head=2,
+            n_embd=16,
+            n_positions=64,
+            vocab_size=tokenizer.id_space,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    ).eval()
     write_model_folder(model, tokenizer, {"lineage": "hub", "version": 2}, tmp_path / "model")
-    assert main(["registry", "publish-model", "hub", "--model", str(tmp_path / "model"), "--registry", url,
-                 "--json"]) == 0
+    assert (
+        main(["registry", "publish-model", "hub", "--model", str(tmp_path / "model"), "--registry", url, "--json"]) == 0
+    )
     published = json.loads(capsys.readouterr().out)
     assert (published["version"], published["hub_repo"]) == (2, "hub-models") and "model.safetensors" in published[
-        "files"]
+        "files"
+    ]
     ids = tokenizer.encode("the cat sat on the mat")
-    loaded = hub_client(url, tmp_path / "hf", f"""
+    loaded = hub_client(
+        url,
+        tmp_path / "hf",
+        f"""
         import json, torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         out = {{}}
@@ -220,7 +268,8 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
             out[revision] = {{"logits": logits.tolist(), "ids": tok("the cat sat on the mat").input_ids,
                               "max_length": tok.model_max_length}}
         print(json.dumps(out))
-    """)
+    """,
+    )
     with torch.no_grad():
         expected = model(torch.tensor([ids])).logits[0]
     for revision in ("v2", "main"):
@@ -228,8 +277,12 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
         assert loaded[revision]["ids"] == ids and loaded[revision]["max_length"] == 64
 
     other = client.tokenizer("hub", 1)
-    write_model_folder(GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=10)), other,
-                       {"lineage": "hub", "version": 2}, tmp_path / "wrong")
+    write_model_folder(
+        GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=10)),
+        other,
+        {"lineage": "hub", "version": 2},
+        tmp_path / "wrong",
+    )
     assert main(["registry", "publish-model", "hub", "--model", str(tmp_path / "wrong"), "--registry", url]) != 0
     refused = capsys.readouterr().err
     assert "invalid_model" in refused and "10 rows" in refused and "not version 2's" in refused
@@ -254,13 +307,17 @@ def test_real_tokenizers_load_over_the_hub_and_encode_as_their_file(registry_ser
     name = f"real-{family.replace('_', '-')}"
     client.create(name, path.read_bytes(), kind="import")
     texts = ["Hello world, ünïcödé and 12345 — tabs\tand\nnewlines", "def f(x):\n    return x ** 2  # 😀"]
-    loaded = hub_client(url, tmp_path, f"""
+    loaded = hub_client(
+        url,
+        tmp_path,
+        f"""
         import json
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained("{name}", revision="main")
         print(json.dumps({{"ids": [tok(t, add_special_tokens=False).input_ids for t in {texts!r}],
                            "bos": tok.bos_token, "size": len(tok)}}))
-    """)
+    """,
+    )
     reference = Tokenizer.from_file(str(path))
     assert loaded["ids"] == [reference.encode(t, add_special_tokens=False).ids for t in texts]
     assert loaded["size"] == reference.get_vocab_size(with_added_tokens=True)
@@ -288,8 +345,10 @@ def test_a_commit_no_version_has_reads_only_the_versions_not_scanned_yet(tmp_pat
     registry = Reads(make_engine(url), LocalArtifactStore(tmp_path / "artifacts"))
     texts = sentences(200)
     registry.create_lineage("l", BPETokenizer.train(texts, vocab_size=300).to_json().encode())
-    infos = [registry.publish("l", BPETokenizer.train(texts, vocab_size=300 + 5 * k).to_json().encode(), kind="import")
-             for k in (1, 2)]
+    infos = [
+        registry.publish("l", BPETokenizer.train(texts, vocab_size=300 + 5 * k).to_json().encode(), kind="import")
+        for k in (1, 2)
+    ]
     hub = HubFiles()
     assert hub.revision(registry, "l", commit_hash("l", 2, infos[0].sha256)).number == 2
     for unknown in ("f" * 40, "e" * 40):
@@ -314,23 +373,39 @@ def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, 
     from tokmaint.cli import main
     from trainer.export import write_model_folder
 
-    process, url = start_server(tmp_path / "registry", env={"TOKMAINT_REGISTRY_TOKEN": REGISTRY_TOKEN,
-                                                            "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    process, url = start_server(
+        tmp_path / "registry",
+        env={"TOKMAINT_REGISTRY_TOKEN": REGISTRY_TOKEN, "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)},
+    )
     try:
         client = RegistryClient(url, token=REGISTRY_TOKEN)
         tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
         client.create("big", tokenizer.to_json())
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64,
-                                           vocab_size=tokenizer.id_space, bos_token_id=0, eos_token_id=0))
+        model = GPT2LMHeadModel(
+            GPT2Config(
+                n_layer=1,
+                n_head=2,
+                n_embd=16,
+                n_positions=64,
+                vocab_size=tokenizer.id_space,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        )
         write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
         assert main(["registry", "publish-model", "big", "--model", str(tmp_path / "model"), "--registry", url]) == 0
         capsys.readouterr()
-        for repo, name, media in (("big-models", "model.safetensors", "application/octet-stream"),
-                                  ("big", "tokenizer.json", "application/json")):
-            expected = (tmp_path / "model" / name).read_bytes() if repo == "big-models" else \
-                client.tokenizer("big", 1).to_json().encode()
+        for repo, name, media in (
+            ("big-models", "model.safetensors", "application/octet-stream"),
+            ("big", "tokenizer.json", "application/json"),
+        ):
+            expected = (
+                (tmp_path / "model" / name).read_bytes()
+                if repo == "big-models"
+                else client.tokenizer("big", 1).to_json().encode()
+            )
             answer = httpx.get(f"{url}/{repo}/resolve/main/{name}")
             assert answer.status_code == 200 and answer.headers["content-type"] == media
             assert httpx.head(f"{url}/{repo}/resolve/main/{name}").headers["content-type"] == media
@@ -355,8 +430,17 @@ def model_v1(lineage, tmp_path_factory):
     url, client = lineage
     tokenizer = client.tokenizer("hub", 1)
     torch.manual_seed(1)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=tokenizer.id_space,
-                                       bos_token_id=0, eos_token_id=0)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1,
+            n_head=2,
+            n_embd=16,
+            n_positions=32,
+            vocab_size=tokenizer.id_space,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    ).eval()
     folder = tmp_path_factory.mktemp("model-v1") / "model"
     write_model_folder(model, tokenizer, {"lineage": "hub", "version": 1}, folder)
     return folder, client.publish_model("hub", folder, version=1)
@@ -369,27 +453,39 @@ def test_head_and_get_agree_on_the_content_type_and_if_none_match_is_a_list_of_e
     url, client = lineage
     _, published = model_v1
     commit = httpx.head(f"{url}/hub-models/resolve/v1/config.json").headers["x-repo-commit"]
-    for repo, revision, name, media in (("hub-models", commit, "model.safetensors", "application/octet-stream"),
-                                        ("hub-models", commit, "config.json", "application/json"),
-                                        ("hub-models", commit, "special_tokens_map.json", "application/json"),
-                                        ("hub", "v1", "tokenizer.json", "application/json"),
-                                        ("hub", "v1", "tokenizer_config.json", "application/json")):
+    for repo, revision, name, media in (
+        ("hub-models", commit, "model.safetensors", "application/octet-stream"),
+        ("hub-models", commit, "config.json", "application/json"),
+        ("hub-models", commit, "special_tokens_map.json", "application/json"),
+        ("hub", "v1", "tokenizer.json", "application/json"),
+        ("hub", "v1", "tokenizer_config.json", "application/json"),
+    ):
         resolve = f"{url}/{repo}/resolve/{revision}/{name}"
         head, get = httpx.head(resolve), httpx.get(resolve)
         assert head.status_code == get.status_code == 200, name
         assert head.headers["content-type"] == get.headers["content-type"] == media, name
         sha = get.headers["etag"].strip('"')
-        for asked, status in (("*", 304), (f'"{sha}"', 304), (f'W/"{sha}"', 304), (f'"other", W/"{sha}"', 304),
-                              (f'"x{sha}"', 200), (f'"{sha}x"', 200), (sha, 200), (f'"{sha[:-1]}"', 200)):
+        for asked, status in (
+            ("*", 304),
+            (f'"{sha}"', 304),
+            (f'W/"{sha}"', 304),
+            (f'"other", W/"{sha}"', 304),
+            (f'"x{sha}"', 200),
+            (f'"{sha}x"', 200),
+            (sha, 200),
+            (f'"{sha[:-1]}"', 200),
+        ):
             for method in (httpx.head, httpx.get):
                 answer = method(resolve, headers={"If-None-Match": asked})
                 assert answer.status_code == status, (name, asked, method)
-    assert published["files"]["model.safetensors"]["sha256"] == \
-        httpx.head(f"{url}/hub-models/resolve/{commit}/model.safetensors").headers["etag"].strip('"')
+    assert published["files"]["model.safetensors"]["sha256"] == httpx.head(
+        f"{url}/hub-models/resolve/{commit}/model.safetensors"
+    ).headers["etag"].strip('"')
 
 
-def test_a_snapshot_download_folder_publishes_the_files_its_links_point_to(lineage, model_v1, tmp_path, monkeypatch,
-                                                                          capsys):
+def test_a_snapshot_download_folder_publishes_the_files_its_links_point_to(
+    lineage, model_v1, tmp_path, monkeypatch, capsys
+):
     """``snapshot_download`` gives a folder of links into the Hub clients' cache: ``publish-model``
     of it uploads the files they point to, and the model is published again, file for file."""
     from tokmaint.cli import main
@@ -397,11 +493,15 @@ def test_a_snapshot_download_folder_publishes_the_files_its_links_point_to(linea
     url, client = lineage
     folder, published = model_v1
     commit = httpx.head(f"{url}/hub-models/resolve/v1/config.json").headers["x-repo-commit"]
-    snapshot = hub_client(url, tmp_path / "hf", f"""
+    snapshot = hub_client(
+        url,
+        tmp_path / "hf",
+        f"""
         import json
         from huggingface_hub import snapshot_download
         print(json.dumps(snapshot_download("hub-models", revision="{commit}")))
-    """)
+    """,
+    )
     from pathlib import Path
 
     from tokenizer_service.output_dir import MARKER
@@ -412,9 +512,15 @@ def test_a_snapshot_download_folder_publishes_the_files_its_links_point_to(linea
     assert main(["registry", "publish-model", "hub", "--model", snapshot, "--registry", url, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["version"] == 1 and again["number"] > published["number"]
-    assert again["files"] == published["files"] == {
-        path.name: {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": path.stat().st_size}
-        for path in folder.iterdir() if path.name != MARKER}
+    assert (
+        again["files"]
+        == published["files"]
+        == {
+            path.name: {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": path.stat().st_size}
+            for path in folder.iterdir()
+            if path.name != MARKER
+        }
+    )
 
 
 def test_a_models_repository_reads_each_model_once(tmp_path):

@@ -16,14 +16,17 @@ TOKEN = secrets.token_hex(16)
 
 
 def test_a_request_past_the_limit_is_refused_at_once_and_the_held_one_completes(tmp_path):
-    process, url = start_server(tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
-                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "1"})
+    process, url = start_server(
+        tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "1"}
+    )
     try:
         assert httpx.get(f"{url}/v1/tokenizers").status_code == 200
         with socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30) as held:
             # A publish whose body has not all come: in flight until it does.
-            held.sendall(f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
-                         "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{".encode())
+            held.sendall(
+                f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{".encode()
+            )
             deadline = time.monotonic() + 30
             while (refused := httpx.get(f"{url}/v1/tokenizers")).status_code != 503:
                 assert time.monotonic() < deadline, "the held request never took the one place"
@@ -36,8 +39,9 @@ def test_a_request_past_the_limit_is_refused_at_once_and_the_held_one_completes(
         assert status == 422  # the held request was served (its body is not JSON), not dropped
         assert httpx.get(f"{url}/v1/tokenizers").status_code == 200  # its place is free again
         metrics = httpx.get(f"{url}/metrics").text
-        shed = re.search(r'tokmaint_registry_requests_total\{method="GET",route="overloaded",status="503"\} (\S+)',
-                         metrics)
+        shed = re.search(
+            r'tokmaint_registry_requests_total\{method="GET",route="overloaded",status="503"\} (\S+)', metrics
+        )
         assert shed and float(shed[1]) >= 1
     finally:
         process.terminate()
@@ -80,8 +84,17 @@ def _serve_weights(tmp_path, monkeypatch, capsys, env: dict[str, str]):
         tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
         RegistryClient(url, token=TOKEN).create("big", tokenizer.to_json())
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=256, n_positions=64,
-                                           vocab_size=tokenizer.id_space, bos_token_id=0, eos_token_id=0))
+        model = GPT2LMHeadModel(
+            GPT2Config(
+                n_layer=1,
+                n_head=2,
+                n_embd=256,
+                n_positions=64,
+                vocab_size=tokenizer.id_space,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        )
         write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
         assert (tmp_path / "model" / "model.safetensors").stat().st_size > 3 << 20  # several pieces of 1 MB
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
@@ -108,9 +121,16 @@ def test_slow_readers_lose_their_places_and_every_other_client_is_served(tmp_pat
     address, on a server of eight places: they hold at most their share (two) until the send
     timeout gives them up; a client elsewhere is served meanwhile, /healthz counts the places,
     and they all come back while the readers still sit on their sockets."""
-    process, url = _serve_weights(tmp_path, monkeypatch, capsys, {
-        "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8", "TOKMAINT_REGISTRY_SEND_TIMEOUT": "1",
-        "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    process, url = _serve_weights(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8",
+            "TOKMAINT_REGISTRY_SEND_TIMEOUT": "1",
+            "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024),
+        },
+    )
     slow: list[socket.socket] = []
     try:
         slow += [_slow_reader(url) for _ in range(8)]
@@ -135,9 +155,16 @@ def test_slow_readers_of_many_hosts_keep_no_place_from_others(tmp_path, monkeypa
     places would be theirs until the send timeout (30 s here); a response that waits for its
     client keeps no place, so a fifth client is served at once, and /healthz counts them as
     stalled, not saturated."""
-    process, url = _serve_weights(tmp_path, monkeypatch, capsys, {
-        "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8", "TOKMAINT_REGISTRY_SEND_TIMEOUT": "30",
-        "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024)})
+    process, url = _serve_weights(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "8",
+            "TOKMAINT_REGISTRY_SEND_TIMEOUT": "30",
+            "TOKMAINT_REGISTRY_CACHE_MB": str(16 / 1024),
+        },
+    )
     slow: list[socket.socket] = []
     try:
         for host in range(3, 7):
@@ -161,18 +188,27 @@ def test_stalled_and_trickling_uploads_are_answered_408_and_free_their_places(tm
     quite stalled), each with the token, on a server of two places: both are answered 408 after
     the receive timeout (2 s here) and their places come back; meanwhile a client elsewhere is
     served."""
-    process, url = start_server(tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
-                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "2",
-                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT": "2",
-                                               "TOKMAINT_REGISTRY_RECEIVE_TIMEOUT": "2"})
-    head = (f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n").encode()
+    process, url = start_server(
+        tmp_path,
+        env={
+            "TOKMAINT_REGISTRY_TOKEN": TOKEN,
+            "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "2",
+            "TOKMAINT_REGISTRY_MAX_IN_FLIGHT_PER_CLIENT": "2",
+            "TOKMAINT_REGISTRY_RECEIVE_TIMEOUT": "2",
+        },
+    )
+    head = (
+        f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    ).encode()
     port = httpx.URL(url).port
     trickled = threading.Event()
 
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled, \
-                socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as stalled,
+            socket.create_connection(("127.0.0.1", port), timeout=30) as slow,
+        ):
             stalled.sendall(head + b"{")
             slow.sendall(head)
             sender = threading.Thread(target=trickle_body, args=(slow, trickled), daemon=True)
@@ -195,19 +231,31 @@ def test_stalled_and_trickling_uploads_are_answered_408_and_free_their_places(tm
 def test_health_says_when_the_server_is_saturated(tmp_path):
     """A server of one place holding an upload: /healthz stays 200 (liveness) and says
     saturated; /readyz answers 503 until the place is free, then 200."""
-    process, url = start_server(tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN,
-                                               "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "1"})
+    process, url = start_server(
+        tmp_path, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN, "TOKMAINT_REGISTRY_MAX_IN_FLIGHT": "1"}
+    )
     try:
         assert httpx.get(f"{url}/readyz").status_code == 200
         with socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30) as held:
-            held.sendall(f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
-                         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{".encode())
-            health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json().get("saturated") and r,
-                            "the held upload did not saturate the server")
+            held.sendall(
+                f"POST /v1/tokenizers HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{".encode()
+            )
+            health = _until(
+                lambda: (r := httpx.get(f"{url}/healthz")).json().get("saturated") and r,
+                "the held upload did not saturate the server",
+            )
             assert health.status_code == 200
-            assert health.json() | {"refused": 0} == {"status": "saturated", "in_flight": 1, "stalled": 0, "limit": 1,
-                                                      "watches": 0, "max_watches": 256, "saturated": True,
-                                                      "refused": 0}
+            assert health.json() | {"refused": 0} == {
+                "status": "saturated",
+                "in_flight": 1,
+                "stalled": 0,
+                "limit": 1,
+                "watches": 0,
+                "max_watches": 256,
+                "saturated": True,
+                "refused": 0,
+            }
             ready = httpx.get(f"{url}/readyz")
             assert ready.status_code == 503 and ready.json()["saturated"] is True
             held.sendall(b"}")
@@ -252,13 +300,17 @@ def test_a_client_holds_its_share_of_the_watches_and_a_full_pool_is_saturated(tm
         watches += [_watch(url, source="127.0.0.3", token="shared") for _ in range(2)]
         _until(lambda: httpx.get(f"{url}/healthz").json()["watches"] == 4, "the token's watches were not taken")
         with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.4"), timeout=30) as client:
-            by_token = client.get(f"{url}/v1/tokenizers/watched/watch", params={"after": 1, "timeout": 1},
-                                  headers={"Authorization": "Bearer shared"})
+            by_token = client.get(
+                f"{url}/v1/tokenizers/watched/watch",
+                params={"after": 1, "timeout": 1},
+                headers={"Authorization": "Bearer shared"},
+            )
         assert by_token.status_code == 503 and by_token.json()["error_code"] == "overloaded"
         assert httpx.get(f"{url}/readyz").status_code == 200
         watches += [_watch(url, source=f"127.0.0.{host}") for host in (5, 6) for _ in range(2)]
-        health = _until(lambda: (r := httpx.get(f"{url}/healthz")).json()["watches"] == 8 and r,
-                        "the pool did not fill")
+        health = _until(
+            lambda: (r := httpx.get(f"{url}/healthz")).json()["watches"] == 8 and r, "the pool did not fill"
+        )
         assert health.status_code == 200 and health.json()["saturated"] is True and health.json()["in_flight"] == 0
         ready = httpx.get(f"{url}/readyz")
         assert ready.status_code == 503 and ready.json()["saturated"] is True

@@ -51,8 +51,10 @@ def _serving(protocol: Callable[[], asyncio.Protocol]) -> Iterator[int]:
 
 def _exchange(lingering: bool) -> bytes:
     """What a client that sent part of a body reads until the server closes."""
-    with _serving(lambda: _AnswersUnread(lingering)) as port, \
-            socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+    with (
+        _serving(lambda: _AnswersUnread(lingering)) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=10) as client,
+    ):
         client.sendall(b"POST / HTTP/1.1\r\ncontent-length: 1000\r\n\r\n" + b" " * 100)
         time.sleep(0.5)  # the answer and the close are in before the client reads
         return b"".join(iter(lambda: client.recv(65536), b""))

@@ -68,8 +68,9 @@ def test_the_page_lists_the_lineage_and_a_click_opens_a_versions_diff(registry, 
     assert browser.find_element(By.TAG_NAME, "h1").text == name
     rows = browser.find_elements(By.CSS_SELECTOR, "#versions tr")[1:]
     assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == ["3", "2", "1"]  # newest first
-    cells = {r.find_elements(By.TAG_NAME, "td")[0].text: [td.text for td in r.find_elements(By.TAG_NAME, "td")]
-             for r in rows}
+    cells = {
+        r.find_elements(By.TAG_NAME, "td")[0].text: [td.text for td in r.find_elements(By.TAG_NAME, "td")] for r in rows
+    }
     assert cells["2"][1] == "import" and cells["2"][4] == "3.500" and cells["2"][6] == "serving"
     assert cells["3"][4] == "—" and cells["1"][1] == "initial"
     image = browser.find_element(By.TAG_NAME, "img")
@@ -94,8 +95,15 @@ def test_a_lineage_that_does_not_exist_is_a_404(registry):
     assert httpx.get(f"{registry}/lineages/nothing-here").status_code == 404
 
 
-@pytest.mark.parametrize("bad", [{"bytes_per_token": "3.5"}, {"bytes_per_token": {"a": 1}},
-                                 {"bytes_per_token": float("nan")}, {"bytes_per_token": True}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"bytes_per_token": "3.5"},
+        {"bytes_per_token": {"a": 1}},
+        {"bytes_per_token": float("nan")},
+        {"bytes_per_token": True},
+    ],
+)
 def test_metrics_that_are_not_finite_numbers_are_refused(registry, published, bad):
     with RegistryClient(registry, token=TOKEN) as client:
         with pytest.raises(RegistryRefused) as refused:
@@ -114,8 +122,11 @@ def test_a_version_stored_with_bad_metrics_still_renders(registry, registry_root
     engine = create_engine(f"sqlite:///{registry_root / 'registry.db'}")
     with engine.begin() as connection:
         lineage_id = connection.execute(Lineage.__table__.select().where(Lineage.name == published[0])).first().id
-        connection.execute(update(Version).where(Version.lineage_id == lineage_id, Version.number == 2)
-                           .values(metrics={"bytes_per_token": {"not": "a number"}}))
+        connection.execute(
+            update(Version)
+            .where(Version.lineage_id == lineage_id, Version.number == 2)
+            .values(metrics={"bytes_per_token": {"not": "a number"}})
+        )
     engine.dispose()
     page = httpx.get(f"{registry}/lineages/{published[0]}")
     assert page.status_code == 200 and "3.250" in page.text

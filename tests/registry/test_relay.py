@@ -49,5 +49,6 @@ def test_every_event_arrives_at_least_once_with_a_stable_id(broker, tmp_path):
     assert len(events) == 8 and {r.key for r in records} == {b"news"}
     unique = {e["event_id"]: e for e in events}
     assert sorted(e["version"] for e in unique.values()) == [1, 2, 3, 4]
-    assert all(e["download_url"] == f"/v1/tokenizers/news/versions/{e['version']}/tokenizer.json"
-               for e in unique.values())
+    assert all(
+        e["download_url"] == f"/v1/tokenizers/news/versions/{e['version']}/tokenizer.json" for e in unique.values()
+    )

@@ -21,8 +21,15 @@ from registry.models import Alias, Diff, Lineage, PendingArtifact, utcnow
 from registry.store import PIN_EXPIRY_SECONDS, Registry, RegistryError
 from schemas.revision import RevisionDiff
 from tests.conftest import sentences, tedtok_lineage
-from tests.support.registry_files import (collect_until_stopped, exported_model, lying_diff, model_variant, moved_ids,
-                                          unreachable_add, variant)
+from tests.support.registry_files import (
+    collect_until_stopped,
+    exported_model,
+    lying_diff,
+    model_variant,
+    moved_ids,
+    unreachable_add,
+    variant,
+)
 from tokenizer_service.bpe import BPETokenizer
 
 
@@ -56,16 +63,25 @@ def lineage():
 def publish_lineage(registry, lineage):
     initial, revisions = lineage
     registry.create_lineage("demo", initial.to_json().encode())
-    return [registry.publish("demo", r.tokenizer.to_json().encode(), diff_json=r.diff.to_json().encode())
-            for r in revisions]
+    return [
+        registry.publish("demo", r.tokenizer.to_json().encode(), diff_json=r.diff.to_json().encode()) for r in revisions
+    ]
 
 
 def test_migrations_create_every_table(database_url):
     migrate(database_url)
     migrate(database_url)  # already at head: nothing to do
     tables = set(inspect(make_engine(database_url)).get_table_names())
-    assert {"lineages", "versions", "diffs", "aliases", "models", "outbox", "pending_artifacts",
-            "alembic_version"} <= tables
+    assert {
+        "lineages",
+        "versions",
+        "diffs",
+        "aliases",
+        "models",
+        "outbox",
+        "pending_artifacts",
+        "alembic_version",
+    } <= tables
 
 
 def test_a_tedtok_lineage_is_published_gapless_with_its_diffs(registry, lineage):
@@ -108,8 +124,9 @@ def test_composed_diff_equals_applying_every_diff_in_turn(registry, lineage):
     assert tokens == composed == registry.tokenizer("demo", end).id_to_token
     with Session(registry.engine) as session:  # kept once computed, and served from the table after
         kept = session.scalars(select(Diff).where(Diff.from_number == start, Diff.to_number == end)).one()
-    assert registry.composed_diff("demo", start, end) == RevisionDiff.from_dict(json.loads(
-        registry.artifacts.get(kept.sha256)))
+    assert registry.composed_diff("demo", start, end) == RevisionDiff.from_dict(
+        json.loads(registry.artifacts.get(kept.sha256))
+    )
 
 
 def test_the_diffs_migration_fills_in_every_version_s_own_diff(database_url, registry, lineage):
@@ -164,7 +181,8 @@ def test_a_name_the_hub_reads_as_a_version_is_resolved_so_never_as_an_old_alias(
 
 
 def test_migrating_renames_old_aliases_that_shadow_a_version_and_keeps_them_readable(
-        database_url, registry, lineage, caplog):
+    database_url, registry, lineage, caplog
+):
     """A database at schema 0004 holding aliases the Hub reads as versions: migrating renames
     each to ``alias-NAME`` (``-2`` where that is taken), pointing where it pointed, logs each,
     and leaves every other alias as it was."""
@@ -174,8 +192,13 @@ def test_migrating_renames_old_aliases_that_shadow_a_version_and_keeps_them_read
     _store_aliases(registry, {"main": 1, "v1": 3, "ab" * 20: 2, "alias-main": 4, "serving": 5})
     with caplog.at_level("WARNING", logger="tokmaint.migrations"):
         command.upgrade(config, "head")
-    assert registry.aliases("demo") == {"alias-main": 4, "alias-main-2": 1, "alias-v1": 3, f"alias-{'ab' * 20}": 2,
-                                        "serving": 5}
+    assert registry.aliases("demo") == {
+        "alias-main": 4,
+        "alias-main-2": 1,
+        "alias-v1": 3,
+        f"alias-{'ab' * 20}": 2,
+        "serving": 5,
+    }
     assert registry.resolve("demo", "alias-main-2") == 1
     renamed = [r.getMessage() for r in caplog.records if r.name == "tokmaint.migrations"]
     assert len(renamed) == 3 and any("lineage 'demo': alias 'main' is now 'alias-main-2'" in r for r in renamed)
@@ -192,23 +215,37 @@ def test_every_publish_writes_one_event(registry, lineage):
 
 REFUSALS = [
     ("truncated JSON", lambda r: (r.tokenizer.to_json().encode()[:-20], None), 422, "not JSON"),
-    ("not BPE", lambda r: (json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}).encode(), None),
-     422, "tokmaint maintains BPE tokenizers only"),
-    ("a diff that lies", lambda r: (r.tokenizer.to_json().encode(), lying_diff(r.diff.to_json().encode())), 409,
-     "the diff does not match the tokenizers"),
+    (
+        "not BPE",
+        lambda r: (json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}).encode(), None),
+        422,
+        "tokmaint maintains BPE tokenizers only",
+    ),
+    (
+        "a diff that lies",
+        lambda r: (r.tokenizer.to_json().encode(), lying_diff(r.diff.to_json().encode())),
+        409,
+        "the diff does not match the tokenizers",
+    ),
     ("surviving tokens moved", lambda r: (moved_ids(r.tokenizer), None), 409, "surviving tokens changed their id"),
     ("unreachable added token", lambda r: (unreachable_add(r.tokenizer), None), 422, "added tokens are unreachable"),
     ("not a diff", lambda r: (r.tokenizer.to_json().encode(), b'{"entries": 3}'), 422, "not a revision diff"),
-    ("only the pre-tokenizer changed", lambda r: (_other_pre_tokenizer(r.tokenizer), None), 409,
-     "the pipeline changed (pre_tokenizer)"),
+    (
+        "only the pre-tokenizer changed",
+        lambda r: (_other_pre_tokenizer(r.tokenizer), None),
+        409,
+        "the pipeline changed (pre_tokenizer)",
+    ),
 ]
 
 
 def _other_pre_tokenizer(tokenizer: BPETokenizer) -> bytes:
     """The same vocabulary and merges, words split another way: an empty diff of ids."""
     data = json.loads(tokenizer.to_json())
-    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
-                                                                     data["pre_tokenizer"]]}
+    data["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [{"type": "Digits", "individual_digits": True}, data["pre_tokenizer"]],
+    }
     return json.dumps(data).encode()
 
 
@@ -252,12 +289,16 @@ def _publish_variants(url: str, artifacts: str, base_json: str, ks: list[int]) -
 def test_processes_publishing_at_once_get_gapless_unique_numbers(registry, database_url, tmp_path):
     base = BPETokenizer.train(["zz yy xx " * 3] + sentences(100), vocab_size=300)
     taken = {t for t in base.vocab if len(t) == 2}
-    ks = [k for k in range(26 * 26) if "abcdefghijklmnopqrstuvwxyz"[k // 26] + "abcdefghijklmnopqrstuvwxyz"[k % 26]
-          not in taken][:18]
+    ks = [
+        k
+        for k in range(26 * 26)
+        if "abcdefghijklmnopqrstuvwxyz"[k // 26] + "abcdefghijklmnopqrstuvwxyz"[k % 26] not in taken
+    ][:18]
     registry.create_lineage("demo", base.to_json().encode())
     with multiprocessing.get_context("spawn").Pool(3) as pool:
-        results = pool.starmap(_publish_variants, [(database_url, str(tmp_path / "artifacts"), base.to_json(),
-                                                    ks[i::3]) for i in range(3)])
+        results = pool.starmap(
+            _publish_variants, [(database_url, str(tmp_path / "artifacts"), base.to_json(), ks[i::3]) for i in range(3)]
+        )
     numbers = sorted(n for part in results for n in part)
     assert numbers == list(range(2, 2 + len(ks)))
     versions, latest = registry.versions("demo", limit=1000)
@@ -272,8 +313,10 @@ def test_garbage_collection_removes_old_unnamed_artifacts_only(registry, lineage
 
     infos = publish_lineage(registry, lineage)[:3]
     registry.composed_diff("demo", 1, 3)  # kept in the diffs table: named too
-    old_orphan, young_orphan = registry.artifacts.put(b'{"left": "by a refused publish"}'), \
-        registry.artifacts.put(b'{"left": "just now"}')
+    old_orphan, young_orphan = (
+        registry.artifacts.put(b'{"left": "by a refused publish"}'),
+        registry.artifacts.put(b'{"left": "just now"}'),
+    )
     long_ago = time.time() - 7200
     for path in (tmp_path / "artifacts").glob("??/*"):  # all of them old but the young orphan
         os.utime(path, (long_ago, long_ago))
@@ -314,21 +357,28 @@ def test_models_are_numbered_per_lineage_checked_against_their_version_and_kept_
     newest = published[-1]  # its rows cover every version's ids: ids only grow
     folder = exported_model(registry.tokenizer("demo", 2), {"lineage": "demo", "version": 2}, rows=newest.id_space)
     first = registry.publish_model("demo", folder, version=2, created_by="test")
-    better = exported_model(registry.tokenizer("demo", 2), {"lineage": "demo", "version": 2}, rows=newest.id_space,
-                            n_positions=32)
+    better = exported_model(
+        registry.tokenizer("demo", 2), {"lineage": "demo", "version": 2}, rows=newest.id_space, n_positions=32
+    )
     second = registry.publish_model("demo", better, version="2")
-    latest = registry.publish_model("demo", {k: v for k, v in folder.items() if k not in ("tokenizer.json",
-                                                                                          "tokmaint.json")})
+    latest = registry.publish_model(
+        "demo", {k: v for k, v in folder.items() if k not in ("tokenizer.json", "tokmaint.json")}
+    )
     assert [(m.number, m.version) for m in registry.models("demo")] == [(1, 2), (2, 2), (3, newest.number)]
     assert [m.number for m in registry.models("demo", after=1)] == [2, 3]
     assert first.files["model.safetensors"]["size"] == len(folder["model.safetensors"]) and second.created_by == ""
     assert registry.artifacts.get(second.files["config.json"]["sha256"]) == better["config.json"] and latest.number == 3
     config = {"model_type": "gpt2", "vocab_size": 3, "n_positions": 8, "n_embd": 4, "n_layer": 1, "n_head": 2}
     with pytest.raises(RegistryError) as refused:
-        registry.publish_model("demo", {"config.json": json.dumps(config).encode(),
-                                        "../x": b"",
-                                        "tokenizer.json": registry.artifacts.get(registry.version("demo", 1).sha256)},
-                               version=2)
+        registry.publish_model(
+            "demo",
+            {
+                "config.json": json.dumps(config).encode(),
+                "../x": b"",
+                "tokenizer.json": registry.artifacts.get(registry.version("demo", 1).sha256),
+            },
+            version=2,
+        )
     assert refused.value.code == "invalid_model" and len(refused.value.reasons) == 4  # name, rows, weights, version
     with pytest.raises(RegistryError) as refused:
         registry.publish_model("demo", folder, version=2, max_files=3)
@@ -360,8 +410,9 @@ def test_gc_racing_publishes_of_stored_blobs_never_removes_what_they_name(regist
     model = exported_model(initial, {"lineage": "demo", "version": 1})
     context = multiprocessing.get_context("spawn")
     started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
-    collector = context.Process(target=collect_until_stopped, args=(database_url, str(tmp_path / "artifacts"),
-                                                                     started, stop, runs))
+    collector = context.Process(
+        target=collect_until_stopped, args=(database_url, str(tmp_path / "artifacts"), started, stop, runs)
+    )
     collector.start()
     try:
         assert started.wait(120)
@@ -440,7 +491,13 @@ def test_gc_keeps_what_a_publish_under_way_pinned_and_clears_pins_a_killed_one_l
         session.add(PendingArtifact(sha256=under_way))
         session.add(PendingArtifact(sha256=killed, created_at=utcnow() - timedelta(seconds=PIN_EXPIRY_SECONDS + 60)))
     assert registry.collect_garbage(older_than=0, dry_run=True) == {
-        "named": 3, "pinned": 1, "expired_pins": 1, "removed": 1, "dry_run": True, "artifacts": [killed]}
+        "named": 3,
+        "pinned": 1,
+        "expired_pins": 1,
+        "removed": 1,
+        "dry_run": True,
+        "artifacts": [killed],
+    }
     refused = sorted(registry.artifacts.put(f'{{"refused": {k}}}'.encode()) for k in range(4))
     swept = registry.collect_garbage(older_than=0, batch=2)  # the lock taken three times, the names read anew
     assert (swept["artifacts"], swept["expired_pins"], swept["pinned"]) == (sorted([killed, *refused]), 1, 1)
@@ -450,6 +507,8 @@ def test_gc_keeps_what_a_publish_under_way_pinned_and_clears_pins_a_killed_one_l
         with pytest.raises(ValueError, match="finite number of seconds >= 0"):
             registry.collect_garbage(older_than=older_than)
     assert registry.artifacts.exists(under_way) and registry.tokenizer("demo", 1).sha256 == initial.sha256
+
+
 def _config(folder: dict[str, bytes], **changes) -> dict[str, bytes]:
     """The folder with ``changes`` in its config.json (NaN written as Python writes it)."""
     return {**folder, "config.json": json.dumps({**json.loads(folder["config.json"]), **changes}).encode()}
@@ -466,40 +525,80 @@ def _index(folder: dict[str, bytes], shard: str) -> dict[str, bytes]:
         with safe_open(file.name, "np") as weights:
             names = list(weights.keys())
     rest = {k: v for k, v in folder.items() if k != "model.safetensors"}
-    return {**rest, "model-00001-of-00001.safetensors": folder["model.safetensors"],
-            "model.safetensors.index.json": json.dumps({"metadata": {}, "weight_map": dict.fromkeys(names, shard)
-                                                        }).encode()}
+    return {
+        **rest,
+        "model-00001-of-00001.safetensors": folder["model.safetensors"],
+        "model.safetensors.index.json": json.dumps(
+            {"metadata": {}, "weight_map": dict.fromkeys(names, shard)}
+        ).encode(),
+    }
 
 
-@pytest.mark.parametrize("case, change, reason", [
-    ("random weights", lambda f, v3: {**f, "model.safetensors": os.urandom(4096)}, "model.safetensors: no safetensors"),
-    ("empty weights", lambda f, v3: {**f, "model.safetensors": b""}, "model.safetensors: no safetensors file: 0 bytes"),
-    ("weights of another size", lambda f, v3: {**f, "model.safetensors": v3["model.safetensors"]},
-     "model.safetensors: wte.weight is ["),
-    ("shard outside the folder", lambda f, v3: _index(f, "../../../etc/passwd"),
-     "model.safetensors.index.json: weight_map names '../../../etc/passwd'"),
-    ("a sharded model that loads", lambda f, v3: _index(f, "model-00001-of-00001.safetensors"), None),
-    ("vocab_size 10^30", lambda f, v3: _config(f, vocab_size=10 ** 30), "config.json: vocab_size must be an integer"),
-    ("n_positions lots", lambda f, v3: _config(f, n_positions="lots"), "config.json: n_positions must be an integer"),
-    ("n_positions NaN", lambda f, v3: _config(f, n_positions=float("nan")), "config.json: not JSON: NaN"),
-    ("heads that do not divide", lambda f, v3: _config(f, n_head=3), "config.json: n_head (3) must divide"),
-    ("another model type", lambda f, v3: _config(f, model_type="bert"), "config.json: model_type must be gpt2"),
-    ("a pickle", lambda f, v3: {**{k: v for k, v in f.items() if k != "model.safetensors"},
-                                "pytorch_model.bin": b"\x80\x04"}, "pytorch_model.bin: a pickle"),
-    ("version 3's folder beside version 1", lambda f, v3: {k: v for k, v in v3.items() if k != "tokenizer.json"},
-     "tokmaint.json: the model was trained with version 3, not version 1"),
-    ("a stamp that is not an object", lambda f, v3: {**f, "tokmaint.json": b"[1]"}, "tokmaint.json: not a JSON object"),
-])
-def test_a_model_that_would_not_load_as_served_is_refused_naming_its_file_and_field(registry, lineage, case, change,
-                                                                                    reason):
+@pytest.mark.parametrize(
+    "case, change, reason",
+    [
+        (
+            "random weights",
+            lambda f, v3: {**f, "model.safetensors": os.urandom(4096)},
+            "model.safetensors: no safetensors",
+        ),
+        (
+            "empty weights",
+            lambda f, v3: {**f, "model.safetensors": b""},
+            "model.safetensors: no safetensors file: 0 bytes",
+        ),
+        (
+            "weights of another size",
+            lambda f, v3: {**f, "model.safetensors": v3["model.safetensors"]},
+            "model.safetensors: wte.weight is [",
+        ),
+        (
+            "shard outside the folder",
+            lambda f, v3: _index(f, "../../../etc/passwd"),
+            "model.safetensors.index.json: weight_map names '../../../etc/passwd'",
+        ),
+        ("a sharded model that loads", lambda f, v3: _index(f, "model-00001-of-00001.safetensors"), None),
+        ("vocab_size 10^30", lambda f, v3: _config(f, vocab_size=10**30), "config.json: vocab_size must be an integer"),
+        (
+            "n_positions lots",
+            lambda f, v3: _config(f, n_positions="lots"),
+            "config.json: n_positions must be an integer",
+        ),
+        ("n_positions NaN", lambda f, v3: _config(f, n_positions=float("nan")), "config.json: not JSON: NaN"),
+        ("heads that do not divide", lambda f, v3: _config(f, n_head=3), "config.json: n_head (3) must divide"),
+        ("another model type", lambda f, v3: _config(f, model_type="bert"), "config.json: model_type must be gpt2"),
+        (
+            "a pickle",
+            lambda f, v3: {
+                **{k: v for k, v in f.items() if k != "model.safetensors"},
+                "pytorch_model.bin": b"\x80\x04",
+            },
+            "pytorch_model.bin: a pickle",
+        ),
+        (
+            "version 3's folder beside version 1",
+            lambda f, v3: {k: v for k, v in v3.items() if k != "tokenizer.json"},
+            "tokmaint.json: the model was trained with version 3, not version 1",
+        ),
+        (
+            "a stamp that is not an object",
+            lambda f, v3: {**f, "tokmaint.json": b"[1]"},
+            "tokmaint.json: not a JSON object",
+        ),
+    ],
+)
+def test_a_model_that_would_not_load_as_served_is_refused_naming_its_file_and_field(
+    registry, lineage, case, change, reason
+):
     """A folder the registry would serve but transformers could not load as published (or would
     load beside another version) is refused with a reason naming the file and the field, and
     nothing is published; the same folder exported whole is taken."""
     publish_lineage(registry, lineage)
     v1 = registry.tokenizer("demo", 1)
     folder = exported_model(v1, {"lineage": "demo", "version": 1}, rows=registry.version("demo", 3).id_space)
-    v3 = exported_model(registry.tokenizer("demo", 3), {"lineage": "demo", "version": 3},
-                        rows=registry.version("demo", 3).id_space + 7)
+    v3 = exported_model(
+        registry.tokenizer("demo", 3), {"lineage": "demo", "version": 3}, rows=registry.version("demo", 3).id_space + 7
+    )
     if reason is None:
         assert registry.publish_model("demo", change(folder, v3), version=1).number == 1
         return

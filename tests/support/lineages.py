@@ -14,8 +14,18 @@ def tedtok_versions(drifting_corpus, vocab_size: int, *, special_tokens: tuple[s
     """The corpus's texts, an initial tokenizer and Ted-Tok's revisions of it."""
     docs = read_corpus(drifting_corpus).documents
     initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=vocab_size, special_tokens=special_tokens)
-    tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
-                                                   batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
+    tedtok = TedTok(
+        initial,
+        config=StreamSettings(
+            step_docs=32,
+            horizon_docs=320,
+            interval_docs=64,
+            warmup_docs=64,
+            batch_size=8,
+            id_price=0.0,
+            base_token_cost=0.0,
+        ).tedtok_config(),
+    )
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)
     return [d.text for d in docs], initial, tedtok.revisions
@@ -30,5 +40,6 @@ def create_lineage(url, initial) -> str:
 
 def publish_revision(url, name, revision) -> int:
     """Publish a Ted-Tok revision (its tokenizer and diff) to lineage ``name``; its number."""
-    return RegistryClient(url, token=TOKEN).publish(name, revision.tokenizer.to_json(),
-                                                    diff_json=revision.diff.to_json(), kind="tedtok")["number"]
+    return RegistryClient(url, token=TOKEN).publish(
+        name, revision.tokenizer.to_json(), diff_json=revision.diff.to_json(), kind="tedtok"
+    )["number"]

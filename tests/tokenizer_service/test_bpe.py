@@ -34,8 +34,17 @@ def test_the_model_built_from_objects_is_the_file_parsed(byte_tokenizer, sp_toke
         if edit == "ignore_merges and NFC":
             data["model"]["ignore_merges"], data["normalizer"] = True, {"type": "NFC"}
         elif edit == "an added token in a hole":  # tokenizers renumbers it: so must hf
-            data["added_tokens"].append({"id": tokenizer.id_space + 5, "content": "<x>", "special": True,
-                                         "single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
+            data["added_tokens"].append(
+                {
+                    "id": tokenizer.id_space + 5,
+                    "content": "<x>",
+                    "special": True,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                }
+            )
         edited = BPETokenizer.from_json(json.dumps(data))
         assert edited.hf.to_str() == Tokenizer.from_str(edited.to_json()).to_str()
 
@@ -44,9 +53,9 @@ def _every_code_point_tokenizer(pipeline: dict, id_scale: float | None = None) -
     """Tokens of every code point but the surrogates (64 a token, and the awkward ones alone),
     merges among the lone ones, and the given pipeline; with ``id_scale``, float ids (i · id_scale)."""
     points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
-    alone = ['"', "\\", "\x00", "\x1f", "\x7f", "\u2028", "Ġ", "\U0001F600"]
+    alone = ['"', "\\", "\x00", "\x1f", "\x7f", "\u2028", "Ġ", "\U0001f600"]
     merges = [(a, b) for a, b in zip(alone, alone[1:])]
-    tokens = ["".join(points[k:k + 64]) for k in range(0, len(points), 64)] + alone + [a + b for a, b in merges]
+    tokens = ["".join(points[k : k + 64]) for k in range(0, len(points), 64)] + alone + [a + b for a, b in merges]
     vocab = {t: i if id_scale is None else i * id_scale for i, t in enumerate(dict.fromkeys(tokens))}
     return BPETokenizer(vocab=vocab, merges=merges, pipeline=pipeline)
 
@@ -56,8 +65,17 @@ def test_the_export_is_json_of_to_dict(case):
     """The vocabulary and merges are written by pydantic-core, the rest by json: the file is
     byte for byte ``json.dumps`` of ``to_dict`` (strings of every code point; floats, which the
     two write differently, in the pipeline; a vocabulary of float ids is json's alone)."""
-    added = [{"id": 0, "content": "\x00\x01", "special": True, "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False}]
+    added = [
+        {
+            "id": 0,
+            "content": "\x00\x01",
+            "special": True,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+        }
+    ]
     floats = {"padding": {"pad_to_multiple_of": 1e-07, "pad_id": 2.5}, "decoder": {"type": "Fuse"}}
     pipeline = {"added_tokens": added} if case == "added tokens" else floats
     tokenizer = _every_code_point_tokenizer(pipeline, 1e-07 if case == "ids that are floats" else None)

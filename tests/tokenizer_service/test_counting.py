@@ -36,13 +36,16 @@ def test_words_split_under_an_earlier_version_count_as_the_texts_do():
     for revision in revisions:
         words = counter.word_sequences(texts)
         counter.set_tokenizer(revision.tokenizer)
-        assert _counts_equal(counter.count_texts(texts, neighbours=True, words=words),
-                             StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
+        assert _counts_equal(
+            counter.count_texts(texts, neighbours=True, words=words),
+            StepCounter(revision.tokenizer).count_texts(texts, neighbours=True),
+        )
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *WORDS]), max_size=30).map("".join),
-                min_size=1, max_size=20))
+@given(
+    st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *WORDS]), max_size=30).map("".join), min_size=1, max_size=20)
+)
 def test_counts_match_brute_force(byte_tokenizer, texts):
     counts = StepCounter(byte_tokenizer).count_texts(texts)
     tokens, pairs = brute_force(byte_tokenizer, texts)
@@ -53,20 +56,32 @@ def test_counts_match_brute_force(byte_tokenizer, texts):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
-                min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
     """Neighbours from the word encodings equal the adjacent pairs of ``encode_batch`` (a
     document holding an added token's text is encoded whole, as the library matches it first)."""
     counts = StepCounter(special_tokenizer).count_texts(texts, neighbours=True)
     expected = Counter(pair for ids in special_tokenizer.encode_batch(texts) for pair in zip(ids, ids[1:]))
-    assert {unpack_pair(k): c for k, c in zip(counts.neighbour_keys.tolist(),
-                                              counts.neighbour_counts.tolist())} == expected
+    assert {
+        unpack_pair(k): c for k, c in zip(counts.neighbour_keys.tolist(), counts.neighbour_counts.tolist())
+    } == expected
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
-                min_size=1, max_size=20), st.integers(1, 4))
+@given(
+    st.lists(
+        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(1, 4),
+)
 def test_tallies_of_a_step_s_parts_count_as_its_texts(special_tokenizer, texts, parts):
     """A step's documents tallied in parts (as a scale-out job's workers do), added and counted
     with the version: exactly ``count_texts``'s tokens, pairs, sizes and neighbours."""
@@ -110,9 +125,10 @@ def test_cache_follows_the_tokenizer_version(byte_tokenizer):
 
 
 def _counts_equal(a, b) -> bool:
-    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in
-               ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts")) \
-        and (a.n_bytes, a.n_tokens) == (b.n_bytes, b.n_tokens)
+    return all(
+        np.array_equal(getattr(a, f), getattr(b, f))
+        for f in ("token_ids", "token_counts", "pair_keys", "pair_counts", "neighbour_keys", "neighbour_counts")
+    ) and (a.n_bytes, a.n_tokens) == (b.n_bytes, b.n_tokens)
 
 
 def test_a_revision_keeps_the_encodings_it_cannot_change():
@@ -131,14 +147,30 @@ def test_a_revision_keeps_the_encodings_it_cannot_change():
         counter.set_tokenizer(revision.tokenizer)
         kept = int((counter._len >= 0).sum())
         assert 0 < kept < len(counter.words)  # some words changed, the others were kept
-        assert _counts_equal(counter.count_texts(texts, neighbours=True),
-                             StepCounter(revision.tokenizer).count_texts(texts, neighbours=True))
+        assert _counts_equal(
+            counter.count_texts(texts, neighbours=True),
+            StepCounter(revision.tokenizer).count_texts(texts, neighbours=True),
+        )
         previous = revision.tokenizer
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["drop merge", "repeat merge", "swap merges", "swap ids", "move id into a hole", "drop token",
-                        "add token", "ignore_merges"]), st.integers(0, 10_000), st.integers(0, 10_000))
+@given(
+    st.sampled_from(
+        [
+            "drop merge",
+            "repeat merge",
+            "swap merges",
+            "swap ids",
+            "move id into a hole",
+            "drop token",
+            "add token",
+            "ignore_merges",
+        ]
+    ),
+    st.integers(0, 10_000),
+    st.integers(0, 10_000),
+)
 def test_any_other_change_of_version_counts_as_a_fresh_counter(corpus, byte_tokenizer, edit, a, b):
     """Edits that are not Ted-Tok revisions (merges reordered, ids moved, tokens dropped or added,
     ``ignore_merges``): the switched counter still equals a fresh one."""
@@ -159,11 +191,14 @@ def test_any_other_change_of_version_counts_as_a_fresh_counter(corpus, byte_toke
 
 @pytest.mark.parametrize("ignore_merges", [False, True])
 def test_a_word_that_becomes_a_token_is_encoded_again_with_ignore_merges(ignore_merges):
-    """"abc" keeps [ab, c] under plain BPE (no new merge applies to it), but with
+    """ "abc" keeps [ab, c] under plain BPE (no new merge applies to it), but with
     ``ignore_merges`` a word that is a token is that token, whatever its old encoding."""
-    old = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3}, merges=[("a", "b")],
-                       pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}},
-                       model_options={"ignore_merges": ignore_merges})
+    old = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3},
+        merges=[("a", "b")],
+        pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}},
+        model_options={"ignore_merges": ignore_merges},
+    )
     new = old.replace_model(vocab={**old.vocab, "bc": 4, "abc": 5}, merges=[("a", "b"), ("b", "c"), ("a", "bc")])
     texts = ["abc bc abc", "cab"]
     counter = StepCounter(old)

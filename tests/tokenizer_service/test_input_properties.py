@@ -30,8 +30,10 @@ json_values = st.recursive(
 @contextlib.contextmanager
 def time_bound(seconds: int = SECONDS_PER_EXAMPLE):
     """Fail an example that runs longer than ``seconds`` (a hang would never finish)."""
+
     def expire(signum, frame):
         raise TimeoutError(f"no answer within {seconds} s")
+
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)
     try:
@@ -60,8 +62,13 @@ def load_or_refuse(path, **options):
 
 
 @EXAMPLES
-@given(data=st.binary(max_size=2000), name=st.sampled_from(["c.jsonl", "c.txt", "c.jsonl.gz"]),
-       packed=st.booleans(), cut=st.integers(0, 50), skip_bad=st.booleans())
+@given(
+    data=st.binary(max_size=2000),
+    name=st.sampled_from(["c.jsonl", "c.txt", "c.jsonl.gz"]),
+    packed=st.booleans(),
+    cut=st.integers(0, 50),
+    skip_bad=st.booleans(),
+)
 def test_any_bytes_as_a_corpus(tmp_path, data, name, packed, cut, skip_bad):
     if packed:
         data = gzip.compress(data)
@@ -74,11 +81,16 @@ def test_any_bytes_as_a_corpus(tmp_path, data, name, packed, cut, skip_bad):
 
 
 @EXAMPLES
-@given(records=st.lists(json_values | st.fixed_dictionaries({"text": json_values}, optional={"ts": json_values})
-                        | st.fixed_dictionaries({"text": st.text(max_size=20)},
-                                                optional={"ts": st.datetimes().map(str)}),
-                        min_size=1, max_size=8),
-       skip_bad=st.booleans())
+@given(
+    records=st.lists(
+        json_values
+        | st.fixed_dictionaries({"text": json_values}, optional={"ts": json_values})
+        | st.fixed_dictionaries({"text": st.text(max_size=20)}, optional={"ts": st.datetimes().map(str)}),
+        min_size=1,
+        max_size=8,
+    ),
+    skip_bad=st.booleans(),
+)
 def test_any_json_lines_as_a_corpus(tmp_path, records, skip_bad):
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
@@ -117,6 +129,7 @@ def _mutate(data, path_choices, value, action):
         elif isinstance(node, list):
             for k, v in enumerate(node[:40]):
                 walk(v, trail + [k])
+
     walk(data, [])
     trail = places[path_choices % len(places)]
     if not trail:
@@ -137,10 +150,15 @@ def _mutate(data, path_choices, value, action):
 
 
 @EXAMPLES
-@given(where=st.integers(0, 10**6), value=json_values | st.integers(-5, 400) | st.text(max_size=4),
-       action=st.sampled_from(["replace", "delete", "add"]), more=st.integers(0, 2))
-def test_mutated_tokenizers_load_or_are_refused_and_loaded_ones_work(tmp_path, valid_tokenizer_json, where, value,
-                                                                     action, more):
+@given(
+    where=st.integers(0, 10**6),
+    value=json_values | st.integers(-5, 400) | st.text(max_size=4),
+    action=st.sampled_from(["replace", "delete", "add"]),
+    more=st.integers(0, 2),
+)
+def test_mutated_tokenizers_load_or_are_refused_and_loaded_ones_work(
+    tmp_path, valid_tokenizer_json, where, value, action, more
+):
     data = json.loads(json.dumps(valid_tokenizer_json))
     for k in range(more + 1):
         data = _mutate(data, where // (k + 1), json.loads(json.dumps(value)), action)
@@ -164,10 +182,29 @@ def load_and_audit(tmp_path, data):
 
 
 @EXAMPLES
-@given(edits=st.lists(st.tuples(st.sampled_from(["drop merge", "repeat merge", "swap merges", "swap ids",
-                                                 "move id into a hole", "drop token", "add token", "ignore_merges",
-                                                 "special token"]),
-                                st.integers(0, 10**4), st.integers(0, 10**4)), min_size=1, max_size=3))
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "drop merge",
+                    "repeat merge",
+                    "swap merges",
+                    "swap ids",
+                    "move id into a hole",
+                    "drop token",
+                    "add token",
+                    "ignore_merges",
+                    "special token",
+                ]
+            ),
+            st.integers(0, 10**4),
+            st.integers(0, 10**4),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_hand_edited_tokenizers_load_or_are_refused_and_loaded_ones_work(tmp_path, valid_tokenizer_json, edits):
     data = json.loads(json.dumps(valid_tokenizer_json))
     for edit, a, b in edits:

@@ -19,8 +19,11 @@ WS = {"pre_tokenizer": {"type": "WhitespaceSplit"}, "decoder": {"type": "Fuse"}}
 
 def hand_built() -> BPETokenizer:
     # a b c | ab (a+b) | abc (ab+c) | bc (b+c)
-    return BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, "bc": 5},
-                        merges=[("a", "b"), ("ab", "c"), ("b", "c")], pipeline=WS)
+    return BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, "bc": 5},
+        merges=[("a", "b"), ("ab", "c"), ("b", "c")],
+        pipeline=WS,
+    )
 
 
 def test_scores_match_a_hand_count():
@@ -88,8 +91,11 @@ def test_vectorised_scores_equal_a_brute_force_walk(byte_tokenizer, corpus):
 
 def test_f2_follows_the_merge_bpe_applies_not_the_first_listed():
     # Tiktoken style: "abc" is listed as a+bc first, but BPE forms ab first (rank 0), so ab+c wins.
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
-                       merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")], pipeline=WS)
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")],
+        pipeline=WS,
+    )
     graph = MergeGraph(tok)
     assert graph.parents["abc"] == ("ab", "c") and tokenizer_kind(tok, graph) == "tiktoken"
     scores = score_tokens(tok, count_corpus(tok, ["abc abc"]), graph=graph)
@@ -99,7 +105,9 @@ def test_f2_follows_the_merge_bpe_applies_not_the_first_listed():
 def test_residue_rules_follow_the_definitions():
     tok = BPETokenizer(
         vocab={"a": 0, "b": 1, "c": 2, "é": 3, "ab": 4, "abc": 5, "bc": 6, "cé": 7},
-        merges=[("a", "b"), ("ab", "c"), ("b", "c"), ("c", "é")], pipeline=WS)
+        merges=[("a", "b"), ("ab", "c"), ("b", "c"), ("c", "é")],
+        pipeline=WS,
+    )
     scores = score_tokens(tok, count_corpus(tok, ["abc"] * 30 + ["ab"]))
     report = find_residues(tok, scores, r=0.1, s=1.0)
     # ab: F1 1, F2 30 -> R 0.03, S 0: a residue. abc: R 1. bc, cé: never seen -> unseen, no residue.

@@ -34,8 +34,11 @@ def test_the_codebook_read_a_code_at_a_time_knows_what_the_encoder_knew(ids, max
     codes = lzw.encode(ids)
     book = Codebook(lzw)
     for code in codes:
-        first = book.entries[code - 6][0] if 6 <= code < 6 + len(book.entries) else \
-            (book.new[0] if code == 6 + len(book.entries) else code)
+        first = (
+            book.entries[code - 6][0]
+            if 6 <= code < 6 + len(book.entries)
+            else (book.new[0] if code == 6 + len(book.entries) else code)
+        )
         assert first not in book.continuing
         assert code < 6 or code - 6 < len(book.entries) or (code - 6 == len(book.entries) and book.new is not None)
         run = book.read(code)

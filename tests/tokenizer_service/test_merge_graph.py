@@ -17,8 +17,9 @@ def test_base_tokens_are_never_sinks():
 
 
 def test_descendants_follow_every_merge_tree():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2, "abb": 3, "bab": 4},
-                       merges=[("a", "b"), ("ab", "b"), ("b", "ab")], pipeline={})
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "ab": 2, "abb": 3, "bab": 4}, merges=[("a", "b"), ("ab", "b"), ("b", "ab")], pipeline={}
+    )
     graph = MergeGraph(tok)
     assert graph.descendants("b") == {"ab", "abb", "bab"}
     assert graph.descendants("abb") == set()
@@ -30,6 +31,9 @@ def test_trained_tokenizers_are_fully_reachable(byte_tokenizer):
 
 
 def test_unreachable_token_is_reported():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
-                       merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        merges=[("a", "b"), ("b", "c"), ("a", "bc")],
+        pipeline={},
+    )
     assert unreachable_tokens(tok) == ["abc"]

@@ -97,9 +97,11 @@ def test_a_restarting_worker_fails_the_call_it_was_on_and_a_new_one_takes_the_re
 
 def test_a_worker_whose_caller_is_killed_exits_by_itself(tmp_path):
     pid_file = tmp_path / "pid"
-    caller = ("import sys, time; from tokenizer_service.ordered_worker import OrderedWorker; "
-              "import os; w = OrderedWorker(name='tokmaint-test'); "
-              f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(600)")
+    caller = (
+        "import sys, time; from tokenizer_service.ordered_worker import OrderedWorker; "
+        "import os; w = OrderedWorker(name='tokmaint-test'); "
+        f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(600)"
+    )
     process = subprocess.Popen([sys.executable, "-c", caller])
     deadline = time.monotonic() + 60
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:

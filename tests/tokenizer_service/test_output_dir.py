@@ -16,14 +16,34 @@ from tokmaint.cli import main
 from tokenizer_service.errors import OutputError
 from tokenizer_service.output_dir import MARKER, OutputDir, StepLog, file_set_marker, write_file_set
 
-EVOLVE_OPTIONS = ["--vocab-size", "300", "--horizon-docs", "20", "--interval-docs", "10", "--warmup-docs", "0",
-                  "--batch-size", "5",
-                  "--init-share", "0.3"]
+EVOLVE_OPTIONS = [
+    "--vocab-size",
+    "300",
+    "--horizon-docs",
+    "20",
+    "--interval-docs",
+    "10",
+    "--warmup-docs",
+    "0",
+    "--batch-size",
+    "5",
+    "--init-share",
+    "0.3",
+]
 
 
 def evolve(corpus, out, *extra, step_docs=10) -> list[str]:
-    return ["evolve", "--corpus", str(corpus), "--out", str(out), "--step-docs", str(step_docs), *EVOLVE_OPTIONS,
-            *extra]
+    return [
+        "evolve",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--step-docs",
+        str(step_docs),
+        *EVOLVE_OPTIONS,
+        *extra,
+    ]
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -46,14 +66,17 @@ def test_reference_run_is_complete(reference):
     assert all(f"{v}/diff.json" in reference for v in versions[1:])
 
 
-@pytest.mark.parametrize("signum, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                                 (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_stops_cleanly_and_the_same_command_continues(drifting_corpus, reference, tmp_path, signum, code,
-                                                               word):
+@pytest.mark.parametrize(
+    "signum, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_signal_stops_cleanly_and_the_same_command_continues(
+    drifting_corpus, reference, tmp_path, signum, code, word
+):
     out = tmp_path / "out"
     argv = evolve(drifting_corpus, out, step_docs=2)
-    process = subprocess.Popen([sys.executable, "-m", "tokmaint.cli", *argv], stderr=subprocess.PIPE,
-                               text=True, preexec_fn=ctrl_c_works)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tokmaint.cli", *argv], stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_works
+    )
     deadline = time.monotonic() + 60
     while not (out / "v0004").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -101,7 +124,8 @@ def test_the_same_run_again_changes_nothing(drifting_corpus, tmp_path, capsys):
     assert main(evolve(drifting_corpus, out)) == 0
     assert tree(out) == first
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != "steps.jsonl"} == {
-        p: t for p, t in mtimes.items() if p.name != "steps.jsonl"}
+        p: t for p, t in mtimes.items() if p.name != "steps.jsonl"
+    }
 
 
 def test_a_changed_version_is_never_overwritten(drifting_corpus, tmp_path, capsys):
@@ -119,8 +143,11 @@ def test_a_different_run_is_refused_naming_what_differs(drifting_corpus, tmp_pat
     before = tree(out)
     assert main(evolve(drifting_corpus, out, "--horizon-docs", "25", "--lineage", "other")) == 2
     err = capsys.readouterr().err
-    assert "holds a different `tokmaint evolve` run (horizon_docs: 20 there, 25 now; lineage: default there, other " \
-           "now)" in err and "--force" in err
+    assert (
+        "holds a different `tokmaint evolve` run (horizon_docs: 20 there, 25 now; lineage: default there, other now)"
+        in err
+        and "--force" in err
+    )
     assert tree(out) == before
 
 
@@ -240,24 +267,32 @@ def test_step_log_keeps_the_whole_records_and_checks_replays(tmp_path):
 
 def _private_files(names: dict[str, str]):
     """A writer as tempfile and transformers' weights writer are: a 0600 file (and a 0700 folder)."""
+
     def write(folder: Path) -> None:
         for name, text in names.items():
             (folder / name).write_text(text)
             (folder / name).chmod(0o600)
+
     return write
 
 
 def test_a_file_set_written_again_keeps_the_users_files(tmp_path):
     out = tmp_path / "model"
-    assert write_file_set(out, _private_files({"weights": "1", "old-only": "x"}), command="demo") == ["old-only",
-                                                                                                      "weights"]
+    assert write_file_set(out, _private_files({"weights": "1", "old-only": "x"}), command="demo") == [
+        "old-only",
+        "weights",
+    ]
     (out / "README.md").write_text("my notes")
     (out / "runs").mkdir()
     (out / "runs" / "eval.txt").write_text("my eval")
-    assert write_file_set(out, _private_files({"weights": "2", "config": "c"}), command="demo") == ["config",
-                                                                                                   "weights"]
-    assert tree(out) == {"README.md": b"my notes", "runs/eval.txt": b"my eval", "weights": b"2", "config": b"c",
-                         MARKER: (out / MARKER).read_bytes()}  # old-only was ours: gone
+    assert write_file_set(out, _private_files({"weights": "2", "config": "c"}), command="demo") == ["config", "weights"]
+    assert tree(out) == {
+        "README.md": b"my notes",
+        "runs/eval.txt": b"my eval",
+        "weights": b"2",
+        "config": b"c",
+        MARKER: (out / MARKER).read_bytes(),
+    }  # old-only was ours: gone
     assert file_set_marker(out) == {"command": "demo", "files": ["config", "weights"], "complete": True}
     assert not [p for p in tmp_path.iterdir() if p.name != "model"]  # no staging left beside it
 
@@ -299,8 +334,12 @@ def test_a_file_set_interrupted_is_marked_unfinished_and_completed_by_the_next(t
             raise KeyboardInterrupt
         replaced.append(target)
         os.rename(source, target)
-    monkeypatch.setattr(output_dir.os, "replace", lambda s, t, _real=os.replace: (
-        _real(s, t) if Path(t).name == MARKER else crash_after_one(s, t)))
+
+    monkeypatch.setattr(
+        output_dir.os,
+        "replace",
+        lambda s, t, _real=os.replace: _real(s, t) if Path(t).name == MARKER else crash_after_one(s, t),
+    )
     with pytest.raises(KeyboardInterrupt):
         write_file_set(out, _private_files({"a": "2", "b": "2"}), command="demo")
     monkeypatch.undo()

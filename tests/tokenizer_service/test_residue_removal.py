@@ -19,8 +19,21 @@ WS = {"pre_tokenizer": {"type": "WhitespaceSplit"}, "decoder": {"type": "Fuse"}}
 
 def corruptions() -> BPETokenizer:
     """LiteToken Table 3's first row in miniature: "_cor ruptions" should become "_corruption s"."""
-    merges = [("r", "u"), ("p", "t"), ("i", "o"), ("io", "n"), ("ion", "s"), ("pt", "ions"), ("ru", "ptions"),
-              ("_", "c"), ("_c", "o"), ("_co", "r"), ("_cor", "ru"), ("pt", "ion"), ("_corru", "ption")]
+    merges = [
+        ("r", "u"),
+        ("p", "t"),
+        ("i", "o"),
+        ("io", "n"),
+        ("ion", "s"),
+        ("pt", "ions"),
+        ("ru", "ptions"),
+        ("_", "c"),
+        ("_c", "o"),
+        ("_co", "r"),
+        ("_cor", "ru"),
+        ("pt", "ion"),
+        ("_corru", "ption"),
+    ]
     alphabet = sorted(set("_corruptions"))
     vocab = {t: i for i, t in enumerate(alphabet + [a + b for a, b in merges])}
     return BPETokenizer(vocab=vocab, merges=merges, pipeline=WS)
@@ -42,23 +55,28 @@ def test_table_3_analogue_split_then_remerge_into_better_tokens():
 
 
 def test_split_goes_down_the_merges_actually_applied():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
-                       merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")], pipeline=WS)
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        merges=[("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")],
+        pipeline=WS,
+    )
     # abc forms as ab + c (ab has rank 0), so splitting abc gives ab, c, not a, bc.
     assert SplitRemerge(tok, ["abc"]).split("abc") == ["ab", "c"]
 
 
 def test_a_token_that_needs_a_residue_keeps_it_as_scaffolding():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4},
-                       merges=[("a", "b"), ("ab", "c")], pipeline=WS)
+    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4}, merges=[("a", "b"), ("ab", "c")], pipeline=WS)
     removal = residue_free_tokenizer(tok, ["ab"])
     assert removal.scaffolding == ["ab"] and removal.removed == []
     assert removal.tokenizer.vocab == tok.vocab
 
 
 def test_rewired_merge_keeps_the_token_reachable_and_ids_stay():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
-                       merges=[("a", "b"), ("b", "c"), ("ab", "c")], pipeline=WS)
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        merges=[("a", "b"), ("b", "c"), ("ab", "c")],
+        pipeline=WS,
+    )
     removal = residue_free_tokenizer(tok, ["ab"])
     assert removal.rewired == ["abc"] and ("a", "bc") in removal.tokenizer.merges
     assert removal.tokenizer.vocab == {"a": 0, "b": 1, "c": 2, "bc": 4, "abc": 5}  # id 3 is a hole
@@ -72,8 +90,15 @@ def test_removal_is_an_ordinary_revision_diff():
     assert set(entries) == {"ruptions", "ptions", "ions"}
     e = entries["ruptions"]
     assert e.kind == "removed" and e.new_token is None and e.parents == [tok.vocab["ru"], tok.vocab["ptions"]]
-    diff = RevisionDiff(lineage="t", version=2, parent_version=1, tokenizer_sha256=removal.tokenizer.sha256,
-                        vocab_size=len(removal.tokenizer), entries=removal.entries, config={})
+    diff = RevisionDiff(
+        lineage="t",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256=removal.tokenizer.sha256,
+        vocab_size=len(removal.tokenizer),
+        entries=removal.entries,
+        config={},
+    )
     assert RevisionDiff.from_dict(json.loads(diff.to_json())) == diff
 
 
@@ -117,8 +142,13 @@ def test_export_loads_everywhere_and_agrees_with_split_remerge(tmp_path):
     fast = PreTrainedTokenizerFast(tokenizer_file=str(path))
     rng = random.Random(0)
     words = ["_corruptions", "_corruption", "ruptions", "options", "ions", "_cor", "tips"]
-    texts = [" ".join(rng.choice(words) + "".join(rng.choices("_corruptions", k=rng.randint(0, 3)))
-                      for _ in range(rng.randint(1, 6))) for _ in range(300)]
+    texts = [
+        " ".join(
+            rng.choice(words) + "".join(rng.choices("_corruptions", k=rng.randint(0, 3)))
+            for _ in range(rng.randint(1, 6))
+        )
+        for _ in range(300)
+    ]
     lite = SplitRemerge(tok, removal.removed).encode_batch(texts)
     via_tokenizers = [e.ids for e in Tokenizer.from_file(str(path)).encode_batch(texts, add_special_tokens=False)]
     assert via_tokenizers == [fast(t, add_special_tokens=False)["input_ids"] for t in texts]

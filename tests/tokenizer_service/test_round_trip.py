@@ -11,8 +11,16 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.round_trip import RoundTrip
 from tokenizer_service.validation import probe_texts, validate
 
-TEXTS = ["plain text", "  two  leading spaces", "trailing  ", "a\u2581literal\u2581symbol", "\u00e9 vs e\u0301",
-         "\ufb01ne \u2460", "tabs\tand\nnewlines", "CamelCase ÜBER"]
+TEXTS = [
+    "plain text",
+    "  two  leading spaces",
+    "trailing  ",
+    "a\u2581literal\u2581symbol",
+    "\u00e9 vs e\u0301",
+    "\ufb01ne \u2460",
+    "tabs\tand\nnewlines",
+    "CamelCase ÜBER",
+]
 
 
 def with_pipeline(tokenizer: BPETokenizer, **sections) -> BPETokenizer:
@@ -50,11 +58,20 @@ def test_llama2_pipeline_promise(sp_tokenizer):
     assert promise.promised(["a\u2581b", "  x"]) == ["a b", "  x"]
 
 
-@pytest.mark.parametrize("decoder", [
-    LLAMA2_PIPELINE["decoder"],  # Mistral's tokenizer.json
-    {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581",
-                                                                 "prepend_scheme": "always"}, {"type": "Fuse"}]},
-])
+@pytest.mark.parametrize(
+    "decoder",
+    [
+        LLAMA2_PIPELINE["decoder"],  # Mistral's tokenizer.json
+        {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "ByteFallback"},
+                {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always"},
+                {"type": "Fuse"},
+            ],
+        },
+    ],
+)
 def test_metaspace_pre_tokenizer_promise(sp_tokenizer, decoder):
     """Spaces and the prepended ▁ come from a Metaspace pre-tokenizer and the decoder drops the
     first ▁: a leading space is lost, as SentencePiece loses it."""

@@ -23,8 +23,12 @@ def make_store(request):
 def step(store, tokens: dict[int, float], pairs: dict[tuple[int, int], float] | None = None):
     pairs = pairs or {}
     keys = np.array([pack_pair(u, v) for u, v in pairs], np.int64)
-    store.apply_counts(token_ids=np.array(list(tokens), np.int64), token_counts=np.array(list(tokens.values())),
-                       pair_keys=keys, pair_counts=np.array(list(pairs.values()), np.float64))
+    store.apply_counts(
+        token_ids=np.array(list(tokens), np.int64),
+        token_counts=np.array(list(tokens.values())),
+        pair_keys=keys,
+        pair_counts=np.array(list(pairs.values()), np.float64),
+    )
 
 
 def test_ema_matches_the_recurrence(make_store):

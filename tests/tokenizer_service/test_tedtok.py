@@ -42,8 +42,9 @@ def test_diff_describes_every_changed_id(byte_tokenizer):
         tedtok.observe_texts(texts)
     revision = tedtok.revisions[0]
     old, new = byte_tokenizer, revision.tokenizer
-    changed = {i for i in set(old.id_to_token) | set(new.id_to_token)
-               if old.id_to_token.get(i) != new.id_to_token.get(i)}
+    changed = {
+        i for i in set(old.id_to_token) | set(new.id_to_token) if old.id_to_token.get(i) != new.id_to_token.get(i)
+    }
     assert {e.id for e in revision.diff.entries} == changed
     for e in revision.diff.entries:
         assert e.kind == "reassigned" and e.old_token == old.id_to_token[e.id] and e.new_token == new.id_to_token[e.id]
@@ -70,17 +71,22 @@ def store_with(tokenizer, pairs: dict[tuple[str, str], float], tokens: dict[str,
     store = MemoryStatsStore(alpha=0.5)
     v = tokenizer.vocab
     store.apply_counts(
-        token_ids=np.array([v[t] for t in tokens], np.int64), token_counts=2 * np.array(list(tokens.values())),
+        token_ids=np.array([v[t] for t in tokens], np.int64),
+        token_counts=2 * np.array(list(tokens.values())),
         pair_keys=np.array([pack_pair(v[a], v[b]) for a, b in pairs], np.int64),
-        pair_counts=2 * np.array(list(pairs.values()), np.float64))
+        pair_counts=2 * np.array(list(pairs.values()), np.float64),
+    )
     return store
 
 
 @pytest.fixture
 def small():
     # merges: a+b, ab+c, x+y  -> sinks: abc, xy
-    return BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "x": 3, "y": 4, "ab": 5, "abc": 6, "xy": 7},
-                        merges=[("a", "b"), ("ab", "c"), ("x", "y")], pipeline={"decoder": {"type": "Fuse"}})
+    return BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "x": 3, "y": 4, "ab": 5, "abc": 6, "xy": 7},
+        merges=[("a", "b"), ("ab", "c"), ("x", "y")],
+        pipeline={"decoder": {"type": "Fuse"}},
+    )
 
 
 def test_margin_blocks_weak_pairs(small):
@@ -96,8 +102,7 @@ def test_base_token_cost_recycles_young_ids_first(small):
     # "abc" was added by Ted-Tok (not in the base vocabulary): "abc" goes although it is stronger.
     store = store_with(small, {("c", "x"): 20.0}, {"xy": 1.0, "abc": 3.0, "a": 96.0})
     base = {t: i for t, i in small.vocab.items() if t != "abc"}
-    plan = plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=1,
-                         base_vocab=base, base_token_cost=0.05)
+    plan = plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=1, base_vocab=base, base_token_cost=0.05)
     assert plan.deletes == ["abc"] and plan.delete_scores == [3.0]
     # Without the cost the paper's rule deletes the weakest sink.
     assert plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=1).deletes == ["xy"]
@@ -126,8 +131,11 @@ def test_parents_of_batch_adds_are_not_deleted(small):
 
 
 def test_of_two_pairs_with_one_concatenation_only_the_reachable_one_is_a_candidate():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4},
-                       merges=[("a", "b"), ("b", "c")], pipeline={"decoder": {"type": "Fuse"}})
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4},
+        merges=[("a", "b"), ("b", "c")],
+        pipeline={"decoder": {"type": "Fuse"}},
+    )
     # "abc" encodes as ab + c, so the merge (a, bc) could never fire.
     store = store_with(tok, {("a", "bc"): 50.0, ("ab", "c"): 40.0}, {"ab": 1.0, "bc": 1.0})
     plan = plan_revision(tok, MergeGraph(tok), store, beta=1.2, batch_size=2)
@@ -220,15 +228,19 @@ def test_proposition_1_redistribution_equals_recount(seed):
             ids = sorted(alive)
             counts = rng.integers(0, 6, size=len(ids)).astype(float)
             keys = np.array(sorted({pack_pair(int(a), int(b)) for a, b in rng.choice(ids, (3, 2))}), np.int64)
-            store.apply_counts(token_ids=np.array(ids, np.int64), token_counts=counts,
-                               pair_keys=keys, pair_counts=np.ones(len(keys)))
+            store.apply_counts(
+                token_ids=np.array(ids, np.int64), token_counts=counts, pair_keys=keys, pair_counts=np.ones(len(keys))
+            )
             for a, c in zip(ids, counts):
                 history[a][t] = history[a].get(t, 0.0) + c
 
 
 def test_drop_residues_removes_the_latest_residues_in_the_next_revision():
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
-                       merges=[("a", "b"), ("b", "c"), ("ab", "c")], pipeline={"decoder": {"type": "Fuse"}})
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        merges=[("a", "b"), ("b", "c"), ("ab", "c")],
+        pipeline={"decoder": {"type": "Fuse"}},
+    )
     tt = TedTok(tok, config=TedTokConfig(alpha=0.5, beta=1.2, batch_size=1, interval=1, drop_residues=True))
     # One document of one word "ab": pairs inside it are none, so Ted-Tok itself has no add.
     assert tt.observe_texts(["ab"]) is None
@@ -261,10 +273,14 @@ def test_an_add_unreachable_in_its_batch_is_dropped_with_one_delete():
     statistics may): "abc" encodes as ab + c, so the merge (a, bc) would never fire."""
     from tokenizer_service.tedtok import RevisionPlan
 
-    tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "x": 3, "y": 4, "ab": 5, "bc": 6, "xy": 7, "ca": 8},
-                       merges=[("a", "b"), ("b", "c"), ("x", "y"), ("c", "a")], pipeline={"decoder": {"type": "Fuse"}})
-    plan = RevisionPlan(adds=[("a", "bc"), ("c", "x")], deletes=["xy", "ca"], add_scores=[9.0, 8.0],
-                        delete_scores=[0.0, 0.0])
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "x": 3, "y": 4, "ab": 5, "bc": 6, "xy": 7, "ca": 8},
+        merges=[("a", "b"), ("b", "c"), ("x", "y"), ("c", "a")],
+        pipeline={"decoder": {"type": "Fuse"}},
+    )
+    plan = RevisionPlan(
+        adds=[("a", "bc"), ("c", "x")], deletes=["xy", "ca"], add_scores=[9.0, 8.0], delete_scores=[0.0, 0.0]
+    )
     revised, entries, edit = build_revision(tok, MergeGraph(tok), plan)
     assert len(revised) == len(tok) and "abc" not in revised.vocab and "ca" in revised.vocab
     assert [(e.id, e.kind, e.old_token, e.new_token) for e in entries] == [(7, "reassigned", "xy", "cx")]
@@ -315,8 +331,7 @@ def test_revised_merge_graph_equals_a_rebuild(byte_tokenizer, seed, batch_size):
 
 
 def test_warmup_and_freeze_hold_through_a_real_run(byte_tokenizer):
-    config = TedTokConfig.for_schedule(40, warmup=0.25, freeze_last=0.25, alpha=0.3, beta=1.0, batch_size=3,
-                                       interval=4)
+    config = TedTokConfig.for_schedule(40, warmup=0.25, freeze_last=0.25, alpha=0.3, beta=1.0, batch_size=3, interval=4)
     tedtok = TedTok(byte_tokenizer, config=config)
     for texts in drifted_stream(40, docs=6):
         tedtok.observe_texts(texts)
@@ -389,12 +404,18 @@ def test_the_first_revision_waits_for_a_horizon_so_a_burst_does_not_take_the_id(
     steps (the old default warm-up was a fifth of a horizon) would give it to the burst."""
     from tokenizer_service.evolve import StreamSettings
 
-    settings = StreamSettings(step_docs=1, horizon_docs=10, interval_docs=2, warmup_docs=warmup_docs,
-                              batch_size=1, id_price=0, base_token_cost=0)
+    settings = StreamSettings(
+        step_docs=1,
+        horizon_docs=10,
+        interval_docs=2,
+        warmup_docs=warmup_docs,
+        batch_size=1,
+        id_price=0,
+        base_token_cost=0,
+    )
     tedtok = TedTok(small, config=settings.tedtok_config())
     for step in range(10):
-        revision = tedtok.observe_counts(pair_step(small, {("c", "x"): 40.0 if step == 0 else 0.0,
-                                                          ("y", "a"): 4.0}))
+        revision = tedtok.observe_counts(pair_step(small, {("c", "x"): 40.0 if step == 0 else 0.0, ("y", "a"): 4.0}))
         if revision is not None:
             break
     assert revision is not None and revision.diff.step == settings.warmup_steps
@@ -406,8 +427,9 @@ def test_sinks_are_ranked_by_what_replacing_them_needs(small):
     needs 5.5: the pair at 5.8 replaces the pre-trained one instead of failing on the young one."""
     store = store_with(small, {("c", "x"): 5.8}, {"abc": 5.0, "xy": 0.0, "a": 100.0})
     base = {t: i for t, i in small.vocab.items() if t != "abc"}
-    plan = plan_revision(small, MergeGraph(small), store, beta=1.2, batch_size=2, base_vocab=base,
-                         base_token_cost=0.055)
+    plan = plan_revision(
+        small, MergeGraph(small), store, beta=1.2, batch_size=2, base_vocab=base, base_token_cost=0.055
+    )
     assert plan.adds == [("c", "x")] and plan.deletes == ["xy"]
 
 

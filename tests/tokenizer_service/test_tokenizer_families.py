@@ -50,7 +50,8 @@ def test_counting_sees_what_encoding_emits(family):
     counts = StepCounter(family).count_texts(TEXTS, neighbours=True)
     emitted = np.bincount(np.concatenate([np.asarray(ids) for ids in family.encode_batch(TEXTS)]))
     assert dict(zip(counts.token_ids.tolist(), counts.token_counts.tolist())) == {
-        i: float(n) for i, n in enumerate(emitted) if n}
+        i: float(n) for i, n in enumerate(emitted) if n
+    }
     if family.space_symbol:  # no counted pair crosses a word start: a merge never spans two words
         for key in counts.pair_keys.tolist():
             u, v = (family.id_to_token[i] for i in unpack_pair(key))
@@ -82,8 +83,9 @@ def test_evolve_keeps_every_id_the_stream_does_not_touch(family):
     assert all(last.id_to_token.get(i) == t for i, t in family.id_to_token.items() if i not in touched)
     assert last.pipeline == family.pipeline and last.model_options == family.model_options
     added = [t for r in tedtok.revisions for t in r.added]
-    assert added and not any(t in BYTE_FALLBACK_TOKENS for r in tedtok.revisions for m in r.tokenizer.merges[-8:]
-                             for t in m)
+    assert added and not any(
+        t in BYTE_FALLBACK_TOKENS for r in tedtok.revisions for m in r.tokenizer.merges[-8:] for t in m
+    )
     if family.space_symbol:  # SentencePiece-style: new tokens stay inside a word
         assert all("\u2581" not in t.lstrip("\u2581") for t in added)
     assert {family.token_bytes(t).decode().strip() for t in added} & set(NEW_WORDS)

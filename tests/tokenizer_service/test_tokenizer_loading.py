@@ -44,36 +44,78 @@ CASES = [
     ("not JSON", lambda g: b'{"model": ', "not JSON (Expecting value at line 1 column 11)"),
     ("not UTF-8", lambda g: b'{"model": "\xff"}', "not UTF-8 (byte 0xff at offset 11)"),
     ("no model", lambda g: {"version": "1.0"}, "model: must be an object, got nothing"),
-    ("WordPiece", lambda g: edited(g, lambda d: d["model"].update(type="WordPiece")),
-     "model.type: 'WordPiece'; tokmaint maintains BPE tokenizers only"),
-    ("vocab a list", lambda g: edited(g, lambda d: d["model"].update(vocab=["a"])),
-     "model.vocab: must be an object of token -> id, got a list"),
-    ("negative id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=-1)),
-     "model.vocab: 1 negative ids, e.g. 'low': -1"),
-    ("huge id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=10**9)),
-     f"model.vocab: 1 ids of {MAX_ID_SPACE:,} or more, e.g. 'low': 1000000000"),
-    ("string id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low="7")),
-     "model.vocab: 1 ids that are not whole numbers, e.g. 'low': a string"),
-    ("boolean id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=True)),
-     "ids that are not whole numbers, e.g. 'low': a boolean"),
-    ("shared id", lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=d["model"]["vocab"]["w"])),
-     "model.vocab: 1 ids given to two tokens"),
+    (
+        "WordPiece",
+        lambda g: edited(g, lambda d: d["model"].update(type="WordPiece")),
+        "model.type: 'WordPiece'; tokmaint maintains BPE tokenizers only",
+    ),
+    (
+        "vocab a list",
+        lambda g: edited(g, lambda d: d["model"].update(vocab=["a"])),
+        "model.vocab: must be an object of token -> id, got a list",
+    ),
+    (
+        "negative id",
+        lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=-1)),
+        "model.vocab: 1 negative ids, e.g. 'low': -1",
+    ),
+    (
+        "huge id",
+        lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=10**9)),
+        f"model.vocab: 1 ids of {MAX_ID_SPACE:,} or more, e.g. 'low': 1000000000",
+    ),
+    (
+        "string id",
+        lambda g: edited(g, lambda d: d["model"]["vocab"].update(low="7")),
+        "model.vocab: 1 ids that are not whole numbers, e.g. 'low': a string",
+    ),
+    (
+        "boolean id",
+        lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=True)),
+        "ids that are not whole numbers, e.g. 'low': a boolean",
+    ),
+    (
+        "shared id",
+        lambda g: edited(g, lambda d: d["model"]["vocab"].update(low=d["model"]["vocab"]["w"])),
+        "model.vocab: 1 ids given to two tokens",
+    ),
     ("duplicate token", _duplicate_token, "model.vocab: key 'low' appears more than once"),
-    ("lone surrogate", lambda g: compact(g).replace('"vocab":{', '"vocab":{"\\ud800":999,', 1).encode(),
-     "model.vocab: 1 tokens that are not valid Unicode"),
-    ("merge outside", lambda g: edited(g, lambda d: d["model"]["merges"].append(["q", "zz"])),
-     'model.merges: 1 merges name tokens outside the vocabulary, e.g. ['),
-    ("merge product outside", lambda g: edited(g, lambda d: d["model"]["merges"].append(["w", "w"])),
-     "model.merges: 1 merges produce tokens outside the vocabulary"),
-    ("merge malformed", lambda g: edited(g, lambda d: d["model"]["merges"].append(["a"])),
-     'merges that are not "a b" or ["a", "b"]'),
+    (
+        "lone surrogate",
+        lambda g: compact(g).replace('"vocab":{', '"vocab":{"\\ud800":999,', 1).encode(),
+        "model.vocab: 1 tokens that are not valid Unicode",
+    ),
+    (
+        "merge outside",
+        lambda g: edited(g, lambda d: d["model"]["merges"].append(["q", "zz"])),
+        "model.merges: 1 merges name tokens outside the vocabulary, e.g. [",
+    ),
+    (
+        "merge product outside",
+        lambda g: edited(g, lambda d: d["model"]["merges"].append(["w", "w"])),
+        "model.merges: 1 merges produce tokens outside the vocabulary",
+    ),
+    (
+        "merge malformed",
+        lambda g: edited(g, lambda d: d["model"]["merges"].append(["a"])),
+        'merges that are not "a b" or ["a", "b"]',
+    ),
     ("merges missing", lambda g: edited(g, lambda d: d["model"].pop("merges")), "model.merges: must be a list"),
-    ("added token without id", lambda g: edited(g, lambda d: d["added_tokens"].append({"content": "<x>"})),
-     "added_tokens: 1 entries without a non-empty 'content' and an 'id'"),
-    ("a key nested 500 deep", lambda g: edited(g, lambda d: d.update(extra=json.loads("[" * 500 + "]" * 500))),
-     "extra" + "[0]" * 64 + ": nested more than 64 levels deep"),
-    ("pre-tokenizer tokenizers rejects", lambda g: edited(g, lambda d: d.update(pre_tokenizer={"type": "Nope"})),
-     "tokenizer.json does not load in tokenizers: data did not match any variant"),
+    (
+        "added token without id",
+        lambda g: edited(g, lambda d: d["added_tokens"].append({"content": "<x>"})),
+        "added_tokens: 1 entries without a non-empty 'content' and an 'id'",
+    ),
+    (
+        "a key nested 500 deep",
+        lambda g: edited(g, lambda d: d.update(extra=json.loads("[" * 500 + "]" * 500))),
+        "extra" + "[0]" * 64 + ": nested more than 64 levels deep",
+    ),
+    (
+        "pre-tokenizer tokenizers rejects",
+        lambda g: edited(g, lambda d: d.update(pre_tokenizer={"type": "Nope"})),
+        "tokenizer.json does not load in tokenizers: data did not match any variant",
+    ),
 ]
 
 
@@ -93,6 +135,7 @@ def test_every_reason_is_reported(tmp_path, good):
     def two_problems(d):
         d["model"]["vocab"]["low"] = -3
         d["model"]["merges"].append(["q", "zz"])
+
     with pytest.raises(InvalidTokenizer) as caught:
         load_tokenizer(save(tmp_path, edited(good, two_problems)))
     assert len(caught.value.reasons) == 2
@@ -101,6 +144,7 @@ def test_every_reason_is_reported(tmp_path, good):
 def test_a_lossy_tokenizer_fails_validation_but_loads_unchecked(tmp_path, good):
     def drop_a_byte(d):
         del d["model"]["vocab"]["Ā"]  # byte 0x00: it no longer encodes
+
     path = save(tmp_path, edited(good, drop_a_byte))
     with pytest.raises(InvalidTokenizer, match="byte alphabet incomplete"):
         load_tokenizer(path)
@@ -126,15 +170,26 @@ def test_good_files_load_unchanged(tmp_path, good):
 
 
 UNUSABLE = [
-    ("dropout", lambda d: d["model"].update(dropout=0.5),
-     "model.dropout: 0.5 is not supported (encoding would be random)"),
-    ("subword prefix", lambda d: d["model"].update(continuing_subword_prefix="##"),
-     'model.continuing_subword_prefix: "##" is not supported'),
-    ("added token on another's id", lambda d: d["added_tokens"].append(
-        {"id": d["model"]["vocab"]["w"], "content": "<x>", "special": True}),
-     "added_tokens: 1 added tokens clash with the vocabulary, e.g. [0] '<x>' has id"),
-    ("token outside the byte alphabet", lambda d: d["model"]["vocab"].update({" ": 9999}),
-     "1 tokens hold characters outside the byte-level alphabet, e.g. [' ']"),
+    (
+        "dropout",
+        lambda d: d["model"].update(dropout=0.5),
+        "model.dropout: 0.5 is not supported (encoding would be random)",
+    ),
+    (
+        "subword prefix",
+        lambda d: d["model"].update(continuing_subword_prefix="##"),
+        'model.continuing_subword_prefix: "##" is not supported',
+    ),
+    (
+        "added token on another's id",
+        lambda d: d["added_tokens"].append({"id": d["model"]["vocab"]["w"], "content": "<x>", "special": True}),
+        "added_tokens: 1 added tokens clash with the vocabulary, e.g. [0] '<x>' has id",
+    ),
+    (
+        "token outside the byte alphabet",
+        lambda d: d["model"]["vocab"].update({" ": 9999}),
+        "1 tokens hold characters outside the byte-level alphabet, e.g. [' ']",
+    ),
     ("huge integer", None, "not JSON tokmaint can read"),
 ]
 
@@ -152,8 +207,15 @@ def test_unusable_tokenizers_are_refused_even_when_invalid_ones_are_allowed(tmp_
 def test_fresh_ids_start_past_added_tokens(tmp_path, good):
     from tokenizer_service.tedtok import TedTok, TedTokConfig
 
-    end = {"id": 300, "content": "<|end|>", "single_word": False, "lstrip": False, "rstrip": False,
-           "normalized": False, "special": True}
+    end = {
+        "id": 300,
+        "content": "<|end|>",
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": True,
+    }
     # tokenizers would give <|end|> the id after the vocabulary's last, not 300: refused, saying so.
     with pytest.raises(InvalidTokenizer, match=r"'<\|end\|>' 300 -> \d+ \(the vocabulary does not hold"):
         load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))

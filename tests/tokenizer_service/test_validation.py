@@ -26,14 +26,25 @@ def test_merge_outside_vocabulary_is_refused(byte_tokenizer):
     assert any("outside the vocabulary" in r for r in validate(bad).reasons)
 
 
-@pytest.mark.parametrize("normalizer, text, promised", [
-    ({"type": "NFC"}, "e\u0301te\u0301", "\u00e9t\u00e9"),  # decomposed é comes back composed
-    ({"type": "NFKC"}, "\ufb01 \u2460", "fi 1"),
-    ({"type": "Lowercase"}, "MiXed Ünï", "mixed ünï"),
-    ({"type": "Sequence", "normalizers": [{"type": "Strip", "strip_left": True, "strip_right": True},
-                                          {"type": "Replace", "pattern": {"String": "\t"}, "content": " "}]},
-     "  a\tb ", "a b"),
-])
+@pytest.mark.parametrize(
+    "normalizer, text, promised",
+    [
+        ({"type": "NFC"}, "e\u0301te\u0301", "\u00e9t\u00e9"),  # decomposed é comes back composed
+        ({"type": "NFKC"}, "\ufb01 \u2460", "fi 1"),
+        ({"type": "Lowercase"}, "MiXed Ünï", "mixed ünï"),
+        (
+            {
+                "type": "Sequence",
+                "normalizers": [
+                    {"type": "Strip", "strip_left": True, "strip_right": True},
+                    {"type": "Replace", "pattern": {"String": "\t"}, "content": " "},
+                ],
+            },
+            "  a\tb ",
+            "a b",
+        ),
+    ],
+)
 def test_a_normalizer_is_a_promise_not_a_loss(byte_tokenizer, normalizer, text, promised):
     """decode(encode(s)) is normalize(s): the tokenizer is valid, and ``text`` round-trips to its
     normalized form, not to itself."""
@@ -47,8 +58,10 @@ def test_a_normalizer_is_a_promise_not_a_loss(byte_tokenizer, normalizer, text, 
 
 def test_a_decoder_that_drops_a_byte_is_refused(byte_tokenizer):
     data = json.loads(byte_tokenizer.to_json())
-    data["decoder"] = {"type": "Sequence", "decoders": [data["decoder"], {"type": "Replace", "pattern": {
-        "String": "\x07"}, "content": ""}]}
+    data["decoder"] = {
+        "type": "Sequence",
+        "decoders": [data["decoder"], {"type": "Replace", "pattern": {"String": "\x07"}, "content": ""}],
+    }
     report = validate(BPETokenizer.from_json(json.dumps(data)))
     assert any("lossy" in r and "\\x07" in r for r in report.reasons), report.reasons
 
@@ -65,8 +78,10 @@ def test_a_normalizer_replacement_the_decoder_does_not_undo_is_a_loss(byte_token
     turning every "x" into "y" loses text the normalizer never touched."""
     data = json.loads(byte_tokenizer.to_json())
     data["normalizer"] = {"type": "Replace", "pattern": {"String": "y"}, "content": "x"}
-    data["decoder"] = {"type": "Sequence", "decoders": [data["decoder"], {"type": "Replace", "pattern": {
-        "String": "x"}, "content": "y"}]}
+    data["decoder"] = {
+        "type": "Sequence",
+        "decoders": [data["decoder"], {"type": "Replace", "pattern": {"String": "x"}, "content": "y"}],
+    }
     assert validate(BPETokenizer.from_json(json.dumps(data))).ok  # "y" -> "x" -> "y": literal x comes back as y
     data["normalizer"] = None
     assert any("lossy" in r for r in validate(BPETokenizer.from_json(json.dumps(data))).reasons)
@@ -80,8 +95,11 @@ def test_unloadable_tokenizer_is_refused(byte_tokenizer):
 
 
 def test_reachability_regression_against_parent():
-    parent = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "bc": 3, "abc": 4},
-                          merges=[("b", "c"), ("a", "bc")], pipeline={"decoder": {"type": "Fuse"}})
+    parent = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "bc": 3, "abc": 4},
+        merges=[("b", "c"), ("a", "bc")],
+        pipeline={"decoder": {"type": "Fuse"}},
+    )
     # Adding ("a", "b") first steals "ab" and makes "abc" unreachable.
     child = parent.replace_model(vocab={**parent.vocab, "ab": 5}, merges=[("a", "b"), *parent.merges])
     report = validate(child, parent=parent, probes=["abc", "cab"])
@@ -99,8 +117,17 @@ def test_an_added_token_that_is_a_byte_level_token_of_other_bytes_is_refused(byt
     """Marking the byte-level token "ü" (byte 0xFC) as an added token makes the text "ü" (two UTF-8
     bytes) encode to it and decode to the lone byte 0xFC: lossy, though no probe need contain "ü"."""
     data = json.loads(byte_tokenizer.to_json())
-    data["added_tokens"].append({"id": data["model"]["vocab"]["ü"], "content": "ü", "single_word": False,
-                                 "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+    data["added_tokens"].append(
+        {
+            "id": data["model"]["vocab"]["ü"],
+            "content": "ü",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
     tokenizer = BPETokenizer.from_json(json.dumps(data))
     assert tokenizer.decode(tokenizer.encode("ü")) != "ü"
     assert "1 added tokens mean other bytes as byte-level tokens, e.g. ['ü']" in validate(tokenizer).reasons
@@ -112,8 +139,17 @@ def test_added_tokens_tokenizers_would_renumber_are_refused_and_revisions_keep_t
     numbers it on from the vocabulary's size, onto a model token's id."""
     data = json.loads(byte_tokenizer.to_json())
     eos = byte_tokenizer.id_space
-    data["added_tokens"] = [{"id": eos, "content": "<eos>", "special": True, "single_word": False, "lstrip": False,
-                             "rstrip": False, "normalized": False}]
+    data["added_tokens"] = [
+        {
+            "id": eos,
+            "content": "<eos>",
+            "special": True,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+        }
+    ]
     with_eos = BPETokenizer.from_json(json.dumps(data))
     assert validate(with_eos).ok
     sink = with_eos.merge_outputs[-1]

@@ -12,10 +12,28 @@ from tokmaint.cli import main
 
 def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
     out = tmp_path / "versions"
-    result = run_json(capsys, "evolve", "--corpus", str(drifting_corpus), "--out", str(out), "--vocab-size", "300",
-                      "--step-docs", "10", "--horizon-docs", "30", "--interval-docs", "50", "--warmup-docs", "0",
-                      "--batch-size", "10",
-                      "--init-share", "0.3")
+    result = run_json(
+        capsys,
+        "evolve",
+        "--corpus",
+        str(drifting_corpus),
+        "--out",
+        str(out),
+        "--vocab-size",
+        "300",
+        "--step-docs",
+        "10",
+        "--horizon-docs",
+        "30",
+        "--interval-docs",
+        "50",
+        "--warmup-docs",
+        "0",
+        "--batch-size",
+        "10",
+        "--init-share",
+        "0.3",
+    )
     versions = sorted(p.name for p in out.glob("v*"))
     assert len(versions) == result["versions"] > 1
     assert not list(out.glob(".tokmaint-staging-*"))  # no staging leftovers
@@ -29,9 +47,31 @@ def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
 
 
 def test_bench_drift_closes_the_gap_within_its_id_budget(drifting_corpus, capsys):
-    result = run_json(capsys, "bench", "drift", "--corpus", str(drifting_corpus), "--vocab-size", "300",
-                      "--held-out", "50", "--old-share", "0.3", "--new-share", "0.3", "--step-docs", "10",
-                      "--horizon-docs", "30", "--interval-docs", "50", "--warmup-docs", "50", "--batch-size", "20")
+    result = run_json(
+        capsys,
+        "bench",
+        "drift",
+        "--corpus",
+        str(drifting_corpus),
+        "--vocab-size",
+        "300",
+        "--held-out",
+        "50",
+        "--old-share",
+        "0.3",
+        "--new-share",
+        "0.3",
+        "--step-docs",
+        "10",
+        "--horizon-docs",
+        "30",
+        "--interval-docs",
+        "50",
+        "--warmup-docs",
+        "50",
+        "--batch-size",
+        "20",
+    )
     [row] = result["rows"]
     assert row["bpt_new"] > row["bpt_old"] and row["bpt_tedtok"] > row["bpt_old"]
     assert row["gap_closed"] > 0.5
@@ -39,24 +79,51 @@ def test_bench_drift_closes_the_gap_within_its_id_budget(drifting_corpus, capsys
     assert row["revisions"] >= 1
     assert 1 - row["revisions"] * 20 / 300 <= row["ids_stable"] < 1
     assert row["stream_docs"] == 370
-    assert result["worst"] == [{"price": 1.0, "gap_closed": row["gap_closed"], "ids_stable": row["ids_stable"],
-                                "gap_undefined": 0}]
+    assert result["worst"] == [
+        {"price": 1.0, "gap_closed": row["gap_closed"], "ids_stable": row["ids_stable"], "gap_undefined": 0}
+    ]
 
 
 def test_bench_drift_sweeps_several_corpora_and_plots(drifting_corpus, tmp_path, capsys):
     other = tmp_path / "reversed.jsonl"
     with gzip.open(drifting_corpus, "rt", encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
-    other.write_text("\n".join(json.dumps({"ts": r["ts"], "text": t["text"]})
-                               for r, t in zip(records, reversed(records))))
-    argv = ["bench", "drift", "--corpus", str(drifting_corpus), "--corpus", str(other), "--vocab-size", "300",
-            "--held-out", "50", "--old-share", "0.3", "--new-share", "0.3", "--step-docs", "10",
-            "--horizon-docs", "30", "--interval-docs", "50", "--warmup-docs", "50", "--sweep", "0,1,8",
-            "--plot", str(tmp_path / "plot")]
+    other.write_text(
+        "\n".join(json.dumps({"ts": r["ts"], "text": t["text"]}) for r, t in zip(records, reversed(records)))
+    )
+    argv = [
+        "bench",
+        "drift",
+        "--corpus",
+        str(drifting_corpus),
+        "--corpus",
+        str(other),
+        "--vocab-size",
+        "300",
+        "--held-out",
+        "50",
+        "--old-share",
+        "0.3",
+        "--new-share",
+        "0.3",
+        "--step-docs",
+        "10",
+        "--horizon-docs",
+        "30",
+        "--interval-docs",
+        "50",
+        "--warmup-docs",
+        "50",
+        "--sweep",
+        "0,1,8",
+        "--plot",
+        str(tmp_path / "plot"),
+    ]
     result = run_json(capsys, *argv)
     rows = result["rows"]
     assert [(r["corpus"], r["price"]) for r in rows] == [
-        (name, p) for name in ("stream", "reversed") for p in (0.0, 1.0, 8.0)]
+        (name, p) for name in ("stream", "reversed") for p in (0.0, 1.0, 8.0)
+    ]
     for w in result["worst"]:
         at = [r for r in rows if r["price"] == w["price"]]
         assert w["gap_closed"] == min(r["gap_closed"] for r in at)
@@ -68,8 +135,9 @@ def test_bench_drift_sweeps_several_corpora_and_plots(drifting_corpus, tmp_path,
     assert (tmp_path / "plot" / "drift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_residues_audits_each_family_in_a_process_of_its_own(drifting_corpus, byte_tokenizer, sp_tokenizer,
-                                                                    tmp_path, capsys):
+def test_bench_residues_audits_each_family_in_a_process_of_its_own(
+    drifting_corpus, byte_tokenizer, sp_tokenizer, tmp_path, capsys
+):
     paths = []
     for name, tokenizer in (("byte", byte_tokenizer), ("sp", sp_tokenizer)):
         paths += ["--tokenizer", str(tmp_path / f"{name}.json")]
@@ -94,8 +162,21 @@ def test_bench_residues_audits_each_family_in_a_process_of_its_own(drifting_corp
 
 
 def test_bench_throughput_times_what_it_says(drifting_corpus, capsys):
-    result = run_json(capsys, "bench", "throughput", "--corpus", str(drifting_corpus), "--vocab-size", "400",
-                      "--tracked-pairs", "5000", "--step-docs", "100", "--batch-size", "10")
+    result = run_json(
+        capsys,
+        "bench",
+        "throughput",
+        "--corpus",
+        str(drifting_corpus),
+        "--vocab-size",
+        "400",
+        "--tracked-pairs",
+        "5000",
+        "--step-docs",
+        "100",
+        "--batch-size",
+        "10",
+    )
     with gzip.open(drifting_corpus, "rt", encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f]
     assert result["documents"] == len(texts)
@@ -135,8 +216,22 @@ def test_residues_writes_outputs_that_agree_with_the_report(drifting_corpus, cor
     import pyarrow.parquet as pq
 
     out = tmp_path / "lite"
-    result = run_json(capsys, "residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
-                      "--r", "0.5", "--s", "3", "--log-base", "2", "--out", str(out))
+    result = run_json(
+        capsys,
+        "residues",
+        "--tokenizer",
+        str(corpus_tokenizer),
+        "--corpus",
+        str(drifting_corpus),
+        "--r",
+        "0.5",
+        "--s",
+        "3",
+        "--log-base",
+        "2",
+        "--out",
+        str(out),
+    )
     source = json.loads(corpus_tokenizer.read_text())["model"]["vocab"]
     table = pq.read_table(out / "scores.parquet").to_pydict()
     assert table["id"] == sorted(source.values()) and result["vocab_size"] == len(source)
@@ -145,26 +240,45 @@ def test_residues_writes_outputs_that_agree_with_the_report(drifting_corpus, cor
     in_scope = [hf.decode([i]).isascii() for i in table["id"]]
     assert result["scope_size"] == sum(in_scope) > 0
     merged = {t for t in source if len(t) > 1}  # a byte-level tokenizer's base tokens are single symbols
-    unseen = sum(s and t in merged and f1 == 0 and f2 == 0
-                 for s, t, f1, f2 in zip(in_scope, table["token"], table["f1"], table["f2"]))
+    unseen = sum(
+        s and t in merged and f1 == 0 and f2 == 0
+        for s, t, f1, f2 in zip(in_scope, table["token"], table["f1"], table["f2"])
+    )
     assert result["unseen"] == unseen
-    flagged = [r and s and f1 / (f1 + f2) <= 0.5 and e <= 3
-               for r, s, f1, f2, e in zip(table["residue"], in_scope, table["f1"], table["f2"], table["entropy"])]
+    flagged = [
+        r and s and f1 / (f1 + f2) <= 0.5 and e <= 3
+        for r, s, f1, f2, e in zip(table["residue"], in_scope, table["f1"], table["f2"], table["entropy"])
+    ]
     assert sum(table["residue"]) == sum(flagged) == result["residues"] > 0
     assert result["tokens"]["split"] >= result["tokens"]["remerged"] >= result["tokens"]["original"]
     assert result["lossless"] is True and 0.99 <= result["export_agreement"] <= 1
     assert result["thresholds"] == {"r": 0.5, "s": 3.0, "log_base": 2.0, "min_count": 0}
     diff = RevisionDiff.from_dict(json.loads((out / "diff.json").read_text()))
     assert sorted(e.old_token for e in diff.entries) == sorted(
-        t for t, removed in zip(table["token"], table["removed"]) if removed)
+        t for t, removed in zip(table["token"], table["removed"]) if removed
+    )
     assert len(diff.entries) == result["export"]["removed"]
     exported = Tokenizer.from_file(str(out / "tokenizer.json"))
     assert exported.get_vocab_size() == result["export"]["vocab_size"] == len(source) - len(diff.entries)
 
 
 def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer, capsys):
-    assert main(["residues", "--tokenizer", str(corpus_tokenizer), "--corpus", str(drifting_corpus),
-                 "--r", "0.5", "--s", "3"]) == 0
+    assert (
+        main(
+            [
+                "residues",
+                "--tokenizer",
+                str(corpus_tokenizer),
+                "--corpus",
+                str(drifting_corpus),
+                "--r",
+                "0.5",
+                "--s",
+                "3",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "residue_share" in out and "most frequent residues" in out
 
@@ -175,14 +289,18 @@ def test_a_command_imports_only_its_own_modules():
     import subprocess
     import sys
 
-    extras = ("torch", "transformers", "pyflink", "kafka", "confluent_kafka", "redis", "sqlalchemy", "fastapi",
-              "httpx")
-    for argv, unwanted in ((["--help"], ("tokmaint.commands.tokenizer", "numpy", *extras)),
-                           (["evolve", "--help"], extras), (["trainer", "run", "--help"], ("torch", "transformers"))):
-        probe = (f"import contextlib, io, sys; from tokmaint.cli import build_parser\n"
-                 f"with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-                 f"    build_parser().parse_args({argv!r})\n"
-                 f"print(sorted(m for m in {unwanted!r} if m in sys.modules))")
+    extras = ("torch", "transformers", "pyflink", "kafka", "confluent_kafka", "redis", "sqlalchemy", "fastapi", "httpx")
+    for argv, unwanted in (
+        (["--help"], ("tokmaint.commands.tokenizer", "numpy", *extras)),
+        (["evolve", "--help"], extras),
+        (["trainer", "run", "--help"], ("torch", "transformers")),
+    ):
+        probe = (
+            f"import contextlib, io, sys; from tokmaint.cli import build_parser\n"
+            f"with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    build_parser().parse_args({argv!r})\n"
+            f"print(sorted(m for m in {unwanted!r} if m in sys.modules))"
+        )
         imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
         assert (argv, imported.stdout.strip()) == (argv, "[]")
 

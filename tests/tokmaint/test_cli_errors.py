@@ -73,35 +73,48 @@ DRIFT = ["bench", "drift", "--corpus", "corpus.jsonl"]
 
 CASES = [
     # corpora, for each command that reads one
-    *[(f"{cmd[0]} {name}", [*cmd[:-1], name] if cmd is DRIFT else [*cmd, "--corpus", name], f"{name}{where}: {reason}")
-      for cmd in (EVOLVE, RESIDUES, DRIFT)
-      for name, where, reason in (
-          ("truncated.jsonl.gz", "", "corrupt or truncated gzip"),
-          ("garbage.jsonl.gz", "", "corrupt or truncated gzip"),
-          ("binary.jsonl.gz", ":1", "not UTF-8"),
-          ("latin1.jsonl", ":4", "not UTF-8 (byte 0xe9"),
-          ("number.jsonl", ":1", "'text' must be a string, got a number"),
-          ("null.jsonl", ":1", "'text' must be a string, got null"),
-          ("list-text.jsonl", ":1", "'text' must be a string, got a list"),
-          ("bad-ts.jsonl", ":1", "'ts' is not an ISO-8601 time"),
-          ("empty.jsonl", "", "no documents"),
-          ("sub", "", "is a directory"),
-          ("missing.jsonl", "", "corpus not found"))],
+    *[
+        (
+            f"{cmd[0]} {name}",
+            [*cmd[:-1], name] if cmd is DRIFT else [*cmd, "--corpus", name],
+            f"{name}{where}: {reason}",
+        )
+        for cmd in (EVOLVE, RESIDUES, DRIFT)
+        for name, where, reason in (
+            ("truncated.jsonl.gz", "", "corrupt or truncated gzip"),
+            ("garbage.jsonl.gz", "", "corrupt or truncated gzip"),
+            ("binary.jsonl.gz", ":1", "not UTF-8"),
+            ("latin1.jsonl", ":4", "not UTF-8 (byte 0xe9"),
+            ("number.jsonl", ":1", "'text' must be a string, got a number"),
+            ("null.jsonl", ":1", "'text' must be a string, got null"),
+            ("list-text.jsonl", ":1", "'text' must be a string, got a list"),
+            ("bad-ts.jsonl", ":1", "'ts' is not an ISO-8601 time"),
+            ("empty.jsonl", "", "no documents"),
+            ("sub", "", "is a directory"),
+            ("missing.jsonl", "", "corpus not found"),
+        )
+    ],
     # tokenizers: residues and evolve follow the same loader rules
-    *[(f"{cmd[0]} {name}", [*cmd, "--tokenizer", name], f"{name}: invalid tokenizer: {reason}")
-      for cmd in (RESIDUES, EVOLVE)
-      for name, reason in (
-          ("list.json", "the top level must be a JSON object, got a list"),
-          ("merge-outside.json", "model.merges: 1 merges name tokens outside the vocabulary"),
-          ("twice.json", "model.vocab: key 'do' appears more than once"),
-          ("negative.json", "model.vocab: 1 negative ids, e.g. 'do': -4"),
-          ("giant-id.json", "model.vocab: 1 ids of 4,194,304 or more, e.g. 'do': 1000000000"),
-          ("shared-id.json", "model.vocab: 1 ids given to two tokens"),
-          ("lossy.json", "byte alphabet incomplete"),
-          ("sub", "is a directory without a tokenizer.json"))],
+    *[
+        (f"{cmd[0]} {name}", [*cmd, "--tokenizer", name], f"{name}: invalid tokenizer: {reason}")
+        for cmd in (RESIDUES, EVOLVE)
+        for name, reason in (
+            ("list.json", "the top level must be a JSON object, got a list"),
+            ("merge-outside.json", "model.merges: 1 merges name tokens outside the vocabulary"),
+            ("twice.json", "model.vocab: key 'do' appears more than once"),
+            ("negative.json", "model.vocab: 1 negative ids, e.g. 'do': -4"),
+            ("giant-id.json", "model.vocab: 1 ids of 4,194,304 or more, e.g. 'do': 1000000000"),
+            ("shared-id.json", "model.vocab: 1 ids given to two tokens"),
+            ("lossy.json", "byte alphabet incomplete"),
+            ("sub", "is a directory without a tokenizer.json"),
+        )
+    ],
     # output directories
-    ("evolve without --out or --registry", ["evolve", "--corpus", "corpus.jsonl"],
-     "give --out, --registry or both: where the versions go"),
+    (
+        "evolve without --out or --registry",
+        ["evolve", "--corpus", "corpus.jsonl"],
+        "give --out, --registry or both: where the versions go",
+    ),
     ("evolve --out file", [*EVOLVE, "--out", "corpus.jsonl"], "--out corpus.jsonl is a file, not a directory"),
     ("evolve --out under a file", [*EVOLVE, "--out", "corpus.jsonl/v"], "cannot write --out corpus.jsonl/v"),
     ("evolve --out .", [*EVOLVE, "--out", "."], ". is not empty and was not written by tokmaint"),
@@ -109,12 +122,18 @@ CASES = [
     ("residues --out user dir", [*RESIDUES, "--out", "sub"], "sub is not empty and was not written by tokmaint"),
     ("evolve --out user dir", [*EVOLVE, "--out", "sub", "--force"], "sub is not empty and was not written"),
     # numeric options, named with their range
-    ("evolve --step-docs 0", [*EVOLVE, "--step-docs", "0"],
-     "argument --step-docs: must be a whole number ≥ 1, got '0'"),
+    (
+        "evolve --step-docs 0",
+        [*EVOLVE, "--step-docs", "0"],
+        "argument --step-docs: must be a whole number ≥ 1, got '0'",
+    ),
     ("evolve --vocab-size 0", [*EVOLVE, "--vocab-size", "0"], "argument --vocab-size: must be a whole number in [257"),
     ("evolve --vocab-size -1", [*EVOLVE, "--vocab-size", "-1"], "argument --vocab-size: must be a whole number"),
-    ("evolve --warmup-docs -1", [*EVOLVE, "--warmup-docs", "-1"],
-     "argument --warmup-docs: must be a whole number ≥ 0, got '-1'"),
+    (
+        "evolve --warmup-docs -1",
+        [*EVOLVE, "--warmup-docs", "-1"],
+        "argument --warmup-docs: must be a whole number ≥ 0, got '-1'",
+    ),
     ("evolve --init-share 0", [*EVOLVE, "--init-share", "0"], "argument --init-share: must be a number in (0, 1)"),
     ("evolve --horizon-docs 0", [*EVOLVE, "--horizon-docs", "0"], "argument --horizon-docs: must be a whole number"),
     ("evolve --interval-docs 2.5", [*EVOLVE, "--interval-docs", "2.5"], "argument --interval-docs: must be a whole"),
@@ -137,20 +156,55 @@ CASES = [
     ("drift --held-out 0", [*DRIFT, "--held-out", "0"], "argument --held-out: must be a whole number ≥ 1, got '0'"),
     ("drift --new-share 1.5", [*DRIFT, "--new-share", "1.5"], "argument --new-share: must be a number in (0, 1)"),
     ("drift shares", [*DRIFT, "--old-share", "0.9", "--new-share", "0.2"], "old-share + new-share must be at most 1"),
-    ("throughput --max-mb 0", ["bench", "throughput", "--corpus", "corpus.jsonl", "--max-mb", "0"],
-     "argument --max-mb: must be a number > 0"),
-    ("pipeline run --commit-steps 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
-                                       "http://127.0.0.1:1", "--lineage", "x", "--commit-steps", "0"],
-     "argument --commit-steps: must be a whole number ≥ 1, got '0'"),
+    (
+        "throughput --max-mb 0",
+        ["bench", "throughput", "--corpus", "corpus.jsonl", "--max-mb", "0"],
+        "argument --max-mb: must be a number > 0",
+    ),
+    (
+        "pipeline run --commit-steps 0",
+        [
+            "pipeline",
+            "run",
+            "--redis",
+            "redis://127.0.0.1:1/0",
+            "--registry",
+            "http://127.0.0.1:1",
+            "--lineage",
+            "x",
+            "--commit-steps",
+            "0",
+        ],
+        "argument --commit-steps: must be a whole number ≥ 1, got '0'",
+    ),
     ("bench apply --changes 0", ["bench", "apply", "--changes", "0"], "argument --changes: must be a whole number ≥ 1"),
-    ("pipeline run --step-seconds 0", ["pipeline", "run", "--redis", "redis://127.0.0.1:1/0", "--registry",
-                                       "http://127.0.0.1:1", "--lineage", "x", "--step-seconds", "0"],
-     "argument --step-seconds: must be a number > 0, got '0'"),
+    (
+        "pipeline run --step-seconds 0",
+        [
+            "pipeline",
+            "run",
+            "--redis",
+            "redis://127.0.0.1:1/0",
+            "--registry",
+            "http://127.0.0.1:1",
+            "--lineage",
+            "x",
+            "--step-seconds",
+            "0",
+        ],
+        "argument --step-seconds: must be a number > 0, got '0'",
+    ),
     # a corpus too small for the benchmark's slices says which option to change
-    ("drift small corpus", DRIFT, "40 documents: --new-share 0.2 is 8 documents, not more than --held-out 2000; "
-                                  "lower --held-out below 8"),
-    ("evolve --init-share leaves nothing", [*EVOLVE, "--init-share", "0.99"],
-     "40 documents: --init-share 0.99 leaves none to stream"),
+    (
+        "drift small corpus",
+        DRIFT,
+        "40 documents: --new-share 0.2 is 8 documents, not more than --held-out 2000; lower --held-out below 8",
+    ),
+    (
+        "evolve --init-share leaves nothing",
+        [*EVOLVE, "--init-share", "0.99"],
+        "40 documents: --init-share 0.99 leaves none to stream",
+    ),
 ]
 
 
@@ -206,8 +260,12 @@ def test_every_settings_option_shows_its_range_and_default(capsys):
     from tokenizer_service.bench.throughput import ThroughputSettings
     from tokenizer_service.evolve import EvolveSettings
 
-    for argv, settings_type in ((["evolve"], EvolveSettings), (["bench", "arithmetic"], ArithmeticSettings),
-                                (["bench", "drift"], DriftSettings), (["bench", "throughput"], ThroughputSettings)):
+    for argv, settings_type in (
+        (["evolve"], EvolveSettings),
+        (["bench", "arithmetic"], ArithmeticSettings),
+        (["bench", "drift"], DriftSettings),
+        (["bench", "throughput"], ThroughputSettings),
+    ):
         code, out, _ = run([*argv, "--help"], capsys)
         assert code == 0
         text = " ".join(out.split())
@@ -230,6 +288,7 @@ def test_ctrl_c_while_the_commands_load_exits_130(monkeypatch, capsys):
 
     def interrupted():
         raise KeyboardInterrupt
+
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert run(["evolve"], capsys)[::2] == (130, "tokmaint: interrupted; everything written so far is complete\n")
 
@@ -243,8 +302,9 @@ def test_an_entropy_threshold_too_large_for_auto_evidence_flags_nothing(scratch,
 def test_drift_gap_is_null_when_old_and_new_compress_alike(tmp_path, capsys):
     path = tmp_path / "spaces.jsonl"
     path.write_text("\n".join(json.dumps({"text": " " * (1 + i % 3)}) for i in range(200)))
-    code, out, _ = run(["bench", "drift", "--corpus", str(path), "--vocab-size", "300", "--held-out", "10",
-                        "--json"], capsys)
+    code, out, _ = run(
+        ["bench", "drift", "--corpus", str(path), "--vocab-size", "300", "--held-out", "10", "--json"], capsys
+    )
     [row] = json.loads(out)["rows"]
     assert code == 0 and row["bpt_old"] == row["bpt_new"] and row["gap_closed"] is None
 
@@ -253,16 +313,18 @@ def test_log_lines_are_json_when_asked(tmp_path):
     missing = tmp_path / "nothing.jsonl"
     argv = [sys.executable, "-m", "tokmaint.cli", "evolve", "--corpus", str(missing), "--out", str(tmp_path / "o")]
     plain = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    as_json = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "TOKMAINT_LOG_FORMAT": "json"})
+    as_json = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, env={**os.environ, "TOKMAINT_LOG_FORMAT": "json"}
+    )
     assert plain.returncode == as_json.returncode == 2
     assert plain.stderr.startswith("tokmaint: error: ") and str(missing) in plain.stderr
     (line,) = as_json.stderr.splitlines()
     record = json.loads(line)
     assert (record["level"], record["logger"]) == ("error", "tokmaint") and str(missing) in record["message"]
     assert record["ts"].endswith("+00:00")
-    bad = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "TOKMAINT_LOG_FORMAT": "xml"})
+    bad = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, env={**os.environ, "TOKMAINT_LOG_FORMAT": "xml"}
+    )
     assert "TOKMAINT_LOG_FORMAT must be plain or json" in bad.stderr and "tokmaint: error: " in bad.stderr
 
 
@@ -305,12 +367,18 @@ def models(tmp_path_factory):
     tokenizer = BPETokenizer.train(MODEL_TEXTS, vocab_size=280, special_tokens=["<|endoftext|>"])
     torch.manual_seed(0)
     gpt = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_embd=32))
-    save_checkpoint(root / "checkpoint.pt", model=gpt, optimizer=torch.optim.AdamW(gpt.parameters()),
-                    tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256), position={"step": 0},
-                    tokenizer_json=tokenizer.to_json())
+    save_checkpoint(
+        root / "checkpoint.pt",
+        model=gpt,
+        optimizer=torch.optim.AdamW(gpt.parameters()),
+        tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256),
+        position={"step": 0},
+        tokenizer_json=tokenizer.to_json(),
+    )
     export_model(root / "checkpoint.pt", root / "model")
-    Zip2zipLM(gpt, max_merge=3, layers=1, bos_token_id=0).save(root / "z2z", tokenizer, {"lineage": "demo",
-                                                                                       "version": 3})
+    Zip2zipLM(gpt, max_merge=3, layers=1, bos_token_id=0).save(
+        root / "z2z", tokenizer, {"lineage": "demo", "version": 3}
+    )
     other = BPETokenizer.train(OTHER_TEXTS, vocab_size=280, special_tokens=["<|endoftext|>"])
     assert other.id_space == tokenizer.id_space and other.sha256 != tokenizer.sha256
     (root / "other.json").write_bytes(other.to_json_bytes())
@@ -334,132 +402,360 @@ NOT_UTF8 = os.fsdecode(b"ab\xff")  # what Python makes of the bytes a\x62\xff th
 EVAL = ["eval", "bytes", "--model", "model", "--text", "the th"]
 MODEL_CASES = [
     # free text: UTF-8, and "--" is a value
-    ("eval bytes --text not UTF-8", ["eval", "bytes", "--model", "model", "--text", NOT_UTF8], None,
-     "argument --text: must be UTF-8 text, got the byte 0xff at byte 2"),
-    ("eval bytes --zip2zip --text not UTF-8", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", NOT_UTF8],
-     None, "argument --text: must be UTF-8 text, got the byte 0xff at byte 2"),
-    ("eval next-byte --text not UTF-8", ["eval", "next-byte", "--model", "model", "--text", NOT_UTF8], None,
-     "argument --text: must be UTF-8 text"),
-    ("generate --prompt not UTF-8", ["generate", "--model", "model", "--prompt", NOT_UTF8], None,
-     "argument --prompt: must be UTF-8 text"),
-    ("generate --zip2zip --prompt not UTF-8", ["generate", "--model", "z2z", "--zip2zip", "--prompt", NOT_UTF8], None,
-     "argument --prompt: must be UTF-8 text"),
-    ("eval bytes --text empty", ["eval", "bytes", "--model", "model", "--text", ""], None,
-     "argument --text: empty: it has no bytes to score"),
-    ("stats hypertokens --version not UTF-8", ["stats", "hypertokens", "--lineage", "x", "--version", NOT_UTF8,
-                                               "--corpus", "corpus.jsonl", "--registry", "http://127.0.0.1:9"], None,
-     "argument --version: must be UTF-8 text, got the byte 0xff at byte 2"),
-    ("stats hypertokens --lineage not UTF-8", ["stats", "hypertokens", "--lineage", NOT_UTF8, "--corpus",
-                                               "corpus.jsonl", "--registry", "http://127.0.0.1:9"], None,
-     "argument --lineage: must be 1-64 letters"),
-    ("trainer run --lineage=--", ["trainer", "run", "--lineage=--", "--data", "corpus.jsonl"], None,
-     "argument --lineage: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '--'"),
+    (
+        "eval bytes --text not UTF-8",
+        ["eval", "bytes", "--model", "model", "--text", NOT_UTF8],
+        None,
+        "argument --text: must be UTF-8 text, got the byte 0xff at byte 2",
+    ),
+    (
+        "eval bytes --zip2zip --text not UTF-8",
+        ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", NOT_UTF8],
+        None,
+        "argument --text: must be UTF-8 text, got the byte 0xff at byte 2",
+    ),
+    (
+        "eval next-byte --text not UTF-8",
+        ["eval", "next-byte", "--model", "model", "--text", NOT_UTF8],
+        None,
+        "argument --text: must be UTF-8 text",
+    ),
+    (
+        "generate --prompt not UTF-8",
+        ["generate", "--model", "model", "--prompt", NOT_UTF8],
+        None,
+        "argument --prompt: must be UTF-8 text",
+    ),
+    (
+        "generate --zip2zip --prompt not UTF-8",
+        ["generate", "--model", "z2z", "--zip2zip", "--prompt", NOT_UTF8],
+        None,
+        "argument --prompt: must be UTF-8 text",
+    ),
+    (
+        "eval bytes --text empty",
+        ["eval", "bytes", "--model", "model", "--text", ""],
+        None,
+        "argument --text: empty: it has no bytes to score",
+    ),
+    (
+        "stats hypertokens --version not UTF-8",
+        [
+            "stats",
+            "hypertokens",
+            "--lineage",
+            "x",
+            "--version",
+            NOT_UTF8,
+            "--corpus",
+            "corpus.jsonl",
+            "--registry",
+            "http://127.0.0.1:9",
+        ],
+        None,
+        "argument --version: must be UTF-8 text, got the byte 0xff at byte 2",
+    ),
+    (
+        "stats hypertokens --lineage not UTF-8",
+        ["stats", "hypertokens", "--lineage", NOT_UTF8, "--corpus", "corpus.jsonl", "--registry", "http://127.0.0.1:9"],
+        None,
+        "argument --lineage: must be 1-64 letters",
+    ),
+    (
+        "trainer run --lineage=--",
+        ["trainer", "run", "--lineage=--", "--data", "corpus.jsonl"],
+        None,
+        "argument --lineage: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '--'",
+    ),
     ("revise --lineage not UTF-8", ["revise", "--lineage", NOT_UTF8], None, "argument --lineage: must be 1-64"),
     # ranges
-    ("generate --max-bytes -1", ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "-1"], None,
-     "argument --max-bytes: must be a whole number ≥ 1, got '-1'"),
-    ("generate --max-bytes 0", ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "0"], None,
-     "argument --max-bytes: must be a whole number ≥ 1, got '0'"),
-    ("generate --seed -1", ["generate", "--model", "model", "--prompt", "a", "--seed", "-1"], None,
-     "argument --seed: must be a whole number ≥ 0"),
-    ("eval next-byte --top 0", ["eval", "next-byte", "--model", "model", "--text", "a", "--top", "0"], None,
-     "argument --top: must be a whole number in [1, 256], got '0'"),
-    ("pipeline run --wait nan", ["pipeline", "run", "--lineage", "x", "--wait", "nan"], None,
-     "argument --wait: must be a number ≥ 0, got 'nan'"),
-    ("ingest --wait -1", ["ingest", "corpus.jsonl", "--wait", "-1"], None,
-     "argument --wait: must be a number ≥ 0, got '-1'"),
-    ("ingest --wait inf", ["ingest", "corpus.jsonl", "--wait", "inf"], None,
-     "argument --wait: must be a number ≥ 0, got 'inf'"),
-    ("ingest --max-record-bytes 0", ["ingest", "corpus.jsonl", "--max-record-bytes", "0"], None,
-     "argument --max-record-bytes: must be a whole number ≥ 1, got '0'"),
-    ("stats show --top -1", ["stats", "show", "--lineage", "x", "--top", "-1"], None,
-     "argument --top: must be a whole number ≥ 1, got '-1'"),
-    ("registry relay --interval nan", ["registry", "relay", "--interval", "nan"], None,
-     "argument --interval: must be a number > 0, got 'nan'"),
-    ("registry relay --wait -1", ["registry", "relay", "--wait", "-1"], None,
-     "argument --wait: must be a number ≥ 0, got '-1'"),
-    ("registry list --offset -1", ["registry", "list", "x", "--offset", "-1"], None,
-     "argument --offset: must be a whole number ≥ 0, got '-1'"),
-    ("registry list --limit 0", ["registry", "list", "x", "--limit", "0"], None,
-     "argument --limit: must be a whole number ≥ 1, got '0'"),
-    ("pipeline run --max-steps 0", ["pipeline", "run", "--lineage", "x", "--max-steps", "0"], None,
-     "argument --max-steps: must be a whole number ≥ 1, got '0'"),
-    ("pipeline run --metrics-port 70000", ["pipeline", "run", "--lineage", "x", "--metrics-port", "70000"], None,
-     "argument --metrics-port: must be a whole number in [1, 65,535], got '70000'"),
-    ("registry publish --parent -1", ["registry", "publish", "x", "tokenizer.json", "--parent", "-1"], None,
-     "argument --parent: must be a whole number ≥ 1, got '-1'"),
-    ("eval bytes --max-documents 0", ["eval", "bytes", "--model", "model", "--corpus", "corpus.jsonl",
-                                      "--max-documents", "0"], None, "argument --max-documents: must be a whole"),
-    ("trainer export --bos-id -1", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o", "--bos-id",
-                                    "-1"], None, "argument --bos-id: must be a whole number ≥ 0, got '-1'"),
-    ("trainer run --steps -1", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl", "--steps", "-1"], None,
-     "argument --steps: must be a whole number ≥ 0, got '-1'"),
-    ("eval bytes --max-documents without --corpus", [*EVAL, "--max-documents", "3"], None,
-     "--max-documents goes with --corpus"),
-    ("generate --max-merge without --zip2zip", ["generate", "--model", "model", "--prompt", "a", "--max-merge", "2"],
-     None, "--max-merge goes with --zip2zip"),
+    (
+        "generate --max-bytes -1",
+        ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "-1"],
+        None,
+        "argument --max-bytes: must be a whole number ≥ 1, got '-1'",
+    ),
+    (
+        "generate --max-bytes 0",
+        ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "0"],
+        None,
+        "argument --max-bytes: must be a whole number ≥ 1, got '0'",
+    ),
+    (
+        "generate --seed -1",
+        ["generate", "--model", "model", "--prompt", "a", "--seed", "-1"],
+        None,
+        "argument --seed: must be a whole number ≥ 0",
+    ),
+    (
+        "eval next-byte --top 0",
+        ["eval", "next-byte", "--model", "model", "--text", "a", "--top", "0"],
+        None,
+        "argument --top: must be a whole number in [1, 256], got '0'",
+    ),
+    (
+        "pipeline run --wait nan",
+        ["pipeline", "run", "--lineage", "x", "--wait", "nan"],
+        None,
+        "argument --wait: must be a number ≥ 0, got 'nan'",
+    ),
+    (
+        "ingest --wait -1",
+        ["ingest", "corpus.jsonl", "--wait", "-1"],
+        None,
+        "argument --wait: must be a number ≥ 0, got '-1'",
+    ),
+    (
+        "ingest --wait inf",
+        ["ingest", "corpus.jsonl", "--wait", "inf"],
+        None,
+        "argument --wait: must be a number ≥ 0, got 'inf'",
+    ),
+    (
+        "ingest --max-record-bytes 0",
+        ["ingest", "corpus.jsonl", "--max-record-bytes", "0"],
+        None,
+        "argument --max-record-bytes: must be a whole number ≥ 1, got '0'",
+    ),
+    (
+        "stats show --top -1",
+        ["stats", "show", "--lineage", "x", "--top", "-1"],
+        None,
+        "argument --top: must be a whole number ≥ 1, got '-1'",
+    ),
+    (
+        "registry relay --interval nan",
+        ["registry", "relay", "--interval", "nan"],
+        None,
+        "argument --interval: must be a number > 0, got 'nan'",
+    ),
+    (
+        "registry relay --wait -1",
+        ["registry", "relay", "--wait", "-1"],
+        None,
+        "argument --wait: must be a number ≥ 0, got '-1'",
+    ),
+    (
+        "registry list --offset -1",
+        ["registry", "list", "x", "--offset", "-1"],
+        None,
+        "argument --offset: must be a whole number ≥ 0, got '-1'",
+    ),
+    (
+        "registry list --limit 0",
+        ["registry", "list", "x", "--limit", "0"],
+        None,
+        "argument --limit: must be a whole number ≥ 1, got '0'",
+    ),
+    (
+        "pipeline run --max-steps 0",
+        ["pipeline", "run", "--lineage", "x", "--max-steps", "0"],
+        None,
+        "argument --max-steps: must be a whole number ≥ 1, got '0'",
+    ),
+    (
+        "pipeline run --metrics-port 70000",
+        ["pipeline", "run", "--lineage", "x", "--metrics-port", "70000"],
+        None,
+        "argument --metrics-port: must be a whole number in [1, 65,535], got '70000'",
+    ),
+    (
+        "registry publish --parent -1",
+        ["registry", "publish", "x", "tokenizer.json", "--parent", "-1"],
+        None,
+        "argument --parent: must be a whole number ≥ 1, got '-1'",
+    ),
+    (
+        "eval bytes --max-documents 0",
+        ["eval", "bytes", "--model", "model", "--corpus", "corpus.jsonl", "--max-documents", "0"],
+        None,
+        "argument --max-documents: must be a whole",
+    ),
+    (
+        "trainer export --bos-id -1",
+        ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o", "--bos-id", "-1"],
+        None,
+        "argument --bos-id: must be a whole number ≥ 0, got '-1'",
+    ),
+    (
+        "trainer run --steps -1",
+        ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl", "--steps", "-1"],
+        None,
+        "argument --steps: must be a whole number ≥ 0, got '-1'",
+    ),
+    (
+        "eval bytes --max-documents without --corpus",
+        [*EVAL, "--max-documents", "3"],
+        None,
+        "--max-documents goes with --corpus",
+    ),
+    (
+        "generate --max-merge without --zip2zip",
+        ["generate", "--model", "model", "--prompt", "a", "--max-merge", "2"],
+        None,
+        "--max-merge goes with --zip2zip",
+    ),
     # model folders
-    ("model.safetensors truncated", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 1000),
-     "model is not a model folder tokmaint can use: model.safetensors is truncated or corrupt"),
-    ("model.safetensors cut short", EVAL, lambda d: _cut(d / "model" / "model.safetensors", 50_000),
-     "model.safetensors is truncated or corrupt"),
-    ("model.safetensors random", EVAL, lambda d: (d / "model" / "model.safetensors").write_bytes(os.urandom(4096)),
-     "model.safetensors is truncated or corrupt"),
-    ("model.safetensors empty", EVAL, lambda d: (d / "model" / "model.safetensors").write_bytes(b""),
-     "model.safetensors is truncated or corrupt"),
-    ("config.json disagrees", EVAL, lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(n_embd=64)),
-     "model.safetensors disagrees with config.json: transformer.wte.weight [280, 32] where config.json makes "
-     "[280, 64]"),
+    (
+        "model.safetensors truncated",
+        EVAL,
+        lambda d: _cut(d / "model" / "model.safetensors", 1000),
+        "model is not a model folder tokmaint can use: model.safetensors is truncated or corrupt",
+    ),
+    (
+        "model.safetensors cut short",
+        EVAL,
+        lambda d: _cut(d / "model" / "model.safetensors", 50_000),
+        "model.safetensors is truncated or corrupt",
+    ),
+    (
+        "model.safetensors random",
+        EVAL,
+        lambda d: (d / "model" / "model.safetensors").write_bytes(os.urandom(4096)),
+        "model.safetensors is truncated or corrupt",
+    ),
+    (
+        "model.safetensors empty",
+        EVAL,
+        lambda d: (d / "model" / "model.safetensors").write_bytes(b""),
+        "model.safetensors is truncated or corrupt",
+    ),
+    (
+        "config.json disagrees",
+        EVAL,
+        lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(n_embd=64)),
+        "model.safetensors disagrees with config.json: transformer.wte.weight [280, 32] where config.json makes "
+        "[280, 64]",
+    ),
     ("config.json broken", EVAL, lambda d: (d / "model" / "config.json").write_text("{"), "config.json is not a model"),
-    ("config.json bos outside", EVAL,
-     lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(bos_token_id=10**6)),
-     "config.json's bos_token_id is 1000000, not one of the model's 280 rows"),
-    ("tokenizer.json larger than the rows", EVAL,
-     lambda d: (d / "model" / "tokenizer.json").write_bytes((d / "larger.json").read_bytes()),
-     "tokenizer.json has ids up to"),
-    ("another lineage's tokenizer.json", EVAL,
-     lambda d: (d / "model" / "tokenizer.json").write_bytes((d / "other.json").read_bytes()),
-     "tokenizer.json is not the version the model was trained with (tokmaint.json: demo version 3"),
-    ("generate on a broken folder", ["generate", "--model", "model", "--prompt", "a"],
-     lambda d: _cut(d / "model" / "model.safetensors", 1000), "model.safetensors is truncated or corrupt"),
-    ("trainer zip2zip from a broken folder", ["trainer", "zip2zip", "--model", "model", "--corpus", "corpus.jsonl",
-                                              "--out", "z"],
-     lambda d: _cut(d / "model" / "model.safetensors", 1000), "model.safetensors is truncated or corrupt"),
+    (
+        "config.json bos outside",
+        EVAL,
+        lambda d: _edit_json(d / "model" / "config.json", lambda c: c.update(bos_token_id=10**6)),
+        "config.json's bos_token_id is 1000000, not one of the model's 280 rows",
+    ),
+    (
+        "tokenizer.json larger than the rows",
+        EVAL,
+        lambda d: (d / "model" / "tokenizer.json").write_bytes((d / "larger.json").read_bytes()),
+        "tokenizer.json has ids up to",
+    ),
+    (
+        "another lineage's tokenizer.json",
+        EVAL,
+        lambda d: (d / "model" / "tokenizer.json").write_bytes((d / "other.json").read_bytes()),
+        "tokenizer.json is not the version the model was trained with (tokmaint.json: demo version 3",
+    ),
+    (
+        "generate on a broken folder",
+        ["generate", "--model", "model", "--prompt", "a"],
+        lambda d: _cut(d / "model" / "model.safetensors", 1000),
+        "model.safetensors is truncated or corrupt",
+    ),
+    (
+        "trainer zip2zip from a broken folder",
+        ["trainer", "zip2zip", "--model", "model", "--corpus", "corpus.jsonl", "--out", "z"],
+        lambda d: _cut(d / "model" / "model.safetensors", 1000),
+        "model.safetensors is truncated or corrupt",
+    ),
     # zip2zip folders
-    ("zip2zip.safetensors corrupt", ["generate", "--model", "z2z", "--zip2zip", "--prompt", "a"],
-     lambda d: _cut(d / "z2z" / "zip2zip.safetensors", 100), "zip2zip.safetensors is not the hyper-encoder"),
-    ("zip2zip.json missing a field", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
-     lambda d: _edit_json(d / "z2z" / "zip2zip.json", lambda c: c.pop("heads")),
-     "zip2zip.json is not a zip2zip config: no 'heads'"),
-    ("zip2zip.json not an object", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
-     lambda d: (d / "z2z" / "zip2zip.json").write_text("[3]"),
-     "zip2zip.json is not a zip2zip config: not a JSON object"),
+    (
+        "zip2zip.safetensors corrupt",
+        ["generate", "--model", "z2z", "--zip2zip", "--prompt", "a"],
+        lambda d: _cut(d / "z2z" / "zip2zip.safetensors", 100),
+        "zip2zip.safetensors is not the hyper-encoder",
+    ),
+    (
+        "zip2zip.json missing a field",
+        ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
+        lambda d: _edit_json(d / "z2z" / "zip2zip.json", lambda c: c.pop("heads")),
+        "zip2zip.json is not a zip2zip config: no 'heads'",
+    ),
+    (
+        "zip2zip.json not an object",
+        ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", "a"],
+        lambda d: (d / "z2z" / "zip2zip.json").write_text("[3]"),
+        "zip2zip.json is not a zip2zip config: not a JSON object",
+    ),
     # checkpoints
-    ("checkpoint truncated", ["eval", "bytes", "--model", "checkpoint.pt", "--text", "a"],
-     lambda d: _cut(d / "checkpoint.pt", 100), "checkpoint.pt is not a trainer checkpoint: truncated, corrupt"),
-    ("checkpoint random", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o"],
-     lambda d: (d / "checkpoint.pt").write_bytes(os.urandom(4096)), "checkpoint.pt is not a trainer checkpoint"),
+    (
+        "checkpoint truncated",
+        ["eval", "bytes", "--model", "checkpoint.pt", "--text", "a"],
+        lambda d: _cut(d / "checkpoint.pt", 100),
+        "checkpoint.pt is not a trainer checkpoint: truncated, corrupt",
+    ),
+    (
+        "checkpoint random",
+        ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o"],
+        lambda d: (d / "checkpoint.pt").write_bytes(os.urandom(4096)),
+        "checkpoint.pt is not a trainer checkpoint",
+    ),
     # what the commands read besides
-    ("generate --prompt longer than the context", ["generate", "--model", "model", "--prompt", "the theme " * 200],
-     None, "the text needs"),
-    ("eval bytes --corpus without a byte", ["eval", "bytes", "--model", "model", "--corpus", "blank.jsonl"],
-     lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'), "blank.jsonl: no document with a byte to score"),
-    ("eval bytes --zip2zip --corpus without a byte", ["eval", "bytes", "--model", "z2z", "--zip2zip", "--corpus",
-                                                      "blank.jsonl"],
-     lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'), "blank.jsonl: no document with a byte to score"),
-    ("trainer export --tokenizer not UTF-8", ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o",
-                                              "--tokenizer", "latin1.jsonl"], None,
-     "argument --tokenizer: latin1.jsonl is not UTF-8 text"),
-    ("trainer run --model-config a list", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl",
-                                           "--registry", "http://127.0.0.1:9", "--model-config", "list.json"], None,
-     "--model-config list.json is not a JSON object of GPT2Config fields"),
-    ("trainer run --model-config unknown field", ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl",
-                                                  "--registry", "http://127.0.0.1:9", "--model-config", "mc.json"],
-     lambda d: (d / "mc.json").write_text('{"n_layers": 2}'), "GPT2Config has no field n_layers"),
+    (
+        "generate --prompt longer than the context",
+        ["generate", "--model", "model", "--prompt", "the theme " * 200],
+        None,
+        "the text needs",
+    ),
+    (
+        "eval bytes --corpus without a byte",
+        ["eval", "bytes", "--model", "model", "--corpus", "blank.jsonl"],
+        lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'),
+        "blank.jsonl: no document with a byte to score",
+    ),
+    (
+        "eval bytes --zip2zip --corpus without a byte",
+        ["eval", "bytes", "--model", "z2z", "--zip2zip", "--corpus", "blank.jsonl"],
+        lambda d: (d / "blank.jsonl").write_text('{"text": ""}\n'),
+        "blank.jsonl: no document with a byte to score",
+    ),
+    (
+        "trainer export --tokenizer not UTF-8",
+        ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o", "--tokenizer", "latin1.jsonl"],
+        None,
+        "argument --tokenizer: latin1.jsonl is not UTF-8 text",
+    ),
+    (
+        "trainer run --model-config a list",
+        [
+            "trainer",
+            "run",
+            "--lineage",
+            "x",
+            "--data",
+            "corpus.jsonl",
+            "--registry",
+            "http://127.0.0.1:9",
+            "--model-config",
+            "list.json",
+        ],
+        None,
+        "--model-config list.json is not a JSON object of GPT2Config fields",
+    ),
+    (
+        "trainer run --model-config unknown field",
+        [
+            "trainer",
+            "run",
+            "--lineage",
+            "x",
+            "--data",
+            "corpus.jsonl",
+            "--registry",
+            "http://127.0.0.1:9",
+            "--model-config",
+            "mc.json",
+        ],
+        lambda d: (d / "mc.json").write_text('{"n_layers": 2}'),
+        "GPT2Config has no field n_layers",
+    ),
     # publish-model reads the folder's tokmaint.json
-    ("publish-model tokmaint.json a list", ["registry", "publish-model", "demo", "--model", "model", "--registry",
-                                            "http://127.0.0.1:9"],
-     lambda d: (d / "model" / "tokmaint.json").write_text("[3]"), "model/tokmaint.json is not a JSON object"),
+    (
+        "publish-model tokmaint.json a list",
+        ["registry", "publish-model", "demo", "--model", "model", "--registry", "http://127.0.0.1:9"],
+        lambda d: (d / "model" / "tokmaint.json").write_text("[3]"),
+        "model/tokmaint.json is not a JSON object",
+    ),
 ]
 
 
@@ -498,8 +794,17 @@ def test_a_value_of_two_dashes_reaches_the_command(model_scratch, capsys):
 
 def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
     """The real thing: the bytes go through exec and Python's own decoding of argv."""
-    argv = [sys.executable.encode(), b"-m", b"tokmaint.cli", b"eval", b"bytes", b"--model", b"model", b"--text",
-            b"caf\xe9"]
+    argv = [
+        sys.executable.encode(),
+        b"-m",
+        b"tokmaint.cli",
+        b"eval",
+        b"bytes",
+        b"--model",
+        b"model",
+        b"--text",
+        b"caf\xe9",
+    ]
     root = str(Path(__file__).resolve().parents[2])  # this checkout's code, from the scratch folder
     done = subprocess.run(argv, capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
     err = done.stderr.decode("utf-8", errors="replace")
@@ -510,9 +815,24 @@ def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
 def test_pipeline_flink_refuses_a_job_without_windows_or_with_a_negative_lateness(capsys):
     """The Flink job's steps are windows of event time: no --step-seconds is a usage error (exit
     2, one line), before any cluster is asked; so is a lateness that is not a number ≥ 0."""
-    code, _, err = run(["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1",
-                        "--registry", "http://127.0.0.1:1"], capsys)
+    code, _, err = run(
+        ["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"],
+        capsys,
+    )
     assert code == 2 and "--step-seconds is required" in err and "Traceback" not in err
-    code, _, err = run(["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1", "--step-seconds",
-                        "60", "--max-lateness-seconds", "-1"], capsys)
+    code, _, err = run(
+        [
+            "pipeline",
+            "flink",
+            "--lineage",
+            "git",
+            "--flink-master",
+            "127.0.0.1:1",
+            "--step-seconds",
+            "60",
+            "--max-lateness-seconds",
+            "-1",
+        ],
+        capsys,
+    )
     assert code == 2 and "--max-lateness-seconds" in err and "Traceback" not in err

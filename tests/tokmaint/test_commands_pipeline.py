@@ -23,14 +23,32 @@ def registry(registry_server):
 def test_stats_hypertokens_from_the_topic_and_from_a_corpus(registry, broker, drifting_corpus, monkeypatch, capsys):
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
     lineage, topic = f"hyper-{uuid.uuid4().hex[:8]}", f"docs.hyper.{uuid.uuid4().hex[:6]}"
-    assert main(["registry", "create", lineage, "--registry", registry, "--train", str(drifting_corpus),
-                 "--train-docs", "100", "--vocab-size", "320"]) == 0
+    assert (
+        main(
+            [
+                "registry",
+                "create",
+                lineage,
+                "--registry",
+                registry,
+                "--train",
+                str(drifting_corpus),
+                "--train-docs",
+                "100",
+                "--vocab-size",
+                "320",
+            ]
+        )
+        == 0
+    )
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
     capsys.readouterr()
 
     def stats(*args: str) -> dict:
-        assert main(["stats", "hypertokens", "--registry", registry, "--lineage", lineage, "--top", "15", *args,
-                     "--json"]) == 0
+        assert (
+            main(["stats", "hypertokens", "--registry", registry, "--lineage", lineage, "--top", "15", *args, "--json"])
+            == 0
+        )
         return json.loads(capsys.readouterr().out)
 
     from_topic = stats("--bootstrap", broker, "--topic", topic)

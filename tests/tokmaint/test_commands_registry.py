@@ -19,12 +19,23 @@ def registry(registry_server):
     return registry_server[0]
 
 
-def test_create_trains_on_the_oldest_documents_and_exist_ok_keeps_it(registry, drifting_corpus, monkeypatch,
-                                                                        capsys):
+def test_create_trains_on_the_oldest_documents_and_exist_ok_keeps_it(registry, drifting_corpus, monkeypatch, capsys):
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
     name = f"cli-{uuid.uuid4().hex[:8]}"
-    argv = ["registry", "create", name, "--registry", registry, "--train", str(drifting_corpus), "--train-docs",
-            "50", "--vocab-size", "300", "--json"]
+    argv = [
+        "registry",
+        "create",
+        name,
+        "--registry",
+        registry,
+        "--train",
+        str(drifting_corpus),
+        "--train-docs",
+        "50",
+        "--vocab-size",
+        "300",
+        "--json",
+    ]
     assert main(argv) == 0
     created = json.loads(capsys.readouterr().out)
     assert (created["number"], created["kind"], created["vocab_size"]) == (1, "initial", 300)
@@ -45,8 +56,9 @@ def test_create_takes_one_source(registry, capsys):
 
 
 @pytest.mark.parametrize("family", ["sentencepiece", "nfc"])
-def test_create_from_a_tokenizer_of_another_family(registry, byte_tokenizer, sp_tokenizer, family, monkeypatch,
-                                                   capsys, tmp_path):
+def test_create_from_a_tokenizer_of_another_family(
+    registry, byte_tokenizer, sp_tokenizer, family, monkeypatch, capsys, tmp_path
+):
     """A SentencePiece-style tokenizer with byte fallback, and a byte-level one with an NFC
     normalizer: the registry's own checks take both as version 1, unchanged."""
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
@@ -66,8 +78,18 @@ def test_create_from_a_tokenizer_of_another_family(registry, byte_tokenizer, sp_
 
 def test_migrate_makes_a_fresh_folder_and_a_relay_waits_for_the_schema(broker, tmp_path, capsys):
     db = f"sqlite:///{tmp_path / 'fresh' / 'registry.db'}"
-    relay = ["registry", "relay", "--db", db, "--artifacts", str(tmp_path / "artifacts"), "--bootstrap", broker,
-             "--once", "--json"]
+    relay = [
+        "registry",
+        "relay",
+        "--db",
+        db,
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        "--bootstrap",
+        broker,
+        "--once",
+        "--json",
+    ]
     assert main([*relay, "--wait", "0.5"]) == 2  # started before the server made the database
     error = capsys.readouterr().err.splitlines()[-1]
     assert error.endswith("does not open (unable to open database file))")
@@ -82,8 +104,9 @@ def test_migrate_makes_a_fresh_folder_and_a_relay_waits_for_the_schema(broker, t
     assert main([*relay, "--wait", "0"]) == 0 and json.loads(capsys.readouterr().out) == {"sent": 0}
 
 
-def test_alias_refuses_a_name_the_hub_reads_as_a_version_and_says_why(registry, byte_tokenizer, monkeypatch, capsys,
-                                                                         tmp_path):
+def test_alias_refuses_a_name_the_hub_reads_as_a_version_and_says_why(
+    registry, byte_tokenizer, monkeypatch, capsys, tmp_path
+):
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)
     name = f"cli-alias-{uuid.uuid4().hex[:6]}"
     byte_tokenizer.save(tmp_path / "tokenizer.json")
@@ -92,10 +115,17 @@ def test_alias_refuses_a_name_the_hub_reads_as_a_version_and_says_why(registry, 
     for alias in ("main", "v2", "v0", "12", "ab" * 20):
         assert main(["registry", "alias", name, alias, "1", "--registry", registry]) == 2
         error = capsys.readouterr().err.strip()
-        assert error.endswith(f"registry answered 422 invalid_name: alias {alias!r} would shadow a version "
-                              "reference: " + ("'main' names the newest version" if alias == "main" else
-                                               "40 hex characters name a commit (the Hub's)" if len(alias) == 40
-                                               else "a number, or v and a number, names a version")), error
+        assert error.endswith(
+            f"registry answered 422 invalid_name: alias {alias!r} would shadow a version "
+            "reference: "
+            + (
+                "'main' names the newest version"
+                if alias == "main"
+                else "40 hex characters name a commit (the Hub's)"
+                if len(alias) == 40
+                else "a number, or v and a number, names a version"
+            )
+        ), error
         assert "\n" not in error
     assert main(["registry", "alias", name, "serving", "1", "--registry", registry, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 1
@@ -111,8 +141,17 @@ def test_gc_refuses_an_age_that_is_not_a_finite_number_of_minutes(minutes, tmp_p
     orphan.write_bytes(b"left by a refused publish")
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
-        main(["registry", "gc", "--db", db, "--artifacts", str(tmp_path / "artifacts"),
-              f"--older-than-minutes={minutes}"])
+        main(
+            [
+                "registry",
+                "gc",
+                "--db",
+                db,
+                "--artifacts",
+                str(tmp_path / "artifacts"),
+                f"--older-than-minutes={minutes}",
+            ]
+        )
     error = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and "\n" not in error
     assert f"argument --older-than-minutes: must be a number ≥ 0, got {minutes!r}" in error
@@ -130,11 +169,26 @@ def test_gc_refuses_a_database_of_an_older_schema(tmp_path, capsys):
     command.upgrade(alembic_config(db), "0003")
     gc = ["registry", "gc", "--db", db, "--artifacts", str(tmp_path / "artifacts"), "--json"]
     assert main(gc) == 2
-    assert capsys.readouterr().err.strip().endswith("is at schema 0003, not 0005: run `tokmaint registry migrate` "
-                                                     "(or start the server of this release: it migrates the database)")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "is at schema 0003, not 0005: run `tokmaint registry migrate` "
+            "(or start the server of this release: it migrates the database)"
+        )
+    )
     assert main(["registry", "migrate", "--db", db]) == 0 and main(gc) == 0
-@pytest.mark.parametrize("stamp, said", [(b"[2]", "is not a JSON object"), (b'"v2"', "is not a JSON object"),
-                                         (b"{not json", "is not JSON"), (b'{"version": "two"}', "names no version")])
+
+
+@pytest.mark.parametrize(
+    "stamp, said",
+    [
+        (b"[2]", "is not a JSON object"),
+        (b'"v2"', "is not a JSON object"),
+        (b"{not json", "is not JSON"),
+        (b'{"version": "two"}', "names no version"),
+    ],
+)
 def test_publish_model_with_a_stamp_that_names_no_version_is_one_line(registry, tmp_path, stamp, said, capsys):
     """A model folder whose tokmaint.json names no version (not an object, not JSON, no number)
     is one line and exit 2, never a traceback, and nothing is sent."""

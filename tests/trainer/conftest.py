@@ -19,7 +19,12 @@ def checkpoint(tmp_path_factory):
     torch.manual_seed(1)
     gpt = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_embd=32))
     path = tmp_path_factory.mktemp("ckpt") / "checkpoint.pt"
-    save_checkpoint(path, model=gpt, optimizer=torch.optim.AdamW(gpt.parameters()),
-                    tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256), position={"step": 0},
-                    tokenizer_json=tokenizer.to_json())
+    save_checkpoint(
+        path,
+        model=gpt,
+        optimizer=torch.optim.AdamW(gpt.parameters()),
+        tokenizer=TokenizerStamp("demo", 3, tokenizer.sha256),
+        position={"step": 0},
+        tokenizer_json=tokenizer.to_json(),
+    )
     return path, gpt, tokenizer

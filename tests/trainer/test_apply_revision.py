@@ -26,8 +26,15 @@ def versions(drifting_corpus):
     """The initial tokenizer and Ted-Tok's revisions of it over the drifting corpus."""
     docs = read_corpus(drifting_corpus).documents
     initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300)
-    stream = StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64, batch_size=8,
-                            id_price=0.0, base_token_cost=0.0)
+    stream = StreamSettings(
+        step_docs=32,
+        horizon_docs=320,
+        interval_docs=64,
+        warmup_docs=64,
+        batch_size=8,
+        id_price=0.0,
+        base_token_cost=0.0,
+    )
     tedtok = TedTok(initial, config=stream.tedtok_config(), lineage="trainer")
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)
@@ -40,9 +47,18 @@ def _model(kind: str, rows: int):
     if kind == "gpt2":
         model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=rows))
     else:
-        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                             hidden_size=16, intermediate_size=32, max_position_embeddings=64,
-                                             vocab_size=rows, tie_word_embeddings=False))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                hidden_size=16,
+                intermediate_size=32,
+                max_position_embeddings=64,
+                vocab_size=rows,
+                tie_word_embeddings=False,
+            )
+        )
     return model.to(DEVICE)
 
 
@@ -60,8 +76,10 @@ def _trained(kind: str, rows: int):
 
 
 def _snapshot(model, optimizer):
-    return [(m.detach().clone(), {k: v.clone() for k, v in optimizer.state[m].items() if torch.is_tensor(v)})
-            for m in embedding_matrices(model)]
+    return [
+        (m.detach().clone(), {k: v.clone() for k, v in optimizer.state[m].items() if torch.is_tensor(v)})
+        for m in embedding_matrices(model)
+    ]
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
@@ -108,18 +126,28 @@ def test_removed_ids_are_never_generated(versions):
     removal = next((r for r in revisions if any(e.kind == "removed" for e in r.diff.entries)), None)
     model, optimizer = _trained("gpt2", initial.id_space)
     if removal is None:  # Ted-Tok recycles ids: remove some by hand, as a LiteToken removal does
-        entries = [DiffEntry(id=i, kind="removed", old_token=initial.id_to_token[i], new_token=None, parents=[])
-                   for i in (270, 280)]
-        diff = RevisionDiff(lineage="trainer", version=2, parent_version=1, tokenizer_sha256="0" * 64,
-                            vocab_size=len(initial) - 2, entries=entries, config={})
+        entries = [
+            DiffEntry(id=i, kind="removed", old_token=initial.id_to_token[i], new_token=None, parents=[])
+            for i in (270, 280)
+        ]
+        diff = RevisionDiff(
+            lineage="trainer",
+            version=2,
+            parent_version=1,
+            tokenizer_sha256="0" * 64,
+            vocab_size=len(initial) - 2,
+            entries=entries,
+            config={},
+        )
     else:
         diff = removal.diff
     applied = apply_revision(model, optimizer, diff)
     logits = model(input_ids=torch.tensor([[1, 2, 3]], device=DEVICE)).logits
     assert applied.removed and torch.isneginf(logits[..., applied.removed]).all()
     assert torch.isfinite(logits[..., applied.changed]).all()
-    out = model.generate(torch.tensor([[1, 2]], device=DEVICE), max_new_tokens=8, do_sample=True, top_k=0,
-                         pad_token_id=0)
+    out = model.generate(
+        torch.tensor([[1, 2]], device=DEVICE), max_new_tokens=8, do_sample=True, top_k=0, pad_token_id=0
+    )
     assert not set(out[0, 2:].tolist()) & set(applied.removed)
 
 
@@ -133,8 +161,15 @@ def test_a_composed_diff_equals_the_versions_one_by_one(versions, kind):
     optimizer_2.load_state_dict(optimizer_1.state_dict())
     for revision in revisions[:3]:
         apply_revision(one_by_one, optimizer_1, revision.diff)
-    diff = RevisionDiff(lineage="trainer", version=4, parent_version=1, tokenizer_sha256=final.sha256,
-                        vocab_size=len(final), entries=diff_entries(initial, final), config={})
+    diff = RevisionDiff(
+        lineage="trainer",
+        version=4,
+        parent_version=1,
+        tokenizer_sha256=final.sha256,
+        vocab_size=len(final),
+        entries=diff_entries(initial, final),
+        config={},
+    )
     apply_revision(composed, optimizer_2, diff)
     used = torch.tensor(sorted(final.vocab.values()), device=DEVICE)  # free ids are nobody's
     for a, b in zip(embedding_matrices(one_by_one), embedding_matrices(composed)):
@@ -162,10 +197,19 @@ def test_growth_resizes_the_model_and_the_optimizer(versions, kind):
     before = _snapshot(model, optimizer)
     rows = initial.id_space
     a, b = initial.vocab["a"], initial.vocab["b"]
-    diff = RevisionDiff(lineage="trainer", version=2, parent_version=1, tokenizer_sha256="0" * 64,
-                        vocab_size=len(initial) + 2, id_space=rows + 2, config={},
-                        entries=[DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b]),
-                                 DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ba", parents=[b, a])])
+    diff = RevisionDiff(
+        lineage="trainer",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256="0" * 64,
+        vocab_size=len(initial) + 2,
+        id_space=rows + 2,
+        config={},
+        entries=[
+            DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b]),
+            DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ba", parents=[b, a]),
+        ],
+    )
     applied = apply_revision(model, optimizer, diff)
     assert applied.rows == rows + 2 == model.config.vocab_size
     params = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -214,15 +258,27 @@ def test_ids_removed_earlier_stay_masked_when_a_later_revision_grows_the_model(v
     initial, _ = versions
     rows = initial.id_space
     model, optimizer = _trained(kind, rows)
-    removal = RevisionDiff(lineage="trainer", version=2, parent_version=1, tokenizer_sha256="0" * 64,
-                           vocab_size=len(initial) - 1, config={}, entries=[
-                               DiffEntry(id=280, kind="removed", old_token=initial.id_to_token[280], new_token=None,
-                                         parents=[])])
+    removal = RevisionDiff(
+        lineage="trainer",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256="0" * 64,
+        vocab_size=len(initial) - 1,
+        config={},
+        entries=[DiffEntry(id=280, kind="removed", old_token=initial.id_to_token[280], new_token=None, parents=[])],
+    )
     apply_revision(model, optimizer, removal)
     a, b = initial.vocab["a"], initial.vocab["b"]
-    growth = RevisionDiff(lineage="trainer", version=3, parent_version=2, tokenizer_sha256="1" * 64,
-                          vocab_size=len(initial), id_space=rows + 1, config={}, entries=[
-                              DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b])])
+    growth = RevisionDiff(
+        lineage="trainer",
+        version=3,
+        parent_version=2,
+        tokenizer_sha256="1" * 64,
+        vocab_size=len(initial),
+        id_space=rows + 1,
+        config={},
+        entries=[DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b])],
+    )
     apply_revision(model, optimizer, growth)
     logits = model(input_ids=torch.tensor([[a, b, rows]], device=DEVICE)).logits
     assert removed_ids(model) == [280] and torch.isneginf(logits[..., 280]).all()
@@ -239,9 +295,16 @@ def test_a_row_a_composed_diff_grows_but_fills_not_is_masked(versions):
     rows = initial.id_space
     model, optimizer = _trained("gpt2", rows)
     a, b = initial.vocab["a"], initial.vocab["b"]
-    composed = RevisionDiff(lineage="trainer", version=3, parent_version=1, tokenizer_sha256="0" * 64,
-                            vocab_size=len(initial) + 1, id_space=rows + 2, config={"composed": True}, entries=[
-                                DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ab", parents=[a, b])])
+    composed = RevisionDiff(
+        lineage="trainer",
+        version=3,
+        parent_version=1,
+        tokenizer_sha256="0" * 64,
+        vocab_size=len(initial) + 1,
+        id_space=rows + 2,
+        config={"composed": True},
+        entries=[DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ab", parents=[a, b])],
+    )
     applied = apply_revision(model, optimizer, composed)
     logits = model(input_ids=torch.tensor([[a, b]], device=DEVICE)).logits
     assert applied.rows == rows + 2 and applied.removed == [rows]

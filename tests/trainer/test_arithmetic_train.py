@@ -98,8 +98,11 @@ def test_a_tiny_schedule_gives_the_same_results_in_workers_and_reports_every_key
 def test_a_prompt_that_leaves_out_the_end_of_the_question_is_held_to_it():
     # "0=3" spans the question's end and the answer's start: the prompt is "20+1", and a model
     # that would rather say "1" (20+11=...) must still be held to the question's "0=".
-    tokenizer = BPETokenizer(vocab={c: i for i, c in enumerate("0123456789+=")} | {"0=": 12, "0=3": 13},
-                             merges=[("0", "="), ("0=", "3")], pipeline={"decoder": {"type": "Fuse"}})
+    tokenizer = BPETokenizer(
+        vocab={c: i for i, c in enumerate("0123456789+=")} | {"0=": 12, "0=3": 13},
+        merges=[("0", "="), ("0=", "3")],
+        pipeline={"decoder": {"type": "Fuse"}},
+    )
     example, eos = "20+10=30", tokenizer.id_space
     ids = tokenizer.encode(example)
     assert [tokenizer.id_to_token[i] for i in ids[: prompt_length(tokenizer, ids, example)]] == ["2", "0", "+", "1"]

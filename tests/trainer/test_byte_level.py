@@ -10,8 +10,16 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from tests.trainer.conftest import TEXTS
 from tokenizer_service.bpe import BPETokenizer
-from trainer.byte_level import (ByteLevelModel, ByteVocabulary, completions, covering_tree, ensemble_log_prob,
-                                ensemble_next_byte, generate, valid_pair)
+from trainer.byte_level import (
+    ByteLevelModel,
+    ByteVocabulary,
+    completions,
+    covering_tree,
+    ensemble_log_prob,
+    ensemble_next_byte,
+    generate,
+    valid_pair,
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +31,17 @@ def tokenizer() -> BPETokenizer:
 def model(tokenizer) -> ByteLevelModel:
     torch.manual_seed(0)
     rows = tokenizer.id_space + 1  # one more row: the bos
-    gpt = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=rows,
-                                     bos_token_id=rows - 1, eos_token_id=rows - 1))
+    gpt = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2,
+            n_head=2,
+            n_embd=32,
+            n_positions=64,
+            vocab_size=rows,
+            bos_token_id=rows - 1,
+            eos_token_id=rows - 1,
+        )
+    )
     return ByteLevelModel(gpt, tokenizer, bos_token_id=rows - 1)
 
 
@@ -37,10 +54,11 @@ def _covering_sequences(tokenizer: BPETokenizer, prefix: bytes) -> list[tuple[in
     def extend(done: tuple[int, ...], k: int) -> None:
         for i, b in tokens.items():
             if k + len(b) < len(prefix):
-                if prefix[k:k + len(b)] == b:
+                if prefix[k : k + len(b)] == b:
                     extend(done + (i,), k + len(b))
             elif b.startswith(prefix[k:]):
                 found.append(done + (i,))
+
     extend((), 0)
     return [t for t in found if _writes(tokenizer, t)]
 
@@ -55,9 +73,9 @@ def _writes(tokenizer: BPETokenizer, ids: tuple[int, ...]) -> bool:
     except UnicodeDecodeError as exc:
         if exc.reason != "unexpected end of data":
             return False
-        for w in completions(data[exc.start:]):
+        for w in completions(data[exc.start :]):
             encoded = hf.encode((data + w).decode(), add_special_tokens=False).ids
-            if encoded[:len(ids)] == list(ids):
+            if encoded[: len(ids)] == list(ids):
                 return True
         return False
 
@@ -79,8 +97,9 @@ def test_the_prefix_probability_is_the_sum_over_every_covering_sequence(model, t
     expected = math.log(sum(math.exp(_sequence_log_prob(model, t)) for t in brute))
     result = model.prefix(text)
     assert result.log_prob == pytest.approx(expected, abs=1e-6)
-    assert result.log_prob_canonical == pytest.approx(_sequence_log_prob(model, tuple(tokenizer.encode(text))),
-                                                      abs=1e-6)
+    assert result.log_prob_canonical == pytest.approx(
+        _sequence_log_prob(model, tuple(tokenizer.encode(text))), abs=1e-6
+    )
     assert result.log_prob >= result.log_prob_canonical
     assert result.bits_per_byte == pytest.approx(-result.log_prob / math.log(2) / len(data))
 
@@ -170,6 +189,7 @@ def test_the_exported_folder_loads_in_transformers_and_gives_the_checkpoints_log
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("a user's")
     from tokenizer_service.errors import TokmaintError
+
     with pytest.raises(TokmaintError, match="mine is not empty and was not written by tokmaint"):
         export_model(path, tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "a user's"
@@ -204,6 +224,7 @@ def test_the_commands_on_a_folder_and_a_checkpoint(checkpoint, tmp_path, capsys)
     over = _cli_json(capsys, "eval", "bytes", "--model", folder, "--corpus", str(corpus), "--json")
     assert over["documents"] == 3 and over["bytes"] == len("the theme12 123héllo".encode())
     from tokmaint.cli import main
+
     assert main(["generate", "--model", folder, "--prompt", "the th", "--max-bytes", "5"]) == 0
     assert capsys.readouterr().out.startswith("the th")
 
@@ -220,7 +241,9 @@ def test_an_ensemble_of_two_models_is_the_mean_of_their_conditionals(model, toke
     data = "the th".encode()
     expected = 0.0
     for i in range(1, len(data) + 1):
-        conditionals = [math.exp(m.prefix(data[:i]).log_prob - m.prefix(data[:i - 1]).log_prob) for m in (model, other)]
+        conditionals = [
+            math.exp(m.prefix(data[:i]).log_prob - m.prefix(data[: i - 1]).log_prob) for m in (model, other)
+        ]
         expected += math.log(sum(conditionals) / 2)
     assert ensemble_log_prob([model, other], data)[0] == pytest.approx(expected, abs=1e-6)
 
@@ -236,8 +259,11 @@ def test_proposition_3_1_agrees_with_encoding_the_pair_on_a_real_vocabulary(fami
     tokenizer = Tokenizer.from_json(real_tokenizer_path(family).read_text(encoding="utf-8"))
     vocab = ByteVocabulary(tokenizer)
     rng = np.random.default_rng(1)
-    ids = [i for i in rng.choice(sorted(vocab.token_bytes), size=3000, replace=False).tolist()
-           if i in tokenizer.id_to_token and tokenizer.id_to_token[i] not in tokenizer.added_tokens]
+    ids = [
+        i
+        for i in rng.choice(sorted(vocab.token_bytes), size=3000, replace=False).tolist()
+        if i in tokenizer.id_to_token and tokenizer.id_to_token[i] not in tokenizer.added_tokens
+    ]
     alone = [i for i, e in zip(ids, tokenizer.tokenize_words([tokenizer.id_to_token[i] for i in ids])) if e == [i]]
     # Half of the pairs random, half a token and one that often merges with it (short ones).
     short = [i for i in alone if len(vocab.token_bytes[i]) <= 2]

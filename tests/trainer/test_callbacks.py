@@ -10,8 +10,14 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, Trainer, TrainerCallback,
-                          TrainingArguments)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 from registry.client import RegistryClient
 from tests.conftest import REGISTRY_TOKEN as TOKEN
@@ -30,11 +36,13 @@ STEPS = 8
 def _grown(tokenizer: BPETokenizer, text: str) -> BPETokenizer:
     """``tokenizer`` with one merge more, last in priority, its token at a fresh id (a model on it
     grows a row): the first two tokens of a word of ``text`` that are not a token together."""
-    pairs = ([tokenizer.id_to_token[i] for i in tokenizer.tokenize_word(word)[:2]]
-             for word in tokenizer.pre_tokenize(text))
+    pairs = (
+        [tokenizer.id_to_token[i] for i in tokenizer.tokenize_word(word)[:2]] for word in tokenizer.pre_tokenize(text)
+    )
     x, y = next(pair for pair in pairs if len(pair) == 2 and "".join(pair) not in tokenizer.vocab)
-    return tokenizer.replace_model(vocab={**tokenizer.vocab, x + y: tokenizer.id_space},
-                                   merges=[*tokenizer.merges, (x, y)])
+    return tokenizer.replace_model(
+        vocab={**tokenizer.vocab, x + y: tokenizer.id_space}, merges=[*tokenizer.merges, (x, y)]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +50,12 @@ def lineage_versions(drifting_corpus):
     """The texts, and versions 1 to 4 with a token to start texts from (the batches and the saved
     folder's config have it): 2 and 4 add a row, 3 frees it (the model keeps it)."""
     texts, initial, revisions = tedtok_versions(drifting_corpus, 300, special_tokens=("<|endoftext|>",))
-    versions = {1: initial, 2: _grown(revisions[0].tokenizer, texts[-1]), 3: revisions[1].tokenizer,
-                4: _grown(revisions[1].tokenizer, texts[-1])}
+    versions = {
+        1: initial,
+        2: _grown(revisions[0].tokenizer, texts[-1]),
+        3: revisions[1].tokenizer,
+        4: _grown(revisions[1].tokenizer, texts[-1]),
+    }
     assert [v.id_space for v in versions.values()] == [300, 301, 300, 301]
     return texts[300:], versions
 
@@ -57,8 +69,10 @@ class Recorder(TrainerCallback):
 
     def on_train_begin(self, args, state, control, *, model, **kwargs):
         self.began = (self.callback.version, model.get_input_embeddings().weight.detach().clone())
-        self.hooks = [model.register_forward_pre_hook(self._collated, with_kwargs=True, prepend=True),  # before the
-                      model.register_forward_hook(self._read, with_kwargs=True)]                     # callback's
+        self.hooks = [
+            model.register_forward_pre_hook(self._collated, with_kwargs=True, prepend=True),  # before the
+            model.register_forward_hook(self._read, with_kwargs=True),
+        ]  # callback's
 
     def on_train_end(self, args, state, control, **kwargs):
         for hook in self.hooks:
@@ -68,8 +82,9 @@ class Recorder(TrainerCallback):
         self.step = state.global_step
 
     def _collated(self, module, args, kwargs):
-        self.forwards.append({"step": self.step, "collated": kwargs[BATCH_KEY].version,
-                              "texts": kwargs[BATCH_KEY].texts})
+        self.forwards.append(
+            {"step": self.step, "collated": kwargs[BATCH_KEY].version, "texts": kwargs[BATCH_KEY].texts}
+        )
 
     def _read(self, module, args, kwargs, output):
         self.forwards[-1].update(version=self.callback.version, input_ids=kwargs["input_ids"], labels=kwargs["labels"])
@@ -84,8 +99,9 @@ class PublishAfter(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if (version := self.plan.get(state.global_step)) is None:
             return
-        published = RegistryClient(self.url, token=TOKEN).publish(self.callback.follower.lineage, version.to_json(),
-                                                                   kind="tedtok")["number"]
+        published = RegistryClient(self.url, token=TOKEN).publish(
+            self.callback.follower.lineage, version.to_json(), kind="tedtok"
+        )["number"]
         deadline = time.monotonic() + 10
         while not self.callback.follower.fetched(published):
             assert time.monotonic() < deadline, "the version was never downloaded"
@@ -95,10 +111,24 @@ class PublishAfter(TrainerCallback):
 def _trainer(callback: TokmaintCallback, texts: list[str], out, *extra: TrainerCallback) -> Trainer:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(tiny_gpt2_config(callback.tokenizer.id_space))
-    args = TrainingArguments(output_dir=str(out), use_cpu=True, report_to=[], max_steps=STEPS, save_steps=4,
-                             per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=STEPS, disable_tqdm=True)
-    return Trainer(model=model, args=args, train_dataset=[{"text": t} for t in texts],
-                   callbacks=[callback, *extra], data_collator=callback.collator(seq_len=SEQ_LEN))
+    args = TrainingArguments(
+        output_dir=str(out),
+        use_cpu=True,
+        report_to=[],
+        max_steps=STEPS,
+        save_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=STEPS,
+        disable_tqdm=True,
+    )
+    return Trainer(
+        model=model,
+        args=args,
+        train_dataset=[{"text": t} for t in texts],
+        callbacks=[callback, *extra],
+        data_collator=callback.collator(seq_len=SEQ_LEN),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -109,14 +139,26 @@ def followed(registry_server, lineage_versions, tmp_path_factory):
     name = create_lineage(url, versions[1])
     callback = TokmaintCallback(url, name)
     recorder = Recorder(callback)
-    trainer = _trainer(callback, texts, tmp_path_factory.mktemp("run"), recorder,
-                       PublishAfter(callback, url, {2: versions[2], 3: versions[3], 6: versions[4]}))
+    trainer = _trainer(
+        callback,
+        texts,
+        tmp_path_factory.mktemp("run"),
+        recorder,
+        PublishAfter(callback, url, {2: versions[2], 3: versions[3], 6: versions[4]}),
+    )
     try:
         trainer.train()
     finally:
         callback.close()
-    return {"url": url, "name": name, "texts": texts, "versions": versions, "callback": callback,
-            "recorder": recorder, "trainer": trainer}
+    return {
+        "url": url,
+        "name": name,
+        "texts": texts,
+        "versions": versions,
+        "callback": callback,
+        "recorder": recorder,
+        "trainer": trainer,
+    }
 
 
 def test_versions_published_during_training_are_applied_between_steps(followed):

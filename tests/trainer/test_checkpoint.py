@@ -16,9 +16,18 @@ ROWS = 40
 
 def _model_and_optimizer():
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                                         hidden_size=16, intermediate_size=32, max_position_embeddings=32,
-                                         vocab_size=ROWS, tie_word_embeddings=False)).to(DEVICE)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            hidden_size=16,
+            intermediate_size=32,
+            max_position_embeddings=32,
+            vocab_size=ROWS,
+            tie_word_embeddings=False,
+        )
+    ).to(DEVICE)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
 
@@ -38,10 +47,19 @@ def test_a_resume_continues_exactly_and_another_version_is_refused(tmp_path):
     model, optimizer = _model_and_optimizer()
     for seed in range(3):
         _step(model, optimizer, _batch(seed, ROWS))
-    diff = RevisionDiff(lineage="ck", version=2, parent_version=1, tokenizer_sha256="b" * 64, vocab_size=ROWS,
-                        id_space=ROWS + 1, config={}, entries=[
-                            DiffEntry(id=7, kind="removed", old_token="x", new_token=None, parents=[]),
-                            DiffEntry(id=ROWS, kind="added", old_token=None, new_token="ab", parents=[1, 2])])
+    diff = RevisionDiff(
+        lineage="ck",
+        version=2,
+        parent_version=1,
+        tokenizer_sha256="b" * 64,
+        vocab_size=ROWS,
+        id_space=ROWS + 1,
+        config={},
+        entries=[
+            DiffEntry(id=7, kind="removed", old_token="x", new_token=None, parents=[]),
+            DiffEntry(id=ROWS, kind="added", old_token=None, new_token="ab", parents=[1, 2]),
+        ],
+    )
     apply_revision(model, optimizer, diff)
     _step(model, optimizer, _batch(3, ROWS))
     stamp = TokenizerStamp(lineage="ck", version=2, sha256="b" * 64)
@@ -60,8 +78,12 @@ def test_a_resume_continues_exactly_and_another_version_is_refused(tmp_path):
 
     other, other_optimizer = _model_and_optimizer()
     with pytest.raises(CheckpointMismatch, match=r"ck version 2 \(sha256 bbbbbbbbbbbb\), not ck version 3"):
-        load_checkpoint(path, model=other, optimizer=other_optimizer,
-                        tokenizer=TokenizerStamp(lineage="ck", version=3, sha256="c" * 64))
+        load_checkpoint(
+            path,
+            model=other,
+            optimizer=other_optimizer,
+            tokenizer=TokenizerStamp(lineage="ck", version=3, sha256="c" * 64),
+        )
 
 
 @pytest.mark.parametrize("damage", ["truncated", "random", "empty", "not a dict", "no optimizer"])
@@ -78,8 +100,11 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(tmp_path, damage):
     if damage == "truncated":
         path.write_bytes(data[: len(data) // 2])
     elif damage == "random":
-        path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
-                                       dtype=torch.uint8).numpy().tobytes())
+        path.write_bytes(
+            torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+            .numpy()
+            .tobytes()
+        )
     elif damage == "empty":
         path.write_bytes(b"")
     elif damage == "not a dict":

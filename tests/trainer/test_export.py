@@ -40,8 +40,18 @@ def test_zip2zip_again_keeps_the_users_files(checkpoint, tmp_path, capsys):
     path, _, _ = checkpoint
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(TEXTS) + "\n")
-    argv = ["trainer", "zip2zip", "--model", str(path), "--corpus", str(corpus), "--out", str(tmp_path / "z2z"),
-            "--steps", "1"]
+    argv = [
+        "trainer",
+        "zip2zip",
+        "--model",
+        str(path),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(tmp_path / "z2z"),
+        "--steps",
+        "1",
+    ]
     assert main(argv) == 0
     (tmp_path / "z2z" / "README.md").write_text("mine")
     (tmp_path / "z2z" / "notes").mkdir()
@@ -63,7 +73,8 @@ def test_an_exported_folder_follows_the_umask(checkpoint, tmp_path):
     out = tmp_path / "model"
     assert oct(out.stat().st_mode & 0o777) == "0o755"
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {
-        p.name: "0o644" for p in out.iterdir()}  # model.safetensors was 0600, the folder 0700
+        p.name: "0o644" for p in out.iterdir()
+    }  # model.safetensors was 0600, the folder 0700
 
 
 def test_a_folder_exported_before_the_marker_is_replaced_in_place(checkpoint, tmp_path):

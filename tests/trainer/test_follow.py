@@ -24,8 +24,10 @@ from trainer.follow import LineageFollower, matrices_checksum, token_batch
 from trainer.ranks import RanksDiverged
 from trainer.settings import DistributedBenchSettings
 
-TEXTS = [f"commit {i}: fix the parser of the stream reader and the {['cache', 'queue', 'index'][i % 3]} of it"
-         for i in range(600)]
+TEXTS = [
+    f"commit {i}: fix the parser of the stream reader and the {['cache', 'queue', 'index'][i % 3]} of it"
+    for i in range(600)
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,9 @@ def _lineage(urls: list[str], initial) -> str:
 
 
 def _publish(url: str, name: str, revision) -> int:
-    return RegistryClient(url, token=TOKEN).publish(name, revision.tokenizer.to_json(),
-                                                    diff_json=revision.diff.to_json(), kind="tedtok")["number"]
+    return RegistryClient(url, token=TOKEN).publish(
+        name, revision.tokenizer.to_json(), diff_json=revision.diff.to_json(), kind="tedtok"
+    )["number"]
 
 
 def _model(tokenizer, seed: int = 0, *, room: int = 0):
@@ -72,19 +75,24 @@ def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(regi
     with LineageFollower(url, name) as follower:
         model = _model(follower.tokenizer)
         optimizer = torch.optim.AdamW(model.parameters())
-        assert follower.version == 1 and follower.encode(TEXTS[:2], seq_len=32)[0].tolist() == \
-            token_batch(initial, TEXTS[:2], seq_len=32)[0].tolist()
+        assert (
+            follower.version == 1
+            and follower.encode(TEXTS[:2], seq_len=32)[0].tolist()
+            == token_batch(initial, TEXTS[:2], seq_len=32)[0].tolist()
+        )
         published = _publish(url, name, made[0])
         deadline = time.monotonic() + 30
         step = 0
         while follower.version != published:
             assert time.monotonic() < deadline, "the version was never applied"
             model = follower.between_steps(model, optimizer)
-            _step(model, optimizer, follower, TEXTS[step * 4: step * 4 + 4])
+            _step(model, optimizer, follower, TEXTS[step * 4 : step * 4 + 4])
             step += 1
         # Applied between two steps: the next batch is the version's ids, and the model has its rows.
-        assert follower.encode(TEXTS[:2], seq_len=32)[0].tolist() == \
-            token_batch(made[0].tokenizer, TEXTS[:2], seq_len=32)[0].tolist()
+        assert (
+            follower.encode(TEXTS[:2], seq_len=32)[0].tolist()
+            == token_batch(made[0].tokenizer, TEXTS[:2], seq_len=32)[0].tolist()
+        )
         assert model.get_input_embeddings().weight.shape[0] >= made[0].tokenizer.id_space
         assert [t["version"] for t in follower.taken] == [published] and follower.taken[0]["step"] == step - 1
         assert follower.state_dict() == {"lineage": name, "version": published, "sha256": made[0].tokenizer.sha256}
@@ -96,8 +104,9 @@ def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(regi
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_every_rank_applies_every_version_at_the_same_step(ranks):
-    report = run_distributed_bench(DistributedBenchSettings(ranks=ranks, steps=45, block=5, versions=2,
-                                                            batch_size=2, seq_len=32, timeout=300))
+    report = run_distributed_bench(
+        DistributedBenchSettings(ranks=ranks, steps=45, block=5, versions=2, batch_size=2, seq_len=32, timeout=300)
+    )
     assert report["versions_applied"] == report["versions_published"] == 2, report
     assert report["same_step_all_ranks"] is True and report["identical_across_ranks"] is True
     assert [v for v, _ in report["taken"]] == [2, 3]
@@ -114,12 +123,20 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
     from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 
     torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                         timeout=datetime.timedelta(seconds=20))
+    torch.distributed.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=20),
+    )
     try:
         checkpoint = plan.get("checkpoint")
-        stamp = (TokenizerStamp(**torch.load(checkpoint, weights_only=True)["tokenizer"])
-                 if checkpoint and os.path.exists(checkpoint) else None)
+        stamp = (
+            TokenizerStamp(**torch.load(checkpoint, weights_only=True)["tokenizer"])
+            if checkpoint and os.path.exists(checkpoint)
+            else None
+        )
         follower = LineageFollower(urls[rank], name, version=stamp.version if stamp else None, retry_steps=3)
         fsdp = plan.get("fsdp", False)
         model = _model(follower.tokenizer, room=64 if fsdp else 0)
@@ -152,17 +169,31 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
             if rank == 0:
                 shared["step"] = step
                 shared["refused"] = sorted(follower.refused)
-            _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500:][:4])
+            _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500 :][:4])
             if checkpoint and rank == 0 and step % 5 == 4:
-                save_checkpoint(checkpoint, model=module, optimizer=optimizer, tokenizer=follower.stamp,
-                                position={"step": step + 1}, tokenizer_json=follower.tokenizer.to_json())
+                save_checkpoint(
+                    checkpoint,
+                    model=module,
+                    optimizer=optimizer,
+                    tokenizer=follower.stamp,
+                    position={"step": step + 1},
+                    tokenizer_json=follower.tokenizer.to_json(),
+                )
             time.sleep(plan.get("pause", 0))
             if follower.version == plan.get("until_version") and step >= follower.taken[-1]["step"] + 3:
                 break
-        results.put({"rank": rank, "start": start, "first_version": first_version,
-                     "taken": [(t["version"], t["step"]) for t in follower.taken],
-                     "refused": sorted(follower.refused.items()), "version": follower.version,
-                     "checksum": matrices_checksum(module).tolist(), **(sharded if rank == 0 else {})})
+        results.put(
+            {
+                "rank": rank,
+                "start": start,
+                "first_version": first_version,
+                "taken": [(t["version"], t["step"]) for t in follower.taken],
+                "refused": sorted(follower.refused.items()),
+                "version": follower.version,
+                "checksum": matrices_checksum(module).tolist(),
+                **(sharded if rank == 0 else {}),
+            }
+        )
         follower.close()
     except Exception as exc:
         results.put({"rank": rank, "error": type(exc).__name__, "message": str(exc)})
@@ -174,8 +205,10 @@ def _start(urls, name, plan, *, world: int = 2):
     context = multiprocessing.get_context("spawn")
     manager = context.Manager()
     shared, results, port = manager.dict({"step": -1, "refused": []}), context.Queue(), free_port()
-    processes = [context.Process(target=_rank, args=(rank, world, port, urls, name, plan, shared, results))
-                 for rank in range(world)]
+    processes = [
+        context.Process(target=_rank, args=(rank, world, port, urls, name, plan, shared, results))
+        for rank in range(world)
+    ]
     for process in processes:
         process.start()
     return processes, shared, results, manager
@@ -210,8 +243,9 @@ def test_a_version_one_rank_cannot_download_is_applied_by_none(registry_server, 
     try:
         initial, made = revisions
         name = _lineage([url, replica_url], initial)
-        processes, shared, results, manager = _start([url, replica_url], name,
-                                                     {"steps": 1000, "pause": 0.01, "until_version": 2})
+        processes, shared, results, manager = _start(
+            [url, replica_url], name, {"steps": 1000, "pause": 0.01, "until_version": 2}
+        )
         _wait(lambda: shared["step"] >= 5, "the ranks never started")
         published = _publish(url, name, made[0])
         _wait(lambda: shared["refused"] == [published], "rank 0 never refused the version rank 1 could not have")
@@ -251,8 +285,13 @@ def test_a_job_whose_rank_was_killed_resumes_on_its_checkpoint_s_version(registr
     _wait(lambda: shared["step"] >= 5, "the ranks never started")
     published = _publish(url, name, made[0])
     # Killed once a checkpoint holds the new version.
-    _wait(lambda: os.path.exists(checkpoint) and torch.load(checkpoint, weights_only=True)["tokenizer"]["version"]
-          == published, "no checkpoint of the new version")
+    _wait(
+        lambda: (
+            os.path.exists(checkpoint)
+            and torch.load(checkpoint, weights_only=True)["tokenizer"]["version"] == published
+        ),
+        "no checkpoint of the new version",
+    )
     os.kill(processes[1].pid, signal.SIGKILL)
     survivor = _reports(processes, results, expected=1, timeout=60)
     manager.shutdown()
@@ -279,8 +318,9 @@ def test_a_model_sharded_by_fsdp_has_its_rows_changed_where_they_live(registry_s
     url, _ = registry_server
     initial, made = revisions
     name = _lineage([url], initial)
-    processes, shared, results, manager = _start([url, url], name,
-                                                 {"steps": 1000, "pause": 0.01, "fsdp": True, "until_version": 2})
+    processes, shared, results, manager = _start(
+        [url, url], name, {"steps": 1000, "pause": 0.01, "fsdp": True, "until_version": 2}
+    )
     _wait(lambda: shared["step"] >= 5, "the ranks never started")
     published = _publish(url, name, made[0])
     reports = _reports(processes, results)

@@ -4,8 +4,19 @@ import pytest
 
 from trainer.lifelong import LifelongBenchSettings, run_lifelong_bench
 
-SMALL = dict(max_mb=0.25, parts=3, eval_docs=3, eval_bytes=48, train_batch=8, doc_bytes=96, vocab_size=300,
-             step_docs=16, interval_docs=32, warmup_docs=32, horizon_docs=320)
+SMALL = dict(
+    max_mb=0.25,
+    parts=3,
+    eval_docs=3,
+    eval_bytes=48,
+    train_batch=8,
+    doc_bytes=96,
+    vocab_size=300,
+    step_docs=16,
+    interval_docs=32,
+    warmup_docs=32,
+    horizon_docs=320,
+)
 
 
 @pytest.fixture(scope="module")
@@ -15,8 +26,11 @@ def report(tmp_path_factory):
 
 def test_the_report_has_every_figure(report):
     assert set(report["bits_per_byte"]) == {"static", "evolving", "ensemble", "static_zip2zip", "evolving_zip2zip"}
-    assert set(report["tokens"]) == set(report["train_seconds"]) == {"static", "evolving", "static_zip2zip",
-                                                                     "evolving_zip2zip"}
+    assert (
+        set(report["tokens"])
+        == set(report["train_seconds"])
+        == {"static", "evolving", "static_zip2zip", "evolving_zip2zip"}
+    )
     assert report["seconds"] > 0
     assert [row["part"] for row in report["parts"]] == [1, 2]
     assert report["plot"].endswith("lifelong.png")

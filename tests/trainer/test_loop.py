@@ -99,8 +99,13 @@ def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry_server, line
     with RegistryClient(url) as client:
         for run, steps in (("whole", [6]), ("resumed", [3, 3])):
             for k, n in enumerate(steps):
-                trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS,
-                                  checkpoint_dir=tmp_path / run)
+                trainer = Trainer(
+                    registry=client,
+                    lineage=name,
+                    data=CorpusTexts(texts),
+                    settings=SETTINGS,
+                    checkpoint_dir=tmp_path / run,
+                )
                 try:
                     losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
                 finally:
@@ -114,8 +119,23 @@ def test_the_trainer_run_command(registry_server, lineage_versions, drifting_cor
     url, _ = registry_server
     _, initial, _ = lineage_versions
     name = create_lineage(url, initial)
-    argv = ["trainer", "run", "--registry", url, "--lineage", name, "--data", str(drifting_corpus), "--steps", "4",
-            "--batch-size", "4", "--checkpoint-dir", str(tmp_path), "--json"]
+    argv = [
+        "trainer",
+        "run",
+        "--registry",
+        url,
+        "--lineage",
+        name,
+        "--data",
+        str(drifting_corpus),
+        "--steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--json",
+    ]
     assert main(argv + ["--report", str(tmp_path / "report.json")]) == 0
     first = json.loads(capsys.readouterr().out)
     whole = json.loads((tmp_path / "report.json").read_text())
@@ -149,8 +169,9 @@ def test_versions_learnt_from_the_revision_events_topic_once_each(registry_serve
     name = create_lineage(url, initial)
     topic = f"tokenizer.revisions.{name}"
     with RegistryClient(url) as client:
-        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS,
-                          events=(broker, topic))
+        trainer = Trainer(
+            registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS, events=(broker, topic)
+        )
         try:
             published = [publish_revision(url, name, r) for r in revisions[:2]]
             outbox = Registry(make_engine(f"sqlite:///{root / 'registry.db'}"), LocalArtifactStore(root / "artifacts"))
@@ -183,15 +204,31 @@ def test_training_on_the_docs_topic_resumes_at_its_offsets(registry_server, line
     texts, initial, _ = lineage_versions
     name = create_lineage(url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
-    produce(broker, settings.docs_topic, [(b"not a document", b"bad")] + [  # the bad one at the head of its partition
-        (json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z", "source": "test"}).encode(),
-         f"d{k}".encode()) for k, text in enumerate(texts[:40])])
+    produce(
+        broker,
+        settings.docs_topic,
+        [(b"not a document", b"bad")]
+        + [  # the bad one at the head of its partition
+            (
+                json.dumps(
+                    {"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z", "source": "test"}
+                ).encode(),
+                f"d{k}".encode(),
+            )
+            for k, text in enumerate(texts[:40])
+        ],
+    )
     losses, positions = {}, {}
     with RegistryClient(url) as client:
         for run, steps in (("whole", [6]), ("resumed", [3, 3])):
             for n in steps:
-                trainer = Trainer(registry=client, lineage=name, data=TopicTexts(settings), settings=SETTINGS,
-                                  checkpoint_dir=tmp_path / run)
+                trainer = Trainer(
+                    registry=client,
+                    lineage=name,
+                    data=TopicTexts(settings),
+                    settings=SETTINGS,
+                    checkpoint_dir=tmp_path / run,
+                )
                 try:
                     losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
                     positions[run] = trainer.position
@@ -219,16 +256,31 @@ def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_serve
     url, _ = registry_server
     docs = read_corpus(drifting_corpus).documents
     initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300, special_tokens=["<|endoftext|>"])
-    tedtok = TedTok(initial, config=StreamSettings(step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64,
-                                                   batch_size=8, id_price=0.0, base_token_cost=0.0).tedtok_config())
+    tedtok = TedTok(
+        initial,
+        config=StreamSettings(
+            step_docs=32,
+            horizon_docs=320,
+            interval_docs=64,
+            warmup_docs=64,
+            batch_size=8,
+            id_price=0.0,
+            base_token_cost=0.0,
+        ).tedtok_config(),
+    )
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)
     name = create_lineage(url, initial)
     settings = TrainerSettings(batch_size=4, seq_len=32, eval_every=3, eval_docs=4, eval_bytes=64)
     held_out = [d.text for d in docs[-4:]]
     with RegistryClient(url) as client:
-        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts([d.text for d in docs[:-4]]),
-                          settings=settings, held_out=held_out)
+        trainer = Trainer(
+            registry=client,
+            lineage=name,
+            data=CorpusTexts([d.text for d in docs[:-4]]),
+            settings=settings,
+            held_out=held_out,
+        )
         try:
             first = trainer.run(steps=3)
             publish_revision(url, name, tedtok.revisions[0])
@@ -268,8 +320,9 @@ def test_a_trainer_following_the_hub_protocol_takes_a_new_version(registry_serve
     assert (tmp_path / "hf" / f"models--{name}").is_dir()  # read through the Hub client's own cache
 
 
-def test_the_trainer_run_command_with_hub(registry_server, lineage_versions, drifting_corpus, tmp_path, capsys,
-                                          monkeypatch):
+def test_the_trainer_run_command_with_hub(
+    registry_server, lineage_versions, drifting_corpus, tmp_path, capsys, monkeypatch
+):
     from huggingface_hub import constants
 
     from tokmaint.cli import main
@@ -279,8 +332,29 @@ def test_the_trainer_run_command_with_hub(registry_server, lineage_versions, dri
     _, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
     publish_revision(url, name, revisions[0])
-    assert main(["trainer", "run", "--hub", "--registry", url, "--lineage", name, "--data", str(drifting_corpus),
-                 "--steps", "3", "--batch-size", "4", "--eval-every", "0", "--json"]) == 0
+    assert (
+        main(
+            [
+                "trainer",
+                "run",
+                "--hub",
+                "--registry",
+                url,
+                "--lineage",
+                name,
+                "--data",
+                str(drifting_corpus),
+                "--steps",
+                "3",
+                "--batch-size",
+                "4",
+                "--eval-every",
+                "0",
+                "--json",
+            ]
+        )
+        == 0
+    )
     ran = json.loads(capsys.readouterr().out)
     assert (ran["steps"], ran["version"]) == (3, 2)
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
@@ -300,12 +374,18 @@ def test_a_version_published_while_the_stream_is_idle_is_taken(registry_server, 
     texts, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
     settings = PipelineSettings(bootstrap=broker, docs_topic=f"docs.{name}")
-    documents = [(json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z"}).encode(),
-                  f"d{k}".encode()) for k, text in enumerate(texts[:12])]
+    documents = [
+        (json.dumps({"id": f"d{k}", "text": text, "ts": f"2024-01-01T00:00:{k:02d}Z"}).encode(), f"d{k}".encode())
+        for k, text in enumerate(texts[:12])
+    ]
     produce(broker, settings.docs_topic, documents[:8])
     with RegistryClient(url) as client:
-        trainer = Trainer(registry=client, lineage=name, data=TopicTexts(settings),
-                          settings=TrainerSettings(batch_size=4, seq_len=32, eval_every=0))
+        trainer = Trainer(
+            registry=client,
+            lineage=name,
+            data=TopicTexts(settings),
+            settings=TrainerSettings(batch_size=4, seq_len=32, eval_every=0),
+        )
         try:
             report = {}
             thread = threading.Thread(target=lambda: report.update(trainer.run(steps=3)))

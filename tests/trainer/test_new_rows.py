@@ -80,8 +80,9 @@ def test_a_step_in_chunks_is_the_full_batch_step():
         for module in model.modules():  # no dropout: the two runs differ by their chunks alone
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-        losses = warm_new_rows(model, applied.changed, *token_batch(new, texts, seq_len=32), steps=3, lr=1e-2,
-                               chunk=chunk)
+        losses = warm_new_rows(
+            model, applied.changed, *token_batch(new, texts, seq_len=32), steps=3, lr=1e-2, chunk=chunk
+        )
         runs.append((losses, model.get_input_embeddings().weight.detach().clone()))
     (one_losses, one_rows), (all_losses, all_rows) = runs
     assert one_losses == pytest.approx(all_losses, rel=1e-5)

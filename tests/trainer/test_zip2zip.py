@@ -13,8 +13,7 @@ from tests.conftest import sentences
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.lzw import LZW, contexts
 from trainer.export import write_model_folder
-from trainer.zip2zip import (HyperCache, Zip2zipLM, Zip2zipReader, bits_per_byte, finetune, generate,
-                             hyper_parameters)
+from trainer.zip2zip import HyperCache, Zip2zipLM, Zip2zipReader, bits_per_byte, finetune, generate, hyper_parameters
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +25,18 @@ def corpus_ids():
 
 def _model(rows: int, *, max_merge: int = 3, layers: int = 1, seed: int = 0) -> Zip2zipLM:
     torch.manual_seed(seed)
-    gpt = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=128, vocab_size=rows + 1,
-                                     resid_pdrop=0, embd_pdrop=0, attn_pdrop=0))
+    gpt = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2,
+            n_head=2,
+            n_embd=32,
+            n_positions=128,
+            vocab_size=rows + 1,
+            resid_pdrop=0,
+            embd_pdrop=0,
+            attn_pdrop=0,
+        )
+    )
     return Zip2zipLM(gpt, max_merge=max_merge, layers=layers, bos_token_id=rows)
 
 
@@ -40,7 +49,7 @@ def test_every_code_is_scored_from_what_the_decoder_knows(corpus_ids):
     rows = model.rows
     lzw = LZW(base_size=rows, max_merge=3)
     for row, window in enumerate(windows[:4]):
-        codes = batch.ids[row, 1: batch.lengths[row]].tolist()
+        codes = batch.ids[row, 1 : batch.lengths[row]].tolist()
         assert lzw.decode(codes) == window
         for p, code in enumerate(codes):
             if code >= rows:  # made before it is read, or the new one guessed from the run before
@@ -127,7 +136,7 @@ def test_reading_a_code_at_a_time_gives_what_the_whole_context_gives(corpus_ids,
     batch = model.batch(windows[3:4])
     with torch.no_grad():
         whole = model(batch, full=True).log_probs[0]
-    codes = batch.ids[0, 1: batch.lengths[0]].tolist()
+    codes = batch.ids[0, 1 : batch.lengths[0]].tolist()
     for prompt in (0, 17):
         reader = Zip2zipReader(model)
         positions = [(prompt, codes[:prompt])] + [(p + 1, [c]) for p, c in enumerate(codes[prompt:-1], start=prompt)]
@@ -156,13 +165,15 @@ def test_generation_emits_codes_the_encoder_would_make(corpus_ids, trained):
         made = generate(model, tokenizer, prompt, max_bytes=120, seed=seed)
         assert made.codes[: made.prompt_codes] == lzw.encode(tokenizer.encode(prompt))
         assert lzw.encode(lzw.decode(made.codes)) == made.codes
-        assert lzw.decode(made.codes)[len(tokenizer.encode(prompt)):] == made.base_ids
+        assert lzw.decode(made.codes)[len(tokenizer.encode(prompt)) :] == made.base_ids
         assert made.data == b"".join(tokenizer.token_bytes(tokenizer.id_to_token[i]) for i in made.base_ids)
         assert len(made.data) >= 120 and made.text == tokenizer.decode(made.base_ids)
-        hypertokens += sum(c >= model.rows for c in made.codes[made.prompt_codes:])
+        hypertokens += sum(c >= model.rows for c in made.codes[made.prompt_codes :])
     assert hypertokens > 0
-    assert generate(model, tokenizer, prompt, max_bytes=60, seed=1).codes == \
+    assert (
         generate(model, tokenizer, prompt, max_bytes=60, seed=1).codes
+        == generate(model, tokenizer, prompt, max_bytes=60, seed=1).codes
+    )
 
 
 def test_generation_stops_when_the_context_is_full(corpus_ids, trained):
@@ -180,7 +191,8 @@ def test_a_saved_model_loads_as_it_was_and_a_plain_one_as_mean_pooling(corpus_id
     assert loaded_tokenizer.sha256 == tokenizer.sha256 and loaded.max_merge == 3 and loaded.hyper.layers == 1
     spelled = {i: len(tokenizer.token_bytes(t)) for t, i in tokenizer.vocab.items()}
     assert bits_per_byte(loaded, windows[:3], spelled)["bits_per_byte"] == pytest.approx(
-        bits_per_byte(trained, windows[:3], spelled)["bits_per_byte"], rel=1e-6)
+        bits_per_byte(trained, windows[:3], spelled)["bits_per_byte"], rel=1e-6
+    )
     with pytest.raises(Exception, match="at most 3 base tokens, not 2"):
         Zip2zipLM.load(tmp_path / "z2z", max_merge=2)
     write_model_folder(trained.base, tokenizer, {"lineage": "demo", "version": 3}, tmp_path / "plain")
@@ -197,8 +209,17 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
     texts = sentences(120, seed=5)
     tokenizer = BPETokenizer.train(texts, vocab_size=300, special_tokens=["<|endoftext|>"])
     torch.manual_seed(0)
-    gpt = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=96, vocab_size=tokenizer.id_space,
-                                     bos_token_id=0, eos_token_id=0))
+    gpt = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1,
+            n_head=2,
+            n_embd=32,
+            n_positions=96,
+            vocab_size=tokenizer.id_space,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
     write_model_folder(gpt, tokenizer, {"lineage": "demo", "version": 1}, tmp_path / "plain")
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(texts) + "\n")
@@ -207,8 +228,20 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
         assert main([*args, "--json"]) == 0
         return json.loads(capsys.readouterr().out)
 
-    trained = run("trainer", "zip2zip", "--model", str(tmp_path / "plain"), "--corpus", str(corpus),
-                  "--out", str(tmp_path / "z2z"), "--steps", "5", "--max-merge", "4")
+    trained = run(
+        "trainer",
+        "zip2zip",
+        "--model",
+        str(tmp_path / "plain"),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(tmp_path / "z2z"),
+        "--steps",
+        "5",
+        "--max-merge",
+        "4",
+    )
     assert trained["context"] == 95 and trained["max_merge"] == 4 and "zip2zip.safetensors" in trained["files"]
     made = run("generate", "--model", str(tmp_path / "z2z"), "--zip2zip", "--prompt", texts[0], "--max-bytes", "40")
     assert made["prompt"] == texts[0] and made["bytes"] >= 40 and made["max_merge"] == 4
@@ -219,18 +252,34 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
     plain = run("eval", "bytes", "--model", str(tmp_path / "z2z"), "--corpus", str(corpus), "--max-documents", "5")
     assert plain["documents"] == 5  # the folder is a plain model too
     with pytest.raises(SystemExit) as refused:
-        main(["generate", "--model", str(tmp_path / "z2z"), "--model", str(tmp_path / "z2z"), "--zip2zip",
-              "--prompt", "a"])
+        main(
+            [
+                "generate",
+                "--model",
+                str(tmp_path / "z2z"),
+                "--model",
+                str(tmp_path / "z2z"),
+                "--zip2zip",
+                "--prompt",
+                "a",
+            ]
+        )
     assert refused.value.code == 2 and "reads one --model" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("weights truncated", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
-    ("weights of another shape", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
-    ("config missing a field", "zip2zip.json is not a zip2zip config: no 'layers'"),
-    ("config not JSON", "zip2zip.json is not a zip2zip config: not JSON"),
-    ("config out of range", "zip2zip.json is not a zip2zip config: max_merge must be a whole number in [1, 64], got 0"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("weights truncated", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
+        ("weights of another shape", "zip2zip.safetensors is not the hyper-encoder zip2zip.json describes"),
+        ("config missing a field", "zip2zip.json is not a zip2zip config: no 'layers'"),
+        ("config not JSON", "zip2zip.json is not a zip2zip config: not JSON"),
+        (
+            "config out of range",
+            "zip2zip.json is not a zip2zip config: max_merge must be a whole number in [1, 64], got 0",
+        ),
+    ],
+)
 def test_a_damaged_zip2zip_folder_is_refused_in_one_line(corpus_ids, trained, tmp_path, damage, message):
     from safetensors.torch import save_file
 
@@ -243,8 +292,9 @@ def test_a_damaged_zip2zip_folder_is_refused_in_one_line(corpus_ids, trained, tm
     if damage == "weights truncated":
         (folder / "zip2zip.safetensors").write_bytes((folder / "zip2zip.safetensors").read_bytes()[:200])
     elif damage == "weights of another shape":
-        save_file({"decoder.weight": torch.zeros(3, 3), "decoder.bias": torch.zeros(3)},
-                  str(folder / "zip2zip.safetensors"))
+        save_file(
+            {"decoder.weight": torch.zeros(3, 3), "decoder.bias": torch.zeros(3)}, str(folder / "zip2zip.safetensors")
+        )
     elif damage == "config missing a field":
         (folder / "zip2zip.json").write_text(json.dumps({k: v for k, v in config.items() if k != "layers"}))
     elif damage == "config not JSON":

@@ -27,8 +27,10 @@ from tokenizer_service.settings import Number, Settings, SettingsConfigDict, set
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
-PAPER = {"bytes_per_token": {"old": 1.216, "new": 1.366, "tedtok": 1.359},
-         "jaccard": {"old_vs_new": 0.7013, "tedtok_vs_new": 0.2456}}
+PAPER = {
+    "bytes_per_token": {"old": 1.216, "new": 1.366, "tedtok": 1.359},
+    "jaccard": {"old_vs_new": 0.7013, "tedtok_vs_new": 0.2456},
+}
 
 
 def arithmetic_dataset(max_operand: int) -> list[str]:
@@ -85,8 +87,13 @@ def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool
     schedule = [(old_ids, -(-len(old_ids) // settings.batch)), (new_ids, -(-len(new_ids) // settings.batch))]
     total = sum(settings.epochs * steps for _, steps in schedule)
     config = TedTokConfig.for_schedule(
-        total, warmup=settings.warmup, freeze_last=settings.freeze_last, alpha=settings.alpha,
-        beta=settings.beta, interval=settings.interval, batch_size=settings.batch_size,
+        total,
+        warmup=settings.warmup,
+        freeze_last=settings.freeze_last,
+        alpha=settings.alpha,
+        beta=settings.beta,
+        interval=settings.interval,
+        batch_size=settings.batch_size,
     )
     tedtok = TedTok(old, config=config, words=words, lineage="arithmetic")
     started = time.perf_counter()
@@ -106,7 +113,7 @@ def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool
         "bytes_per_token": {name: tok.bytes_per_token(new_eval, delimited=True) for name, tok in tokenizers},
         "bytes_per_token_bare": {name: tok.bytes_per_token(new_eval) for name, tok in tokenizers},
         "convention": "bytes_per_token counts one end-of-example delimiter per example (one byte, one token), as "
-                      "the paper's training sequences; bytes_per_token_bare divides the bare 'A+B=C' bytes",
+        "the paper's training sequences; bytes_per_token_bare divides the bare 'A+B=C' bytes",
         "jaccard": {"old_vs_new": jaccard_distance(old, new), "tedtok_vs_new": jaccard_distance(evolved, new)},
         "revisions": len(tedtok.revisions),
         "steps": total,

@@ -47,8 +47,11 @@ class DriftSettings(StreamSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_DRIFT_")
 
     old_share: float = setting(0.6, share(one=False), "share of the oldest documents Old is trained on")
-    new_share: float = setting(0.2, share(one=False), "share of the newest documents New is trained on "
-                                                      "(the newest --held-out of them are held out)")
+    new_share: float = setting(
+        0.2,
+        share(one=False),
+        "share of the newest documents New is trained on (the newest --held-out of them are held out)",
+    )
     held_out: int = setting(2000, whole(1), "newest documents no tokenizer sees, scored for all three")
 
     @model_validator(mode="after")
@@ -87,34 +90,43 @@ class DriftSetup:
     new_seconds: float
 
 
-def prepare_drift(corpus: str | Path, settings: DriftSettings | None = None, *, progress: bool = True
-                  ) -> DriftSetup:
+def prepare_drift(corpus: str | Path, settings: DriftSettings | None = None, *, progress: bool = True) -> DriftSetup:
     """Read the corpus, cut it into Old, stream, New and held-out slices and train Old and New."""
     settings = settings or DriftSettings()
     docs = read_corpus(corpus, progress=progress)
     n = len(docs)
     n_old, n_new = round(settings.old_share * n), round(settings.new_share * n)
     if n_old < 1:
-        raise CorpusError(docs.path, f"{n} documents: --old-share {settings.old_share} gives Old no documents; "
-                                     "raise --old-share")
+        raise CorpusError(
+            docs.path, f"{n} documents: --old-share {settings.old_share} gives Old no documents; raise --old-share"
+        )
     if n_new <= settings.held_out:
-        raise CorpusError(docs.path, f"{n} documents: --new-share {settings.new_share} is {n_new} documents, not "
-                                     f"more than --held-out {settings.held_out}; lower --held-out below {n_new} "
-                                     "or raise --new-share")
+        raise CorpusError(
+            docs.path,
+            f"{n} documents: --new-share {settings.new_share} is {n_new} documents, not "
+            f"more than --held-out {settings.held_out}; lower --held-out below {n_new} "
+            "or raise --new-share",
+        )
     if n_old + settings.held_out >= n:
-        raise CorpusError(docs.path, f"{n} documents: Old ({n_old}) and --held-out {settings.held_out} leave no "
-                                     "stream; lower --held-out or --old-share")
+        raise CorpusError(
+            docs.path,
+            f"{n} documents: Old ({n_old}) and --held-out {settings.held_out} leave no "
+            "stream; lower --held-out or --old-share",
+        )
     held = docs[n - settings.held_out :]
     rest = docs[: n - settings.held_out]
     old_texts = [d.text for d in rest[:n_old]]
-    new_texts = [d.text for d in rest[-(n_new - settings.held_out):]]
+    new_texts = [d.text for d in rest[-(n_new - settings.held_out) :]]
     stream = rest[n_old:]
     old = BPETokenizer.train(old_texts, vocab_size=settings.vocab_size, progress=progress)
     started = time.perf_counter()
     new = BPETokenizer.train(new_texts, vocab_size=settings.vocab_size)
     return DriftSetup(
-        name=corpus_name(corpus), old=old, new=new,
-        stream=list(batches(stream, settings.step_docs)), eval_texts=[d.text for d in held],
+        name=corpus_name(corpus),
+        old=old,
+        new=new,
+        stream=list(batches(stream, settings.step_docs)),
+        eval_texts=[d.text for d in held],
         documents={"old": len(old_texts), "stream": len(stream), "new": len(new_texts), "held_out": len(held)},
         new_seconds=time.perf_counter() - started,
     )
@@ -126,14 +138,18 @@ def replay_drift(setup: DriftSetup, settings: DriftSettings, *, progress: bool =
     for texts in tqdm(setup.stream, desc=f"ted-tok {setup.name}", unit="step", disable=not progress):
         tedtok.observe_texts(texts)
     evolved = tedtok.tokenizer
-    bpt = {name: tok.bytes_per_token(setup.eval_texts)
-           for name, tok in (("old", setup.old), ("new", setup.new), ("tedtok", evolved))}
+    bpt = {
+        name: tok.bytes_per_token(setup.eval_texts)
+        for name, tok in (("old", setup.old), ("new", setup.new), ("tedtok", evolved))
+    }
     return {
         "bytes_per_token": bpt,
         # Undefined (null) when Old and New compress the held-out documents equally well.
         "gap_closed": (bpt["tedtok"] - bpt["old"]) / gap if (gap := bpt["new"] - bpt["old"]) else None,
-        "jaccard": {"old_vs_new": jaccard_distance(setup.old, setup.new),
-                    "tedtok_vs_new": jaccard_distance(evolved, setup.new)},
+        "jaccard": {
+            "old_vs_new": jaccard_distance(setup.old, setup.new),
+            "tedtok_vs_new": jaccard_distance(evolved, setup.new),
+        },
         "ids_stable": ids_stable(setup.old, evolved),
         "seconds": {"revisions": tedtok.revision_seconds, "new_training": setup.new_seconds},
         "revisions": len(tedtok.revisions),
@@ -148,8 +164,13 @@ def run_drift(corpus: str | Path, settings: DriftSettings | None = None, *, prog
     return replay_drift(prepare_drift(corpus, settings, progress=progress), settings, progress=progress)
 
 
-def drift_table(corpora: Sequence[str | Path], settings: DriftSettings | None = None, *,
-                prices: Sequence[float] | None = None, progress: bool = True) -> dict:
+def drift_table(
+    corpora: Sequence[str | Path],
+    settings: DriftSettings | None = None,
+    *,
+    prices: Sequence[float] | None = None,
+    progress: bool = True,
+) -> dict:
     """The drift benchmark on each corpus: one row per run, and the worst case over the corpora,
     the figure a default must hold on. ``prices`` are factors: each replays every corpus with
     both id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own);
@@ -160,24 +181,36 @@ def drift_table(corpora: Sequence[str | Path], settings: DriftSettings | None = 
     for corpus, name in zip(corpora, names):
         setup = prepare_drift(corpus, settings, progress=progress)
         for price in prices if prices is not None else [1.0]:
-            priced = settings.replace(id_price=settings.id_price * price,
-                             base_token_cost=settings.base_token_cost * price)
+            priced = settings.replace(
+                id_price=settings.id_price * price, base_token_cost=settings.base_token_cost * price
+            )
             result = replay_drift(setup, priced, progress=progress)
-            rows.append({
-                # Corpora of the same file name are told apart by the path given.
-                "corpus": name if names.count(name) == 1 else str(corpus), "price": price,
-                "gap_closed": result["gap_closed"], "ids_stable": result["ids_stable"],
-                **{f"bpt_{k}": v for k, v in result["bytes_per_token"].items()},
-                **{f"jaccard_{k}": v for k, v in result["jaccard"].items()},
-                "revisions": result["revisions"], "stream_docs": result["documents"]["stream"],
-                "seconds": result["seconds"]["revisions"],
-            })
+            rows.append(
+                {
+                    # Corpora of the same file name are told apart by the path given.
+                    "corpus": name if names.count(name) == 1 else str(corpus),
+                    "price": price,
+                    "gap_closed": result["gap_closed"],
+                    "ids_stable": result["ids_stable"],
+                    **{f"bpt_{k}": v for k, v in result["bytes_per_token"].items()},
+                    **{f"jaccard_{k}": v for k, v in result["jaccard"].items()},
+                    "revisions": result["revisions"],
+                    "stream_docs": result["documents"]["stream"],
+                    "seconds": result["seconds"]["revisions"],
+                }
+            )
     worst = []
     for price in dict.fromkeys(r["price"] for r in rows):
         at = [r for r in rows if r["price"] == price]
         gaps = [r["gap_closed"] for r in at if r["gap_closed"] is not None]
-        worst.append({"price": price, "gap_closed": min(gaps, default=None),
-                      "ids_stable": min(r["ids_stable"] for r in at), "gap_undefined": len(at) - len(gaps)})
+        worst.append(
+            {
+                "price": price,
+                "gap_closed": min(gaps, default=None),
+                "ids_stable": min(r["ids_stable"] for r in at),
+                "gap_undefined": len(at) - len(gaps),
+            }
+        )
     return {"rows": rows, "worst": worst, "targets": TARGETS}
 
 
@@ -190,20 +223,26 @@ def plot_drift(table: dict, path: Path) -> None:
     from matplotlib.patches import Rectangle
 
     fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
-    ax.add_patch(Rectangle((TARGETS["ids_stable"], TARGETS["gap_closed"]), 1, 10, color="tab:green", alpha=0.08,
-                           label="targets"))
+    ax.add_patch(
+        Rectangle((TARGETS["ids_stable"], TARGETS["gap_closed"]), 1, 10, color="tab:green", alpha=0.08, label="targets")
+    )
     ax.axhline(TARGETS["gap_closed"], color="tab:green", linestyle="--", linewidth=1)
     ax.axvline(TARGETS["ids_stable"], color="tab:green", linestyle="--", linewidth=1)
     for corpus in dict.fromkeys(r["corpus"] for r in table["rows"]):
         rows = [r for r in table["rows"] if r["corpus"] == corpus and r["gap_closed"] is not None]
         drawn = [min(r["gap_closed"], PLOT_GAP_TOP) for r in rows]
         clipped = any(r["gap_closed"] > PLOT_GAP_TOP for r in rows)
-        ax.plot([r["ids_stable"] for r in rows], drawn, marker="o",
-                label=f"{corpus} (gap_closed > {PLOT_GAP_TOP:g} drawn at the top)" if clipped else corpus)
+        ax.plot(
+            [r["ids_stable"] for r in rows],
+            drawn,
+            marker="o",
+            label=f"{corpus} (gap_closed > {PLOT_GAP_TOP:g} drawn at the top)" if clipped else corpus,
+        )
         for r, y in zip(rows, drawn):
             value = f" ({r['gap_closed']:.2f})" if r["gap_closed"] > PLOT_GAP_TOP else ""
-            ax.annotate(f"×{r['price']:g}{value}", (r["ids_stable"], y), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7)
+            ax.annotate(
+                f"×{r['price']:g}{value}", (r["ids_stable"], y), textcoords="offset points", xytext=(4, 4), fontsize=7
+            )
     gaps = [min(r["gap_closed"], PLOT_GAP_TOP) for r in table["rows"] if r["gap_closed"] is not None]
     gaps.append(TARGETS["gap_closed"])
     ids = [r["ids_stable"] for r in table["rows"]] + [TARGETS["ids_stable"]]

@@ -135,9 +135,16 @@ def audit_one(path: str, corpus: str) -> dict[str, Any]:
         del tokenizer, audit, texts
         release_free_memory()
         result["export_loads"] = _loads_in_transformers(export, sample, expected)
-    result["paper"] = None if row is None else {
-        "model": row.model, "scope_size": row.scope_size, "residue_share": row.residue_share,
-        "residue_share_ratio_only": row.residue_share_ratio_only}
+    result["paper"] = (
+        None
+        if row is None
+        else {
+            "model": row.model,
+            "scope_size": row.scope_size,
+            "residue_share": row.residue_share,
+            "residue_share_ratio_only": row.residue_share_ratio_only,
+        }
+    )
     result["seconds"] = round(time.perf_counter() - started, 2)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result
@@ -154,8 +161,9 @@ def _loads_in_transformers(path: Path, texts: Sequence[str], expected: list[list
     return fast(list(texts), add_special_tokens=False)["input_ids"] == expected
 
 
-def run_residues_bench(tokenizers: Sequence[str | Path], corpus: str | Path, *, progress: bool = False
-                       ) -> dict[str, Any]:
+def run_residues_bench(
+    tokenizers: Sequence[str | Path], corpus: str | Path, *, progress: bool = False
+) -> dict[str, Any]:
     """Table 4 across the given tokenizer files on one corpus: a row each, in the order given."""
     from tokenizer_service.corpus import read_corpus
 
@@ -166,5 +174,9 @@ def run_residues_bench(tokenizers: Sequence[str | Path], corpus: str | Path, *, 
     for path in tqdm([str(p) for p in tokenizers], desc="bench residues", unit="tokenizer", disable=not progress):
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
             rows.append(pool.submit(audit_one, path, str(corpus)).result())
-    return {"corpus": str(corpus), "documents": len(texts),
-            "megabytes": round(sum(len(t.encode("utf-8")) for t in texts) / 1e6, 3), "tokenizers": rows}
+    return {
+        "corpus": str(corpus),
+        "documents": len(texts),
+        "megabytes": round(sum(len(t.encode("utf-8")) for t in texts) / 1e6, 3),
+        "tokenizers": rows,
+    }

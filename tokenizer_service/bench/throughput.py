@@ -34,8 +34,7 @@ class ThroughputSettings(Settings):
     batch_size: int = setting(100, whole(1), "adds+deletes of the timed revision (K)")
 
 
-def run_throughput(corpus: str | Path, settings: ThroughputSettings | None = None, *,
-                   progress: bool = True) -> dict:
+def run_throughput(corpus: str | Path, settings: ThroughputSettings | None = None, *, progress: bool = True) -> dict:
     settings = settings or ThroughputSettings()
     docs = oldest(read_corpus(corpus), settings.max_mb)
     texts = [d.text for d in docs]
@@ -63,8 +62,12 @@ def run_throughput(corpus: str | Path, settings: ThroughputSettings | None = Non
         ids = np.array(sorted(tokenizer.vocab.values()), np.int64)
         keys = np.unique(pack_pair(rng.choice(ids, 2 * missing), rng.choice(ids, 2 * missing)))
         keys = keys[np.argsort(store.pair(keys) > 0, kind="stable")][:missing]
-        store.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0),
-                           pair_keys=np.sort(keys), pair_counts=np.full(len(keys), 1e-6))
+        store.apply_counts(
+            token_ids=np.zeros(0, np.int64),
+            token_counts=np.zeros(0),
+            pair_keys=np.sort(keys),
+            pair_counts=np.full(len(keys), 1e-6),
+        )
     tracked = store.tracked_pairs
     started = time.perf_counter()
     revision = tedtok.revise()

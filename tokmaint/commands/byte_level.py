@@ -47,8 +47,15 @@ def _eval_zip2zip(args: argparse.Namespace) -> int:
     fits = model.positions - 1  # what one context reads after the bos
     encoded = tokenizer.encode_batch(texts)
     result = bits_per_byte(model, [i[:fits] for i in encoded if i], byte_lengths(tokenizer))
-    print_result({"documents": sum(map(bool, encoded)), "truncated": sum(len(i) > fits for i in encoded), **result,
-                  "max_merge": model.max_merge}, as_json=args.json)
+    print_result(
+        {
+            "documents": sum(map(bool, encoded)),
+            "truncated": sum(len(i) > fits for i in encoded),
+            **result,
+            "max_merge": model.max_merge,
+        },
+        as_json=args.json,
+    )
     return 0
 
 
@@ -69,23 +76,46 @@ def cmd_eval_bytes(args: argparse.Namespace) -> int:
         print_result(evaluate_texts(models, texts, progress=show_progress(args)), as_json=args.json)
         return 0
     if fit_text(models, args.text) != args.text:
-        args.parser.error("--text is longer than the model reads in one context: give a shorter one, or --corpus "
-                          "(documents are cut to fit there)")
+        args.parser.error(
+            "--text is longer than the model reads in one context: give a shorter one, or --corpus "
+            "(documents are cut to fit there)"
+        )
     n_bytes = len(args.text.encode("utf-8"))
     if len(models) == 1:
         result = models[0].prefix(args.text)
-        print_result({"log_prob": result.log_prob, "log_prob_canonical": result.log_prob_canonical,
-                      "bits_per_byte": result.bits_per_byte, "bits_per_byte_canonical": result.bits_per_byte_canonical,
-                      "bytes": n_bytes, "model_tokens": result.model_tokens, "leaves": result.leaves},
-                     as_json=args.json)
+        print_result(
+            {
+                "log_prob": result.log_prob,
+                "log_prob_canonical": result.log_prob_canonical,
+                "bits_per_byte": result.bits_per_byte,
+                "bits_per_byte_canonical": result.bits_per_byte_canonical,
+                "bytes": n_bytes,
+                "model_tokens": result.model_tokens,
+                "leaves": result.leaves,
+            },
+            as_json=args.json,
+        )
         return 0
     log_prob, evaluated = ensemble_log_prob(models, args.text)
     each = [model.prefix(args.text) for model in models]
-    print_result({"log_prob": log_prob, "bits_per_byte": -log_prob / 0.6931471805599453 / max(1, n_bytes),
-                  "bytes": n_bytes, "model_tokens": evaluated,
-                  "models": [{"model": path, "log_prob": r.log_prob, "bits_per_byte": r.bits_per_byte,
-                              "log_prob_canonical": r.log_prob_canonical} for path, r in zip(args.model, each)]},
-                 as_json=args.json)
+    print_result(
+        {
+            "log_prob": log_prob,
+            "bits_per_byte": -log_prob / 0.6931471805599453 / max(1, n_bytes),
+            "bytes": n_bytes,
+            "model_tokens": evaluated,
+            "models": [
+                {
+                    "model": path,
+                    "log_prob": r.log_prob,
+                    "bits_per_byte": r.bits_per_byte,
+                    "log_prob_canonical": r.log_prob_canonical,
+                }
+                for path, r in zip(args.model, each)
+            ],
+        },
+        as_json=args.json,
+    )
     return 0
 
 
@@ -94,11 +124,18 @@ def cmd_eval_next_byte(args: argparse.Namespace) -> int:
 
     distribution = ensemble_next_byte(_models(args), args.text)
     top = sorted(range(256), key=lambda b: -distribution[b])[: args.top]
-    print_result({"distribution": {str(b): float(p) for b, p in enumerate(distribution)},
-                  "top": [{"byte": b, "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "p": float(distribution[b])}
-                          for b in top]} if args.json else
-                 {"top": {(chr(b) if 32 < b < 127 else f"\\x{b:02x}"): float(distribution[b]) for b in top}},
-                 as_json=args.json)
+    print_result(
+        {
+            "distribution": {str(b): float(p) for b, p in enumerate(distribution)},
+            "top": [
+                {"byte": b, "char": chr(b) if 32 <= b < 127 else f"\\x{b:02x}", "p": float(distribution[b])}
+                for b in top
+            ],
+        }
+        if args.json
+        else {"top": {(chr(b) if 32 < b < 127 else f"\\x{b:02x}"): float(distribution[b]) for b in top}},
+        as_json=args.json,
+    )
     return 0
 
 
@@ -108,16 +145,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from trainer.zip2zip import generate as generate_zip2zip
 
         model, tokenizer = _zip2zip_model(args)
-        made = generate_zip2zip(model, tokenizer, args.prompt, max_bytes=args.max_bytes, seed=args.seed,
-                                progress=show_progress(args))
-        out, generated = made.data, made.codes[made.prompt_codes:]
-        extra = {"codes": len(generated), "hypertokens": sum(c >= model.rows for c in generated),
-                 "base_tokens": len(made.base_ids), "max_merge": model.max_merge}
+        made = generate_zip2zip(
+            model, tokenizer, args.prompt, max_bytes=args.max_bytes, seed=args.seed, progress=show_progress(args)
+        )
+        out, generated = made.data, made.codes[made.prompt_codes :]
+        extra = {
+            "codes": len(generated),
+            "hypertokens": sum(c >= model.rows for c in generated),
+            "base_tokens": len(made.base_ids),
+            "max_merge": model.max_merge,
+        }
     else:
         from trainer.byte_level import generate
 
-        out = generate(_models(args), args.prompt, max_bytes=args.max_bytes, seed=args.seed,
-                       progress=show_progress(args))
+        out = generate(
+            _models(args), args.prompt, max_bytes=args.max_bytes, seed=args.seed, progress=show_progress(args)
+        )
     continuation = out.decode("utf-8", errors="replace")
     if args.json:
         print_result({"prompt": args.prompt, "continuation": continuation, "bytes": len(out), **extra}, as_json=True)
@@ -127,41 +170,63 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _add_models(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", action="append", required=True, metavar="DIR",
-                        help="a model folder (tokmaint trainer export) or a trainer checkpoint; give it several times "
-                             "for the byte-level ensemble of the models (their next-byte distributions averaged)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="a model folder (tokmaint trainer export) or a trainer checkpoint; give it several times "
+        "for the byte-level ensemble of the models (their next-byte distributions averaged)",
+    )
 
 
 def _add_zip2zip(parser: argparse.ArgumentParser, what: str) -> None:
     from tokenizer_service.settings import whole
 
-    parser.add_argument("--zip2zip", action="store_true", help=f"{what} with LZW hypertokens (one --model: a folder "
-                        "tokmaint trainer zip2zip wrote, or any model with a mean-pooling hyper-encoder)")
-    parser.add_argument("--max-merge", type=whole(1, 64), help="with --zip2zip: most base tokens a hypertoken "
-                        "(default: the folder's, or 3)")
+    parser.add_argument(
+        "--zip2zip",
+        action="store_true",
+        help=f"{what} with LZW hypertokens (one --model: a folder "
+        "tokmaint trainer zip2zip wrote, or any model with a mean-pooling hyper-encoder)",
+    )
+    parser.add_argument(
+        "--max-merge",
+        type=whole(1, 64),
+        help="with --zip2zip: most base tokens a hypertoken (default: the folder's, or 3)",
+    )
 
 
 def add_eval(parser: argparse.ArgumentParser) -> None:
     from tokenizer_service.settings import whole
 
     commands = parser.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
-    evaluate = commands.add_parser("bytes", help="the exact probability that the model's text begins with TEXT's "
-                                                 "bytes (ByteSampler), and bits per byte")
+    evaluate = commands.add_parser(
+        "bytes",
+        help="the exact probability that the model's text begins with TEXT's bytes (ByteSampler), and bits per byte",
+    )
     _add_models(evaluate)
     evaluate.add_argument("--text", type=free_text, help="the text (UTF-8, at least one byte)")
     evaluate.add_argument("--corpus", help="or every document of a JSONL(.gz) or .txt(.gz) corpus")
-    evaluate.add_argument("--max-documents", type=whole(1),
-                          help="with --corpus: its first N documents; a whole number ≥ 1 (default: all)")
-    _add_zip2zip(evaluate, "score each text's codes (a document a context, from the start of the text) in bits "
-                           "per byte of the same bytes")
+    evaluate.add_argument(
+        "--max-documents", type=whole(1), help="with --corpus: its first N documents; a whole number ≥ 1 (default: all)"
+    )
+    _add_zip2zip(
+        evaluate,
+        "score each text's codes (a document a context, from the start of the text) in bits per byte of the same bytes",
+    )
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(func=cmd_eval_bytes, parser=evaluate)
     next_byte = commands.add_parser("next-byte", help="the distribution of the byte that follows TEXT")
     _add_models(next_byte)
-    next_byte.add_argument("--text", type=free_text, required=True,
-                           help="the text so far (UTF-8; it may end inside a word, or be empty)")
-    next_byte.add_argument("--top", type=whole(1, 256), default=10,
-                           help="the most likely bytes shown; a whole number in [1, 256] (default: 10)")
+    next_byte.add_argument(
+        "--text", type=free_text, required=True, help="the text so far (UTF-8; it may end inside a word, or be empty)"
+    )
+    next_byte.add_argument(
+        "--top",
+        type=whole(1, 256),
+        default=10,
+        help="the most likely bytes shown; a whole number in [1, 256] (default: 10)",
+    )
     next_byte.add_argument("--json", action="store_true", help="print JSON (every byte's probability)")
     next_byte.set_defaults(func=cmd_eval_next_byte, parser=next_byte)
 
@@ -170,13 +235,21 @@ def add_generate(parser: argparse.ArgumentParser) -> None:
     from tokenizer_service.settings import whole
 
     _add_models(parser)
-    parser.add_argument("--prompt", type=free_text, required=True,
-                        help="the text to continue (UTF-8; it may end inside a word, or be empty)")
-    parser.add_argument("--max-bytes", type=whole(1), default=64,
-                        help="bytes to sample; a whole number ≥ 1 (default: 64)")
+    parser.add_argument(
+        "--prompt",
+        type=free_text,
+        required=True,
+        help="the text to continue (UTF-8; it may end inside a word, or be empty)",
+    )
+    parser.add_argument(
+        "--max-bytes", type=whole(1), default=64, help="bytes to sample; a whole number ≥ 1 (default: 64)"
+    )
     parser.add_argument("--seed", type=whole(0), default=0, help="the sampler's seed; a whole number ≥ 0 (default: 0)")
-    _add_zip2zip(parser, "sample codes after the prompt's tokens (it ends on a token boundary there), the codebook "
-                         "growing with the output, and print their text")
+    _add_zip2zip(
+        parser,
+        "sample codes after the prompt's tokens (it ends on a token boundary there), the codebook "
+        "growing with the output, and print their text",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_generate, parser=parser)
 
@@ -185,16 +258,19 @@ def cmd_bench_lifelong(args: argparse.Namespace) -> int:
     from trainer.lifelong import LifelongBenchSettings, run_lifelong_bench
 
     settings = chosen_settings(args.parser, args, LifelongBenchSettings)
-    print_result(run_lifelong_bench(args.corpus, settings, plot=args.plot, progress=show_progress(args)),
-                 as_json=args.json)
+    print_result(
+        run_lifelong_bench(args.corpus, settings, plot=args.plot, progress=show_progress(args)), as_json=args.json
+    )
     return 0
 
 
 def add_bench_lifelong(parser: argparse.ArgumentParser) -> None:
     from trainer.lifelong import LifelongBenchSettings
 
-    parser.add_argument("--corpus", help="a timestamped JSONL(.gz) stream (default: the shipped git sample, "
-                                         "data/git-commits-sample.jsonl.gz)")
+    parser.add_argument(
+        "--corpus",
+        help="a timestamped JSONL(.gz) stream (default: the shipped git sample, data/git-commits-sample.jsonl.gz)",
+    )
     parser.add_argument("--plot", metavar="DIR", help="draw lifelong.png (bits per byte by part) into this folder")
     add_bench_options(parser, LifelongBenchSettings, cmd_bench_lifelong)
 
@@ -210,8 +286,10 @@ def cmd_bench_bytelevel(args: argparse.Namespace) -> int:
 def add_bench_bytelevel(parser: argparse.ArgumentParser) -> None:
     from trainer.bytelevel_bench import BytelevelBenchSettings
 
-    parser.add_argument("--corpus", help="a JSONL(.gz) or .txt(.gz) corpus (default: the shipped git sample, "
-                                         "data/git-commits-sample.jsonl.gz)")
+    parser.add_argument(
+        "--corpus",
+        help="a JSONL(.gz) or .txt(.gz) corpus (default: the shipped git sample, data/git-commits-sample.jsonl.gz)",
+    )
     add_bench_options(parser, BytelevelBenchSettings, cmd_bench_bytelevel)
 
 
@@ -219,8 +297,12 @@ def cmd_bench_zip2zip(args: argparse.Namespace) -> int:
     from trainer.zip2zip_bench import Zip2zipBenchSettings, run_zip2zip_bench
 
     settings = chosen_settings(args.parser, args, Zip2zipBenchSettings)
-    print_result(run_zip2zip_bench(args.corpus, args.tokenizer, settings, max_merges=args.max_merge,
-                                   progress=show_progress(args)), as_json=args.json)
+    print_result(
+        run_zip2zip_bench(
+            args.corpus, args.tokenizer, settings, max_merges=args.max_merge, progress=show_progress(args)
+        ),
+        as_json=args.json,
+    )
     return 0
 
 
@@ -230,7 +312,10 @@ def add_bench_zip2zip(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--corpus", required=True, help="a JSONL(.gz) or .txt(.gz) corpus")
     parser.add_argument("--tokenizer", required=True, help="the base tokenizer.json (or a folder holding one)")
-    parser.add_argument("--max-merge", type=whole(1, 64), action="append",
-                        help="most base tokens a hypertoken (M); give it several times for a row each "
-                             "(default: 3)")
+    parser.add_argument(
+        "--max-merge",
+        type=whole(1, 64),
+        action="append",
+        help="most base tokens a hypertoken (M); give it several times for a row each (default: 3)",
+    )
     add_bench_options(parser, Zip2zipBenchSettings, cmd_bench_zip2zip)

@@ -28,16 +28,26 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
     report = run_soak(chosen_settings(args.parser, args, SoakSettings), progress=show_progress(args))
     print_result(report, as_json=args.json)
     documents, versions = report["documents"], report["versions"]
-    held = (documents["lost"] == 0 and documents["duplicated"] == 0
-            and documents["dead_lettered"] >= documents["refused"]
-            and versions["gaps"] == 0 and versions["duplicates"] == 0 and report["trainer"]["versions_taken"]
-            and report["http"]["unexplained_server_errors"] == 0 and not report["processes_left"]
-            and not report["exited_on_their_own"]
-            and all(report["statistics"][k] for k in ("versions_equal", "tokens_equal", "pairs_equal")))
+    held = (
+        documents["lost"] == 0
+        and documents["duplicated"] == 0
+        and documents["dead_lettered"] >= documents["refused"]
+        and versions["gaps"] == 0
+        and versions["duplicates"] == 0
+        and report["trainer"]["versions_taken"]
+        and report["http"]["unexplained_server_errors"] == 0
+        and not report["processes_left"]
+        and not report["exited_on_their_own"]
+        and all(report["statistics"][k] for k in ("versions_equal", "tokens_equal", "pairs_equal"))
+    )
     if "hostile" in report:
         hostile = report["hostile"]
-        held = held and (report["http"]["starved"] == 0 and not hostile["missing_artifacts"]
-                         and not hostile["gc_errors"] and hostile["accepted_bad"] == 0)
+        held = held and (
+            report["http"]["starved"] == 0
+            and not hostile["missing_artifacts"]
+            and not hostile["gc_errors"]
+            and hostile["accepted_bad"] == 0
+        )
     return 0 if held else 1
 
 

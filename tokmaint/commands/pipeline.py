@@ -13,9 +13,17 @@ from tokmaint.output import print_result, show_progress
 
 
 # The options that set PipelineSettings' fields (--topic sets docs_topic).
-_PIPELINE_OPTIONS = {"bootstrap": "bootstrap", "topic": "docs_topic", "dlq_topic": "dlq_topic", "redis": "redis",
-                     "max_record_bytes": "max_record_bytes", "commit_steps": "commit_steps",
-                     "step_seconds": "step_seconds", "max_step_docs": "max_step_docs", "dedupe_steps": "dedupe_steps"}
+_PIPELINE_OPTIONS = {
+    "bootstrap": "bootstrap",
+    "topic": "docs_topic",
+    "dlq_topic": "dlq_topic",
+    "redis": "redis",
+    "max_record_bytes": "max_record_bytes",
+    "commit_steps": "commit_steps",
+    "step_seconds": "step_seconds",
+    "max_step_docs": "max_step_docs",
+    "dedupe_steps": "dedupe_steps",
+}
 
 
 def _pipeline_settings(args: argparse.Namespace):
@@ -24,8 +32,11 @@ def _pipeline_settings(args: argparse.Namespace):
 
     from pipeline.topics import PipelineSettings
 
-    chosen = {field: value for option, field in _PIPELINE_OPTIONS.items()
-              if (value := getattr(args, option, None)) is not None}
+    chosen = {
+        field: value
+        for option, field in _PIPELINE_OPTIONS.items()
+        if (value := getattr(args, option, None)) is not None
+    }
     try:
         return PipelineSettings(**chosen)
     except ValidationError as exc:
@@ -42,8 +53,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     settings = _pipeline_settings(args)
     wait_for_broker(settings.bootstrap, wait=args.wait)
-    report = ingest(args.corpus, settings, skip_bad=args.skip_bad, progress=show_progress(args),
-                    compression=None if args.compression == "none" else args.compression)
+    report = ingest(
+        args.corpus,
+        settings,
+        skip_bad=args.skip_bad,
+        progress=show_progress(args),
+        compression=None if args.compression == "none" else args.compression,
+    )
     print_result(report, as_json=args.json)
     return 0
 
@@ -65,9 +81,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     # To the topic's end: a topic nobody sent to is a mistake, not an idle stream.
     wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic if args.until_idle else None)
     with RegistryClient(args.registry) as registry:
-        report = run_through_outages(settings=settings, stream=stream, redis_client=redis_client, registry=registry,
-                                     lineage=args.lineage, metrics=metrics, max_steps=args.max_steps,
-                                     until_idle=args.until_idle, wait=args.wait)
+        report = run_through_outages(
+            settings=settings,
+            stream=stream,
+            redis_client=redis_client,
+            registry=registry,
+            lineage=args.lineage,
+            metrics=metrics,
+            max_steps=args.max_steps,
+            until_idle=args.until_idle,
+            wait=args.wait,
+        )
     print_result(report, as_json=args.json)
     return 0
 
@@ -79,9 +103,13 @@ def cmd_revise(args: argparse.Namespace) -> int:
     from tokenizer_service.evolve import StreamSettings
 
     with RegistryClient(args.registry) as registry:
-        stats = LineageStatistics(stream=chosen_settings(args.parser, args, StreamSettings),
-                                  redis_client=connect_redis(_redis(args), wait=args.wait), registry=registry,
-                                  lineage=args.lineage, existing=True)
+        stats = LineageStatistics(
+            stream=chosen_settings(args.parser, args, StreamSettings),
+            redis_client=connect_redis(_redis(args), wait=args.wait),
+            registry=registry,
+            lineage=args.lineage,
+            existing=True,
+        )
         meta = stats.store.meta()
         if not meta["step"]:
             raise TokmaintError(f"lineage {args.lineage!r} has no steps yet (run the pipeline first)")
@@ -93,9 +121,17 @@ def cmd_revise(args: argparse.Namespace) -> int:
             # nothing of ours was written. A CronJob beside a revising pipeline succeeds so.
             revised, meanwhile = False, True
         version = stats.store.meta()["version"] if meanwhile else stats.tedtok.version
-    print_result({"lineage": args.lineage, "step": meta["step"], "revised": revised,
-                  "already_revised_at_this_step": meta["revised"] >= meta["step"],
-                  "revised_meanwhile": meanwhile, "version": version}, as_json=args.json)
+    print_result(
+        {
+            "lineage": args.lineage,
+            "step": meta["step"],
+            "revised": revised,
+            "already_revised_at_this_step": meta["revised"] >= meta["step"],
+            "revised_meanwhile": meanwhile,
+            "version": version,
+        },
+        as_json=args.json,
+    )
     return 0
 
 
@@ -110,8 +146,9 @@ def cmd_residues_job(args: argparse.Namespace) -> int:
     options = chosen_settings(args.parser, args, ResidueOptions)
     store = RedisStatsStore.open(connect_redis(_redis(args), wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
-        result = run_residues_job(store, registry, options=options, out=Path(args.out) if args.out else None,
-                                  publish=args.publish)
+        result = run_residues_job(
+            store, registry, options=options, out=Path(args.out) if args.out else None, publish=args.publish
+        )
     print_result(result, as_json=args.json)
     return 0
 
@@ -138,8 +175,9 @@ def cmd_stats_snapshot(args: argparse.Namespace) -> int:
     with RegistryClient(args.registry) as registry:
         tokenizer = registry.tokenizer(args.lineage, store.meta()["version"] or "latest")
     folder = stats_snapshot(store, tokenizer, args.out)
-    print_result({"snapshot": str(folder), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))},
-                 as_json=args.json)
+    print_result(
+        {"snapshot": str(folder), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))}, as_json=args.json
+    )
     return 0
 
 
@@ -161,11 +199,19 @@ def cmd_stats_hypertokens(args: argparse.Namespace) -> int:
         wait_for_broker(settings.bootstrap, wait=args.wait, topic=settings.docs_topic)
         texts = topic_texts(settings, wait=min(args.wait, 2.0))
         source = f"{settings.bootstrap}/{settings.docs_topic}"
-    texts = texts[-args.documents:] if args.documents else texts
+    texts = texts[-args.documents :] if args.documents else texts
     windows = contexts(tokenizer.encode_batch(texts), context=args.context)
-    print_result({"lineage": args.lineage, "version": version, "source": source, "documents": len(texts),
-                  "context": args.context, **merge_signal(tokenizer, windows, max_merge=args.max_merge, top=args.top)},
-                 as_json=args.json)
+    print_result(
+        {
+            "lineage": args.lineage,
+            "version": version,
+            "source": source,
+            "documents": len(texts),
+            "context": args.context,
+            **merge_signal(tokenizer, windows, max_merge=args.max_merge, top=args.top),
+        },
+        as_json=args.json,
+    )
     return 0
 
 
@@ -199,20 +245,34 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise TokmaintError(settings_errors(exc, RegistrySettings)) from None
     if args.max_in_flight_per_client is not None and args.max_in_flight_per_client > args.max_in_flight:
-        raise TokmaintError(f"--max-in-flight-per-client ({args.max_in_flight_per_client}) is over --max-in-flight "
-                            f"({args.max_in_flight})")
-    limits = Limits(requests=args.max_in_flight, per_client=args.max_in_flight_per_client,
-                    send_timeout=args.send_timeout, receive_timeout=args.receive_timeout,
-                    min_upload_rate=args.min_upload_kib_per_second * 1024)
-    app = create_ingest_app(_pipeline_settings(args), token=registry.token, insecure_dev=args.insecure_dev,
-                            max_records=args.max_records, limits=limits)
+        raise TokmaintError(
+            f"--max-in-flight-per-client ({args.max_in_flight_per_client}) is over --max-in-flight "
+            f"({args.max_in_flight})"
+        )
+    limits = Limits(
+        requests=args.max_in_flight,
+        per_client=args.max_in_flight_per_client,
+        send_timeout=args.send_timeout,
+        receive_timeout=args.receive_timeout,
+        min_upload_rate=args.min_upload_kib_per_second * 1024,
+    )
+    app = create_ingest_app(
+        _pipeline_settings(args),
+        token=registry.token,
+        insecure_dev=args.insecure_dev,
+        max_records=args.max_records,
+        limits=limits,
+    )
     serve(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis", help="Redis URL, of a server or of any node of a Redis Cluster (default: "
-                                        "TOKMAINT_REDIS or redis://127.0.0.1:6379/0)")
+    parser.add_argument(
+        "--redis",
+        help="Redis URL, of a server or of any node of a Redis Cluster (default: "
+        "TOKMAINT_REDIS or redis://127.0.0.1:6379/0)",
+    )
     parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
     parser.add_argument("--lineage", type=lineage, required=True, help="the registry lineage")
     _add_wait_option(parser)
@@ -221,9 +281,14 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
 def _add_wait_option(parser: argparse.ArgumentParser) -> None:
     if any(action.dest == "wait" for action in parser._actions):
         return
-    parser.add_argument("--wait", type=Number(float, low=0), default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
-                        help="how long to wait for Redis and the Kafka broker before stopping with the part's name "
-                             f"and address (default: {DEFAULT_WAIT_SECONDS:g})")
+    parser.add_argument(
+        "--wait",
+        type=Number(float, low=0),
+        default=DEFAULT_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="how long to wait for Redis and the Kafka broker before stopping with the part's name "
+        f"and address (default: {DEFAULT_WAIT_SECONDS:g})",
+    )
 
 
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
@@ -231,8 +296,7 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
     parser.add_argument("--topic", help="the documents' topic (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
-    parser.add_argument("--dlq-topic", help="the dead-letter topic (default: TOKMAINT_PIPELINE_DLQ_TOPIC or "
-                                            "docs.dlq)")
+    parser.add_argument("--dlq-topic", help="the dead-letter topic (default: TOKMAINT_PIPELINE_DLQ_TOPIC or docs.dlq)")
     add_settings(parser, PipelineSettings, only=("max_record_bytes",))
     parser.add_argument("--json", action="store_true", help="print JSON")
     _add_wait_option(parser)
@@ -241,10 +305,17 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
 def add_ingest(ingest: argparse.ArgumentParser) -> None:
     ingest.add_argument("corpus", help="a JSONL(.gz) or .txt(.gz) corpus")
     _add_stream_options(ingest)
-    ingest.add_argument("--compression", choices=["zstd", "gzip", "none"], default="zstd",
-                        help="batch compression (default: zstd: consumers decompress it ~6x cheaper than gzip)")
-    ingest.add_argument("--skip-bad", action="store_true",
-                        help="dead-letter the corpus's bad records (with the reason and line) instead of stopping")
+    ingest.add_argument(
+        "--compression",
+        choices=["zstd", "gzip", "none"],
+        default="zstd",
+        help="batch compression (default: zstd: consumers decompress it ~6x cheaper than gzip)",
+    )
+    ingest.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="dead-letter the corpus's bad records (with the reason and line) instead of stopping",
+    )
     ingest.set_defaults(func=cmd_ingest, parser=ingest)
 
 
@@ -252,23 +323,48 @@ def add_ingest_server(server: argparse.ArgumentParser) -> None:
     _add_stream_options(server)
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     server.add_argument("--port", type=int, default=8100, help="port (default: 8100)")
-    server.add_argument("--insecure-dev", action="store_true",
-                        help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)")
-    server.add_argument("--max-in-flight", type=whole(1), default=64,
-                        help="requests served at once; one more is answered 503 with Retry-After (default: 64)")
-    server.add_argument("--max-in-flight-per-client", type=whole(1),
-                        help="of those, what one client (its address; its token) may hold (default: a quarter of "
-                             "--max-in-flight)")
-    server.add_argument("--max-records", type=whole(1), default=10_000,
-                        help="records a request may hold; one with more is refused whole, 413 (default: 10,000)")
-    server.add_argument("--send-timeout", type=Number(float, low=0, low_open=True), default=30.0, metavar="SECONDS",
-                        help="a response the client does not read for this long is given up (default: 30)")
-    server.add_argument("--receive-timeout", type=Number(float, low=0, low_open=True), default=15.0,
-                        metavar="SECONDS", help="a request body that sends nothing for this long is answered 408 "
-                                                "(default: 15)")
-    server.add_argument("--min-upload-kib-per-second", type=Number(float, low=0), default=64.0,
-                        help="past --receive-timeout, a body must average this rate or be answered 408; 0: no floor "
-                             "(default: 64)")
+    server.add_argument(
+        "--insecure-dev",
+        action="store_true",
+        help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)",
+    )
+    server.add_argument(
+        "--max-in-flight",
+        type=whole(1),
+        default=64,
+        help="requests served at once; one more is answered 503 with Retry-After (default: 64)",
+    )
+    server.add_argument(
+        "--max-in-flight-per-client",
+        type=whole(1),
+        help="of those, what one client (its address; its token) may hold (default: a quarter of --max-in-flight)",
+    )
+    server.add_argument(
+        "--max-records",
+        type=whole(1),
+        default=10_000,
+        help="records a request may hold; one with more is refused whole, 413 (default: 10,000)",
+    )
+    server.add_argument(
+        "--send-timeout",
+        type=Number(float, low=0, low_open=True),
+        default=30.0,
+        metavar="SECONDS",
+        help="a response the client does not read for this long is given up (default: 30)",
+    )
+    server.add_argument(
+        "--receive-timeout",
+        type=Number(float, low=0, low_open=True),
+        default=15.0,
+        metavar="SECONDS",
+        help="a request body that sends nothing for this long is answered 408 (default: 15)",
+    )
+    server.add_argument(
+        "--min-upload-kib-per-second",
+        type=Number(float, low=0),
+        default=64.0,
+        help="past --receive-timeout, a body must average this rate or be answered 408; 0: no floor (default: 64)",
+    )
     server.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     server.set_defaults(func=cmd_ingest_server, parser=server)
 
@@ -278,14 +374,16 @@ def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
     from tokenizer_service.evolve import StreamSettings
 
     commands = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="count the docs topic into a lineage's statistics step by step; revise "
-                                          "and publish when due")
+    run = commands.add_parser(
+        "run", help="count the docs topic into a lineage's statistics step by step; revise and publish when due"
+    )
     _add_stream_options(run)
     _add_redis_options(run)
     run.add_argument("--max-steps", type=whole(1), help="stop after this many steps (default: run on)")
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
-    run.add_argument("--metrics-port", type=whole(1, 65535),
-                     help="serve Prometheus metrics at :PORT/metrics (default: none)")
+    run.add_argument(
+        "--metrics-port", type=whole(1, 65535), help="serve Prometheus metrics at :PORT/metrics (default: none)"
+    )
     add_settings(run, PipelineSettings, only=("commit_steps", "step_seconds", "max_step_docs", "dedupe_steps"))
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)
@@ -297,18 +395,26 @@ def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
     from tokenizer_service.evolve import StreamSettings
 
     flink = pipeline_commands.add_parser(
-        "flink", help="submit the scale-out job to a Flink cluster: pipeline run's steps as event-time windows "
-                      "(--step-seconds), counted on its TaskManagers")
+        "flink",
+        help="submit the scale-out job to a Flink cluster: pipeline run's steps as event-time windows "
+        "(--step-seconds), counted on its TaskManagers",
+    )
     _add_stream_options(flink)
     _add_redis_options(flink)
     flink.add_argument("--flink-master", required=True, help="the Flink cluster's REST address, HOST:PORT")
     flink.add_argument("--parallelism", type=whole(1), default=2, help="the job's parallelism (default: 2)")
-    flink.add_argument("--drain", action="store_true",
-                       help="instead of submitting: once the lineage's running job has read the topic to its end, "
-                            "stop it with a drain (every window left is written)")
-    flink.add_argument("--max-lateness-seconds", type=Number(float, low=0), default=60.0,
-                       help="how far a document may be behind its partition's event time; a later one is "
-                            "dead-lettered (default: 60)")
+    flink.add_argument(
+        "--drain",
+        action="store_true",
+        help="instead of submitting: once the lineage's running job has read the topic to its end, "
+        "stop it with a drain (every window left is written)",
+    )
+    flink.add_argument(
+        "--max-lateness-seconds",
+        type=Number(float, low=0),
+        default=60.0,
+        help="how far a document may be behind its partition's event time; a later one is dead-lettered (default: 60)",
+    )
     add_settings(flink, PipelineSettings, only=("step_seconds", "dedupe_steps"))
     add_settings(flink, StreamSettings, skip=("vocab_size",))
     flink.set_defaults(func=cmd_flink, parser=flink)
@@ -324,17 +430,25 @@ def cmd_flink(args: argparse.Namespace) -> int:
         from pipeline.flink_job import drain
 
         job = drain(args.flink_master, settings, args.lineage)
-        print_result({"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job["jid"],
-                      "state": job["state"]}, as_json=args.json)
+        print_result(
+            {"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job["jid"], "state": job["state"]},
+            as_json=args.json,
+        )
         return 0
     if settings.step_seconds is None:
         args.parser.error("--step-seconds is required: the Flink job's steps are windows of event time")
     registry = args.registry or RegistryClientSettings().url
     if not registry:  # the job's writer reaches it from the TaskManagers: no default to guess
         args.parser.error("--registry (or TOKMAINT_REGISTRY_URL) is required: the job publishes there")
-    spec = FlinkJobSpec(lineage=args.lineage, registry=registry, pipeline=settings,
-                        stream=chosen_settings(args.parser, args, StreamSettings), step_seconds=settings.step_seconds,
-                        max_lateness_seconds=args.max_lateness_seconds, parallelism=args.parallelism)
+    spec = FlinkJobSpec(
+        lineage=args.lineage,
+        registry=registry,
+        pipeline=settings,
+        stream=chosen_settings(args.parser, args, StreamSettings),
+        step_seconds=settings.step_seconds,
+        max_lateness_seconds=args.max_lateness_seconds,
+        parallelism=args.parallelism,
+    )
     job_id = submit(spec, master=args.flink_master)
     print_result({"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job_id}, as_json=args.json)
     return 0
@@ -346,8 +460,9 @@ def add_revise(revise: argparse.ArgumentParser) -> None:
     _add_redis_options(revise)
     revise.add_argument("--json", action="store_true", help="print JSON")
     # The decay is the statistics' own; the schedule is the job's.
-    add_settings(revise, StreamSettings, skip=("vocab_size", "step_docs", "horizon_docs", "interval_docs",
-                                               "warmup_docs"))
+    add_settings(
+        revise, StreamSettings, skip=("vocab_size", "step_docs", "horizon_docs", "interval_docs", "warmup_docs")
+    )
     revise.set_defaults(func=cmd_revise, parser=revise)
 
 
@@ -364,36 +479,52 @@ def add_residues_job(residues: argparse.ArgumentParser) -> None:
 
 def add_stats(stats: argparse.ArgumentParser) -> None:
     stats_commands = stats.add_subparsers(dest="stats_command", required=True, metavar="COMMAND")
-    show = stats_commands.add_parser("show", help="step, version, offsets, table sizes; top tokens and pairs by "
-                                                  "τ, weakest sinks")
+    show = stats_commands.add_parser(
+        "show", help="step, version, offsets, table sizes; top tokens and pairs by τ, weakest sinks"
+    )
     _add_redis_options(show)
     show.add_argument("--top", type=whole(1), default=20, help="how many tokens, pairs and sinks (default: 20)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_stats_show, parser=show)
-    snapshot = stats_commands.add_parser("snapshot", help="all of the statistics at one step to Parquet, for audit "
-                                                          "(OUT/<lineage>/step-<N>/)")
+    snapshot = stats_commands.add_parser(
+        "snapshot", help="all of the statistics at one step to Parquet, for audit (OUT/<lineage>/step-<N>/)"
+    )
     _add_redis_options(snapshot)
     snapshot.add_argument("--out", required=True, help="the folder snapshots go to")
     snapshot.add_argument("--json", action="store_true", help="print JSON")
     snapshot.set_defaults(func=cmd_stats_snapshot, parser=snapshot)
-    hyper = stats_commands.add_parser("hypertokens", help="the runs of tokens zip2zip's LZW forms in the most of the "
-                                                          "stream's documents, with how many are tokens of the "
-                                                          "lineage's version already (candidates for Ted-Tok's merges)")
+    hyper = stats_commands.add_parser(
+        "hypertokens",
+        help="the runs of tokens zip2zip's LZW forms in the most of the "
+        "stream's documents, with how many are tokens of the "
+        "lineage's version already (candidates for Ted-Tok's merges)",
+    )
     hyper.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
     hyper.add_argument("--lineage", type=lineage, required=True, help="the registry lineage")
-    hyper.add_argument("--version", type=free_text, help="the version whose tokens LZW runs over: a number, latest "
-                                                         "or an alias (default: latest)")
-    hyper.add_argument("--corpus", help="read the documents from this JSONL(.gz) or .txt(.gz) corpus instead of the "
-                                        "docs topic")
+    hyper.add_argument(
+        "--version",
+        type=free_text,
+        help="the version whose tokens LZW runs over: a number, latest or an alias (default: latest)",
+    )
+    hyper.add_argument(
+        "--corpus", help="read the documents from this JSONL(.gz) or .txt(.gz) corpus instead of the docs topic"
+    )
     hyper.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    hyper.add_argument("--topic", help="the documents' topic, read from its start to its end (default: "
-                                       "TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
+    hyper.add_argument(
+        "--topic",
+        help="the documents' topic, read from its start to its end (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)",
+    )
     hyper.add_argument("--documents", type=whole(1), help="the newest N documents only (default: all)")
-    hyper.add_argument("--max-merge", type=whole(1, 64), default=3,
-                       help="most base tokens a hypertoken (M; default: 3)")
-    hyper.add_argument("--context", type=whole(0), default=0,
-                       help="base tokens a context, cut from the documents' ids concatenated (default: 0, a "
-                            "document each: a count is then in how many documents LZW forms the run)")
+    hyper.add_argument(
+        "--max-merge", type=whole(1, 64), default=3, help="most base tokens a hypertoken (M; default: 3)"
+    )
+    hyper.add_argument(
+        "--context",
+        type=whole(0),
+        default=0,
+        help="base tokens a context, cut from the documents' ids concatenated (default: 0, a "
+        "document each: a count is then in how many documents LZW forms the run)",
+    )
     hyper.add_argument("--top", type=whole(1), default=20, help="how many hypertokens to list (default: 20)")
     hyper.add_argument("--json", action="store_true", help="print JSON")
     _add_wait_option(hyper)
@@ -423,5 +554,6 @@ def add_bench_flink(bench: argparse.ArgumentParser) -> None:
 def add_bench_ingest(load: argparse.ArgumentParser) -> None:
     from pipeline.ingest_bench import IngestBenchSettings
 
-    add_bench_options(load, IngestBenchSettings, cmd_bench_ingest,
-                      corpus="JSONL(.gz) or .txt(.gz) the documents' texts come from")
+    add_bench_options(
+        load, IngestBenchSettings, cmd_bench_ingest, corpus="JSONL(.gz) or .txt(.gz) the documents' texts come from"
+    )

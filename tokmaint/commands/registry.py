@@ -100,8 +100,11 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
     _add_store_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    serve.add_argument("--insecure-dev", action="store_true",
-                       help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)")
+    serve.add_argument(
+        "--insecure-dev",
+        action="store_true",
+        help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)",
+    )
     serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=cmd_serve, parser=serve, json=False)
 
@@ -109,12 +112,17 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
     _add_store_options(migrate, artifacts=False)
     migrate.add_argument("--json", action="store_true", help="print JSON")
     migrate.set_defaults(func=cmd_migrate, parser=migrate)
-    gc_command = commands.add_parser("gc", help="remove the artifacts no version names (left by refused or killed "
-                                                "publishes)")
+    gc_command = commands.add_parser(
+        "gc", help="remove the artifacts no version names (left by refused or killed publishes)"
+    )
     _add_store_options(gc_command)
-    gc_command.add_argument("--older-than-minutes", type=Number(float, low=0), default=60.0,
-                            help="only artifacts put longer ago than this, a finite number ≥ 0 (whatever it is, "
-                                 "nothing a version, a model or a publish under way names is removed; default: 60)")
+    gc_command.add_argument(
+        "--older-than-minutes",
+        type=Number(float, low=0),
+        default=60.0,
+        help="only artifacts put longer ago than this, a finite number ≥ 0 (whatever it is, "
+        "nothing a version, a model or a publish under way names is removed; default: 60)",
+    )
     gc_command.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc_command.add_argument("--json", action="store_true", help="print JSON")
     gc_command.set_defaults(func=cmd_gc, parser=gc_command)
@@ -172,9 +180,16 @@ def _answer(args: argparse.Namespace, ask: Callable[[Any], dict[str, Any]]) -> i
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    return _answer(args, lambda client: client.publish(
-        args.name, _read(args.tokenizer), diff_json=_read(args.diff) if args.diff else None, kind=args.kind,
-        parent=args.parent))
+    return _answer(
+        args,
+        lambda client: client.publish(
+            args.name,
+            _read(args.tokenizer),
+            diff_json=_read(args.diff) if args.diff else None,
+            kind=args.kind,
+            parent=args.parent,
+        ),
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -186,10 +201,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     if page is None:
         print_rows([{"lineage": r["name"], "latest": r["latest"]} for r in lineages]) if lineages else print(
-            "no lineages")
+            "no lineages"
+        )
         return 0
-    rows = [{k: v[k] for k in ("number", "parent", "kind", "vocab_size", "changed_ids", "sha256", "created_at")}
-            for v in page["data"]]
+    rows = [
+        {k: v[k] for k in ("number", "parent", "kind", "vocab_size", "changed_ids", "sha256", "created_at")}
+        for v in page["data"]
+    ]
     if rows:
         print_rows(rows)
     print(f"{page['count']} versions")
@@ -202,8 +220,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        diff = client.composed_diff(args.name, args.start, args.end) if args.start is not None else client.diff(
-            args.name, args.version)
+        diff = (
+            client.composed_diff(args.name, args.start, args.end)
+            if args.start is not None
+            else client.diff(args.name, args.version)
+        )
     print(json.dumps(diff, indent=1, ensure_ascii=False))
     return 0
 
@@ -236,15 +257,17 @@ def _stamped_version(folder: Path) -> int:
 
     stamp = folder / "tokmaint.json"
     if not stamp.is_file():
-        raise TokmaintError(f"{folder} does not say which version it was trained with (no tokmaint.json): give "
-                            "--version")
+        raise TokmaintError(
+            f"{folder} does not say which version it was trained with (no tokmaint.json): give --version"
+        )
     try:
         written = json.loads(stamp.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise TokmaintError(f"{stamp} is not JSON ({str(exc).splitlines()[0]}): give --version") from None
     if not isinstance(written, dict):
-        raise TokmaintError(f"{stamp} is not a JSON object (tokmaint trainer export writes lineage and version "
-                            "there): give --version")
+        raise TokmaintError(
+            f"{stamp} is not a JSON object (tokmaint trainer export writes lineage and version there): give --version"
+        )
     version = written.get("version")
     if type(version) is not int or version < 1:
         raise TokmaintError(f"{stamp} names no version number (version: {version!r}): give --version")
@@ -263,6 +286,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 def add_client_commands(commands: argparse._SubParsersAction) -> None:
     """The commands that talk HTTP to a registry server."""
+
     def client_parser(name: str, help_text: str, func) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
@@ -270,15 +294,17 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
         p.set_defaults(func=func, parser=p)
         return p
 
-    p = client_parser("create", "create a lineage from a tokenizer.json, or one trained on a corpus (its version 1)",
-                      cmd_create)
+    p = client_parser(
+        "create", "create a lineage from a tokenizer.json, or one trained on a corpus (its version 1)", cmd_create
+    )
     p.add_argument("name")
     p.add_argument("tokenizer", nargs="?", help="tokenizer.json")
     p.add_argument("--train", metavar="CORPUS", help="or train a byte-level BPE on the corpus's oldest documents")
     p.add_argument("--train-docs", type=int, default=10_000, help="documents --train trains on (default: 10000)")
     p.add_argument("--vocab-size", type=int, default=4096, help="vocabulary --train trains (default: 4096)")
-    p.add_argument("--exist-ok", action="store_true", help="a lineage that exists already is no error (its "
-                                                           "version 1 is printed)")
+    p.add_argument(
+        "--exist-ok", action="store_true", help="a lineage that exists already is no error (its version 1 is printed)"
+    )
     p.add_argument("--kind", choices=["initial", "import"], default="initial")
     p = client_parser("publish", "publish a new version of a lineage", cmd_publish)
     p.add_argument("name")
@@ -300,21 +326,27 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--to", dest="end", type=int, help="to this version (default: the latest)")
     p = client_parser("alias", "point an alias at a version, or --delete it", cmd_alias)
     p.add_argument("name")
-    p.add_argument("alias", help="a name the Hub reads as no other revision: not main, latest, digits, v and digits, "
-                                 "or 40 hex characters")
+    p.add_argument(
+        "alias",
+        help="a name the Hub reads as no other revision: not main, latest, digits, v and digits, or 40 hex characters",
+    )
     p.add_argument("version", nargs="?", default="latest")
     p.add_argument("--delete", action="store_true")
     p = client_parser("rollback", "publish a new version equal to an older one", cmd_rollback)
     p.add_argument("name")
     p.add_argument("to", type=int)
-    p = client_parser("publish-model", "publish a model folder (tokmaint trainer export's) beside the version it "
-                      "was trained with; from_pretrained reads it as the repository NAME-models", cmd_publish_model)
+    p = client_parser(
+        "publish-model",
+        "publish a model folder (tokmaint trainer export's) beside the version it "
+        "was trained with; from_pretrained reads it as the repository NAME-models",
+        cmd_publish_model,
+    )
     p.add_argument("name")
-    p.add_argument("--model", required=True, help="the model folder (config.json, the weights, the version's "
-                                                  "tokenizer.json)")
+    p.add_argument(
+        "--model", required=True, help="the model folder (config.json, the weights, the version's tokenizer.json)"
+    )
     p.add_argument("--version", help="the version it was trained with (default: the folder's tokmaint.json says)")
-    p = client_parser("download", "download a version's tokenizer.json (verified against its sha256)",
-                      cmd_download)
+    p = client_parser("download", "download a version's tokenizer.json (verified against its sha256)", cmd_download)
     p.add_argument("name")
     p.add_argument("version", nargs="?", default="latest")
     p.add_argument("--out", required=True, help="file to write")
@@ -331,8 +363,12 @@ def cmd_bench_registry(args: argparse.Namespace) -> int:
 def add_bench_registry(p: argparse.ArgumentParser) -> None:
     from registry.bench import RegistryBenchSettings
 
-    add_bench_options(p, RegistryBenchSettings, cmd_bench_registry,
-                      corpus="JSONL(.gz) or .txt(.gz) to train the published tokenizer on")
+    add_bench_options(
+        p,
+        RegistryBenchSettings,
+        cmd_bench_registry,
+        corpus="JSONL(.gz) or .txt(.gz) to train the published tokenizer on",
+    )
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
@@ -345,12 +381,17 @@ def cmd_relay(args: argparse.Namespace) -> int:
     from registry.store import Registry
 
     store = _store(args)
-    kafka = PipelineSettings(**{k: v for k, v in (("bootstrap", args.bootstrap), ("revisions_topic", args.topic))
-                                if v is not None})
+    kafka = PipelineSettings(
+        **{k: v for k, v in (("bootstrap", args.bootstrap), ("revisions_topic", args.topic)) if v is not None}
+    )
     engine = make_engine(store.db)
     # Started beside the server on a fresh database, it waits for the server to create the schema.
-    wait_for(f"the registry's database at {store.db}", lambda: check_schema(engine, store.db), wait=args.wait,
-             errors=(LookupError,))
+    wait_for(
+        f"the registry's database at {store.db}",
+        lambda: check_schema(engine, store.db),
+        wait=args.wait,
+        errors=(LookupError,),
+    )
     registry = Registry(engine, LocalArtifactStore(store.artifacts))
     producer = Producer(kafka.bootstrap)
     try:
@@ -367,13 +408,23 @@ def add_relay(commands: argparse._SubParsersAction) -> None:
     relay = commands.add_parser("relay", help="send the registry's revision events to Kafka (at least once)")
     _add_store_options(relay)
     relay.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    relay.add_argument("--topic", help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or "
-                                       "tokenizer.revisions)")
+    relay.add_argument(
+        "--topic", help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)"
+    )
     relay.add_argument("--once", action="store_true", help="send what is pending, then stop")
-    relay.add_argument("--interval", type=Number(float, low=0, low_open=True), default=1.0,
-                       help="seconds between polls of the outbox (default: 1)")
-    relay.add_argument("--wait", type=Number(float, low=0), default=DEFAULT_WAIT_SECONDS, metavar="SECONDS",
-                       help="how long to wait for the registry server to create its database's schema "
-                            f"(default: {DEFAULT_WAIT_SECONDS:g})")
+    relay.add_argument(
+        "--interval",
+        type=Number(float, low=0, low_open=True),
+        default=1.0,
+        help="seconds between polls of the outbox (default: 1)",
+    )
+    relay.add_argument(
+        "--wait",
+        type=Number(float, low=0),
+        default=DEFAULT_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="how long to wait for the registry server to create its database's schema "
+        f"(default: {DEFAULT_WAIT_SECONDS:g})",
+    )
     relay.add_argument("--json", action="store_true", help="print JSON")
     relay.set_defaults(func=cmd_relay, parser=relay)

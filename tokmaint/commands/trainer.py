@@ -26,11 +26,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (args.data is None) == (args.topic is None):
         args.parser.error("train on one of --data PATH or --topic NAME")
     settings = chosen_settings(args.parser, args, TrainerSettings)
-    stream = PipelineSettings(**{k: v for k, v in (("bootstrap", args.bootstrap), ("docs_topic", args.topic),
-                                                   ("revisions_topic", args.revisions_topic)) if v is not None})
-    texts, held_out = held_out_split(read_corpus(args.data).texts if args.data else None,
-                                     read_corpus(args.eval_data).texts if args.eval_data else None,
-                                     eval_docs=settings.eval_docs, eval_every=settings.eval_every)
+    stream = PipelineSettings(
+        **{
+            k: v
+            for k, v in (
+                ("bootstrap", args.bootstrap),
+                ("docs_topic", args.topic),
+                ("revisions_topic", args.revisions_topic),
+            )
+            if v is not None
+        }
+    )
+    texts, held_out = held_out_split(
+        read_corpus(args.data).texts if args.data else None,
+        read_corpus(args.eval_data).texts if args.eval_data else None,
+        eval_docs=settings.eval_docs,
+        eval_every=settings.eval_every,
+    )
     data = CorpusTexts(texts) if texts is not None else TopicTexts(stream)
     events = (stream.bootstrap, stream.revisions_topic) if args.follow == "events" else None
     if args.hub:
@@ -39,9 +51,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.parser.error("--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL: set one")
     with nullcontext(HubVersions(endpoint)) if args.hub else RegistryClient(args.registry) as registry:
         try:
-            trainer = Trainer(registry=registry, lineage=args.lineage, data=data, settings=settings,
-                              model_config=read_model_config(args.model_config), checkpoint_dir=args.checkpoint_dir,
-                              events=events, held_out=held_out, progress=show_progress(args))
+            trainer = Trainer(
+                registry=registry,
+                lineage=args.lineage,
+                data=data,
+                settings=settings,
+                model_config=read_model_config(args.model_config),
+                checkpoint_dir=args.checkpoint_dir,
+                events=events,
+                held_out=held_out,
+                progress=show_progress(args),
+            )
         except BaseException:
             data.close()
             raise
@@ -55,8 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     losses = report.pop("losses")
     report.pop("versions")
     report.pop("evaluations")
-    print_result({**report, "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
-                 as_json=args.json)
+    print_result(
+        {**report, "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
+        as_json=args.json,
+    )
     return 0
 
 
@@ -67,8 +89,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         tokenizer_json = Path(args.tokenizer).read_text(encoding="utf-8") if args.tokenizer else None
     except UnicodeDecodeError as exc:
         args.parser.error(f"argument --tokenizer: {args.tokenizer} is not UTF-8 text (byte {exc.start})")
-    print_result(export_model(args.checkpoint, args.out, tokenizer_json=tokenizer_json, bos_id=args.bos_id),
-                 as_json=args.json)
+    print_result(
+        export_model(args.checkpoint, args.out, tokenizer_json=tokenizer_json, bos_id=args.bos_id), as_json=args.json
+    )
     return 0
 
 
@@ -77,8 +100,9 @@ def cmd_zip2zip(args: argparse.Namespace) -> int:
     from trainer.zip2zip import train_zip2zip
 
     settings = chosen_settings(args.parser, args, Zip2zipSettings)
-    print_result(train_zip2zip(args.model, args.corpus, args.out, settings, progress=show_progress(args)),
-                 as_json=args.json)
+    print_result(
+        train_zip2zip(args.model, args.corpus, args.out, settings, progress=show_progress(args)), as_json=args.json
+    )
     return 0
 
 
@@ -113,54 +137,95 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     from trainer.settings import TrainerSettings, Zip2zipSettings
 
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="train on a corpus with the lineage's current version, applying each newer "
-                                          "version between two optimizer steps")
+    run = commands.add_parser(
+        "run",
+        help="train on a corpus with the lineage's current version, applying each newer "
+        "version between two optimizer steps",
+    )
     run.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
     run.add_argument("--lineage", type=lineage, required=True, help="the lineage to follow")
     run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
     run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
     run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    run.add_argument("--hub", action="store_true",
-                     help="read the lineage's versions over the Hugging Face Hub protocol (huggingface_hub with "
-                          "HF_ENDPOINT at the registry: --registry's URL, or HF_ENDPOINT), as any training code "
-                          "reads a tokenizer, instead of the registry's own API")
-    run.add_argument("--follow", choices=("watch", "events"), default="watch",
-                     help="learn of new versions by the registry's watch (default) or the revision events topic")
-    run.add_argument("--revisions-topic", help="the revision events' topic (default: "
-                                               "TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)")
-    run.add_argument("--steps", type=whole(0), default=1000,
-                     help="optimizer steps in all: a run resumed from --checkpoint-dir trains until the model has "
-                          "taken this many, so running the same command again does nothing more; a whole number ≥ 0 "
-                          "(default: 1000)")
+    run.add_argument(
+        "--hub",
+        action="store_true",
+        help="read the lineage's versions over the Hugging Face Hub protocol (huggingface_hub with "
+        "HF_ENDPOINT at the registry: --registry's URL, or HF_ENDPOINT), as any training code "
+        "reads a tokenizer, instead of the registry's own API",
+    )
+    run.add_argument(
+        "--follow",
+        choices=("watch", "events"),
+        default="watch",
+        help="learn of new versions by the registry's watch (default) or the revision events topic",
+    )
+    run.add_argument(
+        "--revisions-topic",
+        help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)",
+    )
+    run.add_argument(
+        "--steps",
+        type=whole(0),
+        default=1000,
+        help="optimizer steps in all: a run resumed from --checkpoint-dir trains until the model has "
+        "taken this many, so running the same command again does nothing more; a whole number ≥ 0 "
+        "(default: 1000)",
+    )
     run.add_argument("--model-config", help="a JSON object of GPT2Config fields over the tiny default")
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
-    run.add_argument("--report", help="write the whole report here as JSON (every step's loss and version, the "
-                                      "versions taken, the bits per byte on the held-out texts by step)")
-    run.add_argument("--eval-data", help="held-out texts to score the model on in bits per byte (JSONL(.gz) or "
-                                         ".txt(.gz); default: the newest --eval-docs of --data, kept out of training)")
+    run.add_argument(
+        "--report",
+        help="write the whole report here as JSON (every step's loss and version, the "
+        "versions taken, the bits per byte on the held-out texts by step)",
+    )
+    run.add_argument(
+        "--eval-data",
+        help="held-out texts to score the model on in bits per byte (JSONL(.gz) or "
+        ".txt(.gz); default: the newest --eval-docs of --data, kept out of training)",
+    )
     add_settings(run, TrainerSettings)
     run.add_argument("--json", action="store_true", help="print JSON")
     run.set_defaults(func=cmd_run, parser=run)
-    export = commands.add_parser("export", help="write a checkpoint as a Hugging Face model folder (config, "
-                                                "safetensors weights, the version's tokenizer.json) that "
-                                                "from_pretrained loads")
+    export = commands.add_parser(
+        "export",
+        help="write a checkpoint as a Hugging Face model folder (config, "
+        "safetensors weights, the version's tokenizer.json) that "
+        "from_pretrained loads",
+    )
     export.add_argument("--checkpoint", required=True, help="the trainer's checkpoint (checkpoint.pt)")
-    export.add_argument("--out", required=True, help="the folder to write (new, empty, or one tokmaint exported: its "
-                                                     "files are replaced, any other file there is kept)")
+    export.add_argument(
+        "--out",
+        required=True,
+        help="the folder to write (new, empty, or one tokmaint exported: its "
+        "files are replaced, any other file there is kept)",
+    )
     export.add_argument("--tokenizer", help="the version's tokenizer.json, for a checkpoint that does not hold it")
-    export.add_argument("--bos-id", type=whole(0), help="the id a text starts from; a whole number ≥ 0 (default: the "
-                                                        "version's special token for it, such as <|endoftext|>)")
+    export.add_argument(
+        "--bos-id",
+        type=whole(0),
+        help="the id a text starts from; a whole number ≥ 0 (default: the "
+        "version's special token for it, such as <|endoftext|>)",
+    )
     export.add_argument("--json", action="store_true", help="print JSON")
     export.set_defaults(func=cmd_export, parser=export)
-    zip2zip = commands.add_parser("zip2zip", help="fine-tune a model on a corpus's LZW-compressed contexts (zip2zip "
-                                                  "hypertokens) and write it as a folder that generate --zip2zip and "
-                                                  "eval bytes --zip2zip read")
-    zip2zip.add_argument("--model", required=True, help="a model folder (tokmaint trainer export) or a trainer "
-                                                        "checkpoint")
+    zip2zip = commands.add_parser(
+        "zip2zip",
+        help="fine-tune a model on a corpus's LZW-compressed contexts (zip2zip "
+        "hypertokens) and write it as a folder that generate --zip2zip and "
+        "eval bytes --zip2zip read",
+    )
+    zip2zip.add_argument(
+        "--model", required=True, help="a model folder (tokmaint trainer export) or a trainer checkpoint"
+    )
     zip2zip.add_argument("--corpus", required=True, help="JSONL(.gz) or .txt(.gz) to fine-tune on, in order")
-    zip2zip.add_argument("--out", required=True, help="the folder to write (the model folder plus zip2zip.json and "
-                                                      "zip2zip.safetensors; new, empty, or one tokmaint wrote: its "
-                                                      "files are replaced, any other file there is kept)")
+    zip2zip.add_argument(
+        "--out",
+        required=True,
+        help="the folder to write (the model folder plus zip2zip.json and "
+        "zip2zip.safetensors; new, empty, or one tokmaint wrote: its "
+        "files are replaced, any other file there is kept)",
+    )
     add_settings(zip2zip, Zip2zipSettings)
     zip2zip.add_argument("--json", action="store_true", help="print JSON")
     zip2zip.set_defaults(func=cmd_zip2zip, parser=zip2zip)
@@ -175,8 +240,11 @@ def add_bench_apply(bench: argparse.ArgumentParser) -> None:
 def add_bench_distributed(bench: argparse.ArgumentParser) -> None:
     from trainer.settings import DistributedBenchSettings
 
-    bench.add_argument("--corpus", help="the texts the ranks train on and the versions are made from (default: the "
-                                        "repo's data/git-commits-sample.jsonl.gz)")
+    bench.add_argument(
+        "--corpus",
+        help="the texts the ranks train on and the versions are made from (default: the "
+        "repo's data/git-commits-sample.jsonl.gz)",
+    )
     add_bench_options(bench, DistributedBenchSettings, cmd_bench_distributed)
 
 

@@ -76,8 +76,9 @@ def not_found_response(exc: HubNotFound) -> JSONResponse:
     """404 with the Hub's error headers (a header holds printable ASCII only: the message is
     escaped as a Python string literal would be)."""
     header = exc.message.encode("unicode_escape").decode("ascii")
-    return JSONResponse({"error": exc.message}, status_code=404,
-                        headers={"X-Error-Code": exc.code, "X-Error-Message": header})
+    return JSONResponse(
+        {"error": exc.message}, status_code=404, headers={"X-Error-Code": exc.code, "X-Error-Message": header}
+    )
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,9 @@ class HubRevision:
             return self.files[name]
         except KeyError:
             some = ", ".join(list(self.files)[:8]) + (", …" if len(self.files) > 8 else "")
-            raise HubNotFound("EntryNotFound", f"{self.repo} has no file {name!r} at revision {self.number} "
-                                               f"(it has {some})") from None
+            raise HubNotFound(
+                "EntryNotFound", f"{self.repo} has no file {name!r} at revision {self.number} (it has {some})"
+            ) from None
 
     @cached_property
     def info_json(self) -> bytes:
@@ -145,24 +147,39 @@ class HubRevision:
     @cached_property
     def tree_json(self) -> bytes:
         """The tree listing as sent (made once)."""
-        return json.dumps([{"type": "file", "oid": f.oid, "size": f.size, "path": f.name}
-                           for f in self.files.values()]).encode()
+        return json.dumps(
+            [{"type": "file", "oid": f.oid, "size": f.size, "path": f.name} for f in self.files.values()]
+        ).encode()
 
     def model_info(self) -> dict[str, Any]:
         """``/api/models/{repo}``'s answer (the fields ``huggingface_hub.ModelInfo`` reads)."""
         created = self.created_at.isoformat().replace("+00:00", "Z")
-        return {"_id": self.commit, "id": self.repo, "modelId": self.repo, "sha": self.commit, "private": False,
-                "gated": False, "disabled": False, "downloads": 0, "likes": 0, "lastModified": created,
-                "createdAt": created, "library_name": "transformers", "tags": ["tokmaint", self.kind],
-                "siblings": [{"rfilename": f.name, "size": f.size, "blobId": f.oid} for f in self.files.values()],
-                "cardData": {"tokmaint": {**self.card, "commit": self.commit}}}
+        return {
+            "_id": self.commit,
+            "id": self.repo,
+            "modelId": self.repo,
+            "sha": self.commit,
+            "private": False,
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "lastModified": created,
+            "createdAt": created,
+            "library_name": "transformers",
+            "tags": ["tokmaint", self.kind],
+            "siblings": [{"rfilename": f.name, "size": f.size, "blobId": f.oid} for f in self.files.values()],
+            "cardData": {"tokmaint": {**self.card, "commit": self.commit}},
+        }
 
 
 def _not_found(exc: RegistryError, repo: str, revision: str) -> HubNotFound:
     if exc.code == "lineage_not_found":
         return HubNotFound("RepoNotFound", f"no repository {repo!r} (no lineage of that name)")
-    return HubNotFound("RevisionNotFound", f"{repo} has no revision {revision!r}: a version number (12 or v12), "
-                                           "latest, main, an alias or a commit hash")
+    return HubNotFound(
+        "RevisionNotFound",
+        f"{repo} has no revision {revision!r}: a version number (12 or v12), latest, main, an alias or a commit hash",
+    )
 
 
 class HubFiles:
@@ -247,7 +264,7 @@ class HubFiles:
             known = self._models.get(lineage, [])
             models = known + [m for m in newer if m.number > len(known)]
             self._models[lineage] = models
-            for model in models[len(known):]:
+            for model in models[len(known) :]:
                 self._commits[(lineage + MODELS, model_commit(model))] = model.number
         return models
 
@@ -273,27 +290,38 @@ class HubFiles:
             if len(page) < 1000:
                 raise RegistryError("version_not_found", [f"no version of {repo!r} has commit {commit}"])
 
-    def _tokenizer_files(self, registry: Registry, info: VersionInfo, *,
-                         model_max_length: int | None) -> list[HubFile]:
+    def _tokenizer_files(self, registry: Registry, info: VersionInfo, *, model_max_length: int | None) -> list[HubFile]:
         data = registry.artifacts.get(info.sha256)
         tokenizer = BPETokenizer.from_json(data.decode("utf-8"))
         config = tokenizer_config(tokenizer, model_max_length=model_max_length)
-        return [HubFile.stored("tokenizer.json", info.sha256, len(data), [data]),
-                HubFile.made("tokenizer_config.json", json.dumps(config, indent=2).encode()),
-                HubFile.made("special_tokens_map.json", json.dumps(special_tokens_map(tokenizer), indent=2).encode())]
+        return [
+            HubFile.stored("tokenizer.json", info.sha256, len(data), [data]),
+            HubFile.made("tokenizer_config.json", json.dumps(config, indent=2).encode()),
+            HubFile.made("special_tokens_map.json", json.dumps(special_tokens_map(tokenizer), indent=2).encode()),
+        ]
 
     def _make(self, registry: Registry, repo: str, info: VersionInfo) -> HubRevision:
         diff = registry.artifacts.get(info.diff_sha256)
-        files = [*self._tokenizer_files(registry, info, model_max_length=self.model_max_length),
-                 HubFile.stored("revision_diff.json", info.diff_sha256, len(diff), [diff])]
-        return HubRevision(repo, info.number, commit_hash(repo, info.number, info.sha256), {f.name: f for f in files},
-                           info.model_dump(mode="json"), info.created_at)
+        files = [
+            *self._tokenizer_files(registry, info, model_max_length=self.model_max_length),
+            HubFile.stored("revision_diff.json", info.diff_sha256, len(diff), [diff]),
+        ]
+        return HubRevision(
+            repo,
+            info.number,
+            commit_hash(repo, info.number, info.sha256),
+            {f.name: f for f in files},
+            info.model_dump(mode="json"),
+            info.created_at,
+        )
 
     def _make_model(self, registry: Registry, repo: str, model: ModelInfo) -> HubRevision:
         """The model's own files, and its version's tokenizer files where the folder has none."""
         info = registry.version(model.lineage, model.version)
-        files = {name: HubFile.stored(name, f["sha256"], f["size"], registry.artifacts.chunks(f["sha256"]))
-                 for name, f in model.files.items()}
+        files = {
+            name: HubFile.stored(name, f["sha256"], f["size"], registry.artifacts.chunks(f["sha256"]))
+            for name, f in model.files.items()
+        }
         positions = json.loads(registry.artifacts.get(model.files["config.json"]["sha256"])).get("n_positions")
         for file in self._tokenizer_files(registry, info, model_max_length=positions):
             files.setdefault(file.name, file)
@@ -347,8 +375,12 @@ async def resolve(repo: str, revision: str, filename: str, request: Request, reg
         file = found.file(filename)
     except HubNotFound as exc:
         return not_found_response(exc)
-    headers = {"ETag": f'"{file.sha256}"', "X-Repo-Commit": found.commit, "Accept-Ranges": "none",
-               "Cache-Control": "no-cache" if _moves(revision, found) else "public, max-age=31536000, immutable"}
+    headers = {
+        "ETag": f'"{file.sha256}"',
+        "X-Repo-Commit": found.commit,
+        "Accept-Ranges": "none",
+        "Cache-Control": "no-cache" if _moves(revision, found) else "public, max-age=31536000, immutable",
+    }
     if not_modified(file.sha256, ",".join(request.headers.getlist("if-none-match"))):
         return Response(status_code=304, headers=headers)
     media_type = file_media_type(file.name)
@@ -356,18 +388,29 @@ async def resolve(repo: str, revision: str, filename: str, request: Request, reg
         return Response(headers={**headers, "Content-Length": str(file.size)}, media_type=media_type)
     cache: ArtifactCache = request.app.state.cache
     if file.data is None and not cache.keeps(file.size):  # a model's weights: read as sent
-        return StreamingResponse(registry.artifacts.chunks(file.artifact), media_type=media_type,
-                                 headers={**headers, "Content-Length": str(file.size)})
-    data = file.data if file.data is not None else (
-        cache.blobs.get(file.artifact) or await run_in_threadpool(cache.blob, registry, file.artifact))
+        return StreamingResponse(
+            registry.artifacts.chunks(file.artifact),
+            media_type=media_type,
+            headers={**headers, "Content-Length": str(file.size)},
+        )
+    data = (
+        file.data
+        if file.data is not None
+        else (cache.blobs.get(file.artifact) or await run_in_threadpool(cache.blob, registry, file.artifact))
+    )
     return Response(content=data, headers=headers, media_type=media_type)
 
 
 @router.api_route("/{namespace}/{repo}/resolve/{revision}/{filename:path}", methods=["GET", "HEAD"])
 def resolve_namespaced(namespace: str, repo: str) -> Response:
     """Lineage names hold no ``/``: a namespaced repository is none of the registry's."""
-    return not_found_response(HubNotFound("RepoNotFound", f"no repository {namespace}/{repo!r}: the registry's "
-                                                          "repositories are its lineages, named with no namespace"))
+    return not_found_response(
+        HubNotFound(
+            "RepoNotFound",
+            f"no repository {namespace}/{repo!r}: the registry's "
+            "repositories are its lineages, named with no namespace",
+        )
+    )
 
 
 @router.get("/api/models/{repo}")

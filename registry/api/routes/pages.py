@@ -37,13 +37,21 @@ def diff_rows(diff: RevisionDiff, child: Mapping[int, str], parent: Mapping[int,
     >>> row["new_parents"], row["old_parents"]
     ("'a' + 'b'", "'b' + 'a'")
     """
+
     def tokens(ids: list[int] | None, vocab: Mapping[int, str]) -> str:
         return " + ".join(repr(vocab.get(i, f"#{i}")) for i in ids or [])
 
-    return [{"id": e.id, "kind": e.kind, "old": e.old_token, "new": e.new_token,
-             "new_parents": tokens(e.parents, child) if e.kind != "removed" else "",
-             "old_parents": tokens(e.parents if e.kind == "removed" else e.old_parents, parent)}
-            for e in diff.entries]
+    return [
+        {
+            "id": e.id,
+            "kind": e.kind,
+            "old": e.old_token,
+            "new": e.new_token,
+            "new_parents": tokens(e.parents, child) if e.kind != "removed" else "",
+            "old_parents": tokens(e.parents if e.kind == "removed" else e.old_parents, parent),
+        }
+        for e in diff.entries
+    ]
 
 
 def bytes_per_token(version: VersionInfo) -> float | None:
@@ -60,8 +68,9 @@ def bytes_per_token(version: VersionInfo) -> float | None:
 
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, registry: RegistryDep) -> HTMLResponse:
-    lineages = [{"name": name, "latest": latest, "aliases": registry.aliases(name)}
-                for name, latest in registry.lineages()]
+    lineages = [
+        {"name": name, "latest": latest, "aliases": registry.aliases(name)} for name, latest in registry.lineages()
+    ]
     return templates.TemplateResponse(request, "home.html", {"lineages": lineages})
 
 
@@ -72,9 +81,17 @@ def lineage_page(name: str, request: Request, registry: RegistryDep) -> HTMLResp
     by_number: dict[int, list[str]] = {}
     for alias, number in aliases.items():
         by_number.setdefault(number, []).append(alias)
-    return templates.TemplateResponse(request, "lineage.html", {
-        "name": name, "latest": latest, "versions": list(reversed(versions)), "aliases": by_number,
-        "bytes_per_token": {v.number: bytes_per_token(v) for v in versions}})
+    return templates.TemplateResponse(
+        request,
+        "lineage.html",
+        {
+            "name": name,
+            "latest": latest,
+            "versions": list(reversed(versions)),
+            "aliases": by_number,
+            "bytes_per_token": {v.number: bytes_per_token(v) for v in versions},
+        },
+    )
 
 
 @router.get("/lineages/{name}/versions/{number}", response_class=HTMLResponse)
@@ -83,9 +100,16 @@ def version_page(name: str, number: int, request: Request, registry: RegistryDep
     child = registry.tokenizer(name, number).id_to_token
     parent = registry.tokenizer(name, version.parent).id_to_token if version.parent else {}
     rows = diff_rows(registry.diff(name, number), child, parent)
-    return templates.TemplateResponse(request, "version.html", {
-        "name": name, "version": version, "rows": rows,
-        "counts": {kind: sum(r["kind"] == kind for r in rows) for kind in ("added", "removed", "reassigned")}})
+    return templates.TemplateResponse(
+        request,
+        "version.html",
+        {
+            "name": name,
+            "version": version,
+            "rows": rows,
+            "counts": {kind: sum(r["kind"] == kind for r in rows) for kind in ("added", "removed", "reassigned")},
+        },
+    )
 
 
 @router.get("/lineages/{name}/drift.png")

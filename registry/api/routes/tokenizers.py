@@ -64,22 +64,32 @@ def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             members = tar.getmembers()
-            if odd := [m.name for m in members if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE)
-                       or "/" in m.name.strip("/")]:
+            if odd := [
+                m.name for m in members if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE) or "/" in m.name.strip("/")
+            ]:
                 raise RegistryError("invalid_request", [f"the folder's tar holds {odd[0]!r}, not a file at its top"])
             if sparse := [m.name for m in members if m.issparse()]:
-                raise RegistryError("invalid_request", [f"the folder's tar holds {sparse[0]!r} as a sparse file; "
-                                                        "a model's files are sent whole"])
+                raise RegistryError(
+                    "invalid_request",
+                    [f"the folder's tar holds {sparse[0]!r} as a sparse file; a model's files are sent whole"],
+                )
             if len(members) > max_files:
-                raise RegistryError("invalid_model", [f"the folder has {len(members):,} files; a model folder holds "
-                                                      f"at most {max_files:,} (TOKMAINT_REGISTRY_MAX_MODEL_FILES)"])
+                raise RegistryError(
+                    "invalid_model",
+                    [
+                        f"the folder has {len(members):,} files; a model folder holds "
+                        f"at most {max_files:,} (TOKMAINT_REGISTRY_MAX_MODEL_FILES)"
+                    ],
+                )
             if twice := [name for name, count in Counter(m.name.strip("/") for m in members).items() if count > 1]:
                 raise RegistryError("invalid_request", [f"the folder's tar holds {twice[0]!r} more than once"])
             if (size := sum(m.size for m in members)) > limit:
                 raise RegistryError("too_large", [f"the folder's files are {size:,} bytes; the limit is {limit:,}"])
             if size > len(data):
-                raise RegistryError("invalid_request", [f"the folder's files say they are {size:,} bytes; the tar "
-                                                        f"that holds them is {len(data):,}"])
+                raise RegistryError(
+                    "invalid_request",
+                    [f"the folder's files say they are {size:,} bytes; the tar that holds them is {len(data):,}"],
+                )
             return {m.name.strip("/"): tar.extractfile(m).read() for m in members}
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # what a damaged tar raises
         raise RegistryError("invalid_request", [f"the body is not a tar of a model folder: {exc}"]) from None
@@ -141,13 +151,33 @@ def list_lineages(registry: RegistryDep) -> LineagesPublic:
     return LineagesPublic(data=rows, count=len(rows))
 
 
-@router.post("", status_code=201, response_model=VersionPublic,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
-                 "type": "object", "required": ["name", "tokenizer"], "properties": {
-                     "name": {"type": "string"}, "tokenizer": {"type": "string"},
-                     "kind": {"enum": ["initial", "import"]}, "metrics": {"type": "object"}}}}}}})
-async def create_lineage(request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
-                         ) -> VersionPublic:
+@router.post(
+    "",
+    status_code=201,
+    response_model=VersionPublic,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["name", "tokenizer"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "tokenizer": {"type": "string"},
+                            "kind": {"enum": ["initial", "import"]},
+                            "metrics": {"type": "object"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def create_lineage(
+    request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+) -> VersionPublic:
     """Create a lineage whose version 1 is the uploaded tokenizer.json (``tokenizer``: the file's
     text, stored and served as it is)."""
     data = await json_body(request, settings.max_upload_bytes)
@@ -156,27 +186,49 @@ async def create_lineage(request: Request, registry: RegistryDep, settings: Sett
     if kind not in ("initial", "import"):
         raise RegistryError("invalid_request", ["'kind' of a new lineage is 'initial' or 'import'"])
     metrics = _field(data, "metrics", dict, required=False) or {}
-    info = await run_in_threadpool(registry.create_lineage, name, tokenizer, kind=kind,
-                                   created_by=writer, metrics=metrics)
+    info = await run_in_threadpool(
+        registry.create_lineage, name, tokenizer, kind=kind, created_by=writer, metrics=metrics
+    )
     request.app.state.metrics.publishes.labels(kind).inc()
     return VersionPublic.of(info)
 
 
 @router.get("/{name}/versions", response_model=VersionsPublic)
-def list_versions(name: str, registry: RegistryDep, settings: SettingsDep, offset: int = Query(0, ge=0),
-                  limit: int = Query(100, ge=1)) -> VersionsPublic:
+def list_versions(
+    name: str, registry: RegistryDep, settings: SettingsDep, offset: int = Query(0, ge=0), limit: int = Query(100, ge=1)
+) -> VersionsPublic:
     rows, count = registry.versions(name, offset=offset, limit=min(limit, settings.max_page))
     return VersionsPublic(data=[VersionPublic.of(v) for v in rows], count=count)
 
 
-@router.post("/{name}/versions", status_code=201, response_model=VersionPublic,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
-                 "type": "object", "required": ["tokenizer"], "properties": {
-                     "tokenizer": {"type": "string"}, "diff": {"type": ["object", "null"]},
-                     "kind": {"enum": ["tedtok", "litetoken", "import"]}, "parent": {"type": ["integer", "null"]},
-                     "metrics": {"type": "object"}}}}}}})
-async def publish(name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
-                  ) -> VersionPublic:
+@router.post(
+    "/{name}/versions",
+    status_code=201,
+    response_model=VersionPublic,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["tokenizer"],
+                        "properties": {
+                            "tokenizer": {"type": "string"},
+                            "diff": {"type": ["object", "null"]},
+                            "kind": {"enum": ["tedtok", "litetoken", "import"]},
+                            "parent": {"type": ["integer", "null"]},
+                            "metrics": {"type": "object"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def publish(
+    name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+) -> VersionPublic:
     """Publish a version on top of the latest (or of ``parent``, which must be the latest).
     ``tokenizer`` is the tokenizer.json's text, stored and served as it is; ``diff`` (optional)
     must equal the diff the registry computes."""
@@ -188,9 +240,9 @@ async def publish(name: str, request: Request, registry: RegistryDep, settings: 
         raise RegistryError("invalid_request", ["'kind' is 'tedtok', 'litetoken' or 'import'"])
     parent = _field(data, "parent", int, required=False)
     metrics = _field(data, "metrics", dict, required=False) or {}
-    info = await run_in_threadpool(registry.publish, name, tokenizer,
-                                   diff_json=diff, kind=kind,
-                                   parent=parent, created_by=writer, metrics=metrics)
+    info = await run_in_threadpool(
+        registry.publish, name, tokenizer, diff_json=diff, kind=kind, parent=parent, created_by=writer, metrics=metrics
+    )
     request.app.state.metrics.publishes.labels(kind).inc()
     return VersionPublic.of(info)
 
@@ -201,8 +253,10 @@ def get_version(name: str, ref: str, registry: RegistryDep) -> VersionPublic:
     return VersionPublic.of(registry.version(name, ref))
 
 
-@router.get("/{name}/versions/{ref}/tokenizer.json", responses={200: {"content": {"application/json": {}}},
-                                                                304: {"description": "not modified"}})
+@router.get(
+    "/{name}/versions/{ref}/tokenizer.json",
+    responses={200: {"content": {"application/json": {}}}, 304: {"description": "not modified"}},
+)
 async def download_tokenizer(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
     """The version's tokenizer.json; ETag is its sha256 and ``If-None-Match`` answers 304."""
     cache: ArtifactCache = request.app.state.cache
@@ -223,13 +277,20 @@ async def download_tokenizer(name: str, ref: str, request: Request, registry: Re
 def get_diff(name: str, ref: str, registry: RegistryDep) -> Response:
     """The version's diff against its parent (a revision diff, ``schemas/revision_diff.schema.json``)."""
     info = registry.version(name, ref)
-    return Response(content=registry.artifacts.get(info.diff_sha256), media_type="application/json",
-                    headers={"ETag": f'"{info.diff_sha256}"'})
+    return Response(
+        content=registry.artifacts.get(info.diff_sha256),
+        media_type="application/json",
+        headers={"ETag": f'"{info.diff_sha256}"'},
+    )
 
 
 @router.get("/{name}/diff")
-def composed_diff(name: str, registry: RegistryDep, start: int = Query(..., alias="from", ge=1),
-                  end: int | None = Query(None, alias="to", ge=1)) -> Response:
+def composed_diff(
+    name: str,
+    registry: RegistryDep,
+    start: int = Query(..., alias="from", ge=1),
+    end: int | None = Query(None, alias="to", ge=1),
+) -> Response:
     """One diff from version ``from`` to ``to`` (default: the latest): applying it equals applying
     every version's diff in turn."""
     end = end if end is not None else registry.version(name).number
@@ -237,27 +298,49 @@ def composed_diff(name: str, registry: RegistryDep, start: int = Query(..., alia
 
 
 @router.get("/{name}/watch", response_model=VersionPublic, responses={204: {"description": "nothing newer"}})
-async def watch(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                after: int = Query(0, ge=0), timeout: float = Query(30.0, ge=0)) -> Any:
+async def watch(
+    name: str,
+    request: Request,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    after: int = Query(0, ge=0),
+    timeout: float = Query(30.0, ge=0),
+) -> Any:
     """Long-poll: the latest version as soon as it is newer than ``after``; 204 on timeout (and,
     unread, once the client has gone: a shutdown need not wait for watches nobody waits for).
     The watches of a process are woken by one poller of the database (``registry.api.watches``)."""
     latest = await run_in_threadpool(registry.version, name)  # a lineage that does not exist: 404
     if latest.number <= after:
         numbers: LatestNumbers = request.app.state.latest_numbers
-        if not await numbers.wait_newer(name, after=after, seconds=min(timeout, settings.max_watch_seconds),
-                                        gone=disconnected(request.receive)):
+        if not await numbers.wait_newer(
+            name, after=after, seconds=min(timeout, settings.max_watch_seconds), gone=disconnected(request.receive)
+        ):
             return Response(status_code=204)
         latest = await run_in_threadpool(registry.version, name)
     return VersionPublic.of(latest)
 
 
-@router.put("/{name}/aliases/{alias}", response_model=AliasPublic,
-            openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
-                "type": "object", "required": ["version"], "properties": {
-                    "version": {"type": ["integer", "string"]}}}}}}})
-async def set_alias(name: str, alias: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                    writer: WriterDep) -> AliasPublic:
+@router.put(
+    "/{name}/aliases/{alias}",
+    response_model=AliasPublic,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["version"],
+                        "properties": {"version": {"type": ["integer", "string"]}},
+                    }
+                }
+            },
+        }
+    },
+)
+async def set_alias(
+    name: str, alias: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+) -> AliasPublic:
     """Point an alias at a version (a number, ``latest`` or another alias)."""
     data = await json_body(request, settings.max_upload_bytes)
     ref = _field(data, "version", (int, str))
@@ -271,17 +354,40 @@ def delete_alias(name: str, alias: str, registry: RegistryDep, writer: WriterDep
     return Response(status_code=204)
 
 
-@router.post("/{name}/models", status_code=201, response_model=ModelPublic,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {
-                 "schema": {"type": "string", "format": "binary", "description": "an uncompressed tar"}}}}})
-async def publish_model(name: str, request: Request, registry: RegistryDep, settings: SettingsDep,
-                        writer: WriterDep, version: str = Query("latest")) -> ModelPublic:
+@router.post(
+    "/{name}/models",
+    status_code=201,
+    response_model=ModelPublic,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {
+                    "schema": {"type": "string", "format": "binary", "description": "an uncompressed tar"}
+                }
+            },
+        }
+    },
+)
+async def publish_model(
+    name: str,
+    request: Request,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    writer: WriterDep,
+    version: str = Query("latest"),
+) -> ModelPublic:
     """Publish a model folder (a tar of its files: config.json, the weights, the version's
     tokenizer.json if any) beside the version it was trained with (a number, latest or an alias)."""
-    files = await run_in_threadpool(folder_files, await read_body(request, settings.max_model_bytes),
-                                    settings.max_model_bytes, max_files=settings.max_model_files)
-    info = await run_in_threadpool(registry.publish_model, name, files, version=version, created_by=writer,
-                                   max_files=settings.max_model_files)
+    files = await run_in_threadpool(
+        folder_files,
+        await read_body(request, settings.max_model_bytes),
+        settings.max_model_bytes,
+        max_files=settings.max_model_files,
+    )
+    info = await run_in_threadpool(
+        registry.publish_model, name, files, version=version, created_by=writer, max_files=settings.max_model_files
+    )
     return ModelPublic.of(info)
 
 
@@ -292,11 +398,24 @@ def list_models(name: str, registry: RegistryDep) -> ModelsPublic:
     return ModelsPublic(data=[ModelPublic.of(m) for m in models], count=len(models))
 
 
-@router.post("/{name}/rollback", status_code=201, response_model=VersionPublic,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
-                 "type": "object", "required": ["to"], "properties": {"to": {"type": "integer"}}}}}}})
-async def rollback(name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
-                   ) -> VersionPublic:
+@router.post(
+    "/{name}/rollback",
+    status_code=201,
+    response_model=VersionPublic,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "required": ["to"], "properties": {"to": {"type": "integer"}}}
+                }
+            },
+        }
+    },
+)
+async def rollback(
+    name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
+) -> VersionPublic:
     """Publish a new version equal to an older one, with the diff that gets there."""
     data = await json_body(request, settings.max_upload_bytes)
     to = _field(data, "to", int)

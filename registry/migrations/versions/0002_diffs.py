@@ -12,28 +12,31 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0002'
-down_revision = '0001'
+revision = "0002"
+down_revision = "0001"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('diffs',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('lineage_id', sa.Integer(), nullable=False),
-    sa.Column('from_number', sa.Integer(), nullable=True),
-    sa.Column('to_number', sa.Integer(), nullable=False),
-    sa.Column('sha256', sa.String(length=64), nullable=False),
-    sa.Column('changed_ids', sa.Integer(), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['lineage_id'], ['lineages.id'], name=op.f('fk_diffs_lineage_id_lineages')),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_diffs')),
-    sa.UniqueConstraint('lineage_id', 'from_number', 'to_number', name='uq_diffs_lineage_from_to')
+    op.create_table(
+        "diffs",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("lineage_id", sa.Integer(), nullable=False),
+        sa.Column("from_number", sa.Integer(), nullable=True),
+        sa.Column("to_number", sa.Integer(), nullable=False),
+        sa.Column("sha256", sa.String(length=64), nullable=False),
+        sa.Column("changed_ids", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["lineage_id"], ["lineages.id"], name=op.f("fk_diffs_lineage_id_lineages")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_diffs")),
+        sa.UniqueConstraint("lineage_id", "from_number", "to_number", name="uq_diffs_lineage_from_to"),
     )
-    op.execute("INSERT INTO diffs (lineage_id, from_number, to_number, sha256, changed_ids, created_at) "
-               "SELECT lineage_id, parent_number, number, diff_sha256, changed_ids, created_at FROM versions")
+    op.execute(
+        "INSERT INTO diffs (lineage_id, from_number, to_number, sha256, changed_ids, created_at) "
+        "SELECT lineage_id, parent_number, number, diff_sha256, changed_ids, created_at FROM versions"
+    )
 
 
 def downgrade() -> None:
-    op.drop_table('diffs')
+    op.drop_table("diffs")

@@ -12,22 +12,23 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0004'
-down_revision = '0003'
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('pending_artifacts',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('sha256', sa.String(length=64), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_pending_artifacts'))
+    op.create_table(
+        "pending_artifacts",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("sha256", sa.String(length=64), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_pending_artifacts")),
     )
-    op.create_index(op.f('ix_pending_artifacts_created_at'), 'pending_artifacts', ['created_at'], unique=False)
+    op.create_index(op.f("ix_pending_artifacts_created_at"), "pending_artifacts", ["created_at"], unique=False)
 
 
 def downgrade() -> None:
-    op.drop_index(op.f('ix_pending_artifacts_created_at'), table_name='pending_artifacts')
-    op.drop_table('pending_artifacts')
+    op.drop_index(op.f("ix_pending_artifacts_created_at"), table_name="pending_artifacts")
+    op.drop_table("pending_artifacts")

@@ -17,8 +17,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0005'
-down_revision = '0004'
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
@@ -27,9 +27,10 @@ log = logging.getLogger("tokmaint.migrations")
 # kept here: a migration must do the same whenever it runs.
 SHADOWING = re.compile(r"latest|main|[vV]?[0-9]+|[0-9a-fA-F]{40}")
 
-aliases = sa.table('aliases', sa.column('id', sa.Integer), sa.column('lineage_id', sa.Integer),
-                   sa.column('name', sa.String))
-lineages = sa.table('lineages', sa.column('id', sa.Integer), sa.column('name', sa.String))
+aliases = sa.table(
+    "aliases", sa.column("id", sa.Integer), sa.column("lineage_id", sa.Integer), sa.column("name", sa.String)
+)
+lineages = sa.table("lineages", sa.column("id", sa.Integer), sa.column("name", sa.String))
 
 
 def free_name(old: str, taken: set[str]) -> str:
@@ -41,15 +42,17 @@ def free_name(old: str, taken: set[str]) -> str:
     name, n = f"alias-{old}"[:64], 1
     while name in taken:
         n += 1
-        name = f"alias-{old}"[:64 - len(f"-{n}")] + f"-{n}"
+        name = f"alias-{old}"[: 64 - len(f"-{n}")] + f"-{n}"
     return name
 
 
 def upgrade() -> None:
     connection = op.get_bind()
-    rows = connection.execute(sa.select(aliases.c.id, aliases.c.lineage_id, aliases.c.name, lineages.c.name)
-                              .join(lineages, lineages.c.id == aliases.c.lineage_id)
-                              .order_by(aliases.c.lineage_id, aliases.c.name)).all()
+    rows = connection.execute(
+        sa.select(aliases.c.id, aliases.c.lineage_id, aliases.c.name, lineages.c.name)
+        .join(lineages, lineages.c.id == aliases.c.lineage_id)
+        .order_by(aliases.c.lineage_id, aliases.c.name)
+    ).all()
     taken: dict[int, set[str]] = {}
     for _, lineage_id, name, _ in rows:
         taken.setdefault(lineage_id, set()).add(name)
@@ -58,8 +61,13 @@ def upgrade() -> None:
             new = free_name(name, taken[lineage_id])
             taken[lineage_id].add(new)
             connection.execute(aliases.update().where(aliases.c.id == alias_id).values(name=new))
-            log.warning("lineage %r: alias %r is now %r (the REST API and the Hub read %r as a version reference)",
-                        lineage, name, new, name)
+            log.warning(
+                "lineage %r: alias %r is now %r (the REST API and the Hub read %r as a version reference)",
+                lineage,
+                name,
+                new,
+                name,
+            )
 
 
 def downgrade() -> None:
