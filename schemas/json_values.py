@@ -34,7 +34,8 @@ def json_kind(value: Any) -> str:
         return "a number"
     if isinstance(value, dict):
         return "an object"
-    return {list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def parse_timestamp(value: Any) -> datetime:
@@ -71,10 +72,16 @@ def repeated_keys(pairs: list[tuple[str, Any]]) -> tuple[str, ...]:
     ('a',)
     """
     seen: set[str] = set()
-    return tuple(k for k, _ in pairs if k in seen or seen.add(k))
+    repeated: list[str] = []
+    for k, _ in pairs:
+        if k in seen:
+            repeated.append(k)
+        else:
+            seen.add(k)
+    return tuple(repeated)
 
 
-class JSONObject(dict):
+class JSONObject(dict[str, Any]):
     """A parsed JSON object that remembers the keys it held more than once, for a reader that
     reports every problem of a file (a tokenizer.json) instead of stopping at the first.
 

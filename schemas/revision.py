@@ -23,7 +23,8 @@ SCHEMA_PATH = Path(__file__).with_name("revision_diff.schema.json")
 
 @cache
 def revision_diff_schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return schema
 
 
 @cache

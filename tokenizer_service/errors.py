@@ -26,7 +26,8 @@ class CorpusError(TokmaintError, ValueError):
         self.path, self.reason, self.line = Path(path), reason, line
         super().__init__(f"{path}:{line}: {reason}" if line is not None else f"{path}: {reason}")
 
-    def __reduce__(self):  # crosses a process boundary whole (bench residues audits in processes)
+    def __reduce__(self) -> tuple[partial[CorpusError], tuple[Path, str]]:
+        # Crosses a process boundary whole (bench residues audits in processes).
         return partial(CorpusError, line=self.line), (self.path, self.reason)
 
 
@@ -38,7 +39,7 @@ class InvalidTokenizer(TokmaintError, ValueError):
         prefix = f"{source}: " if source is not None else ""
         super().__init__(f"{prefix}invalid tokenizer: " + "; ".join(self.reasons))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[partial[InvalidTokenizer], tuple[list[str]]]:
         """Pickled whole, reasons and source (an error raised in a worker process).
 
         >>> import pickle

@@ -37,7 +37,8 @@ from typing import Annotated, Any, Self
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import AfterValidator, Field
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
+from pydantic_settings import SettingsConfigDict as SettingsConfigDict  # re-exported: settings models import it here
 
 _LINEAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -56,7 +57,7 @@ class Settings(BaseSettings):
 class Number:
     """A finite int or float in [low, high] (either end open, or absent)."""
 
-    kind: type = float
+    kind: type[int] | type[float] = float
     low: float | None = None
     high: float | None = None
     low_open: bool = False
