@@ -21,56 +21,74 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, repeat
 from dataclasses import dataclass, field, replace
+from typing import Any, overload
 
 import numpy as np
 import numpy.ma  # noqa: F401  np.unique loads it on its first call: here, not in a job's first step (7-40 ms)
+from numpy.typing import ArrayLike, NDArray
 
 from tokenizer_service.bpe import BPETokenizer, ascii_to_byte_level
 
 PAIR_SHIFT = 32
 
+# Arrays by what they hold: token ids, word ids and packed pair keys are int64; counts, weights
+# and statistics float64.
+Int64Array = NDArray[np.int64]
+Float64Array = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
 
-def pack_pair(u: int | np.ndarray, v: int | np.ndarray) -> int | np.ndarray:
+
+@overload
+def pack_pair(u: int | np.integer[Any], v: int | np.integer[Any]) -> np.int64: ...
+@overload
+def pack_pair(u: Int64Array, v: Int64Array) -> Int64Array: ...
+def pack_pair(u: Any, v: Any) -> Any:
     """One int64 key for the ordered pair (u, v).
 
     >>> unpack_pair(pack_pair(3, 7))
     (3, 7)
     """
-    return (np.int64(u) << PAIR_SHIFT) | np.int64(v) if np.isscalar(u) else (u.astype(np.int64) << PAIR_SHIFT) | v
+    if isinstance(u, np.ndarray):
+        return (u.astype(np.int64) << PAIR_SHIFT) | v
+    return (np.int64(u) << PAIR_SHIFT) | np.int64(v)
 
 
-def unpack_pair(key: int | np.ndarray) -> tuple[int, int] | tuple[np.ndarray, np.ndarray]:
+@overload
+def unpack_pair(key: int | np.integer[Any]) -> tuple[int, int]: ...
+@overload
+def unpack_pair(key: Int64Array) -> tuple[Int64Array, Int64Array]: ...
+def unpack_pair(key: Any) -> Any:
     """The ordered pair (u, v) of a key made by :func:`pack_pair` (or the arrays of many keys).
 
     >>> [a.tolist() for a in unpack_pair(pack_pair(np.array([1, 2]), np.array([5, 6])))]
     [[1, 2], [5, 6]]
     """
-    if np.isscalar(key):
-        return int(key) >> PAIR_SHIFT, int(key) & ((1 << PAIR_SHIFT) - 1)
-    return key >> PAIR_SHIFT, key & ((1 << PAIR_SHIFT) - 1)
+    if isinstance(key, np.ndarray):
+        return key >> PAIR_SHIFT, key & ((1 << PAIR_SHIFT) - 1)
+    return int(key) >> PAIR_SHIFT, int(key) & ((1 << PAIR_SHIFT) - 1)
 
 
 @dataclass(frozen=True)
 class StepCounts:
     """One time step's counts: distinct keys (sorted) with their weights, plus sizes."""
 
-    token_ids: np.ndarray
-    token_counts: np.ndarray
-    pair_keys: np.ndarray
-    pair_counts: np.ndarray
+    token_ids: Int64Array
+    token_counts: Float64Array
+    pair_keys: Int64Array
+    pair_counts: Float64Array
     n_bytes: int
     n_tokens: int
     # Adjacent tokens over whole documents, within and across words (LiteToken's neighbours):
     # only when asked for (``count_texts(neighbours=True)``).
-    neighbour_keys: np.ndarray | None = None
-    neighbour_counts: np.ndarray | None = None
+    neighbour_keys: Int64Array | None = None
+    neighbour_counts: Float64Array | None = None
 
     @property
     def bytes_per_token(self) -> float:
         return self.n_bytes / max(self.n_tokens, 1)
 
 
-def unique_runs(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def unique_runs(arrays: Sequence[Int64Array]) -> tuple[Int64Array, Int64Array]:
     """``np.unique(np.concatenate(arrays), return_inverse=True)``, faster when the arrays are
     sorted each (the keys of several counts): a stable sort merges sorted runs instead of
     sorting from scratch (2-4x on a step's pairs). Any arrays give the same answer.
@@ -82,14 +100,26 @@ def unique_runs(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     keys = np.concatenate(arrays)
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
-    first = np.ones(len(ordered), bool)
+    first = np.ones(len(ordered), np.bool_)
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
     inverse = np.empty(len(keys), np.int64)
     inverse[order] = np.cumsum(first) - 1
     return ordered[first], inverse
 
 
-def add_counts(parts: Sequence[StepCounts], weights: Sequence[float] | None = None) -> StepCounts:
+def weighted_bincount(x: Int64Array, weights: ArrayLike, minlength: int = 0) -> Float64Array:
+    """``np.bincount(x, weights=weights, minlength=minlength)``: with weights it sums them in
+    float64, which numpy's type stubs do not say (they give the unweighted count's intp).
+
+    >>> weighted_bincount(np.array([0, 2, 2]), np.array([0.5, 1.0, 2.0])).tolist()
+    [0.5, 0.0, 3.0]
+    """
+    # numpy's stubs: NDArray[intp] for every bincount. With weights it is float64 (the doctest).
+    sums: Float64Array = np.bincount(x, weights=weights, minlength=minlength)  # type: ignore[assignment]
+    return sums
+
+
+def add_counts(parts: Sequence[StepCounts], weights: Sequence[float] | Float64Array | None = None) -> StepCounts:
     """Counts of several parts as one, key by key: the parts of one step (documents counted in
     different processes: exactly the step's counts, as counts are whole numbers), or, with
     ``weights``, a weighted sum (``stats_store.combine_steps``).
@@ -101,17 +131,20 @@ def add_counts(parts: Sequence[StepCounts], weights: Sequence[float] | None = No
     """
     factors = np.ones(len(parts)) if weights is None else np.asarray(weights, np.float64)
 
-    def merged(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def merged(keys: list[Int64Array], counts: list[Float64Array]) -> tuple[Int64Array, Float64Array]:
         unique, inverse = unique_runs(keys)
         summands = np.concatenate([f * c for f, c in zip(factors, counts)])
-        return unique, np.bincount(inverse, weights=summands, minlength=len(unique))
+        return unique, weighted_bincount(inverse, summands, len(unique))
 
     token_ids, token_counts = merged([p.token_ids for p in parts], [p.token_counts for p in parts])
     pair_keys, pair_counts = merged([p.pair_keys for p in parts], [p.pair_counts for p in parts])
-    neighbour_keys = neighbour_counts = None
+    neighbour_keys: Int64Array | None = None
+    neighbour_counts: Float64Array | None = None
     if all(p.neighbour_keys is not None for p in parts):
+        # Each part then has its neighbour counts too (counted with neighbours: keys and counts).
         neighbour_keys, neighbour_counts = merged(
-            [p.neighbour_keys for p in parts], [p.neighbour_counts for p in parts]
+            [p.neighbour_keys for p in parts if p.neighbour_keys is not None],
+            [p.neighbour_counts for p in parts if p.neighbour_counts is not None],
         )
     return StepCounts(
         token_ids=token_ids,
@@ -131,8 +164,8 @@ class EncodingChange:
     encoding holds one of ``ids`` or an adjacent pair of ``pairs`` (packed, old ids), or the
     word is one of ``words``."""
 
-    ids: np.ndarray
-    pairs: np.ndarray
+    ids: Int64Array
+    pairs: Int64Array
     words: tuple[str, ...]
 
 
@@ -216,8 +249,8 @@ class WordTally:
     ({'a': 3, 'b': 2}, {('a', 'b'): 1, ('b', 'a'): 2}, 2)
     """
 
-    words: Counter = field(default_factory=Counter)
-    boundaries: Counter = field(default_factory=Counter)
+    words: Counter[str] = field(default_factory=Counter)
+    boundaries: Counter[tuple[str, str]] = field(default_factory=Counter)
     special: list[str] = field(default_factory=list)
     documents: int = 0
 
@@ -256,7 +289,7 @@ class WordVocabulary:
         self.index: dict[str, int] = {}
         self.words: list[str] = []
 
-    def ids(self, words: Iterable[str]) -> np.ndarray:
+    def ids(self, words: Iterable[str]) -> Int64Array:
         index, out = self.index, []
         for w in words:
             i = index.get(w)
@@ -315,7 +348,7 @@ class StepCounter:
         index = self.words.index
         self._len[[i for w in change.words if (i := index.get(w)) is not None and i < len(self._len)]] = -1
 
-    def _ensure_encoded(self, word_ids: np.ndarray) -> None:
+    def _ensure_encoded(self, word_ids: Int64Array) -> None:
         n = len(self.words)
         if len(self._len) < n:
             grow = n - len(self._len)
@@ -348,14 +381,15 @@ class StepCounter:
         self._flat = self._gather(live, self._len[live])
         self._start[live] = np.concatenate([[0], np.cumsum(self._len[live])[:-1]])
 
-    def _gather(self, word_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def _gather(self, word_ids: Int64Array, lengths: Int64Array) -> Int64Array:
         """Concatenate the cached encodings of ``word_ids`` (ragged gather, no Python loop)."""
         total = int(lengths.sum())
         offsets = np.repeat(self._start[word_ids] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        return self._flat[offsets + np.arange(total)]
+        gathered: Int64Array = self._flat[offsets + np.arange(total)]
+        return gathered
 
     def count_texts(
-        self, texts: Sequence[str], *, neighbours: bool = False, words: tuple[np.ndarray, np.ndarray] | None = None
+        self, texts: Sequence[str], *, neighbours: bool = False, words: tuple[Int64Array, Int64Array] | None = None
     ) -> StepCounts:
         """Pre-tokenize texts, count each distinct word once, weight by its frequency; with
         ``neighbours``, also the adjacent token pairs of each whole document (what
@@ -383,19 +417,19 @@ class StepCounter:
             if added
             else np.ones(len(texts), bool)
         )
-        words = flat
+        sequence = flat
         if plain.all():
             inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
         else:  # the words of documents with an added token do not make their encoding
-            words = flat[np.repeat(plain, lengths)]
+            sequence = flat[np.repeat(plain, lengths)]
             lengths = np.where(plain, lengths, 0)
-            kept_ids, kept_freqs = np.unique(words, return_counts=True)
+            kept_ids, kept_freqs = np.unique(sequence, return_counts=True)
             inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
         # Across a word boundary: each word and the next in one document.
-        follows = np.ones(len(words), dtype=bool)
+        follows = np.ones(len(sequence), dtype=np.bool_)
         follows[np.cumsum(lengths)[lengths > 0] - 1] = False
         boundary_keys, boundary_counts = np.unique(
-            self._boundary_keys(words[:-1][follows[:-1]], words[1:][follows[:-1]]), return_counts=True
+            self._boundary_keys(sequence[:-1][follows[:-1]], sequence[1:][follows[:-1]]), return_counts=True
         )
         return self._with_neighbours(
             counts,
@@ -403,14 +437,14 @@ class StepCounter:
             [text for text, p in zip(texts, plain) if not p],
         )
 
-    def _boundary_keys(self, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    def _boundary_keys(self, before: Int64Array, after: Int64Array) -> Int64Array:
         """The packed pairs (last token of word ``before[k]``, first token of word ``after[k]``)
         of encoded words: the pairs across a word boundary."""
-        last = self._flat[self._start[before] + self._len[before] - 1]
+        last: Int64Array = self._flat[self._start[before] + self._len[before] - 1]
         return pack_pair(last, self._flat[self._start[after]])
 
     def _with_neighbours(
-        self, counts: StepCounts, parts: list[tuple[np.ndarray, np.ndarray]], special: list[str]
+        self, counts: StepCounts, parts: list[tuple[Int64Array, NDArray[np.number[Any]]]], special: list[str]
     ) -> StepCounts:
         """``counts`` with its neighbours: the (keys, counts) of ``parts``, within and across
         words, and every adjacent pair of the ``special`` texts (those with an added token's
@@ -428,10 +462,10 @@ class StepCounter:
         return replace(
             counts,
             neighbour_keys=neighbour_keys,
-            neighbour_counts=np.bincount(inverse, weights=weights, minlength=len(neighbour_keys)),
+            neighbour_counts=weighted_bincount(inverse, weights, len(neighbour_keys)),
         )
 
-    def word_sequences(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def word_sequences(self, texts: Sequence[str]) -> tuple[Int64Array, Int64Array]:
         """The word ids of the texts in order, back to back, and each text's number of words
         (what :meth:`count_texts` counts).
 
@@ -447,7 +481,7 @@ class StepCounter:
         words, lengths = split_words(self.tokenizer, texts)
         return self._word_ids(words), np.array(lengths, np.int64)
 
-    def _word_ids(self, words: list[str]) -> np.ndarray:
+    def _word_ids(self, words: list[str]) -> Int64Array:
         """The ids of words as :func:`split_words` gives them (raw ASCII, or in the model's alphabet)."""
         tokenizer, known = self.tokenizer, self._ids_by_text
         # C loops from here on, the hot path of counting; Python touches new words only.
@@ -492,16 +526,14 @@ class StepCounter:
         after = self._word_ids([w for _, w in tally.boundaries])
         self._ensure_encoded(np.concatenate([before, after]))
         boundary_keys, inverse = np.unique(self._boundary_keys(before, after), return_inverse=True)
-        boundary_counts = np.bincount(
-            inverse,
-            weights=np.fromiter(tally.boundaries.values(), np.float64, len(tally.boundaries)),
-            minlength=len(boundary_keys),
+        boundary_counts = weighted_bincount(
+            inverse, np.fromiter(tally.boundaries.values(), np.float64, len(tally.boundaries)), len(boundary_keys)
         )
         return self._with_neighbours(
             counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)], tally.special
         )
 
-    def count_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> StepCounts:
+    def count_words(self, word_ids: Int64Array, freqs: Float64Array) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""
         word_ids = np.asarray(word_ids, np.int64)
         freqs = np.asarray(freqs, np.float64)
@@ -510,7 +542,7 @@ class StepCounter:
         tokens = self._gather(word_ids, lengths)
         weights = np.repeat(freqs, lengths)
         token_ids, inverse = np.unique(tokens, return_inverse=True)
-        token_counts = np.bincount(inverse, weights=weights, minlength=len(token_ids))
+        token_counts = weighted_bincount(inverse, weights, len(token_ids))
         pair_keys, pair_counts = self._pairs(word_ids, freqs, tokens=tokens, weights=weights)
         return StepCounts(
             token_ids=token_ids,
@@ -523,19 +555,20 @@ class StepCounter:
 
     def _pairs(
         self,
-        word_ids: np.ndarray,
-        freqs: np.ndarray,
+        word_ids: Int64Array,
+        freqs: Float64Array,
         *,
-        tokens: np.ndarray | None = None,
-        weights: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        tokens: Int64Array | None = None,
+        weights: Float64Array | None = None,
+    ) -> tuple[Int64Array, Float64Array]:
         """The within-word pairs of encoded words (distinct ids, frequencies) and their counts."""
         lengths = self._len[word_ids]
         if tokens is None:
             tokens, weights = self._gather(word_ids, lengths), np.repeat(freqs, lengths)
+        assert weights is not None  # given with the tokens (count_words), or made with them here
         # A pair starts at every position but a word's last one.
         not_last = np.ones(len(tokens), dtype=bool)
         not_last[np.cumsum(lengths)[lengths > 0] - 1] = False
         starts = np.flatnonzero(not_last)
         pair_keys, inverse = np.unique(pack_pair(tokens[starts], tokens[starts + 1]), return_inverse=True)
-        return pair_keys, np.bincount(inverse, weights=weights[starts], minlength=len(pair_keys))
+        return pair_keys, weighted_bincount(inverse, weights[starts], len(pair_keys))

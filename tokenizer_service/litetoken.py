@@ -43,7 +43,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import PAIR_SHIFT, pack_pair
+from tokenizer_service.counting import PAIR_SHIFT, BoolArray, Float64Array, Int64Array, pack_pair, weighted_bincount
 from tokenizer_service.merge_graph import MergeGraph
 
 # The paper's thresholds (section 6.2): (r, s) per kind of tokenizer.
@@ -71,9 +71,9 @@ class CorpusCounts:
     pair of adjacent tokens (packed as in :mod:`counting`) over whole documents.
     """
 
-    emitted: np.ndarray
-    neighbour_keys: np.ndarray
-    neighbour_counts: np.ndarray
+    emitted: Float64Array
+    neighbour_keys: Int64Array
+    neighbour_counts: Float64Array
     documents: int
 
     @classmethod
@@ -102,7 +102,7 @@ class CorpusCounts:
             emitted[: len(part.emitted)] += part.emitted
         keys = np.concatenate([p.neighbour_keys for p in parts])
         uniq, inverse = np.unique(keys, return_inverse=True)
-        counts = np.bincount(inverse, weights=np.concatenate([p.neighbour_counts for p in parts]))
+        counts = weighted_bincount(inverse, np.concatenate([p.neighbour_counts for p in parts]))
         return cls(emitted, uniq, counts, sum(p.documents for p in parts))
 
 
@@ -121,27 +121,27 @@ def count_corpus(
 class TokenScores:
     """Per-id scores (arrays over the id space): F1, F2, R, S_left, S_right, S."""
 
-    f1: np.ndarray
-    f2: np.ndarray
-    s_left: np.ndarray
-    s_right: np.ndarray
+    f1: Float64Array
+    f2: Float64Array
+    s_left: Float64Array
+    s_right: Float64Array
 
     @property
-    def ratio(self) -> np.ndarray:
+    def ratio(self) -> Float64Array:
         """R = F1/(F1+F2); 1 where the token was never seen (no evidence of being scaffolding)."""
         total = self.f1 + self.f2
         return np.divide(self.f1, total, out=np.ones_like(total), where=total > 0)
 
     @property
-    def s(self) -> np.ndarray:
+    def s(self) -> Float64Array:
         return np.minimum(self.s_left, self.s_right)
 
     @property
-    def seen(self) -> np.ndarray:
+    def seen(self) -> BoolArray:
         return (self.f1 + self.f2) > 0
 
 
-def inside_counts(tokenizer: BPETokenizer, graph: MergeGraph, emitted: np.ndarray) -> np.ndarray:
+def inside_counts(tokenizer: BPETokenizer, graph: MergeGraph, emitted: Float64Array) -> Float64Array:
     """F2: occurrences of each id inside the merge trees of emitted tokens (DP over the DAG).
 
     G(w) = F1(w) + F2(w) is how often w appears at all; each parent of w gains G(w). Parents are
@@ -168,8 +168,8 @@ def inside_counts(tokenizer: BPETokenizer, graph: MergeGraph, emitted: np.ndarra
 
 
 def neighbour_entropy(
-    keys: np.ndarray, counts: np.ndarray, size: int, *, side: str, log_base: float = math.e
-) -> np.ndarray:
+    keys: Int64Array, counts: Float64Array, size: int, *, side: str, log_base: float = math.e
+) -> Float64Array:
     """Entropy of each token's left or right neighbour, from packed (left, right) pair counts.
 
     ``side="right"`` groups pairs by their left token (the distribution of what follows it).

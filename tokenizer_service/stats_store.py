@@ -24,8 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
-from tokenizer_service.counting import StepCounts, add_counts, pack_pair, unpack_pair
+from tokenizer_service.counting import (
+    BoolArray,
+    Float64Array,
+    Int64Array,
+    StepCounts,
+    add_counts,
+    pack_pair,
+    unpack_pair,
+)
 
 # Rescale when the decay factor falls below this; float64 keeps ~300 decades of headroom.
 RENORMALISE_BELOW = 1e-100
@@ -58,20 +67,25 @@ class StatsStore(abc.ABC):
 
     @abc.abstractmethod
     def apply_counts(
-        self, *, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray, pair_counts: np.ndarray
+        self,
+        *,
+        token_ids: Int64Array,
+        token_counts: Float64Array,
+        pair_keys: Int64Array,
+        pair_counts: Float64Array,
     ) -> None:
         """Advance one time step: τ ← (1-α)τ + α·c for token, buffer and pair statistics."""
 
     @abc.abstractmethod
-    def token(self, ids: np.ndarray) -> np.ndarray:
+    def token(self, ids: Int64Array) -> Float64Array:
         """τ_token of the given ids (0 for unknown)."""
 
     @abc.abstractmethod
-    def buffer(self, ids: np.ndarray) -> np.ndarray:
+    def buffer(self, ids: Int64Array) -> Float64Array:
         """τ_buffer of the given ids (0 for unknown)."""
 
     @abc.abstractmethod
-    def pair(self, keys: np.ndarray) -> np.ndarray:
+    def pair(self, keys: Int64Array) -> Float64Array:
         """τ_pair of the given packed pair keys (0 for unknown)."""
 
     @property
@@ -80,7 +94,7 @@ class StatsStore(abc.ABC):
         """Number of pairs in the pair table."""
 
     @abc.abstractmethod
-    def top_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def top_pairs(self, n: int) -> tuple[Int64Array, Float64Array]:
         """The n pairs with the largest τ_pair, as (keys, values), largest first."""
 
     @abc.abstractmethod
@@ -127,20 +141,20 @@ class SparseVector:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def _locate(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _locate(self, keys: Int64Array) -> tuple[NDArray[np.intp], BoolArray]:
         idx = np.searchsorted(self.keys, keys)
         found = idx < len(self.keys)
         found[found] = self.keys[idx[found]] == keys[found]
         return idx, found
 
-    def get(self, keys: np.ndarray) -> np.ndarray:
+    def get(self, keys: Int64Array) -> Float64Array:
         keys = np.asarray(keys, np.int64)
         idx, found = self._locate(keys)
         out = np.zeros(len(keys))
         out[found] = self.values[idx[found]]
         return out
 
-    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
+    def add(self, keys: Int64Array, values: Float64Array) -> None:
         """values[k] += v; ``keys`` must be distinct."""
         keys = np.asarray(keys, np.int64)
         values = np.asarray(values, np.float64)
@@ -153,18 +167,18 @@ class SparseVector:
             self.keys = np.insert(self.keys, idx[new], keys[new])
             self.values = np.insert(self.values, idx[new], values[new])
 
-    def set(self, keys: np.ndarray, values: np.ndarray) -> None:
+    def set(self, keys: Int64Array, values: Float64Array) -> None:
         """values[k] = v; ``keys`` must be distinct."""
         keys = np.asarray(keys, np.int64)
         self.add(keys, np.zeros(len(keys)))
         idx, _ = self._locate(keys)
         self.values[idx] = values
 
-    def drop(self, mask: np.ndarray) -> None:
+    def drop(self, mask: BoolArray) -> None:
         keep = ~mask
         self.keys, self.values = self.keys[keep], self.values[keep]
 
-    def remove(self, keys: np.ndarray) -> None:
+    def remove(self, keys: Int64Array) -> None:
         """Drop the entries at ``keys`` (absent keys are ignored). The few keys are looked up in
         the sorted table: ``np.isin`` over a 1M-key table sorted it again (~0.1-0.2 s an edit).
 
@@ -202,23 +216,30 @@ class MemoryStatsStore(StatsStore):
             self._token = np.concatenate([self._token, np.zeros(size - len(self._token))])
             self._buffer = np.concatenate([self._buffer, np.zeros(size - len(self._buffer))])
 
-    def _raw(self, array: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    def _raw(self, array: Float64Array, ids: Int64Array) -> Float64Array:
         ids = np.asarray(ids, np.int64)
         out = np.zeros(len(ids))
         inside = ids < len(array)
         out[inside] = array[ids[inside]]
         return out
 
-    def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
+    def apply_counts(
+        self,
+        *,
+        token_ids: Int64Array,
+        token_counts: Float64Array,
+        pair_keys: Int64Array,
+        pair_counts: Float64Array,
+    ) -> None:
         self.apply_span(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts)
 
     def apply_span(
         self,
         *,
-        token_ids: np.ndarray,
-        token_counts: np.ndarray,
-        pair_keys: np.ndarray,
-        pair_counts: np.ndarray,
+        token_ids: Int64Array,
+        token_counts: Float64Array,
+        pair_keys: Int64Array,
+        pair_counts: Float64Array,
         span: int = 1,
     ) -> None:
         """Advance ``span`` steps with their counts combined by :func:`combine_steps` (span 1:
@@ -253,20 +274,20 @@ class MemoryStatsStore(StatsStore):
         if len(pair_keys):
             self._pairs.add(pair_keys, weight * np.asarray(pair_counts, np.float64))
 
-    def token(self, ids):
+    def token(self, ids: Int64Array) -> Float64Array:
         return self.scale * self._raw(self._token, ids)
 
-    def buffer(self, ids):
+    def buffer(self, ids: Int64Array) -> Float64Array:
         return self.scale * self._raw(self._buffer, ids)
 
-    def pair(self, keys):
+    def pair(self, keys: Int64Array) -> Float64Array:
         return self.scale * self._pairs.get(keys)
 
     @property
     def tracked_pairs(self) -> int:
         return len(self._pairs)
 
-    def top_pairs(self, n: int):
+    def top_pairs(self, n: int) -> tuple[Int64Array, Float64Array]:
         values = self._pairs.values
         n = min(n, len(values))
         if n == 0:
@@ -312,16 +333,18 @@ class MemoryStatsStore(StatsStore):
         >>> s.forget([1]); s.token(np.array([1, 2])).tolist(), s.tracked_pairs
         ([0.0, 1.0], 1)
         """
-        ids = np.asarray(ids, np.int64)
-        if not len(ids):
+        id_array = np.asarray(ids, np.int64)
+        if not len(id_array):
             return
-        self._grow(int(ids.max()))
-        self._token[ids] = self._buffer[ids] = 0.0
+        self._grow(int(id_array.max()))
+        self._token[id_array] = self._buffer[id_array] = 0.0
         # A table of the forgotten ids looked up by both ids of every pair: np.isin made twice
         # as many passes over the 1M pairs of bench throughput's revision (~40 ms against ~20).
         first, second = unpack_pair(self._pairs.keys)
-        forgotten = np.zeros(1 + max(int(ids.max()), int(first.max(initial=0)), int(second.max(initial=0))), bool)
-        forgotten[ids] = True
+        forgotten = np.zeros(
+            1 + max(int(id_array.max()), int(first.max(initial=0)), int(second.max(initial=0))), np.bool_
+        )
+        forgotten[id_array] = True
         self._pairs.drop(forgotten[first] | forgotten[second])
 
     def prune(self, max_pairs: int) -> None:

@@ -49,12 +49,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress
+from typing import Any
 
 import numpy as np
 
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import StepCounter, StepCounts, WordVocabulary, unpack_pair
+from tokenizer_service.counting import Float64Array, Int64Array, StepCounter, StepCounts, WordVocabulary, unpack_pair
 from tokenizer_service.heap import collector_paused
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import residue_free_tokenizer
@@ -98,7 +99,7 @@ class TedTokConfig:
             raise ValueError(f"freeze_last must be in [0, 1), got {self.freeze_last}")
 
     @classmethod
-    def for_schedule(cls, total_steps: int, *, warmup: float, freeze_last: float, **options) -> "TedTokConfig":
+    def for_schedule(cls, total_steps: int, *, warmup: float, freeze_last: float, **options: Any) -> "TedTokConfig":
         """Config with warmup and freeze given as fractions of a known number of steps."""
         return cls(
             total_steps=total_steps, warmup_steps=round(warmup * total_steps), freeze_last=freeze_last, **options
@@ -180,7 +181,8 @@ def plan_revision(
     needs = np.maximum(beta * sink_scores, np.where(costs > 0, sink_scores + costs, -np.inf))
     floor = float(needs.min()) if sinks else float("inf")  # no weaker pair can pass: stop scanning
     keys, values = store.top_pairs(4 * batch_size + 64)
-    adds, add_scores = [], []
+    adds: list[tuple[str, str]] = []
+    add_scores: list[float] = []
     for key, value in zip(keys.tolist(), values.tolist()):
         if len(adds) == batch_size or value <= 0 or value < floor:
             break
@@ -202,7 +204,7 @@ def plan_revision(
     weakest = _weakest(needs, sinks, len(adds))
 
     def passes(add_score: float, k: int) -> bool:
-        return add_score > beta * sink_scores[k] and (costs[k] == 0 or add_score - sink_scores[k] >= costs[k])
+        return bool(add_score > beta * sink_scores[k] and (costs[k] == 0 or add_score - sink_scores[k] >= costs[k]))
 
     n = 0
     while n < len(weakest) and passes(add_scores[n], weakest[n]):
@@ -215,7 +217,7 @@ def plan_revision(
     )
 
 
-def _weakest(scores: np.ndarray, names: list[str], n: int) -> list[int]:
+def _weakest(scores: Float64Array, names: list[str], n: int) -> list[int]:
     """Indices of the n lowest (score, name): ties broken by name; sorts only the candidates.
 
     >>> _weakest(np.array([3.0, 0.0, 0.0, 1.0]), ["c", "b", "a", "d"], 3)
@@ -337,7 +339,7 @@ class TedTok:
         """One time step over a batch of documents."""
         return self.observe_counts(self.counter.count_texts(texts))
 
-    def observe_words(self, word_ids: np.ndarray, freqs: np.ndarray) -> Revision | None:
+    def observe_words(self, word_ids: Int64Array, freqs: Float64Array) -> Revision | None:
         """One time step over a multiset of words known to ``self.counter.words``."""
         return self.observe_counts(self.counter.count_words(word_ids, freqs))
 
@@ -430,7 +432,7 @@ class TedTok:
         entries: list[DiffEntry],
         edit: StatsEdit,
         added_merges: list[tuple[str, str]],
-    ):
+    ) -> tuple[BPETokenizer, MergeGraph, list[DiffEntry], StatsEdit]:
         """Remove the pending residues from a planned version (parents of new merges stay).
 
         Removed residues leave holes (their ids are not recycled); in the statistics each is a
