@@ -171,13 +171,13 @@ def space_symbol(pipeline: Mapping[str, Any]) -> str | None:
             step.get("type") == "Replace"
             and isinstance(pattern, dict)
             and pattern.get("String") == " "
-            and isinstance(step.get("content"), str)
-            and step["content"]
+            and isinstance(content := step.get("content"), str)
+            and content
         ):
-            return step["content"]
+            return content
     for step in pipeline_steps(pipeline.get("pre_tokenizer"), "pretokenizers"):
-        if step.get("type") == "Metaspace" and isinstance(step.get("replacement"), str) and step["replacement"]:
-            return step["replacement"]
+        if step.get("type") == "Metaspace" and isinstance(replacement := step.get("replacement"), str) and replacement:
+            return replacement
     return None
 
 
@@ -663,7 +663,7 @@ class BPETokenizer:
 class MergeRanks(Protocol):
     """What :func:`bpe_pieces` asks of a rank table: a merge's rank, or None."""
 
-    def get(self, merge: Merge, /) -> int | None: ...
+    def get(self, merge: Merge, /) -> float | None: ...  # only compared: residue_removal ranks a merge k - 0.5
 
 
 def bpe_pieces(symbols: Sequence[str], ranks: MergeRanks, *, until: int = 1) -> list[str]:

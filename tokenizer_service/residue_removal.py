@@ -225,7 +225,8 @@ def _rewire(graph: MergeGraph, order: list[str], removed: set[str]) -> tuple[lis
     """
     affected = graph.descendants_of(removed)
     kept: dict[Merge, float] = {}  # merge -> rank key; a rewired merge sits just before its token's first
-    stuck, rewired = [], []
+    stuck: list[str] = []
+    rewired: list[str] = []
     rewired_set: set[str] = set()  # the rewired tokens again, and their lengths, for _holds_any
     rewired_lengths: set[int] = set()
     for w in order:
