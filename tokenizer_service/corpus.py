@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, overload
+from typing import overload
 
 from tqdm import tqdm
 
@@ -82,7 +83,7 @@ class Corpus(Sequence[Document]):
     def __getitem__(self, index: int) -> Document: ...
     @overload
     def __getitem__(self, index: slice) -> list[Document]: ...
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Document | list[Document]:
         return self.documents[index]
 
     def __len__(self) -> int:
@@ -129,7 +130,7 @@ def _record(line: str, *, timed: bool | None) -> Document:
     return Document(ts=parse_timestamp(record["ts"]) if "ts" in record else None, text=text)
 
 
-def _open_binary(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+def _open_binary(path: Path) -> tuple[io.BufferedReader, io.BufferedIOBase]:
     """(raw file, decompressed stream): gzip is recognised by its magic bytes, not its name."""
     raw = open(path, "rb")
     if raw.read(2) == GZIP_MAGIC:
@@ -137,6 +138,13 @@ def _open_binary(path: Path) -> tuple[IO[bytes], IO[bytes]]:
         return raw, gzip.GzipFile(fileobj=raw, mode="rb")
     raw.seek(0)
     return raw, raw
+
+
+def _time(document: Document) -> datetime:
+    """A document's time, the sort key of a timed corpus (``_record`` refuses a record without
+    'ts' once one had it, and one with 'ts' once one had none)."""
+    assert document.ts is not None  # every record of a timed corpus has a 'ts'
+    return document.ts
 
 
 def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = False) -> Corpus:
@@ -158,13 +166,12 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
     timed: bool | None = None
     number = 0
     try:
+        size = path.stat().st_size  # the progress bar's total, read first: if it fails, nothing is open yet
         raw, stream = _open_binary(path)
         with (
             raw,
             stream,
-            tqdm(
-                total=path.stat().st_size, desc=f"read {path.name}", unit="B", unit_scale=True, disable=not progress
-            ) as bar,
+            tqdm(total=size, desc=f"read {path.name}", unit="B", unit_scale=True, disable=not progress) as bar,
         ):
             for number, data in enumerate(stream, 1):
                 digest.update(data)
@@ -197,7 +204,7 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
                     continue
                 timed = doc.ts is not None
                 docs.append(doc)
-            bar.update(bar.total - bar.n)
+            bar.update(size - bar.n)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise CorpusError(path, f"corrupt or truncated gzip after line {number} ({exc})") from None
     except OSError as exc:
@@ -210,7 +217,7 @@ def read_corpus(path: str | Path, *, skip_bad: bool = False, progress: bool = Fa
         )
         raise CorpusError(path, f"no documents{detail}")
     if timed:
-        docs.sort(key=lambda d: d.ts)
+        docs.sort(key=_time)
     return Corpus(path=path, documents=docs, rejected=rejected, sha256=digest.hexdigest())
 
 

@@ -145,7 +145,7 @@ def _write_version(out: OutputDir, version: int, tokenizer: BPETokenizer, diff: 
                 )
         return
 
-    def write(staging):
+    def write(staging: Path) -> None:
         for file_name, data in files.items():
             (staging / file_name).write_bytes(data)
 
@@ -188,6 +188,7 @@ def replay(
             for sink in sinks:
                 sink(revision.diff.version, revision.tokenizer, revision.diff)
             parent = revision.tokenizer
+        assert tedtok.last_counts is not None  # observe_texts has just counted this step
         bpt = tedtok.last_counts.bytes_per_token
         first_bpt = bpt if first_bpt is None else first_bpt
         if log is not None:
@@ -256,6 +257,9 @@ def run_evolve(
             log = StepLog(output.path / "steps.jsonl", resume=output.resumed)
             stack.callback(log.close)
         first_bpt = replay(tedtok, stream, sinks, log, progress=progress)
+    # The stream had a step: a corpus holds a document (read_corpus refuses an empty one), and the
+    # initial tokenizer's share leaves some to stream (checked above).
+    assert tedtok.last_counts is not None
     return {
         "steps": len(stream),
         "versions": tedtok.version,

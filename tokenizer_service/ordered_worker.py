@@ -32,7 +32,9 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")  # what a call's function returns, and its future holds
 
 PIPE_BYTES = 1 << 20  # each pipe's buffer (Linux's default limit for a process without privileges)
 
@@ -92,7 +94,7 @@ class OrderedWorker:
         # One call down the pipe at a time, its future queued first; the reader takes only the
         # queue's lock, so that a send that waits for the worker never keeps it from answers.
         self._sending, self._lock = threading.Lock(), threading.Lock()
-        self._pending: deque[tuple[Future, tuple[Callable[..., Any], tuple[Any, ...]]]] = deque()
+        self._pending: deque[tuple[Future[Any], tuple[Callable[..., Any], tuple[Any, ...]]]] = deque()
         self._dead: WorkerDied | None = None
         self._closed = False
         self._start()
@@ -117,10 +119,10 @@ class OrderedWorker:
         """The current worker process's id."""
         return self._process.pid
 
-    def call(self, function: Callable[..., Any], *args: Any) -> Future:
+    def call(self, function: Callable[..., _T], *args: Any) -> Future[_T]:
         """Run ``function(*args)`` (both picklable) in the worker, after what was sent before;
         raises :class:`WorkerDied` when the worker is gone for good."""
-        future: Future = Future()
+        future: Future[_T] = Future()
         with self._sending:
             with self._lock:
                 if self._dead is not None:

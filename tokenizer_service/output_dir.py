@@ -34,7 +34,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,7 +304,7 @@ def file_set_marker(folder: Path) -> dict[str, Any] | None:
     if not marker.is_file():
         return None
     try:
-        recorded = json.loads(marker.read_text(encoding="utf-8"))
+        recorded: dict[str, Any] = json.loads(marker.read_text(encoding="utf-8"))  # not an object: AttributeError
         files = recorded.setdefault("files", [])  # OutputDir's markers (evolve's...) name a command, not files
         if not (
             isinstance(recorded.get("command"), str)
@@ -317,7 +317,7 @@ def file_set_marker(folder: Path) -> dict[str, Any] | None:
     return recorded
 
 
-def _write_marker(folder: Path, command: str, files: Sequence[str], *, complete: bool) -> None:
+def _write_marker(folder: Path, command: str, files: Iterable[str], *, complete: bool) -> None:
     staged = folder / f"{_STAGING}marker-{os.getpid()}"
     write_file(
         staged, json.dumps({"command": command, "files": sorted(files), "complete": complete}, indent=2).encode("utf-8")

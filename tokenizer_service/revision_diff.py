@@ -21,7 +21,7 @@ from itertools import compress
 from operator import ne
 
 from schemas.revision import DiffEntry, RevisionDiff
-from tokenizer_service.bpe import BPETokenizer
+from tokenizer_service.bpe import BPETokenizer, Merge
 from tokenizer_service.merge_graph import merge_parents
 
 
@@ -53,7 +53,7 @@ def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
     old_parents = merge_parents(parent, (parent.id_to_token[i] for i in changed if i in parent.id_to_token))
     new_parents = merge_parents(child, (child.id_to_token[i] for i in changed if i in child.id_to_token))
 
-    def ids(tokenizer: BPETokenizer, parents: dict, token: str) -> list[int]:
+    def ids(tokenizer: BPETokenizer, parents: dict[str, Merge], token: str) -> list[int]:
         merge = parents.get(token)  # [] for a base or special token
         return [tokenizer.vocab[merge[0]], tokenizer.vocab[merge[1]]] if merge else []
 
@@ -61,6 +61,7 @@ def diff_entries(parent: BPETokenizer, child: BPETokenizer) -> list[DiffEntry]:
     for i in changed:
         old, new = parent.id_to_token.get(i), child.id_to_token.get(i)
         if new is None:
+            assert old is not None  # a changed id holds a token in the parent or the child
             entries.append(
                 DiffEntry(id=i, kind="removed", old_token=old, new_token=None, parents=ids(parent, old_parents, old))
             )
