@@ -17,6 +17,7 @@ the full set, Table 2's value. The bare ratio of "A+B=C" bytes to tokens is repo
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -71,14 +72,14 @@ class ArithmeticSettings(Settings):
     seed: int = setting(0, whole(0), "seed of the held-out split and the batch order")
 
 
-def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool = True) -> dict:
+def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
     """Run the SA reproduction and return the benchmark's JSON-ready result."""
     settings = settings or ArithmeticSettings()
     rng = np.random.default_rng(settings.seed)
     old_data = arithmetic_dataset(50)
     new_train, new_eval = split_new(rng, settings.validation)
 
-    train = dict(vocab_size=settings.vocab_size, byte_level=False)
+    train: dict[str, Any] = dict(vocab_size=settings.vocab_size, byte_level=False)
     old = BPETokenizer.train(old_data, **train)
     new = BPETokenizer.train(new_train, **train)
 
@@ -106,6 +107,7 @@ def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool
                     tedtok.observe_words(batch, np.ones(len(batch)))
                     bar.update()
                     if bar.n % 500 == 0:
+                        assert tedtok.last_counts is not None  # observe_words has just counted this step
                         bar.set_postfix(bpt=f"{tedtok.last_counts.bytes_per_token:.3f}", version=tedtok.version)
     evolved = tedtok.tokenizer
     tokenizers = (("old", old), ("new", new), ("tedtok", evolved))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from pydantic import model_validator
 from tqdm import tqdm
@@ -132,7 +132,7 @@ def prepare_drift(corpus: str | Path, settings: DriftSettings | None = None, *, 
     )
 
 
-def replay_drift(setup: DriftSetup, settings: DriftSettings, *, progress: bool = True) -> dict:
+def replay_drift(setup: DriftSetup, settings: DriftSettings, *, progress: bool = True) -> dict[str, Any]:
     """Evolve Old over the stream with Ted-Tok and score Old, New and the result."""
     tedtok = TedTok(setup.old, config=settings.tedtok_config(), lineage="drift")
     for texts in tqdm(setup.stream, desc=f"ted-tok {setup.name}", unit="step", disable=not progress):
@@ -158,7 +158,7 @@ def replay_drift(setup: DriftSetup, settings: DriftSettings, *, progress: bool =
     }
 
 
-def run_drift(corpus: str | Path, settings: DriftSettings | None = None, *, progress: bool = True) -> dict:
+def run_drift(corpus: str | Path, settings: DriftSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
     """The drift benchmark on one corpus at one setting."""
     settings = settings or DriftSettings()
     return replay_drift(prepare_drift(corpus, settings, progress=progress), settings, progress=progress)
@@ -170,7 +170,7 @@ def drift_table(
     *,
     prices: Sequence[float] | None = None,
     progress: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """The drift benchmark on each corpus: one row per run, and the worst case over the corpora,
     the figure a default must hold on. ``prices`` are factors: each replays every corpus with
     both id prices (``id_price``, ``base_token_cost``) times the factor (1: the settings' own);
@@ -214,7 +214,7 @@ def drift_table(
     return {"rows": rows, "worst": worst, "targets": TARGETS}
 
 
-def plot_drift(table: dict, path: Path) -> None:
+def plot_drift(table: dict[str, Any], path: Path) -> None:
     """gap_closed against ids_stable, a line per corpus through its prices, the targets shaded."""
     import matplotlib
 

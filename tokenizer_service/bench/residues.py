@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tqdm import tqdm
 
@@ -44,7 +44,7 @@ class PaperRow:
     """One row of LiteToken's Table 4 and how to recognise its tokenizer."""
 
     model: str
-    kind: str
+    kind: Literal["classic", "tiktoken"]
     scope_size: int
     residue_share: float
     residue_share_ratio_only: float
@@ -155,10 +155,12 @@ def _loads_in_transformers(path: Path, texts: Sequence[str], expected: list[list
     from transformers import PreTrainedTokenizerFast
 
     try:
-        fast = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        # transformers leaves this __init__ unannotated (*args, **kwargs): an untyped call to mypy.
+        fast = PreTrainedTokenizerFast(tokenizer_file=str(path))  # type: ignore[no-untyped-call]
     except Exception:  # any failure to load is the answer "does not load"
         return False
-    return fast(list(texts), add_special_tokens=False)["input_ids"] == expected
+    ids: list[list[int]] = fast(list(texts), add_special_tokens=False)["input_ids"]
+    return ids == expected
 
 
 def run_residues_bench(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -34,7 +35,9 @@ class ThroughputSettings(Settings):
     batch_size: int = setting(100, whole(1), "adds+deletes of the timed revision (K)")
 
 
-def run_throughput(corpus: str | Path, settings: ThroughputSettings | None = None, *, progress: bool = True) -> dict:
+def run_throughput(
+    corpus: str | Path, settings: ThroughputSettings | None = None, *, progress: bool = True
+) -> dict[str, Any]:
     settings = settings or ThroughputSettings()
     docs = oldest(read_corpus(corpus), settings.max_mb)
     texts = [d.text for d in docs]
