@@ -49,9 +49,12 @@ services:
 
 # The tests' Redis, PostgreSQL and broker are containers of the stand-in images (tests/servers.py)
 # in a Docker engine (see `make engine` below), built first; where no engine can be had, or the
-# images cannot be built, they are local binaries, and the run says why.
+# images cannot be built, they are local binaries, and the run says why. Before them: ruff (lint and
+# format) and mypy (pyproject.toml's [tool.mypy]: schemas and tokenizer_service, strict).
 test: setup services
 	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/mypy
 	-@$(MAKE) --no-print-directory real-tokenizers
 	TOKMAINT_ENGINE_OPTIONAL=1 $(ENGINE) run sh -c '\
 	  if [ -n "$${DOCKER_HOST:-}" ] && containers/standins.sh; then export TOKMAINT_TEST_SERVERS=containers; \
