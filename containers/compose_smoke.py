@@ -66,7 +66,7 @@ REPLAY = """
 import json, os
 import numpy as np
 from pipeline.stream import topic_steps
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.stats_store import MemoryStatsStore
@@ -96,7 +96,7 @@ import json, os
 import numpy as np
 from pipeline.flink_bench import replay
 from pipeline.kafka import read_topic
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from tokenizer_service.evolve import StreamSettings
 

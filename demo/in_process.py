@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.stream import StepReader
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.publisher import LineagePublisher
 from tokenizer_service.bpe import BPETokenizer

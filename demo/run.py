@@ -39,7 +39,7 @@ from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.kafka import create_topic
 from pipeline.local_servers import start_broker, start_redis
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import start_server
 from tokenizer_service.bpe import BPETokenizer
@@ -48,7 +48,7 @@ from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 from trainer.export import BOS_TOKENS
-from trainer.settings import TrainerSettings
+from trainer.config import TrainerSettings
 
 log = logging.getLogger("tokmaint.demo")
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"

@@ -39,7 +39,7 @@ from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus

@@ -40,7 +40,7 @@ from pipeline.job import PipelineJob
 from pipeline.kafka import Producer, Record, end_offsets, read_topic
 from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from schemas.document import RecordError, decode_document
 from tokenizer_service.bpe import BPETokenizer

@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from tokenizer_service.evolve import StreamSettings
 
 WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)

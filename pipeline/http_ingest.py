@@ -25,7 +25,8 @@ from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 
 from pipeline.kafka import Producer, Record
-from pipeline.topics import PipelineSettings, dead_letter
+from pipeline.config import PipelineSettings
+from pipeline.topics import dead_letter
 from registry.api.deps import WriterDep, read_body
 from registry.api.errors import install_error_shape
 from registry.api.in_flight import NO_TELEMETRY, InFlight, InFlightLimit, Limits

@@ -23,7 +23,8 @@ from typing import Any
 from tqdm import tqdm
 
 from pipeline.kafka import Producer, Record
-from pipeline.topics import PipelineSettings, dead_letter
+from pipeline.config import PipelineSettings
+from pipeline.topics import dead_letter
 from schemas.document import StreamDocument, encode_document
 from tokenizer_service.corpus import read_corpus
 

@@ -39,7 +39,8 @@ from pipeline.lineage_statistics import MAX_PAIRS, LineageStatistics
 from pipeline.metrics import PipelineMetrics
 from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_registry
 from pipeline.stream import ReadAhead, Step, StepReader
-from pipeline.topics import PipelineSettings, dead_letter_headers
+from pipeline.config import PipelineSettings
+from pipeline.topics import dead_letter_headers
 from registry.client import RegistryClient, RegistryRefused
 from tokenizer_service.counting import StepCounts
 from tokenizer_service.errors import TokmaintError

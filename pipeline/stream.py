@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from schemas.document import RecordError, StreamDocument, decode_document
 from tokenizer_service.errors import TokmaintError
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+
+from tokenizer_service.settings import Settings, SettingsConfigDict
 
 PLACEHOLDER_TOKENS = {"", "changeme", "change-me", "secret", "token", "password"}
 
 
-class RegistryStoreSettings(BaseSettings):
+class RegistryStoreSettings(Settings):
     """Where the registry keeps its versions: a SQLAlchemy URL and an artifact folder."""
 
-    model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_")
 
     db: str = Field(
         "sqlite:///tokmaint-registry/registry.db",
@@ -29,17 +30,17 @@ class RegistryStoreSettings(BaseSettings):
     )
     artifacts: str = Field("tokmaint-registry/artifacts", description="artifact directory")
 
-    @model_validator(mode="after")
-    def _postgres_url(self) -> Self:
-        if self.db.startswith("postgres://"):
-            self.db = "postgresql+psycopg2://" + self.db.removeprefix("postgres://")
-        return self
+    @field_validator("db")
+    @classmethod
+    def _postgres_url(cls, db: str) -> str:
+        """Heroku's and libpq's ``postgres://`` spelling, in SQLAlchemy's words."""
+        return "postgresql+psycopg2://" + db.removeprefix("postgres://") if db.startswith("postgres://") else db
 
 
-class RegistryClientSettings(BaseSettings):
+class RegistryClientSettings(Settings):
     """A client's registry: its URL, and the bearer token that authorises writes."""
 
-    model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_REGISTRY_")
 
     url: str | None = None
     token: str | None = None

@@ -122,8 +122,16 @@ def lineage_name(text: str) -> str:
 LineageName = Annotated[str, AfterValidator(lineage_name)]  # a settings field that holds a lineage's name
 
 
-def setting(default: Any, rule: Number | None, help: str) -> Any:
-    """A settings field with its ``--help`` text and its range (a :class:`Number`, or None)."""
+def setting(default: Any, rule: Number | None, help: str, *, env: str | None = None, option: str | None = None) -> Any:
+    """A settings field with its ``--help`` text and its range (a :class:`Number`, or None); ``env``
+    names the environment variable that sets it when it is not the section's (one every part
+    shares, like ``TOKMAINT_KAFKA``), ``option`` its command-line option when that is not the
+    field's name (``--topic`` for ``docs_topic``).
+
+    >>> field = setting(3, whole(1), "steps", option="count")
+    >>> field.default, field.metadata, option_name("steps", field)
+    (3, [Ge(ge=1)], '--count')
+    """
     bounds: dict[str, Any] = {}
     if rule is not None:
         if rule.low is not None:
@@ -132,7 +140,27 @@ def setting(default: Any, rule: Number | None, help: str) -> Any:
             bounds["lt" if rule.high_open else "le"] = rule.high
         if rule.kind is float:
             bounds["allow_inf_nan"] = False
-    return Field(default, description=help, **bounds)
+    extra = {"option": option} if option is not None else None
+    return Field(default, description=help, validation_alias=env, json_schema_extra=extra, **bounds)
+
+
+def option_name(name: str, field: FieldInfo) -> str:
+    """The command-line option that sets field ``name``: ``--`` and its name, ``_`` as ``-``,
+    unless :func:`setting` named another."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return f"--{str(extra.get('option', name)).replace('_', '-')}"
+
+
+def environment_variable(name: str, field: FieldInfo, prefix: str) -> str:
+    """The environment variable that sets field ``name``: the section's prefix and its name, or
+    the one :func:`setting` named.
+
+    >>> environment_variable("redis", setting("redis://", None, "where", env="TOKMAINT_REDIS"), "TOKMAINT_PIPELINE_")
+    'TOKMAINT_REDIS'
+    >>> environment_variable("redis", setting("redis://", None, "where"), "TOKMAINT_PIPELINE_")
+    'TOKMAINT_PIPELINE_REDIS'
+    """
+    return field.validation_alias if isinstance(field.validation_alias, str) else f"{prefix}{name}".upper()
 
 
 def rule_of(field: FieldInfo) -> Number | None:

@@ -21,8 +21,9 @@ import logging
 import sys
 from datetime import datetime, timezone
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from tqdm import tqdm
+
+from tokenizer_service.settings import Settings, SettingsConfigDict
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -55,10 +56,10 @@ class _TqdmHandler(logging.Handler):
             self.handleError(record)
 
 
-class LogSettings(BaseSettings):
+class LogSettings(Settings):
     """How log lines look (``TOKMAINT_LOG_FORMAT``)."""
 
-    model_config = SettingsConfigDict(env_prefix="TOKMAINT_LOG_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_LOG_")
 
     format: str = "plain"
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 
-from tokenizer_service.settings import lineage_name, rule_of
+
+from tokenizer_service.settings import Settings, environment_variable, lineage_name, option_name, rule_of
 
 
 def free_text(value: str) -> str:
@@ -78,7 +78,7 @@ def _shown(value: Any) -> str:
 
 def add_settings(
     parser: argparse.ArgumentParser,
-    settings_type: type[BaseSettings],
+    settings_type: type[Settings],
     *,
     skip: tuple[str, ...] = (),
     only: tuple[str, ...] | None = None,
@@ -90,12 +90,13 @@ def add_settings(
     for name, field in settings_type.model_fields.items():
         if name in skip or (only is not None and name not in only):
             continue
-        option, help_text = f"--{name.replace('_', '-')}", (field.description or "").replace("%", "%%")
-        variable = f"{prefix}{name}".upper()
+        option, help_text = option_name(name, field), (field.description or "").replace("%", "%%")
+        variable = environment_variable(name, field, prefix)
         if field.annotation is bool:
             # --NAME and --no-NAME: a setting that is on by default can be turned off.
             parser.add_argument(
                 option,
+                dest=name,
                 action=argparse.BooleanOptionalAction,
                 default=None,
                 help=f"{help_text} (default: {str(field.default).lower()}; {variable})",
@@ -109,17 +110,18 @@ def add_settings(
         kind = type(choices[0]) if choices else str  # a Literal of numbers takes numbers
         parser.add_argument(
             option,
+            dest=name,
             type=rule or kind,
             choices=choices,
             default=None,
-            metavar=None if choices else name.upper(),
+            metavar=None if choices else option.removeprefix("--").replace("-", "_").upper(),
             help=f"{help_text} ({default}{variable})",
         )
 
 
 def add_bench_options(
     parser: argparse.ArgumentParser,
-    settings_type: type[BaseSettings],
+    settings_type: type[Settings],
     func: Callable[[argparse.Namespace], int],
     *,
     corpus: str | None = None,
@@ -133,7 +135,7 @@ def add_bench_options(
     parser.set_defaults(func=func, parser=parser)
 
 
-def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[BaseSettings]):
+def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[Settings]):
     """The settings the options chose, over the environment's; a bad value (from either) or a rule
     between settings fails here, as a usage error."""
     chosen = {name: getattr(args, name) for name in settings_type.model_fields if getattr(args, name, None) is not None}
@@ -143,7 +145,7 @@ def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, s
         parser.error(settings_errors(exc, settings_type, chosen))
 
 
-def settings_errors(exc: ValidationError, settings_type: type[BaseSettings], chosen: Iterable[str] = ()) -> str:
+def settings_errors(exc: ValidationError, settings_type: type[Settings], chosen: Iterable[str] = ()) -> str:
     """A ValidationError of ``settings_type`` in the command line's words, one line: for each
     error the option (a field in ``chosen``) or the environment variable that gave the value, or
     the rule between settings, and what is wrong."""

@@ -38,9 +38,9 @@ from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from trainer.ranks import is_sharded, whole_rows
-from trainer.settings import STRATEGIES
+from trainer.config import STRATEGIES
 
-Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]  # trainer.settings.STRATEGIES
+Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]  # trainer.config.STRATEGIES
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ from tokenizer_service.counting import WordVocabulary
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 from trainer.apply_revision import apply_revision
-from trainer.settings import CAUSAL_LM_LOSS, STRATEGIES, ArithmeticTrainSettings
+from trainer.config import CAUSAL_LM_LOSS, STRATEGIES, ArithmeticTrainSettings
 
 PAPER = {"exact_match": {"old": 0.8230, "new": 0.8815, "tedtok": 0.9055}}
 RUNS = ("old", "new", "tedtok")

@@ -19,7 +19,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from schemas.revision import DiffEntry, RevisionDiff
 from trainer.apply_revision import apply_revision
-from trainer.settings import ApplyBenchSettings
+from trainer.config import ApplyBenchSettings
 
 
 def _diff(settings: ApplyBenchSettings) -> RevisionDiff:

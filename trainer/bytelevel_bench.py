@@ -39,7 +39,7 @@ from tokenizer_service.hub_files import BOS_TOKENS
 from tokenizer_service.settings import SettingsConfigDict, setting, whole
 from trainer.byte_level import LN2, ByteLevelModel, fit_text
 from trainer.lifelong import SAMPLE, TinyModel
-from trainer.settings import TinyModelBenchSettings
+from trainer.config import TinyModelBenchSettings
 
 
 class BytelevelBenchSettings(TinyModelBenchSettings):

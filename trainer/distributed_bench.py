@@ -42,7 +42,7 @@ from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.tedtok import TedTok
-from trainer.settings import DistributedBenchSettings
+from trainer.config import DistributedBenchSettings
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
 LINEAGE = "distributed"
@@ -89,7 +89,7 @@ def _train_rank(
     from trainer.follow import LineageFollower, matrices_checksum, token_batch
     from trainer.loop import tiny_gpt2_config
     from trainer.ranks import collective_device
-    from trainer.settings import CAUSAL_LM_LOSS
+    from trainer.config import CAUSAL_LM_LOSS
 
     torch.set_num_threads(1)  # ranks share the machine's cores
     cuda = settings.device == "cuda"

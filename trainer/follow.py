@@ -60,7 +60,7 @@ from trainer.checkpoint import TokenizerStamp
 from trainer.hub import HubVersions
 from trainer.new_rows import warm_new_rows
 from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
-from trainer.settings import WARM_DOCS, WARM_LR, WARM_STEPS
+from trainer.config import WARM_DOCS, WARM_LR, WARM_STEPS
 
 log = logging.getLogger("tokmaint.trainer")
 

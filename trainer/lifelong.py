@@ -40,7 +40,7 @@ from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, first_byt
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
 from trainer.new_rows import warm_new_rows
-from trainer.settings import CAUSAL_LM_LOSS, NewRowWarmUpSettings
+from trainer.config import CAUSAL_LM_LOSS, NewRowWarmUpSettings
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"

@@ -35,7 +35,7 @@ from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
 from trainer.follow import LineageFollower
 from trainer.hub import HubVersions
-from trainer.settings import CAUSAL_LM_LOSS, TrainerSettings
+from trainer.config import CAUSAL_LM_LOSS, TrainerSettings
 
 log = logging.getLogger("tokmaint.trainer")
 

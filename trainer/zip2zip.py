@@ -48,7 +48,7 @@ from tokenizer_service.errors import CorpusError, TokmaintError
 from tokenizer_service.lzw import LZW, Codebook, contexts
 from tokenizer_service.settings import Number, whole
 from trainer.byte_level import LN2, ContextFull
-from trainer.settings import Zip2zipSettings
+from trainer.config import Zip2zipSettings
 
 CONFIG, WEIGHTS = "zip2zip.json", "zip2zip.safetensors"  # what a zip2zip model adds to a model folder
 
@@ -72,7 +72,7 @@ does not divide the model's width 32
         raise TokmaintError(f"{path} is not a zip2zip config: not JSON ({exc})") from None
     if not isinstance(config, dict):
         raise TokmaintError(f"{path} is not a zip2zip config: not a JSON object")
-    # The ranges zip2zip's settings allow (trainer.settings.Zip2zipSettings), checked as the options are.
+    # The ranges zip2zip's settings allow (trainer.config.Zip2zipSettings), checked as the options are.
     rules = {"max_merge": whole(1, 64), "layers": whole(0, 2), "heads": whole(1), "reconstruct": Number(float, low=0)}
     reasons = []
     for key, rule in rules.items():
@@ -541,7 +541,7 @@ def train_zip2zip(
     progress: bool = False,
 ) -> dict[str, Any]:
     """``tokmaint trainer zip2zip``: the model at ``model_path`` (a folder or a checkpoint)
-    fine-tuned on ``corpus``'s LZW-compressed contexts (``trainer.settings.Zip2zipSettings``),
+    fine-tuned on ``corpus``'s LZW-compressed contexts (``trainer.config.Zip2zipSettings``),
     written to ``out`` as a zip2zip folder (:meth:`Zip2zipLM.save`); its figures."""
     from trainer.export import load_model
 

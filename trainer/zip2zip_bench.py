@@ -31,7 +31,7 @@ from tokenizer_service.lzw import LZW, contexts, merge_signal
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.validation import load_tokenizer
 from trainer.loop import tiny_gpt2_config
-from trainer.settings import CAUSAL_LM_LOSS, TinyModelBenchSettings
+from trainer.config import CAUSAL_LM_LOSS, TinyModelBenchSettings
 from trainer.zip2zip import Zip2zipLM, bits_per_byte, byte_lengths, finetune
 
 

@@ -16,7 +16,7 @@ import pytest
 from demo.run import DemoSettings, run_demo
 from tests.conftest import ctrl_c_works
 from tokenizer_service.evolve import StreamSettings
-from trainer.settings import TrainerSettings
+from trainer.config import TrainerSettings
 
 
 def _children(pid: int) -> set[int]:

@@ -24,7 +24,7 @@ from pipeline.kafka import Record
 from pipeline.metrics import PipelineMetrics
 from pipeline.parts import connect_redis
 from pipeline.redis_store import RedisStatsStore
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
 from tests.conftest import consume, produce, sentencepiece_style, trickle

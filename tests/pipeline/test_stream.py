@@ -10,7 +10,7 @@ import time
 from pipeline import stream
 from pipeline.kafka import Record
 from pipeline.stream import ReadAhead, StepReader, topic_steps
-from pipeline.topics import PipelineSettings
+from pipeline.config import PipelineSettings
 from tests.conftest import produce, trickle
 from tokmaint.cli import main
 

@@ -11,7 +11,7 @@ from torch import nn
 from tokenizer_service.bench.arithmetic import arithmetic_dataset
 from tokenizer_service.bpe import BPETokenizer
 from trainer.arithmetic_train import _Schedule, exact_match, prompt_length, run_one
-from trainer.settings import STRATEGIES, ArithmeticTrainSettings
+from trainer.config import STRATEGIES, ArithmeticTrainSettings
 
 
 class Answers(nn.Module):

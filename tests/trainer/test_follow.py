@@ -22,7 +22,7 @@ from tests.conftest import REGISTRY_TOKEN as TOKEN
 from trainer.distributed_bench import lineage_revisions, run_distributed_bench
 from trainer.follow import LineageFollower, matrices_checksum, token_batch
 from trainer.ranks import RanksDiverged
-from trainer.settings import DistributedBenchSettings
+from trainer.config import DistributedBenchSettings
 
 TEXTS = [
     f"commit {i}: fix the parser of the stream reader and the {['cache', 'queue', 'index'][i % 3]} of it"

@@ -24,7 +24,7 @@ from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.tedtok import TedTok
 from trainer.data import CorpusTexts, TopicTexts
 from trainer.loop import Trainer
-from trainer.settings import TrainerSettings
+from trainer.config import TrainerSettings
 
 SETTINGS = TrainerSettings(batch_size=4, seq_len=32, retry_steps=5)
 
@@ -197,7 +197,7 @@ def test_versions_learnt_from_the_revision_events_topic_once_each(registry_serve
 
 
 def test_training_on_the_docs_topic_resumes_at_its_offsets(registry_server, lineage_versions, broker, tmp_path):
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
     from tests.conftest import produce
 
     url, _ = registry_server
@@ -367,7 +367,7 @@ def test_the_trainer_run_command_with_hub(
 def test_a_version_published_while_the_stream_is_idle_is_taken(registry_server, lineage_versions, broker):
     """The topic read to its end, the trainer waits for documents; a version published then is
     taken while it waits (a finite stream's trainer would otherwise never see it)."""
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
     from tests.conftest import produce
 
     url, _ = registry_server

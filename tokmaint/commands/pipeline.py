@@ -12,35 +12,11 @@ from tokmaint.options import add_bench_options, add_settings, chosen_settings, f
 from tokmaint.output import print_result, show_progress
 
 
-# The options that set PipelineSettings' fields (--topic sets docs_topic).
-_PIPELINE_OPTIONS = {
-    "bootstrap": "bootstrap",
-    "topic": "docs_topic",
-    "dlq_topic": "dlq_topic",
-    "redis": "redis",
-    "max_record_bytes": "max_record_bytes",
-    "commit_steps": "commit_steps",
-    "step_seconds": "step_seconds",
-    "max_step_docs": "max_step_docs",
-    "dedupe_steps": "dedupe_steps",
-}
-
-
 def _pipeline_settings(args: argparse.Namespace):
     """The options over the environment's ``TOKMAINT_*`` settings; a bad value is a usage error."""
-    from pydantic import ValidationError
+    from pipeline.config import PipelineSettings
 
-    from pipeline.topics import PipelineSettings
-
-    chosen = {
-        field: value
-        for option, field in _PIPELINE_OPTIONS.items()
-        if (value := getattr(args, option, None)) is not None
-    }
-    try:
-        return PipelineSettings(**chosen)
-    except ValidationError as exc:
-        args.parser.error(settings_errors(exc, PipelineSettings, chosen))
+    return chosen_settings(args.parser, args, PipelineSettings)
 
 
 def _redis(args: argparse.Namespace) -> str:
@@ -268,11 +244,9 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
 
 
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--redis",
-        help="Redis URL, of a server or of any node of a Redis Cluster (default: "
-        "TOKMAINT_REDIS or redis://127.0.0.1:6379/0)",
-    )
+    from pipeline.config import PipelineSettings
+
+    add_settings(parser, PipelineSettings, only=("redis",))
     parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
     parser.add_argument("--lineage", type=lineage, required=True, help="the registry lineage")
     _add_wait_option(parser)
@@ -292,12 +266,9 @@ def _add_wait_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
 
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    parser.add_argument("--topic", help="the documents' topic (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)")
-    parser.add_argument("--dlq-topic", help="the dead-letter topic (default: TOKMAINT_PIPELINE_DLQ_TOPIC or docs.dlq)")
-    add_settings(parser, PipelineSettings, only=("max_record_bytes",))
+    add_settings(parser, PipelineSettings, only=("bootstrap", "docs_topic", "dlq_topic", "max_record_bytes"))
     parser.add_argument("--json", action="store_true", help="print JSON")
     _add_wait_option(parser)
 
@@ -370,7 +341,7 @@ def add_ingest_server(server: argparse.ArgumentParser) -> None:
 
 
 def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
     from tokenizer_service.evolve import StreamSettings
 
     commands = pipeline.add_subparsers(dest="pipeline_command", required=True, metavar="COMMAND")
@@ -391,7 +362,7 @@ def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
 
 
 def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
     from tokenizer_service.evolve import StreamSettings
 
     flink = pipeline_commands.add_parser(
@@ -478,6 +449,8 @@ def add_residues_job(residues: argparse.ArgumentParser) -> None:
 
 
 def add_stats(stats: argparse.ArgumentParser) -> None:
+    from pipeline.config import PipelineSettings
+
     stats_commands = stats.add_subparsers(dest="stats_command", required=True, metavar="COMMAND")
     show = stats_commands.add_parser(
         "show", help="step, version, offsets, table sizes; top tokens and pairs by τ, weakest sinks"
@@ -509,11 +482,7 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
     hyper.add_argument(
         "--corpus", help="read the documents from this JSONL(.gz) or .txt(.gz) corpus instead of the docs topic"
     )
-    hyper.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
-    hyper.add_argument(
-        "--topic",
-        help="the documents' topic, read from its start to its end (default: TOKMAINT_PIPELINE_DOCS_TOPIC or docs)",
-    )
+    add_settings(hyper, PipelineSettings, only=("bootstrap", "docs_topic"))
     hyper.add_argument("--documents", type=whole(1), help="the newest N documents only (default: all)")
     hyper.add_argument(
         "--max-merge", type=whole(1, 64), default=3, help="most base tokens a hypertoken (M; default: 3)"

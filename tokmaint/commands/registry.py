@@ -374,7 +374,7 @@ def add_bench_registry(p: argparse.ArgumentParser) -> None:
 def cmd_relay(args: argparse.Namespace) -> int:
     from pipeline.kafka import Producer
     from pipeline.parts import wait_for
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
     from registry.artifacts import LocalArtifactStore
     from registry.db import check_schema, make_engine
     from registry.relay import relay_forever, relay_once
@@ -405,9 +405,11 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 
 def add_relay(commands: argparse._SubParsersAction) -> None:
+    from pipeline.config import PipelineSettings
+
     relay = commands.add_parser("relay", help="send the registry's revision events to Kafka (at least once)")
     _add_store_options(relay)
-    relay.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    add_settings(relay, PipelineSettings, only=("bootstrap",))
     relay.add_argument(
         "--topic", help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)"
     )

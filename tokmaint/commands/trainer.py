@@ -14,14 +14,14 @@ from tokmaint.output import print_result, show_progress
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pipeline.topics import PipelineSettings
+    from pipeline.config import PipelineSettings
     from registry.client import RegistryClient
     from registry.config import RegistryClientSettings
     from tokenizer_service.corpus import read_corpus
     from trainer.data import CorpusTexts, TopicTexts, held_out_split
     from trainer.hub import HubVersions
     from trainer.loop import Trainer, read_model_config
-    from trainer.settings import TrainerSettings
+    from trainer.config import TrainerSettings
 
     if (args.data is None) == (args.topic is None):
         args.parser.error("train on one of --data PATH or --topic NAME")
@@ -96,7 +96,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_zip2zip(args: argparse.Namespace) -> int:
-    from trainer.settings import Zip2zipSettings
+    from trainer.config import Zip2zipSettings
     from trainer.zip2zip import train_zip2zip
 
     settings = chosen_settings(args.parser, args, Zip2zipSettings)
@@ -108,7 +108,7 @@ def cmd_zip2zip(args: argparse.Namespace) -> int:
 
 def cmd_bench_apply(args: argparse.Namespace) -> int:
     from trainer.bench import run_apply_bench
-    from trainer.settings import ApplyBenchSettings
+    from trainer.config import ApplyBenchSettings
 
     print_result(run_apply_bench(chosen_settings(args.parser, args, ApplyBenchSettings)), as_json=args.json)
     return 0
@@ -116,7 +116,7 @@ def cmd_bench_apply(args: argparse.Namespace) -> int:
 
 def cmd_bench_distributed(args: argparse.Namespace) -> int:
     from trainer.distributed_bench import run_distributed_bench
-    from trainer.settings import DistributedBenchSettings
+    from trainer.config import DistributedBenchSettings
 
     settings = chosen_settings(args.parser, args, DistributedBenchSettings)
     print_result(run_distributed_bench(settings, corpus=args.corpus), as_json=args.json)
@@ -125,7 +125,7 @@ def cmd_bench_distributed(args: argparse.Namespace) -> int:
 
 def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
     from trainer.arithmetic_train import run_arithmetic_train
-    from trainer.settings import ArithmeticTrainSettings
+    from trainer.config import ArithmeticTrainSettings
 
     settings = chosen_settings(args.parser, args, ArithmeticTrainSettings)
     print_result(run_arithmetic_train(settings, progress=show_progress(args)), as_json=args.json)
@@ -133,8 +133,9 @@ def cmd_bench_arithmetic_train(args: argparse.Namespace) -> int:
 
 
 def add_trainer(trainer: argparse.ArgumentParser) -> None:
+    from pipeline.config import PipelineSettings
     from tokenizer_service.settings import whole
-    from trainer.settings import TrainerSettings, Zip2zipSettings
+    from trainer.config import TrainerSettings, Zip2zipSettings
 
     commands = trainer.add_subparsers(dest="trainer_command", required=True, metavar="COMMAND")
     run = commands.add_parser(
@@ -146,7 +147,7 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     run.add_argument("--lineage", type=lineage, required=True, help="the lineage to follow")
     run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
     run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
-    run.add_argument("--bootstrap", help="Kafka bootstrap servers (default: TOKMAINT_KAFKA or 127.0.0.1:9092)")
+    add_settings(run, PipelineSettings, only=("bootstrap", "revisions_topic"))
     run.add_argument(
         "--hub",
         action="store_true",
@@ -159,10 +160,6 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         choices=("watch", "events"),
         default="watch",
         help="learn of new versions by the registry's watch (default) or the revision events topic",
-    )
-    run.add_argument(
-        "--revisions-topic",
-        help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)",
     )
     run.add_argument(
         "--steps",
@@ -232,13 +229,13 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
 
 
 def add_bench_apply(bench: argparse.ArgumentParser) -> None:
-    from trainer.settings import ApplyBenchSettings
+    from trainer.config import ApplyBenchSettings
 
     add_bench_options(bench, ApplyBenchSettings, cmd_bench_apply)
 
 
 def add_bench_distributed(bench: argparse.ArgumentParser) -> None:
-    from trainer.settings import DistributedBenchSettings
+    from trainer.config import DistributedBenchSettings
 
     bench.add_argument(
         "--corpus",
@@ -249,6 +246,6 @@ def add_bench_distributed(bench: argparse.ArgumentParser) -> None:
 
 
 def add_bench_arithmetic_train(bench: argparse.ArgumentParser) -> None:
-    from trainer.settings import ArithmeticTrainSettings
+    from trainer.config import ArithmeticTrainSettings
 
     add_bench_options(bench, ArithmeticTrainSettings, cmd_bench_arithmetic_train)

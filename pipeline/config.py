@@ -1,0 +1,60 @@
+"""The pipeline's settings: where the stream and its statistics live, and how the job steps
+through it. Each is an option of the commands that use it and can be set from the environment
+(``TOKMAINT_PIPELINE_*``; the Kafka and Redis addresses every part shares, ``TOKMAINT_KAFKA`` and
+``TOKMAINT_REDIS``).
+
+>>> settings = PipelineSettings(bootstrap="kafka:9092", docs_topic="docs.news")
+>>> settings.bootstrap, settings.docs_topic, settings.dlq_topic
+('kafka:9092', 'docs.news', 'docs.dlq')
+"""
+
+from __future__ import annotations
+
+from registry.relay import TOPIC as REVISIONS_TOPIC
+from schemas.document import DEFAULT_MAX_BYTES
+from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
+
+
+class PipelineSettings(Settings):
+    """Where the stream and its statistics live, and how the job steps through it."""
+
+    # By name in code (``bootstrap=``), by the shared variable in the environment (TOKMAINT_KAFKA).
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_PIPELINE_", populate_by_name=True)
+
+    bootstrap: str = setting("127.0.0.1:9092", None, "Kafka bootstrap servers", env="TOKMAINT_KAFKA")
+    redis: str = setting(
+        "redis://127.0.0.1:6379/0",
+        None,
+        "Redis URL, of a server or of any node of a Redis Cluster",
+        env="TOKMAINT_REDIS",
+    )
+    docs_topic: str = setting("docs", None, "the documents' topic", option="topic")
+    dlq_topic: str = setting("docs.dlq", None, "the dead-letter topic")
+    revisions_topic: str = setting(REVISIONS_TOPIC, None, "the registry's revision events' topic")
+    max_record_bytes: int = setting(DEFAULT_MAX_BYTES, whole(1), "larger records are dead-lettered")
+    # How the job steps through the stream (``PipelineJob``): ``pipeline run``'s options.
+    commit_steps: int = setting(
+        16,
+        whole(1),
+        "steps counted between writes to Redis, at most (a revision, another version and an idle topic write at "
+        "once; a crash repeats the steps not written)",
+    )
+    step_seconds: float | None = setting(
+        None,
+        Number(float, low=0, low_open=True),
+        "a step is one window of this many seconds of event time (aligned to the epoch) instead of --step-docs "
+        "documents, which then stands for a window's documents on average (it turns the horizon, interval and "
+        "warmup into steps)",
+    )
+    max_step_docs: int = setting(
+        100_000,
+        whole(1),
+        "with --step-seconds, the most documents a step holds (a fuller window goes on in the next step; a step's "
+        "texts are held in memory)",
+    )
+    dedupe_steps: int = setting(
+        100,
+        whole(0),
+        "a document whose id came within this many steps before is a producer's resend, counted once (0: count "
+        "every record); the ids of the window are kept with the statistics",
+    )
