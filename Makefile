@@ -50,16 +50,21 @@ services:
 # The tests' Redis, PostgreSQL and broker are containers of the stand-in images (tests/servers.py)
 # in a Docker engine (see `make engine` below), built first; where no engine can be had, or the
 # images cannot be built, they are local binaries, and the run says why. Before them: ruff (lint and
-# format) and mypy (pyproject.toml's [tool.mypy]: schemas and tokenizer_service, strict).
+# format) and mypy (pyproject.toml's [tool.mypy]: schemas and tokenizer_service, strict; its cache
+# beside the tokenizers', so a new clone is checked in seconds). The tests run in TEST_WORKERS
+# processes (pytest-xdist), a module's tests in one of them, so its fixtures start once.
+TEST_WORKERS ?= 2
+MYPY_CACHE ?= $(HOME)/.cache/tokmaint/mypy
+
 test: setup services
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 	-@$(MAKE) --no-print-directory real-tokenizers
 	TOKMAINT_ENGINE_OPTIONAL=1 $(ENGINE) run sh -c '\
 	  if [ -n "$${DOCKER_HOST:-}" ] && containers/standins.sh; then export TOKMAINT_TEST_SERVERS=containers; \
 	  else echo "test: no stand-in containers: the servers are local binaries"; export TOKMAINT_TEST_SERVERS=local; fi; \
-	  TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q'
+	  TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope'
 
 # The whole loop on embedded defaults: its own broker, redis-server and registry; the shipped
 # stream through the pipeline; a trainer; a report in demo-report/ (index.html).

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Self
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, JsonValue
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 from pydantic_settings import SettingsConfigDict as SettingsConfigDict  # re-exported: settings models import it here
@@ -140,7 +140,7 @@ def setting(default: Any, rule: Number | None, help: str, *, env: str | None = N
             bounds["lt" if rule.high_open else "le"] = rule.high
         if rule.kind is float:
             bounds["allow_inf_nan"] = False
-    extra = {"option": option} if option is not None else None
+    extra: dict[str, JsonValue] | None = {"option": option} if option is not None else None
     return Field(default, description=help, validation_alias=env, json_schema_extra=extra, **bounds)
 
 
