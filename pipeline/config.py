@@ -10,8 +10,8 @@ through it. Each is an option of the commands that use it and can be set from th
 
 from __future__ import annotations
 
-from registry.relay import TOPIC as REVISIONS_TOPIC
 from schemas.document import DEFAULT_MAX_BYTES
+from schemas.revision import REVISIONS_TOPIC
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 
 

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from registry.store import Registry
-
-TOPIC = "tokenizer.revisions"
+from schemas.revision import REVISIONS_TOPIC
 
 
 class EventProducer(Protocol):
@@ -29,7 +28,7 @@ class EventProducer(Protocol):
     def send_all(self, topic: str, records: Iterable[tuple[bytes, bytes]]) -> int: ...
 
 
-def relay_once(registry: Registry, producer: EventProducer, *, topic: str = TOPIC, batch: int = 100) -> int:
+def relay_once(registry: Registry, producer: EventProducer, *, topic: str = REVISIONS_TOPIC, batch: int = 100) -> int:
     """Send every pending event (oldest first), then mark them sent; returns how many."""
     sent = 0
     while events := registry.pending_events(limit=batch):
@@ -43,7 +42,9 @@ def relay_once(registry: Registry, producer: EventProducer, *, topic: str = TOPI
     return sent
 
 
-def relay_forever(registry: Registry, producer: EventProducer, *, topic: str = TOPIC, interval: float = 1.0) -> None:
+def relay_forever(
+    registry: Registry, producer: EventProducer, *, topic: str = REVISIONS_TOPIC, interval: float = 1.0
+) -> None:
     """Relay, then wait ``interval`` seconds, until interrupted."""
     while True:
         relay_once(registry, producer, topic=topic)
@@ -64,7 +65,7 @@ class RevisionEvents:
             if latest.number > mine: ...
     """
 
-    def __init__(self, bootstrap: str, lineage: str, *, topic: str = TOPIC, number: int = 0) -> None:
+    def __init__(self, bootstrap: str, lineage: str, *, topic: str = REVISIONS_TOPIC, number: int = 0) -> None:
         """``number``: the version known already (the topic may hold none newer yet)."""
         from confluent_kafka import Consumer  # only where events are followed
 

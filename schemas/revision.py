@@ -19,6 +19,8 @@ from typing import Any, Literal
 import jsonschema_rs
 
 SCHEMA_PATH = Path(__file__).with_name("revision_diff.schema.json")
+# The Kafka topic of the registry's revision events (``revision_event.schema.json``), keyed by lineage.
+REVISIONS_TOPIC = "tokenizer.revisions"
 
 
 @cache
