@@ -36,6 +36,7 @@ import redis
 
 from pipeline.redis_store import RedisStatsStore
 from registry.client import RegistryClient
+from schemas.registry_api import VersionPublic
 from tokenizer_service.errors import TokmaintError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,8 +165,8 @@ class Project:
                 accepted += answer.json()["accepted"]
         return accepted
 
-    def versions(self) -> list[dict]:
-        return RegistryClient(self.registry).versions(LINEAGE, limit=1000)["data"]
+    def versions(self) -> list[VersionPublic]:
+        return RegistryClient(self.registry).versions(LINEAGE, limit=1000).data
 
     def store(self) -> RedisStatsStore:
         return RedisStatsStore.open(redis.Redis.from_url(self.redis), lineage=LINEAGE)
@@ -188,12 +189,12 @@ class Project:
         """What must be equal after a crash: the versions and the statistics of every step."""
         versions = self.versions()
         store = self.store()
-        tokenizer = RegistryClient(self.registry).tokenizer(LINEAGE, versions[-1]["number"])
+        tokenizer = RegistryClient(self.registry).tokenizer(LINEAGE, versions[-1].number)
         ids = np.sort(np.fromiter(tokenizer.vocab.values(), np.int64))  # by id, as the replay has them
         keys, values = store.top_pairs(500)
         meta = store.meta()
         return {
-            "versions": [v["sha256"] for v in versions],
+            "versions": [v.sha256 for v in versions],
             "step": meta["step"],
             "documents": meta["documents"],
             "tokens": store.token(ids),

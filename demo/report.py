@@ -27,6 +27,7 @@ from jinja2 import Environment  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
 from registry.client import RegistryClient  # noqa: E402
+from schemas.registry_api import VersionPublic  # noqa: E402
 from tokenizer_service.bpe import BPETokenizer  # noqa: E402
 from tokenizer_service.corpus import Document  # noqa: E402
 
@@ -38,10 +39,10 @@ def bytes_per_token(tokenizer: BPETokenizer, texts: Sequence[str]) -> float:
     return sum(len(t.encode("utf-8")) for t in texts) / max(1, sum(map(len, tokenizer.encode_batch(list(texts)))))
 
 
-def _served(versions: list[dict[str, Any]], at: str) -> int:
-    """The newest version created by ``at`` (ISO times, UTC)."""
+def _served(versions: list[VersionPublic], at: str) -> int:
+    """The newest version created by ``at`` (an ISO time, UTC)."""
     moment = datetime.fromisoformat(at)
-    return max(v["number"] for v in versions if datetime.fromisoformat(v["created_at"]) <= moment)
+    return max(v.number for v in versions if v.created_at <= moment)
 
 
 def write_report(
@@ -57,8 +58,8 @@ def write_report(
 ) -> dict[str, Any]:
     """Write the report for the demo's run to ``out``; return the summary (also ``summary.json``)."""
     out.mkdir(parents=True, exist_ok=True)
-    versions = registry.versions(lineage, limit=1000)["data"]
-    tokenizers = {v["number"]: registry.tokenizer(lineage, v["number"]) for v in versions}
+    versions = registry.versions(lineage, limit=1000).data
+    tokenizers = {v.number: registry.tokenizer(lineage, v.number) for v in versions}
     measured = []
     for arrival in arrivals:
         part = parts[arrival["chunk"]]
@@ -75,15 +76,15 @@ def write_report(
         )
     changes = []
     for v in versions[1:]:
-        entries = registry.diff(lineage, v["number"])["entries"]
+        entries = registry.diff(lineage, v.number).entries
         # Tokens as the text they stand for (a byte-level "Ġtext" is " text").
-        added = [_text(tokenizers[v["number"]], e["new_token"]) for e in entries if e["new_token"] is not None]
-        removed = [_text(tokenizers[v["parent"]], e["old_token"]) for e in entries if e["old_token"] is not None]
+        added = [_text(tokenizers[v.number], e.new_token) for e in entries if e.new_token is not None]
+        removed = [_text(tokenizers[v.parent], e.old_token) for e in entries if e.old_token is not None]
         changes.append(
             {
-                "version": v["number"],
-                "kind": v["kind"],
-                "created_at": v["created_at"],
+                "version": v.number,
+                "kind": v.kind,
+                "created_at": v.created_at.isoformat(),
                 "added": len(added),
                 "removed": len(removed),
                 "added_examples": added[:EXAMPLES],
@@ -166,14 +167,14 @@ def _plot_bytes_per_token(path: Path, parts: list[dict[str, Any]]) -> None:
     _save(figure, path)
 
 
-def _plot_revisions(path: Path, versions: list[dict[str, Any]]) -> None:
+def _plot_revisions(path: Path, versions: list[VersionPublic]) -> None:
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
-    times = [datetime.fromisoformat(v["created_at"]) for v in versions]
+    times = [v.created_at for v in versions]
     start = times[0]
     seconds = [(t - start).total_seconds() for t in times]
-    top.step(seconds, [v["number"] for v in versions], where="post", marker="o")
+    top.step(seconds, [v.number for v in versions], where="post", marker="o")
     top.set_ylabel("version")
-    bottom.vlines(seconds, 0, [v["changed_ids"] for v in versions])
+    bottom.vlines(seconds, 0, [v.changed_ids for v in versions])
     bottom.set_ylabel("ids changed")
     bottom.set_xlabel("seconds since the lineage was created")
     _save(figure, path)

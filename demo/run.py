@@ -140,7 +140,7 @@ class FlinkDemoJob:
         drain(f"127.0.0.1:{self.cluster.rest_port}", self.settings, self.lineage, timeout=timeout)
         meta = RedisStatsStore.open(redis.Redis.from_url(self.redis_url), lineage=self.lineage).meta()
         with RegistryClient(self.registry_url) as registry:
-            versions = registry.version(self.lineage)["number"]
+            versions = registry.version(self.lineage).number
         return {"steps": meta["step"], "documents": meta["documents"], "revisions": versions - 1}
 
     def close(self) -> None:

@@ -230,7 +230,7 @@ def _use_the_api(
     with RegistryClient(url, token=token, timeout=30) as client:
         while not stop.is_set():
             try:
-                latest = client.version(API_LINEAGE)["number"]
+                latest = client.version(API_LINEAGE).number
                 action = rng.choice(("rollback", "alias", "publish"))
                 if action == "rollback" and latest > 1:
                     client.rollback(API_LINEAGE, rng.randint(1, latest))
@@ -591,7 +591,7 @@ def _wait_for_the_trainer(checkpoint: Path, registry_url: str, *, timeout: float
     import torch
 
     with RegistryClient(registry_url) as registry:
-        latest = registry.version(LINEAGE)["number"]
+        latest = registry.version(LINEAGE).number
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -623,9 +623,9 @@ def _check(
     counted = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=LINEAGE).meta()["documents"]
     unique = len(set(ids))
     with RegistryClient(registry_url) as registry:
-        versions = registry.versions(LINEAGE, limit=1000)["data"]
-    numbers = [v["number"] for v in versions]
-    shas = [v["sha256"] for v in versions]
+        versions = registry.versions(LINEAGE, limit=1000).data
+    numbers = [v.number for v in versions]
+    shas = [v.sha256 for v in versions]
     stamp = torch.load(checkpoint, weights_only=True)["tokenizer"] if checkpoint.is_file() else {}
     while_down = {
         "ingest": [(a, b) for n, a, b in down if n == "ingest"],

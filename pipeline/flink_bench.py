@@ -90,7 +90,7 @@ def replay(
 def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClient, lineage: str) -> dict[str, bool]:
     """Whether the lineage's statistics in Redis and its versions are the replay's."""
     store = RedisStatsStore.open(client, lineage=lineage)
-    published = [v["sha256"] for v in sorted(registry.versions(lineage, limit=1000)["data"], key=lambda v: v["number"])]
+    published = [v.sha256 for v in sorted(registry.versions(lineage, limit=1000).data, key=lambda v: v.number)]
     ids = np.arange(max(tedtok.tokenizer.id_space, 1))
     keys, values = tedtok.store.top_pairs(tedtok.store.tracked_pairs)
     live_keys, live_values = store.top_pairs(tedtok.store.tracked_pairs)
@@ -206,7 +206,7 @@ def run_flink_bench(
                         if r.key and r.key.startswith(b"docs:sha256:")
                     }
                 )  # the job's (ingest's have no key)
-                versions = registry.version(LINEAGE)["number"]
+                versions = registry.version(LINEAGE).number
                 written = RedisStatsStore.open(client, lineage=LINEAGE).meta()
                 registry.create(LOCAL_LINEAGE, initial.to_json())
                 job_local = PipelineJob(

@@ -71,7 +71,7 @@ class LineageStatistics:
         else:
             self.store = RedisStatsStore(redis_client, lineage=lineage, alpha=self.config.alpha)
         self.settle()
-        version = self.store.claim_version(self.registry.version(lineage)["number"])
+        version = self.store.claim_version(self.registry.version(lineage).number)
         self.tedtok = TedTok(
             registry.tokenizer(lineage, version),
             config=self.config,
@@ -105,7 +105,7 @@ class LineageStatistics:
         except RegistryRefused as exc:
             if exc.code not in ("stale_parent", "incompatible"):
                 raise
-            latest = self.registry.version(self.lineage)["number"]
+            latest = self.registry.version(self.lineage).number
             changed = [
                 e.id
                 for e in diff_entries(
@@ -114,7 +114,7 @@ class LineageStatistics:
             ]
             self.store.adopt(current=parent, version=latest, changed_ids=changed)
             return False
-        self.store.settle(info["number"])
+        self.store.settle(info.number)
         return True
 
     def outdated(self) -> bool:
@@ -137,10 +137,10 @@ class LineageStatistics:
         moved = current != self.tedtok.version
         if moved:  # settled or moved just now: count with what the statistics have
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, current), current)
-        latest = self.registry.version(self.lineage)["number"]
+        latest = self.registry.version(self.lineage).number
         if latest == current:
             return moved
-        changed = [e["id"] for e in self.registry.composed_diff(self.lineage, current, latest)["entries"]]
+        changed = [e.id for e in self.registry.composed_diff(self.lineage, current, latest).entries]
         if self.store.adopt(current=current, version=latest, changed_ids=changed):
             self.tedtok.adopt(self.registry.tokenizer(self.lineage, latest), latest)
         else:  # the store moved meanwhile: continue from where it is

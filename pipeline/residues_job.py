@@ -100,7 +100,7 @@ def run_residues_job(
     """Score the lineage's current version, keep the residues in Redis, write ``out``, and with
     ``publish`` publish the residue-free version (when it removes anything)."""
     options = options or ResidueOptions()
-    version = store.meta()["version"] or registry.version(store.lineage)["number"]
+    version = store.meta()["version"] or registry.version(store.lineage).number
     record = registry.version(store.lineage, version)
     tokenizer = registry.tokenizer(store.lineage, version)
     audit = stream_residues(store, tokenizer, options)
@@ -116,7 +116,7 @@ def run_residues_job(
             version=version + 1,
             parent_version=version,
             tokenizer_sha256=exported.sha256,
-            parent_sha256=record["sha256"],
+            parent_sha256=record.sha256,
             vocab_size=len(exported),
             id_space=exported.id_space,
             entries=audit.removal.entries,
@@ -130,5 +130,5 @@ def run_residues_job(
             parent=version,
             metrics={"residues_removed": len(audit.removal.removed)},
         )
-        result["published"] = info["number"]
+        result["published"] = info.number
     return result

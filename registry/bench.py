@@ -47,6 +47,7 @@ from tqdm import tqdm
 from registry.client import RegistryClient
 from registry.load_test import REFUSED, LoadRampSettings, LoadRequest, Ramp, closed_loop_rps, load_ramp
 from registry.local_server import start_server
+from schemas.registry_api import VersionPublic
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
@@ -150,11 +151,11 @@ def writes_kept(ramp: Ramp, client: RegistryClient, writes: str) -> dict[str, in
     """Every rollback the server answered 201 is a version of ``writes`` with the number it
     answered, version 1's content; how many were accepted, refused, and lost."""
     answered = [a for a in ramp.answers if a.index % 25 == 24]
-    accepted = [json.loads(a.body)["number"] for a in answered if a.status == 201]
-    first = client.version(writes, 1)["sha256"]
+    accepted = [VersionPublic.model_validate_json(a.body).number for a in answered if a.status == 201]
+    first = client.version(writes, 1).sha256
     kept: dict[int, str] = {}
-    while page := client.versions(writes, limit=1000, offset=len(kept))["data"]:  # the listing is paged
-        kept |= {v["number"]: v["sha256"] for v in page}
+    while page := client.versions(writes, limit=1000, offset=len(kept)).data:  # the listing is paged
+        kept |= {v.number: v.sha256 for v in page}
     return {
         "accepted": len(accepted),
         "refused": sum(a.status in REFUSED for a in answered),
@@ -206,14 +207,14 @@ def run_registry_bench(
                 latencies.append(1000 * (time.perf_counter() - started))
             gc.unfreeze()
             info = client.version("bench", 2)
-            target = f"{url}{info['tokenizer_url']}"
+            target = f"{url}{info.tokenizer_url}"
             size_mb = len(httpx.get(target).content) / 1e6
             get_rps = closed_loop_rps(target, clients=settings.clients, seconds=settings.seconds)
             get_304_rps = closed_loop_rps(
                 target,
                 clients=settings.clients,
                 seconds=settings.seconds,
-                headers={"If-None-Match": f'"{info["sha256"]}"'},
+                headers={"If-None-Match": f'"{info.sha256}"'},
                 expected=304,
             )
             hub_resolve_rps = closed_loop_rps(
@@ -230,7 +231,7 @@ def run_registry_bench(
             client.create("bench-writes", small.to_json())
             ramp = load_ramp(
                 url,
-                trainers_mix("bench", "bench-writes", sha256=info["sha256"], token=token),
+                trainers_mix("bench", "bench-writes", sha256=info.sha256, token=token),
                 start_rps=settings.start_rps,
                 max_rps=settings.max_rps,
                 seconds=settings.seconds,

@@ -3,10 +3,12 @@
 Downloads are verified against the version's sha256 and cached on disk by sha256, so a cached
 file is revalidated with ``If-None-Match`` (a 304 costs no transfer) and never trusted blindly.
 Refusals raise :class:`RegistryRefused` with the server's code, HTTP status and every reason.
+Answers are the API's own models (``schemas.registry_api``: a version, a page of versions, an
+alias, a model) and a diff is a ``schemas.revision.RevisionDiff``.
 
     client = RegistryClient("http://127.0.0.1:8000", token=os.environ["TOKMAINT_REGISTRY_TOKEN"])
     latest = client.version("news")
-    tokenizer_json = client.download("news", latest["number"])
+    tokenizer_json = client.download("news", latest.number)
 """
 
 from __future__ import annotations
@@ -19,18 +21,30 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from registry.config import RegistryClientSettings
 from registry.refs import version_number
+from schemas.registry_api import (
+    AliasPublic,
+    LineagePublic,
+    LineagesPublic,
+    ModelPublic,
+    ModelsPublic,
+    VersionPublic,
+    VersionsPublic,
+)
+from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.output_dir import write_file
 
 
 _JSON = {"Content-Type": "application/json"}
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 def _text(tokenizer_json: str | bytes) -> str:
@@ -106,35 +120,51 @@ class RegistryClient:
             raise RegistryRefused(response.status_code, code, reasons)
         return response
 
+    @staticmethod
+    def _read(model: type[Answer], response: httpx.Response) -> Answer:
+        """An answer as the API's ``model``; one that is not (another server on that port, say)
+        is refused as the server's refusals are."""
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as exc:
+            reasons = [f"{response.request.url} answered no {model.__name__}"] + [
+                f"{'.'.join(map(str, error['loc'])) or 'the answer'}: {error['msg']}" for error in exc.errors()
+            ]
+            raise RegistryRefused(response.status_code, "invalid_answer", reasons) from None
+
+    def _answer(self, model: type[Answer], method: str, path: str, **kwargs: Any) -> Answer:
+        return self._read(model, self._request(method, path, **kwargs))
+
     # ----- reading ------------------------------------------------------------------------
-    def lineages(self) -> list[dict[str, Any]]:
-        return self._request("GET", "/v1/tokenizers").json()["data"]
+    def lineages(self) -> list[LineagePublic]:
+        return self._answer(LineagesPublic, "GET", "/v1/tokenizers").data
 
-    def versions(self, name: str, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        return self._request("GET", f"/v1/tokenizers/{name}/versions", params={"offset": offset, "limit": limit}).json()
+    def versions(self, name: str, *, offset: int = 0, limit: int = 100) -> VersionsPublic:
+        params = {"offset": offset, "limit": limit}
+        return self._answer(VersionsPublic, "GET", f"/v1/tokenizers/{name}/versions", params=params)
 
-    def version(self, name: str, ref: int | str = "latest") -> dict[str, Any]:
-        return self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}").json()
+    def version(self, name: str, ref: int | str = "latest") -> VersionPublic:
+        return self._answer(VersionPublic, "GET", f"/v1/tokenizers/{name}/versions/{ref}")
 
-    def diff(self, name: str, ref: int | str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}/diff").json()
+    def diff(self, name: str, ref: int | str) -> RevisionDiff:
+        return RevisionDiff.from_dict(self._request("GET", f"/v1/tokenizers/{name}/versions/{ref}/diff").json())
 
-    def composed_diff(self, name: str, start: int, end: int | None = None) -> dict[str, Any]:
+    def composed_diff(self, name: str, start: int, end: int | None = None) -> RevisionDiff:
         params = {"from": start} | ({"to": end} if end is not None else {})
-        return self._request("GET", f"/v1/tokenizers/{name}/diff", params=params).json()
+        return RevisionDiff.from_dict(self._request("GET", f"/v1/tokenizers/{name}/diff", params=params).json())
 
-    def watch(self, name: str, *, after: int, timeout: float = 30.0) -> dict[str, Any] | None:
+    def watch(self, name: str, *, after: int, timeout: float = 30.0) -> VersionPublic | None:
         """The latest version once it is newer than ``after``; None when none came in ``timeout``."""
         response = self._request(
             "GET", f"/v1/tokenizers/{name}/watch", params={"after": after, "timeout": timeout}, timeout=timeout + 30
         )
-        return None if response.status_code == 204 else response.json()
+        return None if response.status_code == 204 else self._read(VersionPublic, response)
 
     def download(self, name: str, ref: int | str = "latest") -> bytes:
         """A version's tokenizer.json, verified against its sha256 (and cached by it)."""
         cached = None
         if self.cache_dir is not None and version_number(ref) is not None:
-            sha = self.version(name, ref)["sha256"]
+            sha = self.version(name, ref).sha256
             path = self.cache_dir / sha
             if path.is_file() and hashlib.sha256(data := path.read_bytes()).hexdigest() == sha:
                 cached = data
@@ -164,9 +194,9 @@ class RegistryClient:
 
     def create(
         self, name: str, tokenizer_json: str | bytes, *, kind: str = "initial", metrics: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> VersionPublic:
         body = _embed({"name": name, "kind": kind, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)})
-        return self._request("POST", "/v1/tokenizers", content=body, headers=_JSON).json()
+        return self._answer(VersionPublic, "POST", "/v1/tokenizers", content=body, headers=_JSON)
 
     def publish(
         self,
@@ -177,20 +207,20 @@ class RegistryClient:
         kind: str = "tedtok",
         parent: int | None = None,
         metrics: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> VersionPublic:
         body = _embed(
             {"kind": kind, "parent": parent, "metrics": metrics or {}, "tokenizer": _text(tokenizer_json)},
             diff=diff_json,
         )
-        return self._request("POST", f"/v1/tokenizers/{name}/versions", content=body, headers=_JSON).json()
+        return self._answer(VersionPublic, "POST", f"/v1/tokenizers/{name}/versions", content=body, headers=_JSON)
 
-    def set_alias(self, name: str, alias: str, ref: int | str) -> dict[str, Any]:
-        return self._request("PUT", f"/v1/tokenizers/{name}/aliases/{alias}", json={"version": ref}).json()
+    def set_alias(self, name: str, alias: str, ref: int | str) -> AliasPublic:
+        return self._answer(AliasPublic, "PUT", f"/v1/tokenizers/{name}/aliases/{alias}", json={"version": ref})
 
     def delete_alias(self, name: str, alias: str) -> None:
         self._request("DELETE", f"/v1/tokenizers/{name}/aliases/{alias}")
 
-    def publish_model(self, name: str, folder: str | Path, *, version: int | str = "latest") -> dict[str, Any]:
+    def publish_model(self, name: str, folder: str | Path, *, version: int | str = "latest") -> ModelPublic:
         """Publish a model folder (``tokmaint trainer export``'s) beside the version it was
         trained with; its files go as one tar, a link as the file it points to (a
         ``snapshot_download`` folder links into the Hub's cache), all but the marker of the
@@ -202,24 +232,25 @@ class RegistryClient:
             for path in sorted(Path(folder).iterdir()):
                 if path.is_file() and path.name != MARKER:
                     tar.add(path, arcname=path.name)
-        return self._request(
+        return self._answer(
+            ModelPublic,
             "POST",
             f"/v1/tokenizers/{name}/models",
             params={"version": str(version)},
             content=buffer.getvalue(),
             headers={"Content-Type": "application/x-tar"},
             timeout=httpx.Timeout(600.0, connect=10.0),
-        ).json()
+        )
 
     def follow(self, name: str) -> "LatestVersion":
         """The lineage's latest version number, kept current by the registry's watch."""
         return LatestVersion(str(self.http.base_url), name)
 
-    def models(self, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/tokenizers/{name}/models").json()
+    def models(self, name: str) -> ModelsPublic:
+        return self._answer(ModelsPublic, "GET", f"/v1/tokenizers/{name}/models")
 
-    def rollback(self, name: str, to: int) -> dict[str, Any]:
-        return self._request("POST", f"/v1/tokenizers/{name}/rollback", json={"to": to}).json()
+    def rollback(self, name: str, to: int) -> VersionPublic:
+        return self._answer(VersionPublic, "POST", f"/v1/tokenizers/{name}/rollback", json={"to": to})
 
 
 class LatestVersion:
@@ -252,12 +283,12 @@ class LatestVersion:
 
     def _first(self) -> int:
         """The latest number when following starts."""
-        return self._client.version(self.lineage)["number"]
+        return self._client.version(self.lineage).number
 
     def _newer(self) -> int | None:
         """The latest number heard of within ``poll_seconds`` (None: nothing newer): one watch."""
         seen = self._client.watch(self.lineage, after=self._number, timeout=self.poll_seconds)
-        return None if seen is None else seen["number"]
+        return None if seen is None else seen.number
 
     @property
     def number(self) -> int:

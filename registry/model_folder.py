@@ -26,13 +26,11 @@ import json
 import math
 import re
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from schemas.registry_api import VersionInfo
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
-
-if TYPE_CHECKING:
-    from registry.store import VersionInfo
 
 MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 MAX_MODEL_FILES = 256  # TOKMAINT_REGISTRY_MAX_MODEL_FILES' default

@@ -27,9 +27,9 @@ class LineagePublisher:
             except RegistryRefused as exc:
                 if exc.code != "lineage_exists":
                     raise
-            self.held = self.client.version(self.lineage)["number"]
+            self.held = self.client.version(self.lineage).number
         if number <= self.held:
-            if self.client.version(self.lineage, number)["sha256"] != tokenizer.sha256:
+            if self.client.version(self.lineage, number).sha256 != tokenizer.sha256:
                 raise TokmaintError(
                     f"registry lineage {self.lineage!r} version {number} is not this run's; choose another --lineage"
                 )

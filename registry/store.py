@@ -45,10 +45,9 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -69,6 +68,7 @@ from registry.models import (
 )
 from registry.refs import MAX_VERSION, alias_problem, version_number, version_reference
 from schemas.json_values import json_kind
+from schemas.registry_api import ModelInfo, VersionInfo
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
@@ -117,69 +117,36 @@ class RegistryError(Exception):
         self.code, self.reasons, self.status = code, list(reasons), self.STATUS[code]
 
 
-class VersionInfo(BaseModel):
-    """What the registry knows of one version (the artifacts are fetched by their sha256); the
-    API's answer adds their URLs."""
-
-    model_config = ConfigDict(frozen=True)
-
-    lineage: str
-    number: int
-    parent: int | None
-    kind: str
-    sha256: str
-    diff_sha256: str
-    vocab_size: int
-    id_space: int
-    merges: int
-    changed_ids: int
-    metrics: dict[str, Any]
-    created_at: datetime
-    created_by: str
-
-    @classmethod
-    def of(cls, row: Version, lineage: str) -> "VersionInfo":
-        return cls(
-            lineage=lineage,
-            number=row.number,
-            parent=row.parent_number,
-            kind=row.kind,
-            sha256=row.sha256,
-            diff_sha256=row.diff_sha256,
-            vocab_size=row.vocab_size,
-            id_space=row.id_space,
-            merges=row.merges,
-            changed_ids=row.changed_ids,
-            metrics=dict(row.metrics),
-            created_by=row.created_by,
-            # SQLite hands back naive datetimes; every time here is UTC.
-            created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc),
-        )
+def version_info(row: Version, lineage: str) -> VersionInfo:
+    """What a version's row says of it."""
+    return VersionInfo(
+        lineage=lineage,
+        number=row.number,
+        parent=row.parent_number,
+        kind=row.kind,
+        sha256=row.sha256,
+        diff_sha256=row.diff_sha256,
+        vocab_size=row.vocab_size,
+        id_space=row.id_space,
+        merges=row.merges,
+        changed_ids=row.changed_ids,
+        metrics=dict(row.metrics),
+        created_by=row.created_by,
+        # SQLite hands back naive datetimes; every time here is UTC.
+        created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc),
+    )
 
 
-class ModelInfo(BaseModel):
-    """A model published beside a version: its number in the lineage, the version it was trained
-    with, and its files (name -> sha256 and size)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    lineage: str
-    number: int
-    version: int
-    files: dict[str, dict[str, Any]]
-    created_at: datetime
-    created_by: str
-
-    @classmethod
-    def of(cls, row: PublishedModel, lineage: str) -> "ModelInfo":
-        return cls(
-            lineage=lineage,
-            number=row.number,
-            version=row.version,
-            files=dict(row.files),
-            created_by=row.created_by,
-            created_at=row.created_at.replace(tzinfo=timezone.utc) if row.created_at.tzinfo is None else row.created_at,
-        )
+def model_info(row: PublishedModel, lineage: str) -> ModelInfo:
+    """What a published model's row says of it."""
+    return ModelInfo(
+        lineage=lineage,
+        number=row.number,
+        version=row.version,
+        files=dict(row.files),
+        created_by=row.created_by,
+        created_at=row.created_at.replace(tzinfo=timezone.utc) if row.created_at.tzinfo is None else row.created_at,
+    )
 
 
 def finite_number(value: Any) -> bool:
@@ -378,7 +345,7 @@ class Registry:
                 .offset(min(offset, MAX_VERSION))
                 .limit(min(limit, MAX_VERSION))
             ).all()
-            return [VersionInfo.of(r, name) for r in rows], lineage.latest
+            return [version_info(r, name) for r in rows], lineage.latest
 
     def version(self, name: str, ref: int | str = "latest") -> VersionInfo:
         """A version by number, ``latest`` or an alias name."""
@@ -390,7 +357,7 @@ class Registry:
             ).one_or_none()
             if row is None:
                 raise RegistryError("version_not_found", [f"lineage {name!r} has no version {ref}"])
-            return VersionInfo.of(row, name)
+            return version_info(row, name)
 
     def resolve(self, name: str, ref: int | str = "latest") -> int:
         """The number a reference names (a number, ``latest`` or an alias), in one read: what a
@@ -670,7 +637,7 @@ class Registry:
             )
             session.add(row)
             session.flush()
-            return ModelInfo.of(row, name)
+            return model_info(row, name)
 
         return self._store_and_name({stored[file]["sha256"]: data for file, data in files.items()}, insert)
 
@@ -679,7 +646,7 @@ class Registry:
         with Session(self.engine) as session:
             lineage = self._lineage(session, name)
             return [
-                ModelInfo.of(row, name)
+                model_info(row, name)
                 for row in session.scalars(
                     select(PublishedModel)
                     .where(PublishedModel.lineage_id == lineage.id, PublishedModel.number > after)
@@ -943,7 +910,7 @@ class Registry:
         except IntegrityError:
             raise _LatestMoved() from None
         row.lineage = lineage
-        return VersionInfo.of(row, lineage.name)
+        return version_info(row, lineage.name)
 
 
 class _LatestMoved(Exception):

@@ -132,7 +132,7 @@ class LineageFollower:
         self._seq_len = 2
         self.rank = torch.distributed.get_rank() if distributed() else 0
         if version is None:
-            version = self._agreed(self.registry.version(lineage)["number"] if self.rank == 0 else 0)
+            version = self._agreed(self.registry.version(lineage).number if self.rank == 0 else 0)
         self.version = version
         self.tokenizer = self.registry.tokenizer(lineage, version)
         self.steps = 0  # the optimizer steps done (between_steps' calls, or its step)
@@ -294,7 +294,7 @@ class LineageFollower:
         start = self.version
         try:
             tokenizer = self.registry.tokenizer(self.lineage, target)  # RegistryRefused: not its sha256
-            diff = RevisionDiff.from_dict(self.registry.composed_diff(self.lineage, start, target))
+            diff = self.registry.composed_diff(self.lineage, start, target)
         except (TokmaintError, OSError) as exc:  # RegistryRefused: refused, unreachable or not its sha256
             log.warning(
                 "trainer: version %s refused on rank %s, training on with version %s: %s",

@@ -10,15 +10,16 @@ at the registry's URL (``registry.api.routes.hub``), and needs none of the regis
   tokenizers (``tokenizer_service.revision_diff.composed_diff``, as the registry computes it).
 
     versions = HubVersions("http://registry:8000")
-    tokenizer = versions.tokenizer("news", versions.version("news")["number"])
+    tokenizer = versions.tokenizer("news", versions.version("news").number)
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from registry.client import LatestVersion, RegistryRefused
+from schemas.registry_api import VersionInfo
+from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.revision_diff import composed_diff
 
@@ -36,12 +37,15 @@ class HubVersions:
         self.api = HfApi(endpoint=self.endpoint)
         self._tokenizers: dict[tuple[str, int], BPETokenizer] = {}
 
-    def version(self, lineage: str, ref: int | str = "main") -> dict[str, Any]:
-        """The version a revision names (``main``: the latest), as the registry describes it;
-        the Hub client's errors (the registry away, no such revision) as the registry client's."""
+    def version(self, lineage: str, ref: int | str = "main") -> VersionInfo:
+        """The version a revision names (``main``: the latest), as the registry describes it (its
+        card's ``tokmaint``); the Hub client's errors (the registry away, no such revision, a card
+        of another server) as the registry client's."""
         revision = f"v{ref}" if isinstance(ref, int) else ref
         try:
-            return self.api.model_info(lineage, revision=revision).card_data.to_dict()["tokmaint"]
+            return VersionInfo.model_validate(
+                self.api.model_info(lineage, revision=revision).card_data.to_dict()["tokmaint"]
+            )
         except Exception as exc:  # huggingface_hub's HTTP and not-found errors, a card of another server
             raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} at {revision}: {exc}"]) from None
 
@@ -53,7 +57,7 @@ class HubVersions:
         kept = self._tokenizers.get((lineage, number))
         if kept is not None:
             return kept
-        expected = self.version(lineage, number)["sha256"]
+        expected = self.version(lineage, number).sha256
         try:
             path = hf_hub_download(
                 lineage, "tokenizer.json", revision=f"v{number}", endpoint=self.endpoint, cache_dir=self.cache_dir
@@ -72,7 +76,7 @@ class HubVersions:
         self._tokenizers[(lineage, number)] = tokenizer
         return tokenizer
 
-    def composed_diff(self, lineage: str, start: int, end: int) -> dict[str, Any]:
+    def composed_diff(self, lineage: str, start: int, end: int) -> RevisionDiff:
         """One diff from version ``start`` to ``end`` (as the registry's ``/diff?from=&to=``)."""
         return composed_diff(
             self.tokenizer(lineage, start),
@@ -80,9 +84,9 @@ class HubVersions:
             lineage=lineage,
             start=start,
             end=end,
-            parent_sha256=self.version(lineage, start)["sha256"],
-            tokenizer_sha256=self.version(lineage, end)["sha256"],
-        ).to_dict()
+            parent_sha256=self.version(lineage, start).sha256,
+            tokenizer_sha256=self.version(lineage, end).sha256,
+        )
 
     def follow(self, lineage: str) -> "HubLatest":
         return HubLatest(self, lineage)
@@ -101,12 +105,12 @@ class HubLatest(LatestVersion):
         self._follow(lineage, poll_seconds=poll_seconds, patience=patience)
 
     def _first(self) -> int:
-        return self.versions.version(self.lineage)["number"]
+        return self.versions.version(self.lineage).number
 
     def _newer(self) -> int | None:
         if self._stopped.wait(self.poll_seconds):
             return None
-        return self.versions.version(self.lineage)["number"]
+        return self.versions.version(self.lineage).number
 
     def close(self) -> None:
         self._stopped.set()

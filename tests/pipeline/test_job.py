@@ -116,7 +116,7 @@ def _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions
     for texts in steps:
         reference.observe_texts(texts)
     assert reference.revisions, "the stream should drive revisions"
-    assert [v["sha256"] for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
+    assert [v.sha256 for v in versions[1:]] == [r.tokenizer.sha256 for r in reference.revisions]
     store, tokens, buffers, pairs = _state(redis_url, lineage)
     ids = np.arange(ID_SPACE)
     np.testing.assert_allclose(tokens, reference.store.token(ids), rtol=1e-9, atol=1e-12)
@@ -146,7 +146,7 @@ def test_statistics_and_revisions_equal_the_offline_reference(
         )
         report = job.run(until_idle=True)
         job.close()
-        versions = registry.versions(lineage)["data"]
+        versions = registry.versions(lineage).data
     assert (report["documents"], report["dead_lettered"], report["steps"]) == (600, len(BAD), 19)
     families = text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
     scraped = {
@@ -160,20 +160,20 @@ def test_statistics_and_revisions_equal_the_offline_reference(
     assert scraped[("tokmaint_pipeline_dead_letters_total", None)] == len(BAD)
     assert scraped[("tokmaint_pipeline_revisions_total", "ours")] == len(versions) - 1 == report["revisions"]
     assert scraped[("tokmaint_pipeline_consumer_lag", None)] == 0  # read to the end
-    assert scraped[("tokmaint_pipeline_version", None)] == versions[-1]["number"]
+    assert scraped[("tokmaint_pipeline_version", None)] == versions[-1].number
     assert scraped[("tokmaint_pipeline_bytes_per_token", None)] > 1
     assert scraped[("tokmaint_pipeline_step_seconds_count", None)] == 19
 
     steps = list(batches(read_corpus(drifting_corpus).documents, 32))
     store, reference = _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
-    assert store.meta()["version"] == versions[-1]["number"] and store.pending() is None
+    assert store.meta()["version"] == versions[-1].number and store.pending() is None
     client = RegistryClient(registry_url)
     for version in versions[1:]:  # each recorded the stream's bytes/token at a step, with its parent
-        parent = client.tokenizer(lineage, version["parent"])
+        parent = client.tokenizer(lineage, version.parent)
         measured = {
             round(sum(len(t.encode()) for t in texts) / sum(map(len, parent.encode_batch(texts))), 9) for texts in steps
         }
-        assert round(version["metrics"]["bytes_per_token"], 9) in measured
+        assert round(version.metrics["bytes_per_token"], 9) in measured
 
     assert (
         main(
@@ -194,7 +194,7 @@ def test_statistics_and_revisions_equal_the_offline_reference(
         == 0
     )
     shown = json.loads(capsys.readouterr().out)
-    assert (shown["step"], shown["version"], shown["pending_revision"]) == (19, versions[-1]["number"], False)
+    assert (shown["step"], shown["version"], shown["pending_revision"]) == (19, versions[-1].number, False)
     final = BPETokenizer.from_json(RegistryClient(registry_url).download(lineage, "latest").decode())
     expected = sorted(
         (
@@ -222,7 +222,7 @@ def test_statistics_and_revisions_equal_the_offline_reference(
     assert main(snapshot) == 0
     written = json.loads(capsys.readouterr().out)
     folder = tmp_path / lineage / "step-000000019"
-    assert written["snapshot"] == str(folder) and written["version"] == versions[-1]["number"]
+    assert written["snapshot"] == str(folder) and written["version"] == versions[-1].number
     tokens = pq.read_table(folder / "tokens.parquet").to_pydict()
     assert dict(zip(tokens["token"], tokens["id"])) == final.vocab
     np.testing.assert_allclose(tokens["tau_token"], reference.store.token(np.array(tokens["id"])), rtol=1e-9)
@@ -258,7 +258,7 @@ def test_a_job_reading_while_a_slow_producer_trickles_the_stream_in_equals_the_t
         )
         report = job.run(until_idle=True)
         job.close()
-        versions = registry.versions(lineage)["data"]
+        versions = registry.versions(lineage).data
     producer.join()
     replayed = [[d.text for d in step.documents] for step in step_stream.topic_steps(settings, 32, wait=1.0)]
     assert (report["documents"], report["steps"]) == (600, len(replayed)) == (600, 19)
@@ -292,7 +292,7 @@ def test_a_live_job_whose_producer_stops_mid_step_counts_the_finished_topics_ste
             rest = job.run(until_idle=True)
         finally:
             job.close()
-        versions = registry.versions(lineage)["data"]
+        versions = registry.versions(lineage).data
     replayed = [[d.text for d in step.documents] for step in step_stream.topic_steps(settings, 32, wait=1.0)]
     assert (live["documents"], live["steps"]) == (18 * 32, 18)
     assert (rest["documents"], rest["steps"]) == (24, 1) and len(replayed) == 19
@@ -316,7 +316,7 @@ def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url,
         )
         report = job.run(until_idle=True)
         job.close()
-        versions = registry.versions(lineage)["data"]
+        versions = registry.versions(lineage).data
     assert report["documents"] == 600 and report["revisions"] == len(versions) - 1
     steps = list(batches(read_corpus(drifting_corpus).documents, 32))
     _, reference = _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
@@ -346,7 +346,7 @@ def test_event_time_steps_are_windows_cut_at_the_step_cap(
             report = job.run(until_idle=True)
         finally:
             job.close()
-        versions = registry.versions(lineage)["data"]
+        versions = registry.versions(lineage).data
     docs = read_corpus(drifting_corpus).documents
     windows: dict[int, list[str]] = {}
     for doc in docs:
@@ -397,7 +397,7 @@ def test_the_job_on_a_redis_cluster_equals_the_offline_reference(
     out, err = job.communicate(timeout=300)
     assert job.returncode == 0, err.decode()[-2000:]
     assert json.loads(out)["documents"] == 600
-    versions = RegistryClient(registry_url).versions(lineage)["data"]
+    versions = RegistryClient(registry_url).versions(lineage).data
     steps = list(batches(read_corpus(drifting_corpus).documents, 32))
     store, _ = _equal_to_the_offline_reference(redis_cluster, lineage, initial, steps, versions)
     assert isinstance(store.client, redis.RedisCluster) and store.meta()["step"] == 19
@@ -436,13 +436,9 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(
     assert pairs_k.keys() == pairs.keys()
     np.testing.assert_allclose([pairs_k[k] for k in pairs], [pairs[k] for k in pairs], rtol=1e-12)
     with RegistryClient(registry_url) as registry:
-        assert [v["sha256"] for v in registry.versions(killed)["data"]] == [
-            v["sha256"] for v in registry.versions(whole)["data"]
-        ]
+        assert [v.sha256 for v in registry.versions(killed).data] == [v.sha256 for v in registry.versions(whole).data]
         # What is published with them too: a restarted job once lost a version's bytes/token.
-        assert [v["metrics"] for v in registry.versions(killed)["data"]] == [
-            v["metrics"] for v in registry.versions(whole)["data"]
-        ]
+        assert [v.metrics for v in registry.versions(killed).data] == [v.metrics for v in registry.versions(whole).data]
     assert store.meta()["step"] == _state(redis_url, whole)[0].meta()["step"]
     assert store.meta()["documents"] == 600  # every unique document counted once, through three kills
     assert store.meta()["step"] == 19 or topic == "resent"  # resends take room in steps: more steps
@@ -515,7 +511,7 @@ def test_revise_makes_one_published_revision_from_the_statistics(
     assert not first["revised_meanwhile"] and not second["revised_meanwhile"]
     store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
     assert store.meta()["version"] == 2 and store.meta()["revised"] == 14 and store.pending() is None
-    assert RegistryClient(registry_url).version(lineage)["number"] == 2
+    assert RegistryClient(registry_url).version(lineage).number == 2
 
 
 def test_a_revision_planned_while_another_process_revises_writes_nothing(
@@ -548,7 +544,7 @@ def test_a_revision_planned_while_another_process_revises_writes_nothing(
         after = (store.meta(), store.pending(), store.top_pairs(50))
         assert before[0] == after[0] and before[1] == after[1] and before[0]["version"] == 2
         assert all(np.array_equal(x, y) for x, y in zip(before[2], after[2]))
-        assert registry.version(lineage)["number"] == 2
+        assert registry.version(lineage).number == 2
 
 
 def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_url, registry_url, stream, initial):
@@ -566,8 +562,8 @@ def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_
             job.run(max_steps=12)
             ours = job.tedtok.version
             assert ours > 1, "the job should have revised by now"
-            rollback = registry.rollback(lineage, to=1)["number"]  # someone else publishes
-            changed = [e["id"] for e in registry.composed_diff(lineage, ours, rollback)["entries"]]
+            rollback = registry.rollback(lineage, to=1).number  # someone else publishes
+            changed = [e.id for e in registry.composed_diff(lineage, ours, rollback).entries]
             assert changed
             assert job.lineage_stats.follow()
             store = job.store
@@ -603,7 +599,7 @@ def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_agai
 
         def commit_after_a_rollback(plan):
             if plan.revision is not None and not raced:
-                raced.append((plan.revision.tokenizer.sha256, registry.rollback(lineage, to=1)["number"]))
+                raced.append((plan.revision.tokenizer.sha256, registry.rollback(lineage, to=1).number))
             return commit(plan)
 
         def prepare(texts, prepare=job.counting.process.prepare):  # the step after a revision: submitted as None
@@ -630,15 +626,15 @@ def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_agai
             job.run(until_idle=True)
         finally:
             job.close()
-        versions = registry.versions(lineage)["data"]
+        versions = registry.versions(lineage).data
     ((planned, rollback),) = raced
-    assert planned not in {v["sha256"] for v in versions}  # the planned revision lost the race
-    assert versions[rollback - 1]["sha256"] == initial.sha256 and len(versions) > rollback  # and the job went on
+    assert planned not in {v.sha256 for v in versions}  # the planned revision lost the race
+    assert versions[rollback - 1].sha256 == initial.sha256 and len(versions) > rollback  # and the job went on
     ahead = [texts for texts, sha in submitted if sha == planned]  # (the counting process's share of a step)
     assert ahead and all(any(whole[: len(texts)] == texts for whole in recounted) for texts in ahead)
     assert any(sha == initial.sha256 for _, sha in submitted)  # counted again with the rolled-back version
     store = RedisStatsStore.open(redis.Redis.from_url(redis_url), lineage=lineage)
-    assert store.meta()["version"] == versions[-1]["number"] and store.meta()["step"] == 19
+    assert store.meta()["version"] == versions[-1].number and store.meta()["step"] == 19
 
 
 def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(
@@ -661,14 +657,14 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(
             assert job.store.write_revision(revision.edit, step=job.store.step + 100, pending=kept.encode())
         finally:
             job.close()
-        rollback = registry.rollback(lineage, to=1)["number"]  # meanwhile, someone else publishes
+        rollback = registry.rollback(lineage, to=1).number  # meanwhile, someone else publishes
         restarted = PipelineJob(
             settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage, wait=1.0
         )
         try:
             assert restarted.store.pending() is None and restarted.store.meta()["version"] == rollback
             assert restarted.tedtok.version == rollback and restarted.tedtok.tokenizer.sha256 == initial.sha256
-            assert revision.tokenizer.sha256 not in {v["sha256"] for v in registry.versions(lineage)["data"]}
+            assert revision.tokenizer.sha256 not in {v.sha256 for v in registry.versions(lineage).data}
             restarted.run(max_steps=1)  # and it goes on from there
         finally:
             restarted.close()
@@ -744,7 +740,7 @@ def test_neighbour_statistics_and_the_residues_job(
     assert (out / "scores.parquet").is_file() and (out / "tokenizer.json").is_file()
     assert store.residues()["version"] == result["version"] and len(store.residues()["residues"]) == result["residues"]
     latest = RegistryClient(registry_url).version(lineage)
-    assert result["export"]["removed"] > 0 and latest["number"] == result["published"] and latest["kind"] == "litetoken"
+    assert result["export"]["removed"] > 0 and latest.number == result["published"] and latest.kind == "litetoken"
 
 
 def test_the_latest_version_follows_the_registrys_watch(registry_url, initial):
@@ -754,7 +750,7 @@ def test_the_latest_version_follows_the_registrys_watch(registry_url, initial):
     lineage = _lineage(registry_url, initial)
     with LatestVersion(registry_url, lineage) as latest:
         assert latest.number == 1
-        published = RegistryClient(registry_url, token="t" * 32).rollback(lineage, to=1)["number"]
+        published = RegistryClient(registry_url, token="t" * 32).rollback(lineage, to=1).number
         deadline = time.monotonic() + 10
         while latest.number != published:
             assert time.monotonic() < deadline, "the watch did not see the publish"

@@ -209,7 +209,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         assert job.poll() is None  # waiting, not gone
         server = registry()
         deadline = time.monotonic() + 120
-        while RegistryClient(f"http://127.0.0.1:{port}").version(lineage)["number"] < 3:
+        while RegistryClient(f"http://127.0.0.1:{port}").version(lineage).number < 3:
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.5)
     finally:

@@ -21,7 +21,6 @@ from registry.api.routes.hub import model_commit
 from registry.artifacts import LocalArtifactStore
 from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
-from registry.store import ModelInfo
 from tests.conftest import sentences, tedtok_lineage
 from tests.support.registry_files import (
     collect_until_stopped,
@@ -61,11 +60,11 @@ def revisions():
 def test_publish_watch_compose_and_download(server, revisions, tmp_path):
     initial, made = revisions
     client = RegistryClient(server, token=TOKEN, cache_dir=tmp_path / "cache")
-    assert client.create("news", initial.to_json())["number"] == 1
+    assert client.create("news", initial.to_json()).number == 1
     for revision in made[:-1]:
         client.publish("news", revision.tokenizer.to_json(), diff_json=revision.diff.to_json())
-    latest = client.version("news")["number"]
-    assert latest == len(made) and [v["number"] for v in client.versions("news")["data"]] == list(range(1, latest + 1))
+    latest = client.version("news").number
+    assert latest == len(made) and [v.number for v in client.versions("news").data] == list(range(1, latest + 1))
 
     # A watcher of the latest wakes up within a second of the next publish.
     woke: dict = {}
@@ -81,34 +80,34 @@ def test_publish_watch_compose_and_download(server, revisions, tmp_path):
     client.publish("news", made[-1].tokenizer.to_json(), diff_json=made[-1].diff.to_json())
     published_at = time.monotonic()
     thread.join(timeout=30)
-    assert woke["version"]["number"] == latest + 1 and woke["at"] - published_at < 1.0
+    assert woke["version"].number == latest + 1 and woke["at"] - published_at < 1.0
     assert client_reader.watch("news", after=latest + 1, timeout=0.5) is None  # 204 on timeout
 
     # One composed diff equals every diff in turn.
     tokens = dict(BPETokenizer.from_json(client.download("news", 2)).id_to_token)
     composed = dict(tokens)
     for n in range(3, latest + 2):
-        for e in client.diff("news", n)["entries"]:
-            tokens.pop(e["id"], None) if e["new_token"] is None else tokens.__setitem__(e["id"], e["new_token"])
-    for e in client.composed_diff("news", 2)["entries"]:
-        composed.pop(e["id"], None) if e["new_token"] is None else composed.__setitem__(e["id"], e["new_token"])
+        for e in client.diff("news", n).entries:
+            tokens.pop(e.id, None) if e.new_token is None else tokens.__setitem__(e.id, e.new_token)
+    for e in client.composed_diff("news", 2).entries:
+        composed.pop(e.id, None) if e.new_token is None else composed.__setitem__(e.id, e.new_token)
     assert tokens == composed == made[-1].tokenizer.id_to_token
 
     # Downloads carry the sha256 as ETag; revalidation answers 304 with no body.
     info = client.version("news", 3)
-    response = httpx.get(f"{server}{info['tokenizer_url']}")
-    assert response.headers["etag"] == f'"{info["sha256"]}"'
+    response = httpx.get(f"{server}{info.tokenizer_url}")
+    assert response.headers["etag"] == f'"{info.sha256}"'
     assert response.content == made[1].tokenizer.to_json().encode()
-    again = httpx.get(f"{server}{info['tokenizer_url']}", headers={"If-None-Match": response.headers["etag"]})
+    again = httpx.get(f"{server}{info.tokenizer_url}", headers={"If-None-Match": response.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
     assert client.download("news", 3) == client.download("news", 3) == response.content
-    assert (tmp_path / "cache" / info["sha256"]).read_bytes() == response.content
+    assert (tmp_path / "cache" / info.sha256).read_bytes() == response.content
 
     # Aliases and rollback.
-    assert client.set_alias("news", "serving", 3)["version"] == 3
-    assert client.version("news", "serving")["sha256"] == info["sha256"]
+    assert client.set_alias("news", "serving", 3).version == 3
+    assert client.version("news", "serving").sha256 == info.sha256
     rolled = client.rollback("news", 3)
-    assert rolled["kind"] == "rollback" and rolled["sha256"] == info["sha256"] and rolled["number"] == latest + 2
+    assert rolled.kind == "rollback" and rolled.sha256 == info.sha256 and rolled.number == latest + 2
     client.delete_alias("news", "serving")
     with pytest.raises(RegistryRefused) as caught:
         client.version("news", "serving")
@@ -231,8 +230,8 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
     assert any("offset" in r for r in negative.json()["reasons"])
     assert httpx.get(f"{server}/v1/no-such-path").json()["error_code"] == "not_found"
     assert _post(server, "/v1/tokenizers/refusals/rollback", b'{"to": 1}', token=None).status_code == 401
-    assert client.versions("refusals")["count"] == 1
-    assert [lineage["name"] for lineage in client.lineages()].count("refusals") == 1
+    assert client.versions("refusals").count == 1
+    assert [lineage.name for lineage in client.lineages()].count("refusals") == 1
 
 
 @pytest.mark.parametrize(
@@ -253,7 +252,7 @@ def test_refusals_answer_with_every_reason_and_store_nothing(server, revisions):
 def test_version_numbers_past_what_sql_holds_answer_4xx(server, revisions, path):
     """2^63 and beyond name no version: SQLite raised OverflowError, a 500, on every such path."""
     client = RegistryClient(server, token=TOKEN)
-    if "huge" not in [lineage["name"] for lineage in client.lineages()]:
+    if "huge" not in [lineage.name for lineage in client.lineages()]:
         client.create("huge", revisions[0].to_json())
     for n in (1 << 63, 1 << 64, 10**30):
         if path == "rollback":
@@ -279,7 +278,7 @@ def test_alias_names_the_hub_reads_as_another_revision_are_refused(server, revis
     immutable though it moves). Refused with 422 and why; other names, ``v2-candidate`` among
     them, are aliases."""
     client = RegistryClient(server, token=TOKEN)
-    if "shadows" not in [lineage["name"] for lineage in client.lineages()]:
+    if "shadows" not in [lineage.name for lineage in client.lineages()]:
         client.create("shadows", revisions[0].to_json())
     why = {
         "main": "'main' names the newest version",
@@ -299,8 +298,8 @@ def test_alias_names_the_hub_reads_as_another_revision_are_refused(server, revis
         assert answer["error_code"] == "invalid_name"
         assert answer["reasons"] == [f"alias {alias!r} would shadow a version reference: {reason}"]
     for alias in ("serving", "v2-candidate", "mainline"):
-        assert client.set_alias("shadows", alias, 1)["version"] == 1
-        assert client.version("shadows", alias)["number"] == 1
+        assert client.set_alias("shadows", alias, 1).version == 1
+        assert client.version("shadows", alias).number == 1
     hub = httpx.head(f"{server}/shadows/resolve/v2-candidate/tokenizer.json")
     assert hub.status_code == 200 and hub.headers["cache-control"] == "no-cache"  # an alias moves
 
@@ -347,10 +346,10 @@ def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions
     try:
         assert collector.exitcode == 0 and runs.value > 1
         for model, folder in zip(published, folders):
-            commit = model_commit(ModelInfo(**{k: model[k] for k in ModelInfo.model_fields}))
+            commit = model_commit(model)
             for name in exported:
                 response = httpx.get(f"{url}/raced-models/resolve/{commit}/{name}")
-                assert response.status_code == 200, (model["number"], name, response.text)
+                assert response.status_code == 200, (model.number, name, response.text)
                 assert response.content == (folder / name).read_bytes()
     finally:
         process.terminate()
@@ -419,15 +418,15 @@ def test_evolve_publishes_every_version_and_continues(server, drifting_corpus, t
         assert main(argv) == 0
         versions = json.loads(capsys.readouterr().out)["versions"]
         client = RegistryClient(server)
-        assert client.version("stream")["number"] == versions > 1
+        assert client.version("stream").number == versions > 1
         for n in range(1, versions + 1):
             assert client.download("stream", n) == (tmp_path / "out" / f"v{n:04d}" / "tokenizer.json").read_bytes()
         assert (
-            client.diff("stream", 2)["entries"]
+            client.diff("stream", 2).to_dict()["entries"]
             == json.loads((tmp_path / "out" / "v0002" / "diff.json").read_text())["entries"]
         )
         assert main(argv) == 0  # the same run again: nothing new
-        assert client.version("stream")["number"] == versions
+        assert client.version("stream").number == versions
         # Only a registry, and a lineage another run started: refused in one line.
         assert main([*argv[:2], argv[2], "--registry", server, "--lineage", "stream", "--vocab-size", "280"]) == 2
         assert "registry lineage 'stream' version 1 is not this run's" in capsys.readouterr().err
@@ -599,14 +598,14 @@ def test_a_model_upload_expands_to_no_more_than_it_sends_and_holds_a_bounded_num
         )
         assert answer.status_code == 422 and answer.json()["error_code"] == code, answer.text
         assert any(r.startswith(reason) for r in answer.json()["reasons"]), answer.json()
-    assert client.models("tars")["count"] == 0
+    assert client.models("tars").count == 0
     published = httpx.post(
         f"{server}/v1/tokenizers/tars/models",
         content=tar_of_files(folder),
         params={"version": "1"},
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-tar"},
     )
-    assert published.status_code == 201 and client.models("tars")["count"] == 1
+    assert published.status_code == 201 and client.models("tars").count == 1
 
 
 def test_if_none_match_is_a_list_of_entity_tags(server):
@@ -698,3 +697,20 @@ def test_idle_watches_share_one_poller_of_the_database_and_wake_on_a_publish(tmp
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def test_an_answer_that_is_not_the_api_s_is_refused_naming_what_is_wrong():
+    """Another server on the registry's port answers: a refusal as the registry's are, not a
+    half-read version."""
+    client = RegistryClient("http://registry.test")
+    client.http = httpx.Client(
+        base_url="http://registry.test",
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"number": "one"})),
+    )
+    with pytest.raises(RegistryRefused) as refused:
+        client.version("news")
+    assert refused.value.code == "invalid_answer" and refused.value.reasons[:3] == [
+        "http://registry.test/v1/tokenizers/news/versions/latest answered no VersionPublic",
+        "lineage: Field required",
+        "number: Input should be a valid integer, unable to parse string as an integer",
+    ]

@@ -67,7 +67,7 @@ def lineage(registry_server):
 def test_auto_tokenizer_loads_a_version_by_number_alias_and_commit(lineage, tmp_path):
     url, client = lineage
     v2 = client.version("hub", 2)
-    commit = commit_hash("hub", 2, v2["sha256"])
+    commit = commit_hash("hub", 2, v2.sha256)
     texts = sentences(20, seed=4) + ["héllo <|endoftext|> wörld", "  two  spaces\n\nand 12345"]
     loaded = hub_client(
         url,
@@ -107,7 +107,7 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
     """
     first = hub_client(url, tmp_path, script)
     latest = client.version("hub")
-    assert first["sha"] == commit_hash("hub", latest["number"], latest["sha256"])
+    assert first["sha"] == commit_hash("hub", latest.number, latest.sha256)
     assert first["folder"].endswith(f"/snapshots/{first['sha']}")
     assert first["files"] == [
         "revision_diff.json",
@@ -115,7 +115,7 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
         "tokenizer.json",
         "tokenizer_config.json",
     ]
-    assert first["card"]["tokmaint"]["number"] == latest["number"] and first["etag"] == latest["sha256"]
+    assert first["card"]["tokmaint"]["number"] == latest.number and first["etag"] == latest.sha256
     with open(first["path"], "rb") as f:
         assert f.read() == client.download("hub", 2)
 
@@ -134,10 +134,10 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
 
     published = client.rollback("hub", 1)  # a new version, with version 1's tokenizer
     moved = hub_client(url, tmp_path, script)
-    assert moved["sha"] == commit_hash("hub", published["number"], published["sha256"]) != first["sha"]
-    assert moved["card"]["tokmaint"]["number"] == published["number"] and resolve_gets(url) > gets
+    assert moved["sha"] == commit_hash("hub", published.number, published.sha256) != first["sha"]
+    assert moved["card"]["tokmaint"]["number"] == published.number and resolve_gets(url) > gets
     with open(moved["folder"] + "/tokenizer.json", "rb") as f:
-        assert f.read() == client.download("hub", published["number"])
+        assert f.read() == client.download("hub", published.number)
 
     alias = """
         from huggingface_hub import hf_hub_download
@@ -147,8 +147,8 @@ def test_downloads_are_cached_by_commit_and_a_new_version_is_seen(lineage, tmp_p
     client.set_alias("hub", "stable", 1)  # an alias that moved is seen as moved
     after = hub_client(url, tmp_path, alias)
     v1, v2 = client.version("hub", 1), client.version("hub", 2)
-    assert f"/snapshots/{commit_hash('hub', 2, v2['sha256'])}/" in before
-    assert f"/snapshots/{commit_hash('hub', 1, v1['sha256'])}/" in after
+    assert f"/snapshots/{commit_hash('hub', 2, v2.sha256)}/" in before
+    assert f"/snapshots/{commit_hash('hub', 1, v1.sha256)}/" in after
     client.set_alias("hub", "stable", 2)
 
 
@@ -200,9 +200,9 @@ def test_revalidation_is_a_304_and_numbered_files_are_immutable(lineage):
     url, client = lineage
     v1 = client.version("hub", 1)
     head = httpx.head(f"{url}/hub/resolve/v1/tokenizer.json")
-    assert head.status_code == 200 and head.headers["etag"] == f'"{v1["sha256"]}"'
+    assert head.status_code == 200 and head.headers["etag"] == f'"{v1.sha256}"'
     assert int(head.headers["content-length"]) == len(client.download("hub", 1)) and not head.content
-    assert head.headers["x-repo-commit"] == commit_hash("hub", 1, v1["sha256"])
+    assert head.headers["x-repo-commit"] == commit_hash("hub", 1, v1.sha256)
     assert "immutable" in head.headers["cache-control"]
     assert httpx.head(f"{url}/hub/resolve/main/tokenizer.json").headers["cache-control"] == "no-cache"
     again = httpx.get(f"{url}/hub/resolve/v1/tokenizer.json", headers={"If-None-Match": head.headers["etag"]})
@@ -286,7 +286,7 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
     assert main(["registry", "publish-model", "hub", "--model", str(tmp_path / "wrong"), "--registry", url]) != 0
     refused = capsys.readouterr().err
     assert "invalid_model" in refused and "10 rows" in refused and "not version 2's" in refused
-    assert client.models("hub")["count"] == 1
+    assert client.models("hub").count == 1
     # A newer model of version 2 may come: its number is no fixed revision in a models repository.
     assert httpx.head(f"{url}/hub-models/resolve/v2/config.json").headers["cache-control"] == "no-cache"
     missing = httpx.head(f"{url}/hub-models/resolve/v1/config.json")  # no model was trained with version 1
@@ -478,7 +478,7 @@ def test_head_and_get_agree_on_the_content_type_and_if_none_match_is_a_list_of_e
             for method in (httpx.head, httpx.get):
                 answer = method(resolve, headers={"If-None-Match": asked})
                 assert answer.status_code == status, (name, asked, method)
-    assert published["files"]["model.safetensors"]["sha256"] == httpx.head(
+    assert published.files["model.safetensors"]["sha256"] == httpx.head(
         f"{url}/hub-models/resolve/{commit}/model.safetensors"
     ).headers["etag"].strip('"')
 
@@ -511,10 +511,10 @@ def test_a_snapshot_download_folder_publishes_the_files_its_links_point_to(
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
     assert main(["registry", "publish-model", "hub", "--model", snapshot, "--registry", url, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["version"] == 1 and again["number"] > published["number"]
+    assert again["version"] == 1 and again["number"] > published.number
     assert (
         again["files"]
-        == published["files"]
+        == published.files
         == {
             path.name: {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": path.stat().st_size}
             for path in folder.iterdir()

@@ -79,10 +79,10 @@ def test_the_page_lists_the_lineage_and_a_click_opens_a_versions_diff(registry, 
     browser.find_element(By.LINK_TEXT, "3").click()
     assert "Diff:" in browser.find_element(By.ID, "diff").text
     shown = browser.find_elements(By.CSS_SELECTOR, "#entries tr")[1:]
-    assert len(shown) == len(diff["entries"]) > 0
-    first, entry = shown[0].find_elements(By.TAG_NAME, "td"), diff["entries"][0]
-    assert (first[0].text, first[1].text, first[4].text) == (str(entry["id"]), entry["kind"], entry["new_token"])
-    assert first[5].text == " + ".join(repr(t) for t in entry["new_token"])  # a merge of its two letters
+    assert len(shown) == len(diff.entries) > 0
+    first, entry = shown[0].find_elements(By.TAG_NAME, "td"), diff.entries[0]
+    assert (first[0].text, first[1].text, first[4].text) == (str(entry.id), entry.kind, entry.new_token)
+    assert first[5].text == " + ".join(repr(t) for t in entry.new_token)  # a merge of its two letters
 
 
 def test_the_drift_plot_is_a_png(registry, published):
@@ -109,7 +109,7 @@ def test_metrics_that_are_not_finite_numbers_are_refused(registry, published, ba
         with pytest.raises(RegistryRefused) as refused:
             client.publish(published[0], b"{}", kind="import", metrics=bad)  # refused before the tokenizer is read
         assert refused.value.status == 422 and "metrics.bytes_per_token: must be" in str(refused.value)
-        assert client.version(published[0])["number"] == 3
+        assert client.version(published[0]).number == 3
 
 
 def test_a_version_stored_with_bad_metrics_still_renders(registry, registry_root, published):

@@ -40,6 +40,7 @@ def create_lineage(url, initial) -> str:
 
 def publish_revision(url, name, revision) -> int:
     """Publish a Ted-Tok revision (its tokenizer and diff) to lineage ``name``; its number."""
-    return RegistryClient(url, token=TOKEN).publish(
+    published = RegistryClient(url, token=TOKEN).publish(
         name, revision.tokenizer.to_json(), diff_json=revision.diff.to_json(), kind="tedtok"
-    )["number"]
+    )
+    return published.number

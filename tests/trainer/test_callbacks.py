@@ -101,9 +101,9 @@ class PublishAfter(TrainerCallback):
             return
         published = RegistryClient(self.url, token=TOKEN).publish(
             self.callback.follower.lineage, version.to_json(), kind="tedtok"
-        )["number"]
+        )
         deadline = time.monotonic() + 10
-        while not self.callback.follower.fetched(published):
+        while not self.callback.follower.fetched(published.number):
             assert time.monotonic() < deadline, "the version was never downloaded"
             time.sleep(0.02)
 

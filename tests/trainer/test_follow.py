@@ -43,9 +43,10 @@ def _lineage(urls: list[str], initial) -> str:
 
 
 def _publish(url: str, name: str, revision) -> int:
-    return RegistryClient(url, token=TOKEN).publish(
+    published = RegistryClient(url, token=TOKEN).publish(
         name, revision.tokenizer.to_json(), diff_json=revision.diff.to_json(), kind="tedtok"
-    )["number"]
+    )
+    return published.number
 
 
 def _model(tokenizer, seed: int = 0, *, room: int = 0):

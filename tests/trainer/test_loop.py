@@ -316,7 +316,7 @@ def test_a_trainer_following_the_hub_protocol_takes_a_new_version(registry_serve
     assert trainer.tokenizer.sha256 == revisions[0].tokenizer.sha256
     assert trainer.model.get_input_embeddings().weight.shape[0] == revisions[0].tokenizer.id_space
     own = RegistryClient(url).composed_diff(name, 1, 2)  # the version's own diff: the same ids, another config
-    assert versions.composed_diff(name, 1, 2)["entries"] == own["entries"]
+    assert versions.composed_diff(name, 1, 2).entries == own.entries
     assert (tmp_path / "hf" / f"models--{name}").is_dir()  # read through the Hub client's own cache
 
 

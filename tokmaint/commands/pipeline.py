@@ -136,7 +136,7 @@ def cmd_stats_show(args: argparse.Namespace) -> int:
 
     store = RedisStatsStore.open(connect_redis(_redis(args), wait=args.wait), lineage=args.lineage)
     with RegistryClient(args.registry) as registry:
-        version = store.meta()["version"] or registry.version(args.lineage)["number"]
+        version = store.meta()["version"] or registry.version(args.lineage).number
         tokenizer = registry.tokenizer(args.lineage, version)
     print_result(stats_report(store, tokenizer, top=args.top), as_json=args.json)
     return 0
@@ -163,7 +163,7 @@ def cmd_stats_hypertokens(args: argparse.Namespace) -> int:
     from tokenizer_service.lzw import contexts, merge_signal
 
     with RegistryClient(args.registry) as registry:
-        version = registry.version(args.lineage, args.version or "latest")["number"]
+        version = registry.version(args.lineage, args.version or "latest").number
         tokenizer = registry.tokenizer(args.lineage, version)
     if args.corpus is not None:
         texts = read_corpus(args.corpus).texts

@@ -12,12 +12,15 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
 from tokenizer_service.settings import Number, whole
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -168,14 +171,15 @@ def cmd_create(args: argparse.Namespace) -> int:
             if not (args.exist_ok and exc.code == "lineage_exists"):
                 raise
             info = client.version(args.name, 1)
-    print_result(info, as_json=args.json)
+    print_result(info.model_dump(mode="json"), as_json=args.json)
     return 0
 
 
-def _answer(args: argparse.Namespace, ask: Callable[[Any], dict[str, Any]]) -> int:
-    """Print what ``ask(client)`` answers, a client of ``--registry`` open meanwhile."""
+def _answer(args: argparse.Namespace, ask: Callable[[Any], BaseModel]) -> int:
+    """Print what ``ask(client)`` answers (as the registry sent it), a client of ``--registry``
+    open meanwhile."""
     with _client(args) as client:
-        print_result(ask(client), as_json=args.json)
+        print_result(ask(client).model_dump(mode="json"), as_json=args.json)
     return 0
 
 
@@ -193,24 +197,22 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from schemas.registry_api import LineagesPublic
+
     with _client(args) as client:
         page = client.versions(args.name, offset=args.offset, limit=args.limit) if args.name else None
         lineages = client.lineages() if page is None else None
     if args.json:
-        print_result(page or {"data": lineages, "count": len(lineages)}, as_json=True)
+        print_result((page or LineagesPublic(data=lineages, count=len(lineages))).model_dump(mode="json"), as_json=True)
         return 0
     if page is None:
-        print_rows([{"lineage": r["name"], "latest": r["latest"]} for r in lineages]) if lineages else print(
-            "no lineages"
-        )
+        print_rows([{"lineage": r.name, "latest": r.latest} for r in lineages]) if lineages else print("no lineages")
         return 0
-    rows = [
-        {k: v[k] for k in ("number", "parent", "kind", "vocab_size", "changed_ids", "sha256", "created_at")}
-        for v in page["data"]
-    ]
+    shown = ("number", "parent", "kind", "vocab_size", "changed_ids", "sha256", "created_at")
+    rows = [{k: v[k] for k in shown} for v in page.model_dump(mode="json")["data"]]
     if rows:
         print_rows(rows)
-    print(f"{page['count']} versions")
+    print(f"{page.count} versions")
     return 0
 
 
@@ -225,18 +227,19 @@ def cmd_diff(args: argparse.Namespace) -> int:
             if args.start is not None
             else client.diff(args.name, args.version)
         )
-    print(json.dumps(diff, indent=1, ensure_ascii=False))
+    data = diff.to_dict()
+    data["entries"] = data.pop("entries")  # last, as the registry serves a diff
+    print(json.dumps(data, indent=1, ensure_ascii=False))
     return 0
 
 
 def cmd_alias(args: argparse.Namespace) -> int:
-    def alias(client) -> dict[str, Any]:
-        if args.delete:
+    if args.delete:
+        with _client(args) as client:
             client.delete_alias(args.name, args.alias)
-            return {"deleted": args.alias}
-        return client.set_alias(args.name, args.alias, args.version)
-
-    return _answer(args, alias)
+        print_result({"deleted": args.alias}, as_json=args.json)
+        return 0
+    return _answer(args, lambda client: client.set_alias(args.name, args.alias, args.version))
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

@@ -45,7 +45,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from registry.api.deps import RegistryDep
 from registry.api.downloads import ArtifactCache, not_modified
-from registry.store import ModelInfo, Registry, RegistryError, VersionInfo
+from registry.store import Registry, RegistryError
+from schemas.registry_api import ModelInfo, VersionInfo
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.hub_files import special_tokens_map, tokenizer_config
 

@@ -18,7 +18,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from registry.api.deps import RegistryDep
-from registry.store import VersionInfo, finite_number
+from registry.store import finite_number
+from schemas.registry_api import VersionInfo
 from schemas.revision import RevisionDiff
 
 router = APIRouter(include_in_schema=False)

@@ -13,46 +13,38 @@ from __future__ import annotations
 import io
 import tarfile
 from collections import Counter
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel
+from pydantic import ValidationError
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
 from registry.api.downloads import ArtifactCache, download_headers, not_modified
 from registry.api.watches import LatestNumbers, disconnected
 from registry.model_folder import MAX_MODEL_FILES
 from registry.refs import version_number
-from registry.store import ModelInfo, RegistryError, VersionInfo
-from schemas.json_values import json_kind
+from registry.store import RegistryError
+from schemas.registry_api import (
+    AliasPublic,
+    AliasSet,
+    LineageCreate,
+    LineagePublic,
+    LineagesPublic,
+    ModelPublic,
+    ModelsPublic,
+    RequestBody,
+    RollbackCreate,
+    VersionCreate,
+    VersionPublic,
+    VersionsPublic,
+    body_problems,
+)
 from tokenizer_service.tokenizer_json import json_shape_problems, parse_json
 from tokenizer_service.errors import InvalidTokenizer
 
 router = APIRouter(prefix="/v1/tokenizers", tags=["tokenizers"])
-
-
-class VersionPublic(VersionInfo):
-    tokenizer_url: str
-    diff_url: str
-
-    @classmethod
-    def of(cls, info: VersionInfo) -> "VersionPublic":
-        base = f"/v1/tokenizers/{info.lineage}/versions/{info.number}"
-        return cls(**info.model_dump(), tokenizer_url=f"{base}/tokenizer.json", diff_url=f"{base}/diff")
-
-
-class ModelPublic(ModelInfo):
-    hub_repo: str  # what from_pretrained names it by, with HF_ENDPOINT at the registry
-
-    @classmethod
-    def of(cls, info: ModelInfo) -> "ModelPublic":
-        return cls(**info.model_dump(), hub_repo=f"{info.lineage}-models")
-
-
-class ModelsPublic(BaseModel):
-    data: list[ModelPublic]
-    count: int
+Body = TypeVar("Body", bound=RequestBody)
 
 
 def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -> dict[str, bytes]:
@@ -95,27 +87,6 @@ def folder_files(data: bytes, limit: int, *, max_files: int = MAX_MODEL_FILES) -
         raise RegistryError("invalid_request", [f"the body is not a tar of a model folder: {exc}"]) from None
 
 
-class VersionsPublic(BaseModel):
-    data: list[VersionPublic]
-    count: int
-
-
-class LineagePublic(BaseModel):
-    name: str
-    latest: int
-
-
-class LineagesPublic(BaseModel):
-    data: list[LineagePublic]
-    count: int
-
-
-class AliasPublic(BaseModel):
-    lineage: str
-    alias: str
-    version: int
-
-
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
     """The request's JSON object, refused (413, 422) before anything is stored."""
     body = await read_body(request, limit)
@@ -131,18 +102,20 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return data
 
 
-_JSON_TYPES = {str: "a string", dict: "an object", int: "an integer", list: "a list"}
+async def request_body(request: Request, model: type[Body], limit: int) -> Body:
+    """The request's JSON body as ``model``, refused with every field that is wrong."""
+    data = await json_body(request, limit)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RegistryError("invalid_request", body_problems(model, exc)) from None
 
 
-def _field(data: dict[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True) -> Any:
-    """``data[key]`` of the given JSON type(s) (never a boolean), or a refusal naming it."""
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        what = " or ".join(_JSON_TYPES[kind] for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
-        raise RegistryError("invalid_request", [f"'{key}' must be {what}, got {json_kind(value)}"])
-    return value
+def json_request(model: type[RequestBody]) -> dict[str, Any]:
+    """``openapi_extra`` declaring ``model`` the operation's JSON body. The routes read the body
+    themselves (the size limit before it is read, duplicate keys, nesting, the tokenizer's text
+    not re-encoded), so FastAPI is given its schema, not the body."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 @router.get("", response_model=LineagesPublic)
@@ -155,41 +128,18 @@ def list_lineages(registry: RegistryDep) -> LineagesPublic:
     "",
     status_code=201,
     response_model=VersionPublic,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["name", "tokenizer"],
-                        "properties": {
-                            "name": {"type": "string"},
-                            "tokenizer": {"type": "string"},
-                            "kind": {"enum": ["initial", "import"]},
-                            "metrics": {"type": "object"},
-                        },
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=json_request(LineageCreate),
 )
 async def create_lineage(
     request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
 ) -> VersionPublic:
     """Create a lineage whose version 1 is the uploaded tokenizer.json (``tokenizer``: the file's
     text, stored and served as it is)."""
-    data = await json_body(request, settings.max_upload_bytes)
-    name, tokenizer = _field(data, "name", str), _field(data, "tokenizer", str)
-    kind = data.get("kind") or "initial"
-    if kind not in ("initial", "import"):
-        raise RegistryError("invalid_request", ["'kind' of a new lineage is 'initial' or 'import'"])
-    metrics = _field(data, "metrics", dict, required=False) or {}
+    body = await request_body(request, LineageCreate, settings.max_upload_bytes)
     info = await run_in_threadpool(
-        registry.create_lineage, name, tokenizer, kind=kind, created_by=writer, metrics=metrics
+        registry.create_lineage, body.name, body.tokenizer, kind=body.kind, created_by=writer, metrics=body.metrics
     )
-    request.app.state.metrics.publishes.labels(kind).inc()
+    request.app.state.metrics.publishes.labels(body.kind).inc()
     return VersionPublic.of(info)
 
 
@@ -205,26 +155,7 @@ def list_versions(
     "/{name}/versions",
     status_code=201,
     response_model=VersionPublic,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["tokenizer"],
-                        "properties": {
-                            "tokenizer": {"type": "string"},
-                            "diff": {"type": ["object", "null"]},
-                            "kind": {"enum": ["tedtok", "litetoken", "import"]},
-                            "parent": {"type": ["integer", "null"]},
-                            "metrics": {"type": "object"},
-                        },
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=json_request(VersionCreate),
 )
 async def publish(
     name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
@@ -232,18 +163,18 @@ async def publish(
     """Publish a version on top of the latest (or of ``parent``, which must be the latest).
     ``tokenizer`` is the tokenizer.json's text, stored and served as it is; ``diff`` (optional)
     must equal the diff the registry computes."""
-    data = await json_body(request, settings.max_upload_bytes)
-    tokenizer = _field(data, "tokenizer", str)
-    diff = _field(data, "diff", dict, required=False)
-    kind = data.get("kind") or "tedtok"
-    if kind not in ("tedtok", "litetoken", "import"):
-        raise RegistryError("invalid_request", ["'kind' is 'tedtok', 'litetoken' or 'import'"])
-    parent = _field(data, "parent", int, required=False)
-    metrics = _field(data, "metrics", dict, required=False) or {}
+    body = await request_body(request, VersionCreate, settings.max_upload_bytes)
     info = await run_in_threadpool(
-        registry.publish, name, tokenizer, diff_json=diff, kind=kind, parent=parent, created_by=writer, metrics=metrics
+        registry.publish,
+        name,
+        body.tokenizer,
+        diff_json=body.diff,
+        kind=body.kind,
+        parent=body.parent,
+        created_by=writer,
+        metrics=body.metrics,
     )
-    request.app.state.metrics.publishes.labels(kind).inc()
+    request.app.state.metrics.publishes.labels(body.kind).inc()
     return VersionPublic.of(info)
 
 
@@ -323,28 +254,14 @@ async def watch(
 @router.put(
     "/{name}/aliases/{alias}",
     response_model=AliasPublic,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["version"],
-                        "properties": {"version": {"type": ["integer", "string"]}},
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=json_request(AliasSet),
 )
 async def set_alias(
     name: str, alias: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
 ) -> AliasPublic:
     """Point an alias at a version (a number, ``latest`` or another alias)."""
-    data = await json_body(request, settings.max_upload_bytes)
-    ref = _field(data, "version", (int, str))
-    number = await run_in_threadpool(registry.set_alias, name, alias, ref)
+    body = await request_body(request, AliasSet, settings.max_upload_bytes)
+    number = await run_in_threadpool(registry.set_alias, name, alias, body.version)
     return AliasPublic(lineage=name, alias=alias, version=number)
 
 
@@ -402,23 +319,13 @@ def list_models(name: str, registry: RegistryDep) -> ModelsPublic:
     "/{name}/rollback",
     status_code=201,
     response_model=VersionPublic,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {"type": "object", "required": ["to"], "properties": {"to": {"type": "integer"}}}
-                }
-            },
-        }
-    },
+    openapi_extra=json_request(RollbackCreate),
 )
 async def rollback(
     name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
 ) -> VersionPublic:
     """Publish a new version equal to an older one, with the diff that gets there."""
-    data = await json_body(request, settings.max_upload_bytes)
-    to = _field(data, "to", int)
-    info = await run_in_threadpool(registry.rollback, name, to, created_by=writer)
+    body = await request_body(request, RollbackCreate, settings.max_upload_bytes)
+    info = await run_in_threadpool(registry.rollback, name, body.to, created_by=writer)
     request.app.state.metrics.publishes.labels("rollback").inc()
     return VersionPublic.of(info)
