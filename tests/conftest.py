@@ -15,8 +15,15 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-from tokenizers import Tokenizer
+# pytest-xdist's workers share the machine's cores: one OpenMP thread each (torch's and OpenBLAS's
+# pools, and the processes a test starts), set before either is imported. At the default, the
+# pools' threads outnumber the cores and spin against each other: three trainer test modules in
+# two workers took 124 s of CPU, and 46 s with one thread each.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+from tokenizers import Tokenizer  # noqa: E402
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
