@@ -52,7 +52,8 @@ services:
 # images cannot be built, they are local binaries, and the run says why. Before them: ruff (lint and
 # format) and mypy (pyproject.toml's [tool.mypy]: schemas and tokenizer_service, strict; its cache
 # beside the tokenizers', so a new clone is checked in seconds). The tests run in TEST_WORKERS
-# processes (pytest-xdist), a module's tests in one of them, so its fixtures start once.
+# processes (pytest-xdist), a module's tests in one of them, so its fixtures start once; the 15
+# slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 MYPY_CACHE ?= $(HOME)/.cache/tokmaint/mypy
 
@@ -64,7 +65,7 @@ test: setup services
 	TOKMAINT_ENGINE_OPTIONAL=1 $(ENGINE) run sh -c '\
 	  if [ -n "$${DOCKER_HOST:-}" ] && containers/standins.sh; then export TOKMAINT_TEST_SERVERS=containers; \
 	  else echo "test: no stand-in containers: the servers are local binaries"; export TOKMAINT_TEST_SERVERS=local; fi; \
-	  TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope'
+	  TOKMAINT_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=15'
 
 # The whole loop on embedded defaults: its own broker, redis-server and registry; the shipped
 # stream through the pipeline; a trainer; a report in demo-report/ (index.html).
