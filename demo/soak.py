@@ -54,7 +54,7 @@ import numpy as np
 import redis
 
 from demo.hostile import HostileClients, write_weighty_model
-from demo.run import SAMPLE
+from demo.run import SAMPLE, trainer_on_docs_argv
 from pipeline.kafka import read_topic
 from pipeline.local_servers import start_broker
 from pipeline.redis_store import RedisStatsStore
@@ -376,16 +376,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 "trainer",
                 [
                     *python,
-                    "trainer",
-                    "run",
-                    "--registry",
-                    registry_url,
-                    "--lineage",
-                    LINEAGE,
-                    "--topic",
-                    "docs",
-                    "--bootstrap",
-                    bootstrap,
+                    *trainer_on_docs_argv(registry_url, LINEAGE, bootstrap),
                     "--follow",
                     "events",
                     "--steps",
