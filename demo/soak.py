@@ -70,6 +70,12 @@ log = logging.getLogger("tokmaint.soak")
 LINEAGE, API_LINEAGE = "soak", "soak-api"
 
 
+def _docs_topics_argv(bootstrap: str) -> list[str]:
+    """The broker, the ``docs`` topic and its dead-letter topic, as the ingest server and the
+    pipeline both take them."""
+    return ["--bootstrap", bootstrap, "--topic", "docs", "--dlq-topic", "docs.dlq"]
+
+
 def stream_settings() -> StreamSettings:
     """The soak's stream: its pipeline's options and the replay's (over the environment's TOKMAINT_STREAM_*)."""
     return StreamSettings(step_docs=64, horizon_docs=1600, interval_docs=320, warmup_docs=640, id_price=2.0)
@@ -319,12 +325,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                     "ingest-server",
                     "--port",
                     str(ingest_port),
-                    "--bootstrap",
-                    bootstrap,
-                    "--topic",
-                    "docs",
-                    "--dlq-topic",
-                    "docs.dlq",
+                    *_docs_topics_argv(bootstrap),
                 ],
                 env=env,
                 log_path=root / "ingest.log",
@@ -334,12 +335,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 *python,
                 "pipeline",
                 "run",
-                "--bootstrap",
-                bootstrap,
-                "--topic",
-                "docs",
-                "--dlq-topic",
-                "docs.dlq",
+                *_docs_topics_argv(bootstrap),
                 "--redis",
                 redis_url,
                 "--registry",
