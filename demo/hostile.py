@@ -212,17 +212,22 @@ class HostileClients:
                 self._count("slow_readers")
                 self.stop_event.wait(self.hold)
 
-    def _slow_writer(self, url: str, source: str) -> None:
-        declared = 100_000
-        head = request_head(
+    def _json_post_head(self, url: str, length: int) -> bytes:
+        """The head of an authorised JSON POST to ``url`` that declares a body of ``length`` bytes
+        (the slow writer and the oversized bodies send less, or none, of it)."""
+        return request_head(
             "POST",
             url,
             headers={
                 "Authorization": f"Bearer {self.token}",
                 "Content-Type": "application/json",
-                "Content-Length": str(declared),
+                "Content-Length": str(length),
             },
         )
+
+    def _slow_writer(self, url: str, source: str) -> None:
+        declared = 100_000
+        head = self._json_post_head(url, declared)
         kind = "slow_writer_registry" if "/tokenizers/" in url else "slow_writer_ingest"
         while not self.stop_event.is_set():
             try:
@@ -258,15 +263,7 @@ class HostileClients:
         ]
         while not self.stop_event.is_set():
             for url, kind in targets:
-                head = request_head(
-                    "POST",
-                    url,
-                    headers={
-                        "Authorization": f"Bearer {self.token}",
-                        "Content-Type": "application/json",
-                        "Content-Length": str(10 << 30),
-                    },
-                )
+                head = self._json_post_head(url, 10 << 30)
                 try:
                     with connect(url, source="127.0.0.8", timeout=10.0) as sock:
                         sock.sendall(head + b"{" * 65536)

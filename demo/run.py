@@ -78,6 +78,27 @@ class DemoSettings(Settings):
     )
 
 
+def trainer_on_docs_argv(registry_url: str, lineage: str, bootstrap: str) -> list[str]:
+    """``tokmaint trainer run``'s arguments for a trainer of ``lineage`` that reads the ``docs``
+    topic: the part the demo and the soak share (each adds its own steps, checkpoints, reports).
+
+    >>> trainer_on_docs_argv("http://r", "news", "b:9092")[:4]
+    ['trainer', 'run', '--registry', 'http://r']
+    """
+    return [
+        "trainer",
+        "run",
+        "--registry",
+        registry_url,
+        "--lineage",
+        lineage,
+        "--topic",
+        "docs",
+        "--bootstrap",
+        bootstrap,
+    ]
+
+
 def _say(message: str) -> None:
     log.info("demo: %s", message)
 
@@ -214,16 +235,7 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
                 sys.executable,
                 "-m",
                 "tokmaint.cli",
-                "trainer",
-                "run",
-                "--registry",
-                registry_url,
-                "--lineage",
-                LINEAGE,
-                "--topic",
-                "docs",
-                "--bootstrap",
-                bootstrap,
+                *trainer_on_docs_argv(registry_url, LINEAGE, bootstrap),
                 "--checkpoint-dir",
                 str(root / "trainer"),
                 "--report",

@@ -54,7 +54,7 @@ import numpy as np
 import redis
 
 from demo.hostile import HostileClients, write_weighty_model
-from demo.run import SAMPLE
+from demo.run import SAMPLE, trainer_on_docs_argv
 from pipeline.kafka import read_topic
 from pipeline.local_servers import start_broker
 from pipeline.redis_store import RedisStatsStore
@@ -68,6 +68,12 @@ from tokenizer_service.settings import Number, Settings, SettingsConfigDict, set
 
 log = logging.getLogger("tokmaint.soak")
 LINEAGE, API_LINEAGE = "soak", "soak-api"
+
+
+def _docs_topics_argv(bootstrap: str) -> list[str]:
+    """The broker, the ``docs`` topic and its dead-letter topic, as the ingest server and the
+    pipeline both take them."""
+    return ["--bootstrap", bootstrap, "--topic", "docs", "--dlq-topic", "docs.dlq"]
 
 
 def stream_settings() -> StreamSettings:
@@ -319,12 +325,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                     "ingest-server",
                     "--port",
                     str(ingest_port),
-                    "--bootstrap",
-                    bootstrap,
-                    "--topic",
-                    "docs",
-                    "--dlq-topic",
-                    "docs.dlq",
+                    *_docs_topics_argv(bootstrap),
                 ],
                 env=env,
                 log_path=root / "ingest.log",
@@ -334,12 +335,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 *python,
                 "pipeline",
                 "run",
-                "--bootstrap",
-                bootstrap,
-                "--topic",
-                "docs",
-                "--dlq-topic",
-                "docs.dlq",
+                *_docs_topics_argv(bootstrap),
                 "--redis",
                 redis_url,
                 "--registry",
@@ -376,16 +372,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 "trainer",
                 [
                     *python,
-                    "trainer",
-                    "run",
-                    "--registry",
-                    registry_url,
-                    "--lineage",
-                    LINEAGE,
-                    "--topic",
-                    "docs",
-                    "--bootstrap",
-                    bootstrap,
+                    *trainer_on_docs_argv(registry_url, LINEAGE, bootstrap),
                     "--follow",
                     "events",
                     "--steps",

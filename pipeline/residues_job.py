@@ -24,9 +24,9 @@ from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import pack_pair
 from tokenizer_service.errors import TokmaintError
-from tokenizer_service.litetoken import CorpusCounts, find_residues, score_tokens
+from tokenizer_service.litetoken import CorpusCounts
 from tokenizer_service.merge_graph import MergeGraph
-from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, write_audit
+from tokenizer_service.residue_audit import ResidueAudit, ResidueOptions, score_and_flag, write_audit
 from tokenizer_service.residue_removal import residue_free_tokenizer
 
 
@@ -54,18 +54,7 @@ def stream_residues(
         neighbour_counts=np.array([tau for _, _, tau in kept], np.float64)[order],
         documents=store.step,
     )
-    scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
-    report = find_residues(
-        tokenizer,
-        scores,
-        graph=graph,
-        r=options.r,
-        s=options.s,
-        scope=options.scope,
-        min_count=options.min_count,
-        log_base=options.log_base,
-        kind=None if options.kind == "auto" else options.kind,
-    )
+    scores, report = score_and_flag(tokenizer, counts, options, graph=graph)
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     summary = {
         "lineage": store.lineage,

@@ -116,6 +116,25 @@ class StreamSettings(Settings):
         )
 
 
+def quick_revisions_config() -> TedTokConfig:
+    """Ted-Tok on 32-document steps that revises every 64 documents from the 64th on, at no id
+    price: a lineage's first versions from a few hundred documents (the distributed bench's).
+
+    >>> config = quick_revisions_config()
+    >>> config.interval, config.warmup_steps, config.id_price
+    (2, 2, 0.0)
+    """
+    return StreamSettings(
+        step_docs=32,
+        horizon_docs=320,
+        interval_docs=64,
+        warmup_docs=64,
+        batch_size=8,
+        id_price=0.0,
+        base_token_cost=0.0,
+    ).tedtok_config()
+
+
 class EvolveSettings(StreamSettings):
     """``tokmaint evolve``: the stream's settings, the initial tokenizer's and the lineage's name
     (environment: ``TOKMAINT_EVOLVE_*``)."""

@@ -29,7 +29,14 @@ from tqdm import tqdm
 
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.litetoken import ResidueReport, TokenScores, count_corpus, find_residues, score_tokens
+from tokenizer_service.litetoken import (
+    CorpusCounts,
+    ResidueReport,
+    TokenScores,
+    count_corpus,
+    find_residues,
+    score_tokens,
+)
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import ResidueRemoval, SplitRemerge, residue_free_tokenizer
 from tokenizer_service.round_trip import RoundTrip
@@ -84,13 +91,13 @@ class ResidueAudit:
     removal: ResidueRemoval
 
 
-def audit_residues(
-    tokenizer: BPETokenizer, texts: list[str], options: ResidueOptions | None = None, *, progress: bool = False
-) -> ResidueAudit:
-    options = options or ResidueOptions()
-    started = time.perf_counter()
-    graph = MergeGraph(tokenizer)
-    counts = count_corpus(tokenizer, texts, batch_size=options.batch_size, progress=progress)
+def score_and_flag(
+    tokenizer: BPETokenizer, counts: CorpusCounts, options: ResidueOptions, *, graph: MergeGraph
+) -> tuple[TokenScores, ResidueReport]:
+    """The scores of every id from ``counts`` and the residues they flag under ``options``.
+
+    Shared by the corpus audit and the streaming job, which differ only in where the counts come
+    from (a corpus encoded here, or the stream's statistics)."""
     scores = score_tokens(tokenizer, counts, graph=graph, log_base=options.log_base)
     report = find_residues(
         tokenizer,
@@ -103,6 +110,17 @@ def audit_residues(
         log_base=options.log_base,
         kind=None if options.kind == "auto" else options.kind,
     )
+    return scores, report
+
+
+def audit_residues(
+    tokenizer: BPETokenizer, texts: list[str], options: ResidueOptions | None = None, *, progress: bool = False
+) -> ResidueAudit:
+    options = options or ResidueOptions()
+    started = time.perf_counter()
+    graph = MergeGraph(tokenizer)
+    counts = count_corpus(tokenizer, texts, batch_size=options.batch_size, progress=progress)
+    scores, report = score_and_flag(tokenizer, counts, options, graph=graph)
     removal = residue_free_tokenizer(tokenizer, report.residues, graph=graph)
     every = SplitRemerge(tokenizer, report.residues, graph=graph)
     removed = SplitRemerge(tokenizer, removal.removed, graph=graph)

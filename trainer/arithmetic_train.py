@@ -77,7 +77,7 @@ from tokenizer_service.bench.arithmetic import NEW_EXAMPLES, arithmetic_dataset,
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import WordVocabulary
 from tokenizer_service.revision_diff import diff_entries
-from tokenizer_service.tedtok import TedTok, TedTokConfig
+from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import apply_revision
 from trainer.config import CAUSAL_LM_LOSS, STRATEGIES, ArithmeticTrainSettings
 
@@ -318,15 +318,7 @@ class _Schedule:
         ids: ``tedtok.observe_words(word_ids[rows], ...)`` is a step."""
         words = WordVocabulary()
         word_ids = words.ids(self.examples)
-        config = TedTokConfig.for_schedule(
-            len(self.order),
-            warmup=settings.warmup,
-            freeze_last=settings.freeze_last,
-            alpha=settings.alpha,
-            beta=settings.beta,
-            interval=settings.interval,
-            batch_size=settings.batch_size,
-        )
+        config = settings.tedtok_config(len(self.order))
         return TedTok(self.old, config=config, words=words, lineage="arithmetic"), word_ids
 
 

@@ -47,13 +47,12 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from registry.client import RegistryClient
-from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import bos_token_id
 from trainer.apply_revision import grow
 from trainer.checkpoint import CheckpointMismatch
 from trainer.export import STAMP, write_tokenizer_files
-from trainer.follow import LineageFollower
+from trainer.follow import FollowsLineage, LineageFollower
 from trainer.hub import HubVersions
 
 log = logging.getLogger("tokmaint.trainer")
@@ -98,7 +97,7 @@ class CheckpointFolder:
             ) from None
 
 
-class TokmaintCallback(TrainerCallback):
+class TokmaintCallback(FollowsLineage, TrainerCallback):
     """A lineage followed by a ``transformers.Trainer``: the version its model is on
     (:attr:`version`, :attr:`tokenizer`), each newer one applied between two optimizer steps."""
 
@@ -126,14 +125,6 @@ class TokmaintCallback(TrainerCallback):
             )
         self.model: nn.Module | None = None
         self._hook: torch.utils.hooks.RemovableHandle | None = None
-
-    @property
-    def version(self) -> int:
-        return self.follower.version
-
-    @property
-    def tokenizer(self) -> BPETokenizer:
-        return self.follower.tokenizer
 
     def close(self) -> None:
         self.follower.close()

@@ -40,7 +40,7 @@ from registry.local_server import free_port, start_server
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
-from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.evolve import quick_revisions_config
 from tokenizer_service.tedtok import TedTok
 from trainer.config import DistributedBenchSettings
 
@@ -54,15 +54,7 @@ def lineage_revisions(texts: list[str], *, vocab_size: int, versions: int) -> tu
     initial = BPETokenizer.train(texts[:200], vocab_size=vocab_size)
     tedtok = TedTok(
         initial,
-        config=StreamSettings(
-            step_docs=32,
-            horizon_docs=320,
-            interval_docs=64,
-            warmup_docs=64,
-            batch_size=8,
-            id_price=0.0,
-            base_token_cost=0.0,
-        ).tedtok_config(),
+        config=quick_revisions_config(),
     )
     for chunk in (texts[at : at + 32] for at in range(200, len(texts), 32)):
         tedtok.observe_texts(chunk)

@@ -364,3 +364,18 @@ class LineageFollower:
         same_on_every_rank(
             matrices_checksum(module), f"lineage {self.lineage!r}: after version {self.version} at step {self.steps}"
         )
+
+
+class FollowsLineage:
+    """A mixin for what trains with a :class:`LineageFollower` (the Trainer callback, the loop):
+    the version its model is on and that version's tokenizer are its follower's."""
+
+    follower: LineageFollower
+
+    @property
+    def version(self) -> int:
+        return self.follower.version
+
+    @property
+    def tokenizer(self) -> BPETokenizer:
+        return self.follower.tokenizer

@@ -26,14 +26,13 @@ from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from registry.client import RegistryClient
-from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from trainer.apply_revision import set_removed
 from trainer.byte_level import ByteLevelModel, evaluate_texts, first_bytes
 from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
-from trainer.follow import LineageFollower
+from trainer.follow import FollowsLineage, LineageFollower
 from trainer.hub import HubVersions
 from trainer.config import CAUSAL_LM_LOSS, TrainerSettings
 
@@ -60,7 +59,7 @@ def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
     )  # not GPT-2's 50256
 
 
-class Trainer:
+class Trainer(FollowsLineage):
     """One model trained on ``data`` with a lineage's versions."""
 
     def __init__(
@@ -125,14 +124,6 @@ class Trainer:
             self.step,
             extra={"lineage": lineage, "step": self.step},
         )
-
-    @property
-    def version(self) -> int:
-        return self.follower.version
-
-    @property
-    def tokenizer(self) -> BPETokenizer:
-        return self.follower.tokenizer
 
     @property
     def latest(self) -> Any:

@@ -6,7 +6,7 @@ from registry.client import RegistryClient
 from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
-from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.evolve import quick_revisions_config
 from tokenizer_service.tedtok import TedTok
 
 
@@ -16,15 +16,7 @@ def tedtok_versions(drifting_corpus, vocab_size: int, *, special_tokens: tuple[s
     initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=vocab_size, special_tokens=special_tokens)
     tedtok = TedTok(
         initial,
-        config=StreamSettings(
-            step_docs=32,
-            horizon_docs=320,
-            interval_docs=64,
-            warmup_docs=64,
-            batch_size=8,
-            id_price=0.0,
-            base_token_cost=0.0,
-        ).tedtok_config(),
+        config=quick_revisions_config(),
     )
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)

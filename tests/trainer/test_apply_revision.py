@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from schemas.revision import DiffEntry, RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
-from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.evolve import quick_revisions_config
 from tokenizer_service.revision_diff import diff_entries
 from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import apply_revision, embedding_matrices, removed_ids
@@ -26,16 +26,7 @@ def versions(drifting_corpus):
     """The initial tokenizer and Ted-Tok's revisions of it over the drifting corpus."""
     docs = read_corpus(drifting_corpus).documents
     initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300)
-    stream = StreamSettings(
-        step_docs=32,
-        horizon_docs=320,
-        interval_docs=64,
-        warmup_docs=64,
-        batch_size=8,
-        id_price=0.0,
-        base_token_cost=0.0,
-    )
-    tedtok = TedTok(initial, config=stream.tedtok_config(), lineage="trainer")
+    tedtok = TedTok(initial, config=quick_revisions_config(), lineage="trainer")
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)
     assert len(tedtok.revisions) >= 3

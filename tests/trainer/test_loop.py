@@ -20,7 +20,7 @@ from registry.store import Registry
 from tests.support.lineages import create_lineage, publish_revision, tedtok_versions
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
-from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.evolve import quick_revisions_config
 from tokenizer_service.tedtok import TedTok
 from trainer.data import CorpusTexts, TopicTexts
 from trainer.loop import Trainer
@@ -258,15 +258,7 @@ def test_bits_per_byte_on_held_out_text_across_the_versions_taken(registry_serve
     initial = BPETokenizer.train([d.text for d in docs[:200]], vocab_size=300, special_tokens=["<|endoftext|>"])
     tedtok = TedTok(
         initial,
-        config=StreamSettings(
-            step_docs=32,
-            horizon_docs=320,
-            interval_docs=64,
-            warmup_docs=64,
-            batch_size=8,
-            id_price=0.0,
-            base_token_cost=0.0,
-        ).tedtok_config(),
+        config=quick_revisions_config(),
     )
     for texts in batches(docs, 32):
         tedtok.observe_texts(texts)

@@ -71,6 +71,23 @@ class ArithmeticSettings(Settings):
     batch_size: int = setting(1, whole(1), "adds+deletes per revision (K)")
     seed: int = setting(0, whole(0), "seed of the held-out split and the batch order")
 
+    def tedtok_config(self, total_steps: int) -> TedTokConfig:
+        """Ted-Tok's configuration for a schedule of ``total_steps`` time steps: these settings'
+        EMA, margin, interval and revision size, warm-up and freeze as shares of the steps.
+
+        >>> ArithmeticSettings(interval=5).tedtok_config(100).warmup_steps
+        10
+        """
+        return TedTokConfig.for_schedule(
+            total_steps,
+            warmup=self.warmup,
+            freeze_last=self.freeze_last,
+            alpha=self.alpha,
+            beta=self.beta,
+            interval=self.interval,
+            batch_size=self.batch_size,
+        )
+
 
 def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
     """Run the SA reproduction and return the benchmark's JSON-ready result."""
@@ -87,15 +104,7 @@ def run_arithmetic(settings: ArithmeticSettings | None = None, *, progress: bool
     old_ids, new_ids = words.ids(old_data), words.ids(new_train)
     schedule = [(old_ids, -(-len(old_ids) // settings.batch)), (new_ids, -(-len(new_ids) // settings.batch))]
     total = sum(settings.epochs * steps for _, steps in schedule)
-    config = TedTokConfig.for_schedule(
-        total,
-        warmup=settings.warmup,
-        freeze_last=settings.freeze_last,
-        alpha=settings.alpha,
-        beta=settings.beta,
-        interval=settings.interval,
-        batch_size=settings.batch_size,
-    )
+    config = settings.tedtok_config(total)
     tedtok = TedTok(old, config=config, words=words, lineage="arithmetic")
     started = time.perf_counter()
     with tqdm(total=total, desc="ted-tok SA", unit="step", disable=not progress) as bar:
