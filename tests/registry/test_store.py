@@ -10,13 +10,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+import httpx
 import pytest
 from alembic import command
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
+from registry.api.routes.hub import model_commit
 from registry.artifacts import LocalArtifactStore, artifact_name
+from registry.client import RegistryClient
 from registry.db import alembic_config, make_engine, migrate
+from registry.local_server import start_server
 from registry.models import Alias, Diff, Lineage, PendingArtifact, utcnow
 from registry.store import PIN_EXPIRY_SECONDS, Registry, RegistryError
 from schemas.revision import RevisionDiff
@@ -30,6 +34,7 @@ from tests.support.registry_files import (
     unreachable_add,
     variant,
 )
+from tests.support.registry_server import TOKEN
 from tokenizer_service.bpe import BPETokenizer
 
 
@@ -608,3 +613,55 @@ def test_a_model_that_would_not_load_as_served_is_refused_naming_its_file_and_fi
     assert any(r.startswith(reason) for r in refused.value.reasons), refused.value.reasons
     assert registry.models("demo") == []
     assert registry.publish_model("demo", folder, version=1).number == 1
+
+
+def test_gc_beside_the_server_never_takes_a_model_s_files_from_the_hub(revisions, tmp_path):
+    """A collector with no age limit (``registry gc --older-than-minutes 0``, over and over in a
+    process of its own) beside a server taking model uploads whose files the store holds
+    already, unnamed: every model the server committed serves every file over the Hub (the
+    collector deleted some between its reading of the names and the commit, and the Hub
+    answered 500, ``KeyError: no artifact``)."""
+    initial, _ = revisions
+    root = tmp_path / "registry"
+    process, url = start_server(root, env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
+    context = multiprocessing.get_context("spawn")
+    started, stop, runs = context.Event(), context.Event(), context.Value("i", 0)
+    collector = context.Process(
+        target=collect_until_stopped,
+        args=(f"sqlite:///{root / 'registry.db'}", str(root / "artifacts"), started, stop, runs),
+    )
+    try:
+        RegistryClient(url, token=TOKEN).create("raced", initial.to_json())
+        exported = exported_model(initial, {"lineage": "raced", "version": 1})
+        store = LocalArtifactStore(root / "artifacts")
+        folders = []
+        for k in range(48):
+            folder = tmp_path / f"model-{k}"
+            folder.mkdir()
+            for name, data in model_variant(exported, k).items():
+                (folder / name).write_bytes(data)
+                store.put(data)  # stored already, named by nothing
+            folders.append(folder)
+        collector.start()
+        assert started.wait(120)
+
+        def upload(folder):
+            with RegistryClient(url, token=TOKEN) as client:
+                return client.publish_model("raced", folder, version=1)
+
+        with ThreadPoolExecutor(4) as threads:
+            published = list(threads.map(upload, folders))
+    finally:
+        stop.set()
+        collector.join(60)
+    try:
+        assert collector.exitcode == 0 and runs.value > 1
+        for model, folder in zip(published, folders):
+            commit = model_commit(model)
+            for name in exported:
+                response = httpx.get(f"{url}/raced-models/resolve/{commit}/{name}")
+                assert response.status_code == 200, (model.number, name, response.text)
+                assert response.content == (folder / name).read_bytes()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

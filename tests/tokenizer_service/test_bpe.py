@@ -8,7 +8,6 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from tokenizer_service.bpe import BPETokenizer, jaccard_distance
-from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.validation import load_tokenizer, probe_texts
 
 
@@ -103,11 +102,6 @@ def test_string_merges_of_older_files_are_read():
     tok = BPETokenizer.from_json(json.dumps(data))
     assert tok.merges == (("a", "b"),)
     assert tok.encode("ab") == [2]
-
-
-def test_rejects_non_bpe_models():
-    with pytest.raises(InvalidTokenizer, match="model.type: 'WordPiece'; tokmaint maintains BPE tokenizers only"):
-        BPETokenizer.from_json(json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}))
 
 
 def test_rejects_duplicate_ids():

@@ -5,11 +5,13 @@ from hypothesis import given, settings, strategies as st
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounts, pack_pair, unpack_pair
+from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
 from tokenizer_service.tedtok import TedTok, TedTokConfig, build_revision, plan_revision
-from tokenizer_service.validation import validate
+from tokenizer_service.validation import load_tokenizer, validate
 from tests.conftest import sentences
+from tests.support.tokenizer_files import edited, save
 
 NEW_WORDS = ["blockchain", "quantum", "llama", "vector", "prompt", "agentic", "embedding", "rollout"]
 
@@ -446,3 +448,29 @@ def test_made_gets_the_new_version_before_the_revision_ends(byte_tokenizer):
     made, counting_with = seen[0]
     assert made.sha256 == revision.tokenizer.sha256 and counting_with is byte_tokenizer
     assert tedtok.counter.tokenizer is revision.tokenizer
+
+
+def test_fresh_ids_start_past_added_tokens(tmp_path, good):
+    from tokenizer_service.tedtok import TedTok, TedTokConfig
+
+    end = {
+        "id": 300,
+        "content": "<|end|>",
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": True,
+    }
+    # tokenizers would give <|end|> the id after the vocabulary's last, not 300: refused, saying so.
+    with pytest.raises(InvalidTokenizer, match=r"'<\|end\|>' 300 -> \d+ \(the vocabulary does not hold"):
+        load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
+    end["id"] = len(good["model"]["vocab"])
+    tokenizer = load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
+    assert tokenizer.id_space == end["id"] + 1
+    tedtok = TedTok(tokenizer, config=TedTokConfig(alpha=0.5, batch_size=2, interval=1, recycle_ids=False))
+    revision = tedtok.observe_texts(["wider wider newest newest"] * 5)
+    assert revision is not None and min(e.id for e in revision.diff.entries if e.kind == "added") == end["id"] + 1
+    revised = tedtok.tokenizer
+    assert revised.hf.token_to_id("<|end|>") == end["id"]  # held in the vocabulary past the holes
+    assert revised.decode(revised.encode("wider newest<|end|>")) == "wider newest<|end|>"

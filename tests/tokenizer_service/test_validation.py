@@ -4,6 +4,8 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.validation import InvalidTokenizer, probe_texts, validate
 
 import pytest
+from tokenizer_service.validation import load_tokenizer
+from tests.support.tokenizer_files import edited, save
 
 
 def test_valid_tokenizer_passes(byte_tokenizer):
@@ -162,3 +164,31 @@ def test_added_tokens_tokenizers_would_renumber_are_refused_and_revisions_keep_t
     revised = with_eos.replace_model(vocab=holed.vocab, merges=holed.merges)  # a revision leaving the same hole
     assert revised.vocab["<eos>"] == revised.hf.token_to_id("<eos>") == eos
     assert validate(revised, parent=with_eos).ok and revised.decode(revised.encode("data<eos>")) == "data<eos>"
+
+
+def test_a_lossy_tokenizer_fails_validation_but_loads_unchecked(tmp_path, good):
+    def drop_a_byte(d):
+        del d["model"]["vocab"]["Ā"]  # byte 0x00: it no longer encodes
+
+    path = save(tmp_path, edited(good, drop_a_byte))
+    with pytest.raises(InvalidTokenizer, match="byte alphabet incomplete"):
+        load_tokenizer(path)
+    reported = []
+    assert "Ā" not in load_tokenizer(path, allow_invalid=True, on_invalid=reported.extend).vocab
+    assert reported[0] == "byte alphabet incomplete: 1 of 256 bytes missing, e.g. [0]"
+    assert reported[1].startswith("encode→decode is lossy on 9 of 200 probes")
+
+
+def test_paths_that_hold_no_tokenizer(tmp_path):
+    with pytest.raises(InvalidTokenizer, match="file not found"):
+        load_tokenizer(tmp_path / "missing.json")
+    with pytest.raises(InvalidTokenizer, match="is a directory without a tokenizer.json"):
+        load_tokenizer(tmp_path)
+
+
+def test_good_files_load_unchanged(tmp_path, good):
+    path = save(tmp_path, good)
+    assert load_tokenizer(path).to_json() == json.dumps(good, ensure_ascii=False, separators=(",", ":"))
+    assert load_tokenizer(tmp_path).vocab == good["model"]["vocab"]  # a folder holding tokenizer.json
+    old_style = edited(good, lambda d: d["model"].update(merges=[" ".join(m) for m in d["model"]["merges"]]))
+    assert load_tokenizer(save(tmp_path, old_style, "old.json")).merges == tuple(map(tuple, good["model"]["merges"]))

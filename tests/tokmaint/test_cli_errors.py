@@ -14,20 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run
 from tokenizer_service.bpe import BPETokenizer
-from tokmaint.cli import main
 
 GOOD_LINES = [json.dumps({"ts": f"2020-01-01T00:00:{i:02d}Z", "text": f"doc {i} text"}) for i in range(40)]
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    """main() as a process would end: its return code, or argparse's exit code."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -254,35 +244,6 @@ def test_allow_invalid_audits_and_says_why(scratch, capsys):
     assert json.loads(out)["documents"] == len(GOOD_LINES)
 
 
-def test_every_settings_option_shows_its_range_and_default(capsys):
-    from tokenizer_service.bench.arithmetic import ArithmeticSettings
-    from tokenizer_service.bench.drift import DriftSettings
-    from tokenizer_service.bench.throughput import ThroughputSettings
-    from tokenizer_service.evolve import EvolveSettings
-
-    for argv, settings_type in (
-        (["evolve"], EvolveSettings),
-        (["bench", "arithmetic"], ArithmeticSettings),
-        (["bench", "drift"], DriftSettings),
-        (["bench", "throughput"], ThroughputSettings),
-    ):
-        code, out, _ = run([*argv, "--help"], capsys)
-        assert code == 0
-        text = " ".join(out.split())
-        prefix = settings_type.model_config["env_prefix"]
-        for name, field in settings_type.model_fields.items():
-            if isinstance(field.default, bool):
-                continue
-            option = f"--{name.replace('_', '-')} {name.upper()} {field.description}"
-            assert option in text, option
-            if field.default is None:  # a default made from other settings: the description says which
-                assert "(default: " in field.description
-                assert f"({prefix}{name.upper()})" in text.split(option, 1)[1][:200]
-                continue
-            shown = f"{field.default:g}" if isinstance(field.default, float) else str(field.default)
-            assert f"(default: {shown}; {prefix}{name.upper()})" in text.split(option, 1)[1][:200]
-
-
 def test_ctrl_c_while_the_commands_load_exits_130(monkeypatch, capsys):
     import tokmaint.cli as cli
 
@@ -297,35 +258,6 @@ def test_an_entropy_threshold_too_large_for_auto_evidence_flags_nothing(scratch,
     code, out, _ = run([*RESIDUES, "--s", "710", "--min-count", "auto", "--json"], capsys)
     result = json.loads(out)
     assert code == 0 and result["thresholds"]["min_count"] == 2**62 and result["residues"] == 0
-
-
-def test_drift_gap_is_null_when_old_and_new_compress_alike(tmp_path, capsys):
-    path = tmp_path / "spaces.jsonl"
-    path.write_text("\n".join(json.dumps({"text": " " * (1 + i % 3)}) for i in range(200)))
-    code, out, _ = run(
-        ["bench", "drift", "--corpus", str(path), "--vocab-size", "300", "--held-out", "10", "--json"], capsys
-    )
-    [row] = json.loads(out)["rows"]
-    assert code == 0 and row["bpt_old"] == row["bpt_new"] and row["gap_closed"] is None
-
-
-def test_log_lines_are_json_when_asked(tmp_path):
-    missing = tmp_path / "nothing.jsonl"
-    argv = [sys.executable, "-m", "tokmaint.cli", "evolve", "--corpus", str(missing), "--out", str(tmp_path / "o")]
-    plain = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    as_json = subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, env={**os.environ, "TOKMAINT_LOG_FORMAT": "json"}
-    )
-    assert plain.returncode == as_json.returncode == 2
-    assert plain.stderr.startswith("tokmaint: error: ") and str(missing) in plain.stderr
-    (line,) = as_json.stderr.splitlines()
-    record = json.loads(line)
-    assert (record["level"], record["logger"]) == ("error", "tokmaint") and str(missing) in record["message"]
-    assert record["ts"].endswith("+00:00")
-    bad = subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, env={**os.environ, "TOKMAINT_LOG_FORMAT": "xml"}
-    )
-    assert "TOKMAINT_LOG_FORMAT must be plain or json" in bad.stderr and "tokmaint: error: " in bad.stderr
 
 
 def test_settings_come_from_the_environment_under_the_options(scratch, capsys, monkeypatch):
@@ -810,29 +742,3 @@ def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
     err = done.stderr.decode("utf-8", errors="replace")
     assert done.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert "argument --text: must be UTF-8 text, got the byte 0xe9 at byte 3" in err
-
-
-def test_pipeline_flink_refuses_a_job_without_windows_or_with_a_negative_lateness(capsys):
-    """The Flink job's steps are windows of event time: no --step-seconds is a usage error (exit
-    2, one line), before any cluster is asked; so is a lateness that is not a number ≥ 0."""
-    code, _, err = run(
-        ["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"],
-        capsys,
-    )
-    assert code == 2 and "--step-seconds is required" in err and "Traceback" not in err
-    code, _, err = run(
-        [
-            "pipeline",
-            "flink",
-            "--lineage",
-            "git",
-            "--flink-master",
-            "127.0.0.1:1",
-            "--step-seconds",
-            "60",
-            "--max-lateness-seconds",
-            "-1",
-        ],
-        capsys,
-    )
-    assert code == 2 and "--max-lateness-seconds" in err and "Traceback" not in err

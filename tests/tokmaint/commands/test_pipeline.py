@@ -10,6 +10,7 @@ import pytest
 
 from registry.client import RegistryClient
 from tests.conftest import REGISTRY_TOKEN as TOKEN
+from tests.support.cli import run
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.lzw import LZW, hypertoken_counts
 from tokmaint.cli import main
@@ -66,3 +67,29 @@ def test_stats_hypertokens_from_the_topic_and_from_a_corpus(registry, broker, dr
     newest = stats("--corpus", str(drifting_corpus), "--documents", "100", "--max-merge", "2")
     assert (newest["documents"], newest["max_merge"]) == (100, 2)
     assert all(len(tokenizer.encode(h["text"])) == 2 for h in newest["hypertokens"])
+
+
+def test_pipeline_flink_refuses_a_job_without_windows_or_with_a_negative_lateness(capsys):
+    """The Flink job's steps are windows of event time: no --step-seconds is a usage error (exit
+    2, one line), before any cluster is asked; so is a lateness that is not a number ≥ 0."""
+    code, _, err = run(
+        ["pipeline", "flink", "--lineage", "git", "--flink-master", "127.0.0.1:1", "--registry", "http://127.0.0.1:1"],
+        capsys,
+    )
+    assert code == 2 and "--step-seconds is required" in err and "Traceback" not in err
+    code, _, err = run(
+        [
+            "pipeline",
+            "flink",
+            "--lineage",
+            "git",
+            "--flink-master",
+            "127.0.0.1:1",
+            "--step-seconds",
+            "60",
+            "--max-lateness-seconds",
+            "-1",
+        ],
+        capsys,
+    )
+    assert code == 2 and "--max-lateness-seconds" in err and "Traceback" not in err

@@ -1,5 +1,6 @@
-"""The tokenizer loader: every malformed tokenizer.json is an InvalidTokenizer naming file, JSON path
-and reason (all of them), fast, and never another exception; good files load unchanged."""
+"""tokenizer_json's checks, as the loader reports them: every malformed tokenizer.json is an
+InvalidTokenizer naming file, JSON path and reason (all of them), fast, and never another
+exception. (Good files loading unchanged: test_validation.py.)"""
 
 import json
 import time
@@ -10,33 +11,12 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 from tokenizer_service.validation import load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def good(tmp_path_factory):
-    """A small valid byte-level tokenizer.json as a dict."""
-    return json.loads(BPETokenizer.train(["low lower lowest newer wider"] * 4, vocab_size=280).to_json())
-
-
-def save(tmp_path, data, name="tokenizer.json"):
-    path = tmp_path / name
-    path.write_bytes(data if isinstance(data, bytes) else json.dumps(data).encode())
-    return path
-
-
-def edited(good, edit):
-    data = json.loads(json.dumps(good))
-    edit(data)
-    return data
+from tests.support.tokenizer_files import compact, edited, save
 
 
 def _duplicate_token(good) -> bytes:
     """The same token twice in model.vocab (JSON allows it; the last would silently win)."""
     return compact(good).replace('"vocab":{', '"vocab":{"low":5,', 1).encode()
-
-
-def compact(data) -> str:
-    return json.dumps(data, separators=(",", ":"))
 
 
 CASES = [
@@ -141,34 +121,6 @@ def test_every_reason_is_reported(tmp_path, good):
     assert len(caught.value.reasons) == 2
 
 
-def test_a_lossy_tokenizer_fails_validation_but_loads_unchecked(tmp_path, good):
-    def drop_a_byte(d):
-        del d["model"]["vocab"]["Ā"]  # byte 0x00: it no longer encodes
-
-    path = save(tmp_path, edited(good, drop_a_byte))
-    with pytest.raises(InvalidTokenizer, match="byte alphabet incomplete"):
-        load_tokenizer(path)
-    reported = []
-    assert "Ā" not in load_tokenizer(path, allow_invalid=True, on_invalid=reported.extend).vocab
-    assert reported[0] == "byte alphabet incomplete: 1 of 256 bytes missing, e.g. [0]"
-    assert reported[1].startswith("encode→decode is lossy on 9 of 200 probes")
-
-
-def test_paths_that_hold_no_tokenizer(tmp_path):
-    with pytest.raises(InvalidTokenizer, match="file not found"):
-        load_tokenizer(tmp_path / "missing.json")
-    with pytest.raises(InvalidTokenizer, match="is a directory without a tokenizer.json"):
-        load_tokenizer(tmp_path)
-
-
-def test_good_files_load_unchanged(tmp_path, good):
-    path = save(tmp_path, good)
-    assert load_tokenizer(path).to_json() == json.dumps(good, ensure_ascii=False, separators=(",", ":"))
-    assert load_tokenizer(tmp_path).vocab == good["model"]["vocab"]  # a folder holding tokenizer.json
-    old_style = edited(good, lambda d: d["model"].update(merges=[" ".join(m) for m in d["model"]["merges"]]))
-    assert load_tokenizer(save(tmp_path, old_style, "old.json")).merges == tuple(map(tuple, good["model"]["merges"]))
-
-
 UNUSABLE = [
     (
         "dropout",
@@ -204,27 +156,6 @@ def test_unusable_tokenizers_are_refused_even_when_invalid_ones_are_allowed(tmp_
     assert any(reason in r for r in caught.value.reasons), caught.value.reasons
 
 
-def test_fresh_ids_start_past_added_tokens(tmp_path, good):
-    from tokenizer_service.tedtok import TedTok, TedTokConfig
-
-    end = {
-        "id": 300,
-        "content": "<|end|>",
-        "single_word": False,
-        "lstrip": False,
-        "rstrip": False,
-        "normalized": False,
-        "special": True,
-    }
-    # tokenizers would give <|end|> the id after the vocabulary's last, not 300: refused, saying so.
-    with pytest.raises(InvalidTokenizer, match=r"'<\|end\|>' 300 -> \d+ \(the vocabulary does not hold"):
-        load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
-    end["id"] = len(good["model"]["vocab"])
-    tokenizer = load_tokenizer(save(tmp_path, edited(good, lambda d: d["added_tokens"].append(end))))
-    assert tokenizer.id_space == end["id"] + 1
-    tedtok = TedTok(tokenizer, config=TedTokConfig(alpha=0.5, batch_size=2, interval=1, recycle_ids=False))
-    revision = tedtok.observe_texts(["wider wider newest newest"] * 5)
-    assert revision is not None and min(e.id for e in revision.diff.entries if e.kind == "added") == end["id"] + 1
-    revised = tedtok.tokenizer
-    assert revised.hf.token_to_id("<|end|>") == end["id"]  # held in the vocabulary past the holes
-    assert revised.decode(revised.encode("wider newest<|end|>")) == "wider newest<|end|>"
+def test_rejects_non_bpe_models():
+    with pytest.raises(InvalidTokenizer, match="model.type: 'WordPiece'; tokmaint maintains BPE tokenizers only"):
+        BPETokenizer.from_json(json.dumps({"model": {"type": "WordPiece", "vocab": {}, "merges": []}}))
