@@ -25,6 +25,17 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 import pytest  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
+try:
+    # transformers' log handler keeps the sys.stderr it is made with. Made here, it writes to
+    # pytest's session-long capture; made inside a test's capsys, it would write to a stream closed
+    # after that test, and every later warning of transformers would add a "Logging error" to the
+    # stderr another test reads.
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.get_logger("transformers")
+except ImportError:  # a machine without the trainer's extra
+    pass
+
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tests.servers import (  # the servers' fixtures and report hooks, for every test
