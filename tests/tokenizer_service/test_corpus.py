@@ -27,14 +27,14 @@ def write(tmp_path, name: str, data: bytes):
         ("plain.jsonl", jsonl({"ts": "2020-01-02", "text": "b"}, {"ts": "2020-01-01", "text": "a"}), ["a", "b"]),
         (
             "packed.jsonl.gz",
-            gzip.compress(jsonl({"ts": "2020-01-02", "text": "b"}, {"ts": "2020", "text": "a"})),
+            gzip.compress(jsonl({"ts": "2020-01-02", "text": "b"}, {"ts": "2020", "text": "a"}), mtime=0),
             ["a", "b"],
         ),
         # gzip is recognised by its bytes, not its name
-        ("named-plain.jsonl", gzip.compress(jsonl({"text": "x"})), ["x"]),
+        ("named-plain.jsonl", gzip.compress(jsonl({"text": "x"}), mtime=0), ["x"]),
         ("lines.txt", b"first doc\r\n\n  \nsecond doc\n", ["first doc", "second doc"]),
         ("old-mac.txt", b"one\rtwo\r\rthree", ["one", "two", "three"]),
-        ("lines.txt.gz", gzip.compress(b"one\ntwo"), ["one", "two"]),
+        ("lines.txt.gz", gzip.compress(b"one\ntwo", mtime=0), ["one", "two"]),
         # without 'ts' file order is time order; other fields are ignored
         ("untimed.jsonl", jsonl({"text": "z", "id": 1}, {"text": "y", "source": "web"}), ["z", "y"]),
         ("bom.jsonl", b"\xef\xbb\xbf" + jsonl({"text": "with BOM"}), ["with BOM"]),
@@ -94,7 +94,7 @@ def test_equal_times_keep_file_order(tmp_path):
 
 def test_the_hash_identifies_the_content_not_the_compression(tmp_path):
     data = jsonl({"text": "a"}, {"text": "b"})
-    plain, packed = write(tmp_path, "a.jsonl", data), write(tmp_path, "a.jsonl.gz", gzip.compress(data))
+    plain, packed = write(tmp_path, "a.jsonl", data), write(tmp_path, "a.jsonl.gz", gzip.compress(data, mtime=0))
     other = write(tmp_path, "b.jsonl", jsonl({"text": "a"}, {"text": "c"}))
     assert read_corpus(plain).sha256 == read_corpus(packed).sha256 != read_corpus(other).sha256
 
@@ -103,7 +103,7 @@ BAD = [
     # name, content, line, reason
     (
         "truncated.jsonl.gz",
-        gzip.compress(jsonl(*({"text": "x" * 50 + str(i)} for i in range(200))))[:-30],
+        gzip.compress(jsonl(*({"text": "x" * 50 + str(i)} for i in range(200))), mtime=0)[:-30],
         None,
         "corrupt or truncated gzip",
     ),
@@ -182,7 +182,7 @@ def test_skip_bad_still_refuses_a_corpus_with_nothing_good(tmp_path):
 
 
 def test_skip_bad_does_not_hide_a_truncated_file(tmp_path):
-    data = gzip.compress(jsonl(*({"text": "y" * 40 + str(i)} for i in range(300))))
+    data = gzip.compress(jsonl(*({"text": "y" * 40 + str(i)} for i in range(300))), mtime=0)
     with pytest.raises(CorpusError, match="truncated gzip"):
         read_corpus(write(tmp_path, "cut.jsonl.gz", data[: len(data) // 2]), skip_bad=True)
 

@@ -39,7 +39,7 @@ def _drop_byte(data):
 
 
 BAD_FILES = {
-    "truncated.jsonl.gz": gzip.compress("\n".join(GOOD_LINES * 20).encode())[:-40],
+    "truncated.jsonl.gz": gzip.compress("\n".join(GOOD_LINES * 20).encode(), mtime=0)[:-40],
     "garbage.jsonl.gz": b"\x1f\x8b\x08\x00not really gzip at all",
     "binary.jsonl.gz": bytes(range(255, -1, -1)),
     "latin1.jsonl": ("\n".join(GOOD_LINES[:3]) + '\n{"text": "caf\xe9"}\n').encode("latin-1"),
