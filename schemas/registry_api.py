@@ -4,7 +4,7 @@ answers with them (``registry.api.routes.tokenizers``) and the client reads its 
 (``registry.client``), so neither imports the other; the store describes what it keeps with
 :class:`VersionInfo` and :class:`ModelInfo`, the bases of the answers, which hold no URL.
 
-A body is read strictly, in JSON's own types (``"3"`` is no integer, ``true`` no number), and a
+A body is read strictly, in JSON's own types (``"3"`` is not an integer, ``true`` is not a number), and a
 refusal names every field that is wrong, in words:
 
 >>> VersionCreate.model_validate({"tokenizer": "{}", "kind": None}).kind

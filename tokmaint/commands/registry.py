@@ -306,7 +306,7 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--train-docs", type=int, default=10_000, help="documents --train trains on (default: 10000)")
     p.add_argument("--vocab-size", type=int, default=4096, help="vocabulary --train trains (default: 4096)")
     p.add_argument(
-        "--exist-ok", action="store_true", help="a lineage that exists already is no error (its version 1 is printed)"
+        "--exist-ok", action="store_true", help="an existing lineage is not an error (its version 1 is printed)"
     )
     p.add_argument("--kind", choices=["initial", "import"], default="initial")
     p = client_parser("publish", "publish a new version of a lineage", cmd_publish)
