@@ -155,7 +155,10 @@ def settings_errors(exc: ValidationError, settings_type: type[Settings], chosen:
         if not error["loc"]:  # a rule between settings: its message names them, as options
             reasons.append(" ".join(w.replace("_", "-") if w in fields else w for w in message.split(" ")))
         elif (name := str(error["loc"][0])) in chosen:
-            reasons.append(f"argument --{name.replace('_', '-')}: {message}")
-        else:
-            reasons.append(f"{settings_type.model_config.get('env_prefix', '')}{name}".upper() + f": {message}")
+            reasons.append(f"argument {option_name(name, fields[name])}: {message}")
+        elif name in fields:
+            prefix = settings_type.model_config.get("env_prefix", "")
+            reasons.append(f"{environment_variable(name, fields[name], prefix)}: {message}")
+        else:  # a value of a field's own variable (TOKMAINT_KAFKA): pydantic names the variable
+            reasons.append(f"{name}: {message}")
     return "; ".join(reasons)
