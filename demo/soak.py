@@ -108,6 +108,9 @@ class SoakSettings(Settings):
         "the longest gap between two faults, in seconds (each gap is 50-100% of it)",
     )
     batch: int = setting(40, whole(1), "documents a request")
+    rate: float = setting(
+        0.0, Number(float, low=0), "documents a second the producer posts at most (0: as fast as the server answers)"
+    )
     resend: float = setting(0.05, share(zero=True), "share of batches a producer sends again though it was answered")
     malformed: float = setting(0.02, share(zero=True), "share of records that are not documents")
     corpus: Path = setting(SAMPLE, None, "the documents' texts (default: the shipped sample)")
@@ -197,9 +200,11 @@ def _produce(
     failed request is sent again, a few answered ones too."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
     batches = ((round_, start) for round_ in itertools.count() for start in range(0, len(docs), settings.batch))
+    began = time.monotonic()
     with httpx.Client(timeout=30) as client:
-        for round_, start in batches:
-            if stop.is_set():
+        for sent, (round_, start) in enumerate(batches):
+            due = began + sent * settings.batch / settings.rate if settings.rate else 0.0  # on schedule, no catching up
+            if stop.wait(max(0.0, due - time.monotonic())) or stop.is_set():
                 return
             records = []
             for k, doc in enumerate(docs[start : start + settings.batch], start):
@@ -603,7 +608,8 @@ def _check(
     """The end-of-run checks as a report."""
     import torch
 
-    on_topic = {topic: read_topic(bootstrap, topic) for topic in ("docs", "docs.dlq")}
+    # Every producer has stopped and the pipeline has finished: a second with nothing new is the end.
+    on_topic = {topic: read_topic(bootstrap, topic, quiet_ms=1000) for topic in ("docs", "docs.dlq")}
     docs = [json.loads(r.value) for r in on_topic["docs"]]
     ids = [doc["id"] for doc in docs]
     lost = traffic.accepted - set(ids)

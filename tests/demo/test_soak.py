@@ -1,6 +1,6 @@
-"""``tokmaint bench soak``, short: a minute of load with a fault every six seconds or so (the
-seeded schedule kills the trainer, the ingest server, the pipeline and redis-server among
-others) and the hostile clients (slow readers and writers, oversized and sparse uploads, model
+"""``tokmaint bench soak``, short: half a minute of load (150 documents a second) with a fault
+every three seconds or so (the seeded schedule kills the trainer four times, the ingest server,
+the pipeline and redis-server) and the hostile clients (slow readers and writers, oversized and sparse uploads, model
 uploads while garbage collection runs), then every check the full soak makes, the statistics
 against an uninterrupted replay included."""
 
@@ -18,11 +18,13 @@ def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
             "bench",
             "soak",
             "--minutes",
-            "1",
+            "0.5",
             "--seed",
             "3",
             "--fault-every",
-            "6",
+            "4",
+            "--rate",
+            "150",
             "--hostile",
             "--json",
         ],
@@ -34,6 +36,7 @@ def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
     assert result.returncode == 0, (report, result.stderr[-3000:])
     documents = report["documents"]
     assert documents["accepted"] > 1000 and documents["resent"] > 0 and documents["refused"] > 0
+    assert documents["accepted"] <= 150 * (30 + 5)  # paced: the half minute and the producer's first second
     assert (documents["lost"], documents["duplicated"]) == (0, 0)
     assert documents["counted"] == documents["on_topic"] >= documents["accepted"]
     assert documents["dead_lettered"] >= documents["refused"]
