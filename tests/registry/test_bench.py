@@ -60,6 +60,11 @@ def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
                 "0.3",
                 "--repeats",
                 "1",
+                # Two steps of the load ramp: the ramp's own test is the one above.
+                "--start-rps",
+                "200",
+                "--max-rps",
+                "400",
                 "--json",
             ]
         )
