@@ -84,4 +84,4 @@ def test_a_bad_corpus_without_skip_bad_sends_nothing(broker, tmp_path, capsys):
     path.write_text('{"ts": "2020", "text": "fine"}\nnot json\n')
     assert main(["ingest", str(path), "--bootstrap", broker, "--topic", "docs.c"]) == 2
     assert "bad.jsonl:2: not JSON" in capsys.readouterr().err
-    assert consume(broker, "docs.c", expected=1, timeout=3) == []
+    assert consume(broker, "docs.c", expected=1, timeout=1) == []
