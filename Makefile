@@ -15,10 +15,11 @@ REAL_TOKENIZERS := llama2 llama3 llama3_1 gemma3 gemini gpt4o gpt35turbo gptoss 
 
 setup: $(STAMP)
 
-# Re-install only when the pins or the package metadata change.
+# Re-install only when the pins or the package metadata change. --no-compile: a module is
+# compiled when it is first imported, not the whole of torch and Beam up front (~25 s).
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pipeline.flink_jars install >/dev/null
 	@touch $(STAMP)
