@@ -91,6 +91,23 @@ def initial(drifting_corpus):
     return BPETokenizer.train(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
 
 
+def _topics(broker: str, topic: str) -> PipelineSettings:
+    """The pipeline's settings for ``topic`` and its dead-letter topic ``<topic>.dlq``."""
+    return PipelineSettings(bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq")
+
+
+def _job(settings: PipelineSettings, redis_url: str, registry: RegistryClient, lineage: str, **options) -> PipelineJob:
+    """These tests' job: ``STREAM``'s revision rule, a second's wait for records (``options``: others)."""
+    return PipelineJob(
+        settings=settings,
+        stream=STREAM,
+        redis_client=redis.Redis.from_url(redis_url),
+        registry=registry,
+        lineage=lineage,
+        **{"wait": 1.0, **options},
+    )
+
+
 def _lineage(registry_url, initial) -> str:
     name = f"job-{uuid.uuid4().hex[:8]}"
     RegistryClient(registry_url, token="t" * 32).create(name, initial.to_json())
@@ -135,15 +152,7 @@ def test_statistics_and_revisions_equal_the_offline_reference(
     metrics, port = PipelineMetrics.create(lineage), free_port()
     metrics.serve(port, host="127.0.0.1")
     with RegistryClient(registry_url) as registry:
-        job = PipelineJob(
-            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-            metrics=metrics,
-        )
+        job = _job(_topics(broker, stream), redis_url, registry, lineage, metrics=metrics)
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage).data
@@ -246,16 +255,9 @@ def test_a_job_reading_while_a_slow_producer_trickles_the_stream_in_equals_the_t
     monkeypatch.setattr(step_stream, "POLL_RECORDS", 3)
     producer = trickle(broker, topic, drifting_corpus)
     lineage = _lineage(registry_url, initial)
-    settings = PipelineSettings(bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq")
+    settings = _topics(broker, topic)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=settings,
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(settings, redis_url, registry, lineage)
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage).data
@@ -276,16 +278,9 @@ def test_a_live_job_whose_producer_stops_mid_step_counts_the_finished_topics_ste
     monkeypatch.setattr(step_stream, "POLL_RECORDS", 3)
     producer = trickle(broker, topic, drifting_corpus, stall=(10, 2.5))
     lineage = _lineage(registry_url, initial)
-    settings = PipelineSettings(bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq")
+    settings = _topics(broker, topic)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=settings,
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(settings, redis_url, registry, lineage)
         try:
             live = job.run(max_steps=18)
             producer.join()
@@ -306,14 +301,7 @@ def test_a_sentencepiece_lineage_equals_the_offline_reference(broker, redis_url,
     assert initial.byte_fallback and initial.id_space <= ID_SPACE
     lineage = _lineage(registry_url, initial)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(_topics(broker, stream), redis_url, registry, lineage)
         report = job.run(until_idle=True)
         job.close()
         versions = registry.versions(lineage).data
@@ -334,14 +322,7 @@ def test_event_time_steps_are_windows_cut_at_the_step_cap(
         bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq", step_seconds=45, max_step_docs=40
     )
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=settings,
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(settings, redis_url, registry, lineage)
         try:
             report = job.run(until_idle=True)
         finally:
@@ -447,37 +428,10 @@ def test_a_job_killed_and_restarted_ends_as_an_uninterrupted_one(
 def _unrevised_steps(broker, redis_url, registry_url, stream, initial, *, steps: int) -> str:
     """A new lineage whose statistics hold ``steps`` steps that the job did not revise."""
     lineage = _lineage(registry_url, initial)
-    schedule = [
-        o if o != "64" or k != OPTIONS.index("--interval-docs") + 1 else "100000" for k, o in enumerate(OPTIONS)
-    ]  # the job makes no revision itself
-    env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tokmaint.cli",
-            "pipeline",
-            "run",
-            "--bootstrap",
-            broker,
-            "--topic",
-            stream,
-            "--redis",
-            redis_url,
-            "--registry",
-            registry_url,
-            "--lineage",
-            lineage,
-            "--max-steps",
-            str(steps),
-            *schedule,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+    # The last --interval-docs is the one taken: the job makes no revision itself.
+    run = _run(broker, redis_url, registry_url, stream, lineage, "--max-steps", str(steps), "--interval-docs", "100000")
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err.decode()[-2000:]
     return lineage
 
 
@@ -550,14 +504,7 @@ def test_a_revision_planned_while_another_process_revises_writes_nothing(
 def test_a_version_published_elsewhere_is_used_from_the_next_step(broker, redis_url, registry_url, stream, initial):
     lineage = _lineage(registry_url, initial)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(_topics(broker, stream), redis_url, registry, lineage)
         try:
             job.run(max_steps=12)
             ours = job.tedtok.version
@@ -587,14 +534,7 @@ def test_steps_counted_ahead_of_a_revision_another_version_beat_are_counted_agai
     again with it before they are written."""
     lineage = _lineage(registry_url, initial)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(_topics(broker, stream), redis_url, registry, lineage)
         commit, raced, submitted, prepared = job.lineage_stats.commit, [], [], []
 
         def commit_after_a_rollback(plan):
@@ -643,12 +583,9 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(
     """A crash between keeping a revision and publishing it, while someone publishes on top: on
     restart the statistics move to the registry's latest and the kept revision goes."""
     lineage = _lineage(registry_url, initial)
-    settings = PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq")
-    client = redis.Redis.from_url(redis_url)
+    settings = _topics(broker, stream)
     with RegistryClient(registry_url, token="t" * 32) as registry:
-        job = PipelineJob(
-            settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage, wait=1.0
-        )
+        job = _job(settings, redis_url, registry, lineage)
         try:
             job.run(max_steps=12)
             revision = job.tedtok.revise()  # ... kept, and then the process dies before publishing it
@@ -658,9 +595,7 @@ def test_a_kept_revision_the_registry_will_not_take_gives_way_to_the_latest(
         finally:
             job.close()
         rollback = registry.rollback(lineage, to=1).number  # meanwhile, someone else publishes
-        restarted = PipelineJob(
-            settings=settings, stream=STREAM, redis_client=client, registry=registry, lineage=lineage, wait=1.0
-        )
+        restarted = _job(settings, redis_url, registry, lineage)
         try:
             assert restarted.store.pending() is None and restarted.store.meta()["version"] == rollback
             assert restarted.tedtok.version == rollback and restarted.tedtok.tokenizer.sha256 == initial.sha256
@@ -681,14 +616,7 @@ def test_neighbour_statistics_and_the_residues_job(
     lineage = _lineage(registry_url, initial)
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", "t" * 32)
     with RegistryClient(registry_url) as registry:
-        job = PipelineJob(
-            settings=PipelineSettings(bootstrap=broker, docs_topic=stream, dlq_topic=f"{stream}.dlq"),
-            stream=STREAM,
-            redis_client=redis.Redis.from_url(redis_url),
-            registry=registry,
-            lineage=lineage,
-            wait=1.0,
-        )
+        job = _job(_topics(broker, stream), redis_url, registry, lineage)
         job.run(until_idle=True)
         job.close()
 
