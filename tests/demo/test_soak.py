@@ -5,6 +5,7 @@ uploads while garbage collection runs), then every check the full soak makes, th
 against an uninterrupted replay included."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -31,6 +32,9 @@ def test_a_short_soak_loses_nothing_and_counts_nothing_twice():
         capture_output=True,
         text=True,
         timeout=900,
+        # A version's new rows warm up on 32 documents, not 256 (tests/trainer/test_new_rows.py
+        # tests the warm-up): the trainer takes each version sooner after a kill.
+        env={**os.environ, "TOKMAINT_TRAINER_WARM_DOCS": "32"},
     )
     report = json.loads(result.stdout)
     assert result.returncode == 0, (report, result.stderr[-3000:])
