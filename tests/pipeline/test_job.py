@@ -28,6 +28,7 @@ from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
 from tests.conftest import consume, produce, sentencepiece_style, trickle
+from tests.support.cli import PIPELINE_OPTIONS
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -38,22 +39,7 @@ from tokmaint.cli import main
 STREAM = StreamSettings(
     step_docs=32, horizon_docs=320, interval_docs=64, warmup_docs=64, batch_size=8, id_price=0.0, base_token_cost=0.0
 )
-OPTIONS = [
-    "--step-docs",
-    "32",
-    "--horizon-docs",
-    "320",
-    "--interval-docs",
-    "64",
-    "--warmup-docs",
-    "64",
-    "--batch-size",
-    "8",
-    "--id-price",
-    "0",
-    "--base-token-cost",
-    "0",
-]
+OPTIONS = [*PIPELINE_OPTIONS, "--batch-size", "8"]
 ID_SPACE = 600  # past the largest id of either initial tokenizer (a SentencePiece one has 256 byte tokens more)
 BAD = [b"not json", json.dumps({"id": "x", "text": None, "ts": "2020"}).encode()]
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from registry.local_server import free_port
+from tests.support.cli import PIPELINE_OPTIONS
 
 
 def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -187,18 +188,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
             f"http://127.0.0.1:{port}",
             "--lineage",
             lineage,
-            "--step-docs",
-            "32",
-            "--horizon-docs",
-            "320",
-            "--interval-docs",
-            "64",
-            "--warmup-docs",
-            "64",
-            "--id-price",
-            "0",
-            "--base-token-cost",
-            "0",
+            *PIPELINE_OPTIONS,
         ],
         env=env,
         stderr=subprocess.PIPE,

@@ -4,6 +4,7 @@ import json
 import os
 
 from registry.client import RegistryClient
+from tests.support.cli import EVOLVE_OPTIONS
 from tests.support.registry_server import TOKEN
 
 
@@ -22,20 +23,7 @@ def test_evolve_publishes_every_version_and_continues(server, drifting_corpus, t
             server,
             "--lineage",
             "stream",
-            "--vocab-size",
-            "300",
-            "--step-docs",
-            "10",
-            "--horizon-docs",
-            "30",
-            "--interval-docs",
-            "50",
-            "--warmup-docs",
-            "0",
-            "--batch-size",
-            "10",
-            "--init-share",
-            "0.3",
+            *EVOLVE_OPTIONS,
             "--json",
         ]
         assert main(argv) == 0

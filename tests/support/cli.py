@@ -4,6 +4,16 @@ import json
 
 from tokmaint.cli import main
 
+# Schedules that revise the drifting corpus (tests.conftest's 600 documents) within seconds:
+# ``evolve``'s, and ``pipeline run``'s in steps of 32.
+EVOLVE_OPTIONS = (
+    "--vocab-size 300 --step-docs 10 --horizon-docs 30 --interval-docs 50 "
+    "--warmup-docs 0 --batch-size 10 --init-share 0.3"
+).split()
+PIPELINE_OPTIONS = (
+    "--step-docs 32 --horizon-docs 320 --interval-docs 64 --warmup-docs 64 --id-price 0 --base-token-cost 0"
+).split()
+
 
 def run_json(capsys, *argv):
     """``tokmaint *argv --json`` in this process: it exits 0, and its output parsed."""

@@ -5,7 +5,7 @@ import json
 from tokenizers import Tokenizer
 
 from schemas.revision import RevisionDiff
-from tests.support.cli import run_json
+from tests.support.cli import EVOLVE_OPTIONS, run_json
 
 
 def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
@@ -17,20 +17,7 @@ def test_evolve_writes_valid_versions(drifting_corpus, tmp_path, capsys):
         str(drifting_corpus),
         "--out",
         str(out),
-        "--vocab-size",
-        "300",
-        "--step-docs",
-        "10",
-        "--horizon-docs",
-        "30",
-        "--interval-docs",
-        "50",
-        "--warmup-docs",
-        "0",
-        "--batch-size",
-        "10",
-        "--init-share",
-        "0.3",
+        *EVOLVE_OPTIONS,
     )
     versions = sorted(p.name for p in out.glob("v*"))
     assert len(versions) == result["versions"] > 1
