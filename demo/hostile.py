@@ -118,22 +118,13 @@ def write_weighty_model(tokenizer: BPETokenizer, lineage: str, version: int, out
     """A model folder of ``tokenizer``'s version with about 16 MB of weights: larger than what
     the kernel's socket buffers take, so that a reader who does not read stalls the server's send."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2LMHeadModel
 
     from trainer.export import write_model_folder
+    from trainer.loop import tiny_gpt2_config
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            n_layer=2,
-            n_head=4,
-            n_embd=384,
-            n_positions=256,
-            vocab_size=tokenizer.id_space,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    )
+    model = GPT2LMHeadModel(tiny_gpt2_config(tokenizer.id_space, n_head=4, n_embd=384, bos_token_id=0, eos_token_id=0))
     write_model_folder(model, tokenizer, {"lineage": lineage, "version": version}, out)
     return out
 

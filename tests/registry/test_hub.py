@@ -226,24 +226,15 @@ def test_a_published_model_loads_with_from_pretrained_and_gives_the_same_logits(
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from tests.support.models import tiny_model
+
     from tokmaint.cli import main
     from trainer.export import write_model_folder
 
     url, client = lineage
     monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
     tokenizer = client.tokenizer("hub", 2)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            n_layer=1,
-            n_head=2,
-            n_embd=16,
-            n_positions=64,
-            vocab_size=tokenizer.id_space,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    ).eval()
+    model = tiny_model(tokenizer.id_space).eval()
     write_model_folder(model, tokenizer, {"lineage": "hub", "version": 2}, tmp_path / "model")
     assert (
         main(["registry", "publish-model", "hub", "--model", str(tmp_path / "model"), "--registry", url, "--json"]) == 0
@@ -366,8 +357,7 @@ def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, 
     over 1 KB) come streamed from the store, byte for byte, with their length and ETag."""
     import hashlib
 
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from tests.support.models import tiny_model
 
     from registry.local_server import start_server
     from tokmaint.cli import main
@@ -381,18 +371,7 @@ def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, 
         client = RegistryClient(url, token=REGISTRY_TOKEN)
         tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
         client.create("big", tokenizer.to_json())
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(
-            GPT2Config(
-                n_layer=1,
-                n_head=2,
-                n_embd=16,
-                n_positions=64,
-                vocab_size=tokenizer.id_space,
-                bos_token_id=0,
-                eos_token_id=0,
-            )
-        )
+        model = tiny_model(tokenizer.id_space)
         write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
         assert main(["registry", "publish-model", "big", "--model", str(tmp_path / "model"), "--registry", url]) == 0
@@ -422,25 +401,14 @@ def test_files_over_the_cache_s_share_are_streamed_whole(tmp_path, monkeypatch, 
 @pytest.fixture(scope="module")
 def model_v1(lineage, tmp_path_factory):
     """A model trained with version 1 (``tokmaint trainer export``'s folder), published beside it."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.support.models import tiny_model
 
     from trainer.export import write_model_folder
 
     url, client = lineage
     tokenizer = client.tokenizer("hub", 1)
-    torch.manual_seed(1)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            n_layer=1,
-            n_head=2,
-            n_embd=16,
-            n_positions=32,
-            vocab_size=tokenizer.id_space,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    ).eval()
+    model = tiny_model(tokenizer.id_space, seed=1, n_positions=32).eval()
     folder = tmp_path_factory.mktemp("model-v1") / "model"
     write_model_folder(model, tokenizer, {"lineage": "hub", "version": 1}, folder)
     return folder, client.publish_model("hub", folder, version=1)

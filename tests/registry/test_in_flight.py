@@ -70,8 +70,8 @@ def _until(check, what: str, seconds: float = 30):
 def _serve_weights(tmp_path, monkeypatch, capsys, env: dict[str, str]):
     """A registry server (``env`` on top of its token) with a model of 3.6 MB of weights
     published beside lineage ``big``'s first version: the process and its URL."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.support.models import tiny_model
 
     from registry.client import RegistryClient
     from tests.conftest import sentences
@@ -83,18 +83,7 @@ def _serve_weights(tmp_path, monkeypatch, capsys, env: dict[str, str]):
     try:
         tokenizer = BPETokenizer.train(sentences(300), vocab_size=330, special_tokens=["<|endoftext|>"])
         RegistryClient(url, token=TOKEN).create("big", tokenizer.to_json())
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(
-            GPT2Config(
-                n_layer=1,
-                n_head=2,
-                n_embd=256,
-                n_positions=64,
-                vocab_size=tokenizer.id_space,
-                bos_token_id=0,
-                eos_token_id=0,
-            )
-        )
+        model = tiny_model(tokenizer.id_space, n_embd=256)
         write_model_folder(model, tokenizer, {"lineage": "big", "version": 1}, tmp_path / "model")
         assert (tmp_path / "model" / "model.safetensors").stat().st_size > 3 << 20  # several pieces of 1 MB
         monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", TOKEN)

@@ -55,25 +55,11 @@ def exported_model(tokenizer: BPETokenizer, stamp: dict, *, rows: int | None = N
     import tempfile
     from pathlib import Path
 
-    from transformers import GPT2Config, GPT2LMHeadModel
-
+    from tests.support.models import tiny_model
     from tokenizer_service.output_dir import MARKER
     from trainer.export import write_model_folder
 
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            **{
-                "n_layer": 1,
-                "n_head": 2,
-                "n_embd": 16,
-                "n_positions": 64,
-                "vocab_size": rows or tokenizer.id_space,
-                "bos_token_id": 0,
-                "eos_token_id": 0,
-                **config,
-            }
-        )
-    )
+    model = tiny_model(rows or tokenizer.id_space, seed=None, **config)
     with tempfile.TemporaryDirectory() as folder:
         write_model_folder(model, tokenizer, stamp, Path(folder) / "model")
         return {path.name: path.read_bytes() for path in (Path(folder) / "model").iterdir() if path.name != MARKER}

@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2LMHeadModel
+
+from tests.support.models import tiny_model
 
 from tests.trainer.conftest import TEXTS
 from tokenizer_service.bpe import BPETokenizer
@@ -29,19 +31,8 @@ def tokenizer() -> BPETokenizer:
 
 @pytest.fixture(scope="module")
 def model(tokenizer) -> ByteLevelModel:
-    torch.manual_seed(0)
     rows = tokenizer.id_space + 1  # one more row: the bos
-    gpt = GPT2LMHeadModel(
-        GPT2Config(
-            n_layer=2,
-            n_head=2,
-            n_embd=32,
-            n_positions=64,
-            vocab_size=rows,
-            bos_token_id=rows - 1,
-            eos_token_id=rows - 1,
-        )
-    )
+    gpt = tiny_model(rows, n_layer=2, n_embd=32, bos_token_id=rows - 1, eos_token_id=rows - 1)
     return ByteLevelModel(gpt, tokenizer, bos_token_id=rows - 1)
 
 

@@ -9,6 +9,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from tests.support.models import tiny_model
+
 from tests.conftest import sentences
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.lzw import LZW, contexts
@@ -208,18 +210,7 @@ def test_the_commands_train_generate_and_evaluate_a_zip2zip_folder(tmp_path, cap
 
     texts = sentences(120, seed=5)
     tokenizer = BPETokenizer.train(texts, vocab_size=300, special_tokens=["<|endoftext|>"])
-    torch.manual_seed(0)
-    gpt = GPT2LMHeadModel(
-        GPT2Config(
-            n_layer=1,
-            n_head=2,
-            n_embd=32,
-            n_positions=96,
-            vocab_size=tokenizer.id_space,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    )
+    gpt = tiny_model(tokenizer.id_space, n_embd=32, n_positions=96)
     write_model_folder(gpt, tokenizer, {"lineage": "demo", "version": 1}, tmp_path / "plain")
     corpus = tmp_path / "docs.txt"
     corpus.write_text("\n".join(texts) + "\n")
