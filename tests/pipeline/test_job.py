@@ -28,7 +28,7 @@ from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
 from tests.conftest import consume, produce, sentencepiece_style, trickle
-from tests.support.cli import PIPELINE_OPTIONS
+from tests.support.cli import PIPELINE_OPTIONS, lineage_options
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -175,12 +175,7 @@ def test_statistics_and_revisions_equal_the_offline_reference(
             [
                 "stats",
                 "show",
-                "--redis",
-                redis_url,
-                "--registry",
-                registry_url,
-                "--lineage",
-                lineage,
+                *lineage_options(redis_url, registry_url, lineage),
                 "--top",
                 "5",
                 "--json",
@@ -204,12 +199,7 @@ def test_statistics_and_revisions_equal_the_offline_reference(
     snapshot = [
         "stats",
         "snapshot",
-        "--redis",
-        redis_url,
-        "--registry",
-        registry_url,
-        "--lineage",
-        lineage,
+        *lineage_options(redis_url, registry_url, lineage),
         "--out",
         str(tmp_path),
         "--json",
@@ -339,12 +329,7 @@ def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess
             stream,
             "--dlq-topic",
             f"{stream}.dlq",
-            "--redis",
-            redis_url,
-            "--registry",
-            registry_url,
-            "--lineage",
-            lineage,
+            *lineage_options(redis_url, registry_url, lineage),
             *OPTIONS,
             *extra,
         ],
@@ -427,12 +412,7 @@ def test_revise_makes_one_published_revision_from_the_statistics(
     lineage = _unrevised_steps(broker, redis_url, registry_url, stream, initial, steps=14)
     revise = [
         "revise",
-        "--redis",
-        redis_url,
-        "--registry",
-        registry_url,
-        "--lineage",
-        lineage,
+        *lineage_options(redis_url, registry_url, lineage),
         "--batch-size",
         "8",
         "--id-price",
@@ -629,12 +609,7 @@ def test_neighbour_statistics_and_the_residues_job(
         main(
             [
                 "residues-job",
-                "--redis",
-                redis_url,
-                "--registry",
-                registry_url,
-                "--lineage",
-                lineage,
+                *lineage_options(redis_url, registry_url, lineage),
                 "--scope",
                 "all",
                 "--r",

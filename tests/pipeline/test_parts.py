@@ -8,7 +8,7 @@ import time
 import pytest
 
 from registry.local_server import free_port
-from tests.support.cli import PIPELINE_OPTIONS
+from tests.support.cli import PIPELINE_OPTIONS, lineage_options
 
 
 def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -182,12 +182,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
             broker,
             "--topic",
             topic,
-            "--redis",
-            redis_url,
-            "--registry",
-            f"http://127.0.0.1:{port}",
-            "--lineage",
-            lineage,
+            *lineage_options(redis_url, f"http://127.0.0.1:{port}", lineage),
             *PIPELINE_OPTIONS,
         ],
         env=env,

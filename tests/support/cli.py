@@ -29,3 +29,12 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
         code = exit_.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def lineage_options(redis_url: str, registry_url: str, lineage: str) -> list[str]:
+    """The options that name a lineage's statistics and registry, as the pipeline's commands take them.
+
+    >>> lineage_options("redis://r", "http://g", "news")
+    ['--redis', 'redis://r', '--registry', 'http://g', '--lineage', 'news']
+    """
+    return ["--redis", redis_url, "--registry", registry_url, "--lineage", lineage]
