@@ -306,14 +306,17 @@ class WordVocabulary:
 class StepCounter:
     """Counts tokens and within-word pairs for one tokenizer version, caching word encodings.
 
-    The cache is ragged: ``_flat`` holds every encoded word's token ids back to back and
-    ``_start``/``_len`` locate word ``i``; a step gathers them in one numpy pass.
+    The cache is ragged: ``_flat[:_used]`` holds every encoded word's token ids back to back and
+    ``_start``/``_len`` locate word ``i``; a step gathers them in one numpy pass. ``_flat`` has
+    room past ``_used`` (doubled when full): a step's few new encodings are written into it, not
+    concatenated to a copy of the whole cache (that copy was 60% of a long schedule's counting).
     """
 
     def __init__(self, tokenizer: BPETokenizer, words: WordVocabulary | None = None) -> None:
         self.words = words if words is not None else WordVocabulary()
         self.tokenizer = tokenizer
         self._flat = np.zeros(0, dtype=np.int64)
+        self._used = 0
         self._start = np.zeros(0, dtype=np.int64)
         self._len = np.full(0, -1, dtype=np.int64)
         self._word_bytes = np.zeros(0, dtype=np.int64)
@@ -367,18 +370,23 @@ class StepCounter:
         words = self.words.words
         encoded = self.tokenizer.tokenize_words(words[i] for i in missing.tolist())
         lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
-        if len(self._flat) > 8 * max(int(self._len[self._len > 0].sum()), 1 << 16):
+        if self._used > 8 * max(int(self._len[self._len > 0].sum()), 1 << 16):
             self._compact()
-        self._start[missing] = len(self._flat) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        end = self._used + int(lengths.sum())
+        if end > len(self._flat):
+            grown = np.empty(max(end, 2 * len(self._flat)), np.int64)
+            grown[: self._used] = self._flat[: self._used]
+            self._flat = grown
+        self._flat[self._used : end] = np.fromiter(chain.from_iterable(encoded), np.int64, end - self._used)
+        self._start[missing] = self._used + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         self._len[missing] = lengths
-        self._flat = np.concatenate(
-            [self._flat, np.fromiter(chain.from_iterable(encoded), np.int64, int(lengths.sum()))]
-        )
+        self._used = end
 
     def _compact(self) -> None:
         """Drop encodings of earlier versions that are no longer referenced."""
         live = np.flatnonzero(self._len >= 0)
         self._flat = self._gather(live, self._len[live])
+        self._used = len(self._flat)
         self._start[live] = np.concatenate([[0], np.cumsum(self._len[live])[:-1]])
 
     def _gather(self, word_ids: Int64Array, lengths: Int64Array) -> Int64Array:

@@ -322,10 +322,14 @@ class _Schedule:
         return TedTok(self.old, config=config, words=words, lineage="arithmetic"), word_ids
 
 
-def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=None) -> dict[str, Any]:
+def run_one(
+    settings: ArithmeticTrainSettings, seed: int, name: str, *, report=None, steps: int | None = None
+) -> dict[str, Any]:
     """One run (``old``, ``new`` or ``tedtok``) of one seed: its exact match, and for ``tedtok``
     the loss jump of each strategy at each revision (the run's own, ``settings.strategy``, and a
-    copy's for each other). ``report(steps, loss)``: progress."""
+    copy's for each other). ``report(steps, loss)``: progress. ``steps``: only the schedule's
+    first ``steps`` batches, as the whole run trains them (the learning rate and Ted-Tok's
+    warm-up and freeze are still the whole schedule's); by default all."""
     plan = _Schedule.for_seed(settings, seed)
     eos, window = plan.old.id_space, settings.window
     model = sa_model(eos + 1, n_embd=settings.n_embd, seed=seed)
@@ -335,7 +339,7 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
     losses: list[float] = []
     jumps: dict[str, list[float]] = {s: [] for s in STRATEGIES}
     jump: _Jump | None = None
-    for t, rows in enumerate(plan.order):
+    for t, rows in enumerate(plan.order[:steps]):
         if name == "new" and t == plan.first_new:
             apply_revision(
                 model, optimizer, _switch_diff(plan.old, plan.new), strategy="subtoken_mean", previous=plan.old
@@ -370,7 +374,7 @@ def run_one(settings: ArithmeticTrainSettings, seed: int, name: str, *, report=N
         "run": name,
         "exact_match": exact_match(model, encodings.tokenizer, plan.held_out, eos=eos),
         "final_loss": float(np.mean(losses[-window:])),
-        "steps": len(plan.order),
+        "steps": len(losses),
         "revisions": len(tedtok.revisions) if tedtok else 0,
         "loss_jump": jumps,
     }

@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -211,8 +212,13 @@ def _results(results: Any, ranks: list[Any], *, timeout: float) -> list[dict[str
 
 
 def run_distributed_bench(
-    settings: DistributedBenchSettings | None = None, *, corpus: str | Path | None = None
+    settings: DistributedBenchSettings | None = None,
+    *,
+    corpus: str | Path | None = None,
+    mp_context: BaseContext | None = None,
 ) -> dict[str, Any]:
+    """The bench's report (the module's docstring says what it holds). ``mp_context``: how the
+    ranks' processes start (default: spawn)."""
     settings = settings or DistributedBenchSettings()
     if settings.device == "cuda" and settings.ranks > torch.cuda.device_count():
         raise TokmaintError(
@@ -222,7 +228,7 @@ def run_distributed_bench(
     texts = [d.text for d in read_corpus(corpus or SAMPLE).documents]
     initial, revisions = lineage_revisions(texts, vocab_size=settings.vocab_size, versions=settings.versions)
     token = secrets.token_hex(16)
-    context = multiprocessing.get_context("spawn")
+    context = mp_context or multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="tokmaint-bench-distributed-") as root:
         server, url = start_server(Path(root) / "registry", env={"TOKMAINT_REGISTRY_TOKEN": token})
         try:

@@ -12,6 +12,7 @@ import queue
 import signal
 import time
 import uuid
+from multiprocessing.context import BaseContext
 
 import pytest
 import torch
@@ -106,7 +107,8 @@ def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(regi
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_every_rank_applies_every_version_at_the_same_step(ranks):
     report = run_distributed_bench(
-        DistributedBenchSettings(ranks=ranks, steps=45, block=5, versions=2, batch_size=2, seq_len=32, timeout=300)
+        DistributedBenchSettings(ranks=ranks, steps=45, block=5, versions=2, batch_size=2, seq_len=32, timeout=300),
+        mp_context=_forkserver(),
     )
     assert report["versions_applied"] == report["versions_published"] == 2, report
     assert report["same_step_all_ranks"] is True and report["identical_across_ranks"] is True
@@ -202,8 +204,16 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
         torch.distributed.destroy_process_group()
 
 
+def _forkserver() -> BaseContext:
+    """Processes forked from a server that imported torch, transformers (GPT-2's model) and this
+    module once: spawned, each rank took ~4 s of CPU importing them again."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, "trainer.loop"])
+    return context
+
+
 def _start(urls, name, plan, *, world: int = 2):
-    context = multiprocessing.get_context("spawn")
+    context = _forkserver()
     manager = context.Manager()
     shared, results, port = manager.dict({"step": -1, "refused": []}), context.Queue(), free_port()
     processes = [
