@@ -17,6 +17,7 @@ may delete without breaking other merges.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cached_property
@@ -27,6 +28,11 @@ from tokenizers import Tokenizer
 from tokenizer_service.bpe import BYTE_FALLBACK_TOKENS, BPETokenizer, Merge, bpe_pieces, loaded_byte_fallback
 
 BYTE_FALLBACK_TOKENS_SET = frozenset(BYTE_FALLBACK_TOKENS)
+
+# Each version's unreachable tokens, found once: a version is validated as itself and again as
+# the next one's parent (a second of Rust on every core at 262k tokens). A BPETokenizer never
+# changes (its ``hf`` is cached as well), and its entry goes when it does.
+_UNREACHABLE: weakref.WeakKeyDictionary[BPETokenizer, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
 class MergeGraph:
@@ -158,14 +164,24 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     that). Every token is encoded, in batches of ``chunk`` tokens by the bare Rust model (no
     normalizer or pre-tokenizer: a token's own symbols, as :meth:`BPETokenizer.tokenize_word`),
     outside the GIL and on every core; only a batch that does not come back as its own ids is
-    looked at token by token.
+    looked at token by token. A :class:`BPETokenizer`'s are found once and remembered (a loaded
+    ``Tokenizer`` can be changed in place: its are found every time).
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
-    >>> unreachable_tokens(tok), unreachable_tokens(tok.hf)
-    (['abc'], ['abc'])
+    >>> unreachable_tokens(tok), unreachable_tokens(tok.hf), unreachable_tokens(tok)
+    (['abc'], ['abc'], ['abc'])
     """
-    hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
+    if not isinstance(tokenizer, BPETokenizer):
+        return _unreachable_tokens(tokenizer, chunk)
+    known = _UNREACHABLE.get(tokenizer)
+    if known is None:
+        known = _UNREACHABLE[tokenizer] = tuple(_unreachable_tokens(tokenizer.hf, chunk))
+    return list(known)  # the caller's to change
+
+
+def _unreachable_tokens(hf: Tokenizer, chunk: int) -> list[str]:
+    """What :func:`unreachable_tokens` finds, for a tokenizer loaded in ``tokenizers``."""
     vocab = hf.get_vocab(with_added_tokens=False)
     specials = frozenset(t.content for t in hf.get_added_tokens_decoder().values())
     if loaded_byte_fallback(hf):
