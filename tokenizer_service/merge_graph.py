@@ -85,7 +85,15 @@ class MergeGraph:
         >>> MergeGraph(tok).formed_by("ab"), MergeGraph(tok).formed_by("abc")
         (('a', 'b'), None)
         """
-        return _formed_by(token, self.ranks)
+        formed = self._formed
+        if token not in formed:  # remembered: a residue removal asks about each token in every attempt
+            formed[token] = _formed_by(token, self.ranks)
+        return formed[token]
+
+    @cached_property
+    def _formed(self) -> dict[str, Merge | None]:
+        """What :meth:`formed_by` found so far, for the tokens it was asked about."""
+        return {}
 
     def revised(self, tokenizer: BPETokenizer, *, removed: Iterable[str], added: Sequence[Merge]) -> "MergeGraph":
         """The graph of ``tokenizer``, derived from this one by a revision's edits (no full rebuild).
@@ -99,7 +107,7 @@ class MergeGraph:
         ({'ba': ('b', 'a')}, True)
         """
         graph = copy.copy(self)
-        for derived in ("sink_tokens", "ranks"):  # cached for the old tokenizer
+        for derived in ("sink_tokens", "ranks", "_formed"):  # cached for the old tokenizer
             graph.__dict__.pop(derived, None)
         graph.tokenizer = tokenizer
         graph.parents = dict(self.parents)
