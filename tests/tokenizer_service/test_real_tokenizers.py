@@ -8,6 +8,7 @@ another folder, ``TOKMAINT_<NAME>_TOKENIZER`` another file), where these tests l
 ``pytest`` runs them too; a family whose file is missing skips and says how to get it.
 """
 
+import functools
 import os
 import random
 import unicodedata
@@ -57,21 +58,34 @@ def real(request):
 def english_like(tokenizer: BPETokenizer, n: int, seed: int = 0) -> list[str]:
     """Documents of words taken from the vocabulary's own alphabetic tokens (no data download)."""
     rng = random.Random(seed)
-    words = sorted(
-        {
-            word.decode().strip()
-            for t in tokenizer.vocab
-            if t not in tokenizer.special_tokens
-            for word in [tokenizer.token_bytes(t)]
-            if word.strip().isalpha() and word.isascii()
-        }
-    )
+    words = alphabetic_words(tokenizer)
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 40))) + "." for _ in range(n)]
 
 
-def test_import_export_encodes_like_the_source(real):
-    _, path, tokenizer, _ = real
-    source = Tokenizer.from_file(str(path))
+@functools.lru_cache(maxsize=1)  # the family under test: three tests take its words (0.4 s at 262k tokens)
+def alphabetic_words(tokenizer: BPETokenizer) -> tuple[str, ...]:
+    """The vocabulary's ASCII alphabetic tokens as words, sorted."""
+    return tuple(
+        sorted(
+            {
+                word.decode().strip()
+                for t in tokenizer.vocab
+                if t not in tokenizer.special_tokens
+                for word in [tokenizer.token_bytes(t)]
+                if word.strip().isalpha() and word.isascii()
+            }
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def source(real) -> Tokenizer:
+    """The family's file as ``tokenizers`` parses it, for the tests that compare with it (none changes it)."""
+    return Tokenizer.from_file(str(real[1]))
+
+
+def test_import_export_encodes_like_the_source(real, source):
+    _, _, tokenizer, _ = real
     texts = probe_texts(tokenizer, n=100) + english_like(tokenizer, 50)
     exported = Tokenizer.from_str(tokenizer.to_json())
     assert [e.ids for e in exported.encode_batch(texts, add_special_tokens=False)] == [
@@ -79,10 +93,10 @@ def test_import_export_encodes_like_the_source(real):
     ]
 
 
-def test_the_model_built_from_objects_is_the_file_parsed(real):
+def test_the_model_built_from_objects_is_the_file_parsed(real, source):
     """``BPETokenizer.hf`` builds the model from the vocabulary and merges, not from the JSON."""
-    _, path, tokenizer, _ = real
-    assert tokenizer.hf.to_str() == Tokenizer.from_file(str(path)).to_str()
+    _, _, tokenizer, _ = real
+    assert tokenizer.hf.to_str() == source.to_str()
 
 
 def test_valid_and_lossless_as_its_pipeline_promises(real):
@@ -134,8 +148,9 @@ def test_residue_free_pipeline_on_a_real_vocabulary(real, tmp_path):
 
 
 def test_evolve_from_a_production_tokenizer_keeps_every_id_the_stream_does_not_touch(real):
-    _, _, tokenizer, _ = real
-    tedtok = TedTok(tokenizer, config=TedTokConfig(alpha=0.5, batch_size=16, interval=2, warmup_steps=2))
+    _, _, tokenizer, graph = real
+    config = TedTokConfig(alpha=0.5, batch_size=16, interval=2, warmup_steps=2)
+    tedtok = TedTok(tokenizer, config=config, graph=graph)  # the fixture's graph: built once per family
     parent = tokenizer
     for step in range(4):
         revision = tedtok.observe_texts(sentences(40, seed=200 + step, words=[w + "zq" for w in NEW_WORDS]))
