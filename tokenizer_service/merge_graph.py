@@ -63,8 +63,17 @@ class MergeGraph:
             children[merge[1]].append(w)
         # Tuples, not sets: a set takes 216 bytes or more, and Gemma-3 has 123k parents.
         self.children: dict[str, tuple[str, ...]] = {t: tuple(dict.fromkeys(c)) for t, c in children.items()}
+        ranks, formed = self.ranks, self._formed
         for w, merges in self.producers.items():
-            self.parents[w] = _applied(w, merges, self.ranks) if len(merges) > 1 else merges[0]
+            if len(merges) == 1:
+                self.parents[w] = merges[0]
+                continue
+            # As _applied, keeping what formed_by found: a residue removal asks about most of them
+            # again (Gemma-3: 67k), and the producer's own object costs no second tuple.
+            last = _formed_by(w, ranks)
+            applied = next((m for m in merges if m == last), None)
+            formed[w] = last if applied is None else applied
+            self.parents[w] = merges[0] if applied is None else applied
 
     @staticmethod
     def rank_table(merges: Sequence[Merge]) -> dict[Merge, int]:
