@@ -8,7 +8,6 @@ another folder, ``TOKMAINT_<NAME>_TOKENIZER`` another file), where these tests l
 ``pytest`` runs them too; a family whose file is missing skips and says how to get it.
 """
 
-import functools
 import os
 import random
 import unicodedata
@@ -19,7 +18,6 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from tests.conftest import NEW_WORDS, REAL_TOKENIZERS, sentences
-from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.litetoken import count_corpus, find_residues, score_tokens, tokenizer_kind
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import SplitRemerge, residue_free_tokenizer
@@ -55,27 +53,26 @@ def real(request):
     return request.param, Path(path), tokenizer, MergeGraph(tokenizer)
 
 
-def english_like(tokenizer: BPETokenizer, n: int, seed: int = 0) -> list[str]:
+@pytest.fixture(scope="module")
+def words(real) -> list[str]:
+    """The vocabulary's ASCII alphabetic tokens as words, sorted: found once for the family's three
+    tests that write documents of them (0.4 s at 262k tokens)."""
+    tokenizer = real[2]
+    return sorted(
+        {
+            word.decode().strip()
+            for t in tokenizer.vocab
+            if t not in tokenizer.special_tokens
+            for word in [tokenizer.token_bytes(t)]
+            if word.strip().isalpha() and word.isascii()
+        }
+    )
+
+
+def english_like(words: list[str], n: int, seed: int = 0) -> list[str]:
     """Documents of words taken from the vocabulary's own alphabetic tokens (no data download)."""
     rng = random.Random(seed)
-    words = alphabetic_words(tokenizer)
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 40))) + "." for _ in range(n)]
-
-
-@functools.lru_cache(maxsize=1)  # the family under test: three tests take its words (0.4 s at 262k tokens)
-def alphabetic_words(tokenizer: BPETokenizer) -> tuple[str, ...]:
-    """The vocabulary's ASCII alphabetic tokens as words, sorted."""
-    return tuple(
-        sorted(
-            {
-                word.decode().strip()
-                for t in tokenizer.vocab
-                if t not in tokenizer.special_tokens
-                for word in [tokenizer.token_bytes(t)]
-                if word.strip().isalpha() and word.isascii()
-            }
-        )
-    )
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +81,9 @@ def source(real) -> Tokenizer:
     return Tokenizer.from_file(str(real[1]))
 
 
-def test_import_export_encodes_like_the_source(real, source):
+def test_import_export_encodes_like_the_source(real, source, words):
     _, _, tokenizer, _ = real
-    texts = probe_texts(tokenizer, n=100) + english_like(tokenizer, 50)
+    texts = probe_texts(tokenizer, n=100) + english_like(words, 50)
     exported = Tokenizer.from_str(tokenizer.to_json())
     assert [e.ids for e in exported.encode_batch(texts, add_special_tokens=False)] == [
         e.ids for e in source.encode_batch(texts, add_special_tokens=False)
@@ -99,11 +96,11 @@ def test_the_model_built_from_objects_is_the_file_parsed(real, source):
     assert tokenizer.hf.to_str() == source.to_str()
 
 
-def test_valid_and_lossless_as_its_pipeline_promises(real):
+def test_valid_and_lossless_as_its_pipeline_promises(real, words):
     name, _, tokenizer, _ = real
     report = validate(tokenizer)
     assert report.ok and report.probes == 200, report.reasons
-    texts = probe_texts(tokenizer) + english_like(tokenizer, 20) + ["cafe\u0301 \ufb01 \u2460  x\u2581y "]
+    texts = probe_texts(tokenizer) + english_like(words, 20) + ["cafe\u0301 \ufb01 \u2460  x\u2581y "]
     decoded = [tokenizer.decode(ids) for ids in tokenizer.encode_batch(texts)]
     assert decoded == RoundTrip.of(tokenizer.hf).promised(texts)
     if name == "qwen3":  # NFC: a decomposed é comes back composed
@@ -121,9 +118,9 @@ def test_kind_and_applied_parents(real):
         assert u + v == w and (u, v) in graph.producers[w]
 
 
-def test_residue_free_pipeline_on_a_real_vocabulary(real, tmp_path):
+def test_residue_free_pipeline_on_a_real_vocabulary(real, words, tmp_path):
     name, _, tokenizer, graph = real
-    texts = english_like(tokenizer, 400)
+    texts = english_like(words, 400)
     scores = score_tokens(tokenizer, count_corpus(tokenizer, texts), graph=graph)
     report = find_residues(tokenizer, scores, graph=graph, r=0.05, s=3.5)
     assert report.residues and report.scope_size > 0.5 * len(tokenizer.vocab)  # the ASCII tokens
