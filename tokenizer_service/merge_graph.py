@@ -17,6 +17,7 @@ may delete without breaking other merges.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import cached_property
@@ -27,6 +28,11 @@ from tokenizers import Tokenizer
 from tokenizer_service.bpe import BYTE_FALLBACK_TOKENS, BPETokenizer, Merge, bpe_pieces, loaded_byte_fallback
 
 BYTE_FALLBACK_TOKENS_SET = frozenset(BYTE_FALLBACK_TOKENS)
+
+# Each version's unreachable tokens, found once: a version is validated as itself and again as
+# the next one's parent (a second of Rust on every core at 262k tokens). A BPETokenizer never
+# changes (its ``hf`` is cached as well), and its entry goes when it does.
+_UNREACHABLE: weakref.WeakKeyDictionary[BPETokenizer, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
 class MergeGraph:
@@ -57,8 +63,17 @@ class MergeGraph:
             children[merge[1]].append(w)
         # Tuples, not sets: a set takes 216 bytes or more, and Gemma-3 has 123k parents.
         self.children: dict[str, tuple[str, ...]] = {t: tuple(dict.fromkeys(c)) for t, c in children.items()}
+        ranks, formed = self.ranks, self._formed
         for w, merges in self.producers.items():
-            self.parents[w] = _applied(w, merges, self.ranks) if len(merges) > 1 else merges[0]
+            if len(merges) == 1:
+                self.parents[w] = merges[0]
+                continue
+            # As _applied, keeping what formed_by found: a residue removal asks about most of them
+            # again (Gemma-3: 67k), and the producer's own object costs no second tuple.
+            last = _formed_by(w, ranks)
+            applied = next((m for m in merges if m == last), None)
+            formed[w] = last if applied is None else applied
+            self.parents[w] = merges[0] if applied is None else applied
 
     @staticmethod
     def rank_table(merges: Sequence[Merge]) -> dict[Merge, int]:
@@ -79,7 +94,15 @@ class MergeGraph:
         >>> MergeGraph(tok).formed_by("ab"), MergeGraph(tok).formed_by("abc")
         (('a', 'b'), None)
         """
-        return _formed_by(token, self.ranks)
+        formed = self._formed
+        if token not in formed:  # remembered: a residue removal asks about each token in every attempt
+            formed[token] = _formed_by(token, self.ranks)
+        return formed[token]
+
+    @cached_property
+    def _formed(self) -> dict[str, Merge | None]:
+        """What :meth:`formed_by` found so far, for the tokens it was asked about."""
+        return {}
 
     def revised(self, tokenizer: BPETokenizer, *, removed: Iterable[str], added: Sequence[Merge]) -> "MergeGraph":
         """The graph of ``tokenizer``, derived from this one by a revision's edits (no full rebuild).
@@ -93,7 +116,7 @@ class MergeGraph:
         ({'ba': ('b', 'a')}, True)
         """
         graph = copy.copy(self)
-        for derived in ("sink_tokens", "ranks"):  # cached for the old tokenizer
+        for derived in ("sink_tokens", "ranks", "_formed"):  # cached for the old tokenizer
             graph.__dict__.pop(derived, None)
         graph.tokenizer = tokenizer
         graph.parents = dict(self.parents)
@@ -158,14 +181,24 @@ def unreachable_tokens(tokenizer: BPETokenizer | Tokenizer, *, chunk: int = 2048
     that). Every token is encoded, in batches of ``chunk`` tokens by the bare Rust model (no
     normalizer or pre-tokenizer: a token's own symbols, as :meth:`BPETokenizer.tokenize_word`),
     outside the GIL and on every core; only a batch that does not come back as its own ids is
-    looked at token by token.
+    looked at token by token. A :class:`BPETokenizer`'s are found once and remembered (a loaded
+    ``Tokenizer`` can be changed in place: its are found every time).
 
     >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
     ...                    merges=[("a", "b"), ("b", "c"), ("a", "bc")], pipeline={})
-    >>> unreachable_tokens(tok), unreachable_tokens(tok.hf)
-    (['abc'], ['abc'])
+    >>> unreachable_tokens(tok), unreachable_tokens(tok.hf), unreachable_tokens(tok)
+    (['abc'], ['abc'], ['abc'])
     """
-    hf = tokenizer.hf if isinstance(tokenizer, BPETokenizer) else tokenizer
+    if not isinstance(tokenizer, BPETokenizer):
+        return _unreachable_tokens(tokenizer, chunk)
+    known = _UNREACHABLE.get(tokenizer)
+    if known is None:
+        known = _UNREACHABLE[tokenizer] = tuple(_unreachable_tokens(tokenizer.hf, chunk))
+    return list(known)  # the caller's to change
+
+
+def _unreachable_tokens(hf: Tokenizer, chunk: int) -> list[str]:
+    """What :func:`unreachable_tokens` finds, for a tokenizer loaded in ``tokenizers``."""
     vocab = hf.get_vocab(with_added_tokens=False)
     specials = frozenset(t.content for t in hf.get_added_tokens_decoder().values())
     if loaded_byte_fallback(hf):

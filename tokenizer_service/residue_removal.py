@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import chain, compress
+from operator import itemgetter
 
 from tokenizers import Encoding
 
@@ -224,29 +225,64 @@ def _rewire(graph: MergeGraph, order: list[str], removed: set[str]) -> tuple[lis
     removed tokens' descendants only (Gemma-3: 262k tokens, three attempts).
     """
     affected = graph.descendants_of(removed)
+    ranks, producers = graph.ranks, graph.producers
     kept: dict[Merge, float] = {}  # merge -> rank key; a rewired merge sits just before its token's first
     stuck: list[str] = []
     rewired: list[str] = []
     rewired_set: set[str] = set()  # the rewired tokens again, and their lengths, for _holds_any
     rewired_lengths: set[int] = set()
+    # Tokens that keep all their merges unchecked, put in ``kept`` together once the next length
+    # starts: BPE on a token stops at two pieces, so it only looks up merges of shorter tokens.
+    unchecked: list[str] = []
+    length = 0
     for w in order:
+        if len(w) != length:
+            _keep_all(kept, unchecked, producers, ranks)
+            unchecked.clear()
+            length = len(w)
         if w in removed:
             continue
-        survivors = [(u, v) for u, v in graph.producers[w] if u not in removed and v not in removed]
-        if w in affected or (rewired and _holds_any(w, rewired_set, rewired_lengths)):
-            pieces = bpe_pieces(w, kept, until=2)
-            reached = len(pieces) == 2 and (pieces[0], pieces[1]) in survivors
-            if not reached and graph.formed_by(w) is not None:
-                if len(pieces) != 2:
-                    stuck.append(w)
-                    continue
-                kept[(pieces[0], pieces[1])] = _first_rank(graph, w) - 0.5
-                rewired.append(w)
-                rewired_set.add(w)
-                rewired_lengths.add(len(w))
+        if w in affected:
+            survivors = [(u, v) for u, v in producers[w] if u not in removed and v not in removed]
+        elif rewired and _holds_any(w, rewired_set, rewired_lengths):
+            survivors = producers[w]  # every child of a removed token is affected: all its merges survive
+        else:
+            unchecked.append(w)
+            continue
+        pieces = bpe_pieces(w, kept, until=2)
+        reached = len(pieces) == 2 and (pieces[0], pieces[1]) in survivors
+        if not reached and graph.formed_by(w) is not None:
+            if len(pieces) != 2:
+                stuck.append(w)
+                continue
+            kept[(pieces[0], pieces[1])] = _first_rank(graph, w) - 0.5
+            rewired.append(w)
+            rewired_set.add(w)
+            rewired_lengths.add(len(w))
         for merge in survivors:
-            kept.setdefault(merge, graph.ranks[merge])
-    return [m for m, _ in sorted(kept.items(), key=lambda kv: kv[1])], stuck, rewired
+            kept.setdefault(merge, ranks[merge])
+    _keep_all(kept, unchecked, producers, ranks)
+    # Every key's rank is its own (a rewired token's comes from its first merge): the order in
+    # which they were put in does not matter.
+    return [m for m, _ in sorted(kept.items(), key=itemgetter(1))], stuck, rewired
+
+
+def _keep_all(
+    kept: dict[Merge, float],
+    tokens: Sequence[str],
+    producers: Mapping[str, Sequence[Merge]],
+    ranks: Mapping[Merge, int],
+) -> None:
+    """Keep every merge of ``tokens`` at its rank, in one pass in C (a merge makes one token only,
+    so none is in ``kept`` yet).
+
+    >>> kept = {}
+    >>> _keep_all(kept, ["ab"], {"ab": [("a", "b")], "bc": [("b", "c")]}, {("a", "b"): 0, ("b", "c"): 1})
+    >>> kept
+    {('a', 'b'): 0}
+    """
+    merges = list(chain.from_iterable(map(producers.__getitem__, tokens)))
+    kept.update(zip(merges, map(ranks.__getitem__, merges)))
 
 
 def _holds_any(word: str, texts: set[str], lengths: set[int]) -> bool:

@@ -305,6 +305,7 @@ class TedTok:
 
     One call to :meth:`observe_texts` (or :meth:`observe_words`) is one time step. It returns the
     :class:`Revision` made after that step, if any; all revisions are kept in ``revisions``.
+    ``graph`` is the tokenizer's :class:`MergeGraph` when the caller has built it (built here otherwise).
     """
 
     def __init__(
@@ -317,6 +318,7 @@ class TedTok:
         words: WordVocabulary | None = None,
         base_vocab: Mapping[str, int] | None = None,
         apply_edits: bool = True,
+        graph: MergeGraph | None = None,
     ) -> None:
         self.config = config
         # False: a revision leaves ``revision.edit`` to the caller, to apply to the store together
@@ -326,7 +328,11 @@ class TedTok:
         self.tokenizer = tokenizer
         # The pre-trained version's ids, which base_token_cost protects (default: this tokenizer).
         self.base_vocab = dict(base_vocab if base_vocab is not None else tokenizer.vocab)
-        self.graph = MergeGraph(tokenizer)
+        # A caller that holds the tokenizer's graph already hands it over: a 262k vocabulary's
+        # takes seconds to build. It is never changed in place (a revision derives a new one).
+        self.graph = graph if graph is not None else MergeGraph(tokenizer)
+        if self.graph.tokenizer is not tokenizer:
+            raise ValueError("graph is the merge graph of another tokenizer")
         self.store = store if store is not None else MemoryStatsStore(alpha=config.alpha)
         self.counter = StepCounter(tokenizer, words)
         self.version = 1

@@ -258,7 +258,8 @@ def check_encoding(tokenizer: str | BPETokenizer, *, probes: list[str] | None = 
             f"encode→decode is lossy on {len(lossy)} of {len(texts)} probes{after}, e.g. "
             f"{promised!r} decodes as {got!r}"
         )
-    report.unreachable = unreachable_tokens(loaded)
+    # A BPETokenizer's are remembered: validated again as a parent, it is not encoded again.
+    report.unreachable = unreachable_tokens(tokenizer if isinstance(tokenizer, BPETokenizer) else loaded)
     report.added_ids = {t.content: i for i, t in loaded.get_added_tokens_decoder().items()}
     return report
 

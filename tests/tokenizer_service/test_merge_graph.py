@@ -1,5 +1,7 @@
+from tokenizer_service import merge_graph
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.merge_graph import MergeGraph, unreachable_tokens
+from tokenizer_service.validation import validate
 
 
 def test_sinks_are_merged_tokens_without_children(byte_tokenizer):
@@ -37,3 +39,16 @@ def test_unreachable_token_is_reported():
         pipeline={},
     )
     assert unreachable_tokens(tok) == ["abc"]
+
+
+def test_a_versions_unreachable_tokens_are_found_once_and_handed_out_as_copies():
+    tok = BPETokenizer(
+        vocab={"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5},
+        merges=[("a", "b"), ("b", "c"), ("a", "bc")],
+        pipeline={},
+    )
+    found = unreachable_tokens(tok)
+    assert merge_graph._UNREACHABLE[tok] == ("abc",)
+    found.append("ab")  # the caller's list: the remembered one stays
+    assert unreachable_tokens(tok) == ["abc"] == validate(tok).unreachable
+    assert validate(tok.replace_model(vocab=tok.vocab, merges=[*tok.merges, ("ab", "c")])).unreachable == []

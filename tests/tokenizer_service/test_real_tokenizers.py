@@ -18,7 +18,6 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from tests.conftest import NEW_WORDS, REAL_TOKENIZERS, sentences
-from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.litetoken import count_corpus, find_residues, score_tokens, tokenizer_kind
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.residue_removal import SplitRemerge, residue_free_tokenizer
@@ -54,10 +53,12 @@ def real(request):
     return request.param, Path(path), tokenizer, MergeGraph(tokenizer)
 
 
-def english_like(tokenizer: BPETokenizer, n: int, seed: int = 0) -> list[str]:
-    """Documents of words taken from the vocabulary's own alphabetic tokens (no data download)."""
-    rng = random.Random(seed)
-    words = sorted(
+@pytest.fixture(scope="module")
+def words(real) -> list[str]:
+    """The vocabulary's ASCII alphabetic tokens as words, sorted: found once for the family's three
+    tests that write documents of them (0.4 s at 262k tokens)."""
+    tokenizer = real[2]
+    return sorted(
         {
             word.decode().strip()
             for t in tokenizer.vocab
@@ -66,30 +67,40 @@ def english_like(tokenizer: BPETokenizer, n: int, seed: int = 0) -> list[str]:
             if word.strip().isalpha() and word.isascii()
         }
     )
+
+
+def english_like(words: list[str], n: int, seed: int = 0) -> list[str]:
+    """Documents of words taken from the vocabulary's own alphabetic tokens (no data download)."""
+    rng = random.Random(seed)
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 40))) + "." for _ in range(n)]
 
 
-def test_import_export_encodes_like_the_source(real):
-    _, path, tokenizer, _ = real
-    source = Tokenizer.from_file(str(path))
-    texts = probe_texts(tokenizer, n=100) + english_like(tokenizer, 50)
+@pytest.fixture(scope="module")
+def source(real) -> Tokenizer:
+    """The family's file as ``tokenizers`` parses it, for the tests that compare with it (none changes it)."""
+    return Tokenizer.from_file(str(real[1]))
+
+
+def test_import_export_encodes_like_the_source(real, source, words):
+    _, _, tokenizer, _ = real
+    texts = probe_texts(tokenizer, n=100) + english_like(words, 50)
     exported = Tokenizer.from_str(tokenizer.to_json())
     assert [e.ids for e in exported.encode_batch(texts, add_special_tokens=False)] == [
         e.ids for e in source.encode_batch(texts, add_special_tokens=False)
     ]
 
 
-def test_the_model_built_from_objects_is_the_file_parsed(real):
+def test_the_model_built_from_objects_is_the_file_parsed(real, source):
     """``BPETokenizer.hf`` builds the model from the vocabulary and merges, not from the JSON."""
-    _, path, tokenizer, _ = real
-    assert tokenizer.hf.to_str() == Tokenizer.from_file(str(path)).to_str()
+    _, _, tokenizer, _ = real
+    assert tokenizer.hf.to_str() == source.to_str()
 
 
-def test_valid_and_lossless_as_its_pipeline_promises(real):
+def test_valid_and_lossless_as_its_pipeline_promises(real, words):
     name, _, tokenizer, _ = real
     report = validate(tokenizer)
     assert report.ok and report.probes == 200, report.reasons
-    texts = probe_texts(tokenizer) + english_like(tokenizer, 20) + ["cafe\u0301 \ufb01 \u2460  x\u2581y "]
+    texts = probe_texts(tokenizer) + english_like(words, 20) + ["cafe\u0301 \ufb01 \u2460  x\u2581y "]
     decoded = [tokenizer.decode(ids) for ids in tokenizer.encode_batch(texts)]
     assert decoded == RoundTrip.of(tokenizer.hf).promised(texts)
     if name == "qwen3":  # NFC: a decomposed é comes back composed
@@ -107,9 +118,9 @@ def test_kind_and_applied_parents(real):
         assert u + v == w and (u, v) in graph.producers[w]
 
 
-def test_residue_free_pipeline_on_a_real_vocabulary(real, tmp_path):
+def test_residue_free_pipeline_on_a_real_vocabulary(real, words, tmp_path):
     name, _, tokenizer, graph = real
-    texts = english_like(tokenizer, 400)
+    texts = english_like(words, 400)
     scores = score_tokens(tokenizer, count_corpus(tokenizer, texts), graph=graph)
     report = find_residues(tokenizer, scores, graph=graph, r=0.05, s=3.5)
     assert report.residues and report.scope_size > 0.5 * len(tokenizer.vocab)  # the ASCII tokens
@@ -134,8 +145,9 @@ def test_residue_free_pipeline_on_a_real_vocabulary(real, tmp_path):
 
 
 def test_evolve_from_a_production_tokenizer_keeps_every_id_the_stream_does_not_touch(real):
-    _, _, tokenizer, _ = real
-    tedtok = TedTok(tokenizer, config=TedTokConfig(alpha=0.5, batch_size=16, interval=2, warmup_steps=2))
+    _, _, tokenizer, graph = real
+    config = TedTokConfig(alpha=0.5, batch_size=16, interval=2, warmup_steps=2)
+    tedtok = TedTok(tokenizer, config=config, graph=graph)  # the fixture's graph: built once per family
     parent = tokenizer
     for step in range(4):
         revision = tedtok.observe_texts(sentences(40, seed=200 + step, words=[w + "zq" for w in NEW_WORDS]))

@@ -57,6 +57,23 @@ def test_diff_describes_every_changed_id(byte_tokenizer):
     assert revision.diff.tokenizer_sha256 == new.sha256 and revision.diff.parent_sha256 == old.sha256
 
 
+def test_a_graph_handed_over_revises_as_one_built_here_and_is_left_as_it_was(byte_tokenizer):
+    graph = MergeGraph(byte_tokenizer)
+    parents, producers, children = dict(graph.parents), dict(graph.producers), dict(graph.children)
+    config = TedTokConfig(alpha=0.5, batch_size=5, interval=2)
+    built, handed = TedTok(byte_tokenizer, config=config), TedTok(byte_tokenizer, config=config, graph=graph)
+    assert handed.graph is graph
+    for texts in drifted_stream(6):
+        built.observe_texts(texts)
+        handed.observe_texts(texts)
+    assert handed.revisions
+    assert [r.diff.to_json() for r in handed.revisions] == [r.diff.to_json() for r in built.revisions]
+    assert handed.tokenizer.to_json() == built.tokenizer.to_json()
+    assert (graph.parents, dict(graph.producers), graph.children) == (parents, producers, children)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        TedTok(byte_tokenizer, config=config, graph=MergeGraph(handed.tokenizer))
+
+
 def test_append_ids_leave_holes_and_grow_the_id_space(byte_tokenizer):
     config = TedTokConfig(alpha=0.5, batch_size=5, interval=2, recycle_ids=False)
     tedtok = TedTok(byte_tokenizer, config=config)
