@@ -203,7 +203,8 @@ def _produce(
     began = time.monotonic()
     with httpx.Client(timeout=30) as client:
         for sent, (round_, start) in enumerate(batches):
-            due = began + sent * settings.batch / settings.rate if settings.rate else 0.0  # on schedule, no catching up
+            # The batch's time on the schedule; behind it (a server was down), the batch goes at once.
+            due = began + sent * settings.batch / settings.rate if settings.rate else 0.0
             if stop.wait(max(0.0, due - time.monotonic())) or stop.is_set():
                 return
             records = []
