@@ -5,6 +5,12 @@ import json
 
 from tests.support.cli import run, run_json
 
+# The drifting corpus (600 documents): Old and New on its first and last 30%, revisions every 50.
+SMALL_DRIFT = (
+    "--vocab-size 300 --held-out 50 --old-share 0.3 --new-share 0.3 "
+    "--step-docs 10 --horizon-docs 30 --interval-docs 50 --warmup-docs 50"
+).split()
+
 
 def test_drift_gap_is_null_when_old_and_new_compress_alike(tmp_path, capsys):
     path = tmp_path / "spaces.jsonl"
@@ -23,22 +29,7 @@ def test_bench_drift_closes_the_gap_within_its_id_budget(drifting_corpus, capsys
         "drift",
         "--corpus",
         str(drifting_corpus),
-        "--vocab-size",
-        "300",
-        "--held-out",
-        "50",
-        "--old-share",
-        "0.3",
-        "--new-share",
-        "0.3",
-        "--step-docs",
-        "10",
-        "--horizon-docs",
-        "30",
-        "--interval-docs",
-        "50",
-        "--warmup-docs",
-        "50",
+        *SMALL_DRIFT,
         "--batch-size",
         "20",
     )
@@ -68,22 +59,7 @@ def test_bench_drift_sweeps_several_corpora_and_plots(drifting_corpus, tmp_path,
         str(drifting_corpus),
         "--corpus",
         str(other),
-        "--vocab-size",
-        "300",
-        "--held-out",
-        "50",
-        "--old-share",
-        "0.3",
-        "--new-share",
-        "0.3",
-        "--step-docs",
-        "10",
-        "--horizon-docs",
-        "30",
-        "--interval-docs",
-        "50",
-        "--warmup-docs",
-        "50",
+        *SMALL_DRIFT,
         "--sweep",
         "0,1,8",
         "--plot",
