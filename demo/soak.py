@@ -205,7 +205,7 @@ def _produce(
         for sent, (round_, start) in enumerate(batches):
             # The batch's time on the schedule; behind it (a server was down), the batch goes at once.
             due = began + sent * settings.batch / settings.rate if settings.rate else 0.0
-            if stop.wait(max(0.0, due - time.monotonic())) or stop.is_set():
+            if stop.wait(max(0.0, due - time.monotonic())):  # True once stop is set
                 return
             records = []
             for k, doc in enumerate(docs[start : start + settings.batch], start):

@@ -68,12 +68,11 @@ class MergeGraph:
             if len(merges) == 1:
                 self.parents[w] = merges[0]
                 continue
-            # As _applied, keeping what formed_by found: a residue removal asks about most of them
-            # again (Gemma-3: 67k), and the producer's own object costs no second tuple.
+            # What formed_by finds is kept: a residue removal asks about most of them again
+            # (Gemma-3: 67k), and the producer's own object costs no second tuple.
             last = _formed_by(w, ranks)
-            applied = next((m for m in merges if m == last), None)
-            formed[w] = last if applied is None else applied
-            self.parents[w] = merges[0] if applied is None else applied
+            self.parents[w] = parent = _applied(merges, last)
+            formed[w] = parent if parent == last else last
 
     @staticmethod
     def rank_table(merges: Sequence[Merge]) -> dict[Merge, int]:
@@ -230,7 +229,9 @@ def merge_parents(tokenizer: BPETokenizer, tokens: Iterable[str]) -> dict[str, M
     for u, v in compress(tokenizer.merges, map(wanted.__contains__, tokenizer.merge_outputs)):
         producers[u + v].append((u, v))
     ranks = MergeGraph.rank_table(tokenizer.merges) if any(len(m) > 1 for m in producers.values()) else {}
-    return {w: _applied(w, merges, ranks) for w, merges in producers.items()}
+    return {
+        w: merges[0] if len(merges) == 1 else _applied(merges, _formed_by(w, ranks)) for w, merges in producers.items()
+    }
 
 
 def _formed_by(token: str, ranks: dict[Merge, int]) -> Merge | None:
@@ -240,10 +241,12 @@ def _formed_by(token: str, ranks: dict[Merge, int]) -> Merge | None:
     return merge if merge in ranks else None
 
 
-def _applied(token: str, producers: list[Merge], ranks: dict[Merge, int]) -> Merge:
-    """The producer BPE applies last on the token's own symbols (the first listed when none does),
-    as the producers list holds it (a graph of 500k merges holds no second copy of each)."""
-    if len(producers) == 1:
-        return producers[0]
-    formed = _formed_by(token, ranks)
+def _applied(producers: list[Merge], formed: Merge | None) -> Merge:
+    """The producer that is ``formed``, the merge BPE applies last on the token's own symbols
+    (the first listed when none is), as the producers list holds it (a graph of 500k merges holds
+    no second copy of each).
+
+    >>> _applied([("a", "bc"), ("ab", "c")], ("ab", "c")), _applied([("a", "bc"), ("ab", "c")], None)
+    (('ab', 'c'), ('a', 'bc'))
+    """
     return next((m for m in producers if m == formed), producers[0])
