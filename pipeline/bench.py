@@ -43,7 +43,7 @@ from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
-from tokenizer_service.counting import StepCounter, pack_pair
+from tokenizer_service.counting import KeyCounts, StepCounter, pack_pair
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, share, whole
@@ -93,23 +93,13 @@ def _step_seconds(
         for start in range(0, pairs, 50_000):
             n = min(50_000, pairs - start)
             keys = np.unique(pack_pair(rng.integers(0, 1 << 21, n), rng.integers(0, 1 << 21, n)))
-            store.apply_counts(
-                token_ids=np.zeros(0, np.int64),
-                token_counts=np.zeros(0),
-                pair_keys=keys,
-                pair_counts=np.ones(len(keys)),
-            )
+            store.apply_counts(KeyCounts(np.zeros(0, np.int64), np.zeros(0), keys, np.ones(len(keys))))
         store.compact()
     times: dict[str, list[float]] = {name: [] for name in tables}
     for _ in range(repeats):
         for name, store in stores.items():
             started = time.perf_counter()
-            store.apply_counts(
-                token_ids=counts.token_ids,
-                token_counts=counts.token_counts,
-                pair_keys=counts.pair_keys,
-                pair_counts=counts.pair_counts,
-            )
+            store.apply_counts(counts)
             times[name].append(time.perf_counter() - started)
     reads = {}
     for name, store in stores.items():

@@ -257,12 +257,9 @@ class PipelineJob:
         the reading go on), the write of ``_write``."""
         counts = combine_steps(counted, alpha=self.config.alpha)
         written = self.store.apply_step(
+            counts,
             step=step,
             span=len(counted),
-            token_ids=counts.token_ids,
-            token_counts=counts.token_counts,
-            pair_keys=counts.pair_keys,
-            pair_counts=counts.pair_counts,
             version=version,
             offsets=offsets,
             neighbour_keys=counts.neighbour_keys,

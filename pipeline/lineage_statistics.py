@@ -167,11 +167,8 @@ class LineageStatistics:
         step = self.store.step + 1
         token_texts = None if counts.neighbour_keys is None else self.token_texts()
         written = self.store.apply_step(
+            counts,
             step=step,
-            token_ids=counts.token_ids,
-            token_counts=counts.token_counts,
-            pair_keys=counts.pair_keys,
-            pair_counts=counts.pair_counts,
             version=self.tedtok.version,
             offsets=offsets,
             neighbour_keys=counts.neighbour_keys,

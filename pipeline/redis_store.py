@@ -37,7 +37,7 @@ pairs up to a maximum (``write_revision(max_pairs=...)``), and a long log is com
 (:meth:`RedisStatsStore.compact`).
 
     store = RedisStatsStore(redis.Redis(port=6379), lineage="news", alpha=0.01)
-    store.apply_step(step=1, version=3, offsets={"docs:0": 64}, **counts)  # False: replayed
+    store.apply_step(counts, step=1, version=3, offsets={"docs:0": 64})  # False: replayed
     store.token(np.array([1])), store.meta()["offsets"]
 """
 
@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from tokenizer_service.counting import pack_pair, unpack_pair
+from tokenizer_service.counting import KeyCounts, pack_pair, unpack_pair
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit, StatsStore
 
@@ -175,24 +175,21 @@ return 1
 _ENTRY = struct.Struct("<qqq")  # span, tokens, pairs
 
 
-def log_entry(
-    *, span: int, token_ids: np.ndarray, token_counts: np.ndarray, pair_keys: np.ndarray, pair_counts: np.ndarray
-) -> bytes:
+def log_entry(counts: KeyCounts, *, span: int) -> bytes:
     """One write's counts as a log entry (:func:`apply_log_entry` folds it).
 
     >>> s = MemoryStatsStore(alpha=0.5)
-    >>> apply_log_entry(s, log_entry(span=1, token_ids=np.array([1]), token_counts=np.array([4.0]),
-    ...                              pair_keys=np.array([7]), pair_counts=np.array([2.0])))
+    >>> apply_log_entry(s, log_entry(KeyCounts(np.array([1]), np.array([4.0]), np.array([7]), np.array([2.0])), span=1))
     >>> s.token(np.array([1])).tolist(), s.pair(np.array([7])).tolist(), s.step
     ([2.0], [1.0], 1)
     """
     return b"".join(
         [
-            _ENTRY.pack(span, len(token_ids), len(pair_keys)),
-            np.asarray(token_ids, "<i8").tobytes(),
-            np.asarray(token_counts, "<f8").tobytes(),
-            np.asarray(pair_keys, "<i8").tobytes(),
-            np.asarray(pair_counts, "<f8").tobytes(),
+            _ENTRY.pack(span, len(counts.token_ids), len(counts.pair_keys)),
+            np.asarray(counts.token_ids, "<i8").tobytes(),
+            np.asarray(counts.token_counts, "<f8").tobytes(),
+            np.asarray(counts.pair_keys, "<i8").tobytes(),
+            np.asarray(counts.pair_counts, "<f8").tobytes(),
         ]
     )
 
@@ -201,13 +198,13 @@ def apply_log_entry(store: MemoryStatsStore, entry: bytes) -> None:
     """Fold one :func:`log_entry` into ``store`` (``apply_span``: the steps it stands for)."""
     span, tokens, pairs = _ENTRY.unpack_from(entry)
     at = _ENTRY.size
-    store.apply_span(
-        span=span,
+    counts = KeyCounts(
         token_ids=np.frombuffer(entry, "<i8", tokens, at),
         token_counts=np.frombuffer(entry, "<f8", tokens, at + 8 * tokens),
         pair_keys=np.frombuffer(entry, "<i8", pairs, at + 16 * tokens),
         pair_counts=np.frombuffer(entry, "<f8", pairs, at + 16 * tokens + 8 * pairs),
     )
+    store.apply_span(counts, span=span)
 
 
 @dataclass(frozen=True)
@@ -362,12 +359,9 @@ class RedisStatsStore(StatsStore):
 
     def apply_step(
         self,
+        counts: KeyCounts,
         *,
         step: int,
-        token_ids: np.ndarray,
-        token_counts: np.ndarray,
-        pair_keys: np.ndarray,
-        pair_counts: np.ndarray,
         version: int | None = None,
         offsets: dict[int, int] | None = None,
         neighbour_keys: np.ndarray | None = None,
@@ -396,9 +390,7 @@ class RedisStatsStore(StatsStore):
             segment = NeighbourSegment.of_ids(
                 step=step, keys=neighbour_keys, values=values, token_texts=token_texts
             ).to_bytes()
-        entry = log_entry(
-            span=span, token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts
-        )
+        entry = log_entry(counts, span=span)
         args = [
             step,
             "" if version is None else version,
@@ -422,14 +414,8 @@ class RedisStatsStore(StatsStore):
         still at ``step``; False otherwise."""
         return bool(self._advance(keys=self.keys[:1], args=[step, json.dumps(offsets)]))
 
-    def apply_counts(self, *, token_ids, token_counts, pair_keys, pair_counts) -> None:
-        self.apply_step(
-            step=self.step + 1,
-            token_ids=token_ids,
-            token_counts=token_counts,
-            pair_keys=pair_keys,
-            pair_counts=pair_counts,
-        )
+    def apply_counts(self, counts: KeyCounts) -> None:
+        self.apply_step(counts, step=self.step + 1)
 
     # ----- reading -------------------------------------------------------------------------
     def _fold(self) -> tuple[bytes, int, MemoryStatsStore]:

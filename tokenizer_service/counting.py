@@ -69,13 +69,25 @@ def unpack_pair(key: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class StepCounts:
-    """One time step's counts: distinct keys (sorted) with their weights, plus sizes."""
+class KeyCounts:
+    """Distinct keys (sorted) with their weights: token ids and packed within-word pairs, what a
+    statistics store applies for a step (``StatsStore.apply_counts``).
+
+    >>> c = KeyCounts(np.array([1, 4]), np.array([2.0, 1.0]), np.array([pack_pair(1, 4)]), np.array([1.0]))
+    >>> [unpack_pair(k) for k in c.pair_keys.tolist()], c.pair_counts.tolist()
+    ([(1, 4)], [1.0])
+    """
 
     token_ids: Int64Array
     token_counts: Float64Array
     pair_keys: Int64Array
     pair_counts: Float64Array
+
+
+@dataclass(frozen=True)
+class StepCounts(KeyCounts):
+    """One time step's counts (its keys' weights, the fields of :class:`KeyCounts`), plus sizes."""
+
     n_bytes: int
     n_tokens: int
     # Adjacent tokens over whole documents, within and across words (LiteToken's neighbours):

@@ -6,10 +6,8 @@ O(table). When g gets small every S is rescaled once (τ unchanged) before anyth
 
 >>> import numpy as np
 >>> s = MemoryStatsStore(alpha=0.5)
->>> s.apply_counts(token_ids=np.array([1]), token_counts=np.array([4.0]),
-...                pair_keys=np.array([7]), pair_counts=np.array([2.0]))
->>> s.apply_counts(token_ids=np.array([1]), token_counts=np.array([0.0]),
-...                pair_keys=np.array([], np.int64), pair_counts=np.array([]))
+>>> s.apply_counts(KeyCounts(np.array([1]), np.array([4.0]), np.array([7]), np.array([2.0])))
+>>> s.apply_counts(KeyCounts(np.array([1]), np.array([0.0]), np.array([], np.int64), np.array([])))
 >>> s.token(np.array([1])).tolist(), s.pair(np.array([7])).tolist(), s.step
 ([1.0], [0.5], 2)
 
@@ -30,6 +28,7 @@ from tokenizer_service.counting import (
     BoolArray,
     Float64Array,
     Int64Array,
+    KeyCounts,
     StepCounts,
     add_counts,
     pack_pair,
@@ -66,14 +65,7 @@ class StatsStore(abc.ABC):
         """Number of time steps applied so far."""
 
     @abc.abstractmethod
-    def apply_counts(
-        self,
-        *,
-        token_ids: Int64Array,
-        token_counts: Float64Array,
-        pair_keys: Int64Array,
-        pair_counts: Float64Array,
-    ) -> None:
+    def apply_counts(self, counts: KeyCounts) -> None:
         """Advance one time step: τ ← (1-α)τ + α·c for token, buffer and pair statistics."""
 
     @abc.abstractmethod
@@ -100,15 +92,6 @@ class StatsStore(abc.ABC):
     @abc.abstractmethod
     def apply_edit(self, edit: StatsEdit) -> None:
         """Apply a revision's statistics changes atomically."""
-
-    def apply_step_counts(self, counts: StepCounts) -> None:
-        """Advance one time step with a counter's output."""
-        self.apply_counts(
-            token_ids=counts.token_ids,
-            token_counts=counts.token_counts,
-            pair_keys=counts.pair_keys,
-            pair_counts=counts.pair_counts,
-        )
 
 
 def combine_steps(steps: list[StepCounts], *, alpha: float) -> StepCounts:
@@ -223,33 +206,17 @@ class MemoryStatsStore(StatsStore):
         out[inside] = array[ids[inside]]
         return out
 
-    def apply_counts(
-        self,
-        *,
-        token_ids: Int64Array,
-        token_counts: Float64Array,
-        pair_keys: Int64Array,
-        pair_counts: Float64Array,
-    ) -> None:
-        self.apply_span(token_ids=token_ids, token_counts=token_counts, pair_keys=pair_keys, pair_counts=pair_counts)
+    def apply_counts(self, counts: KeyCounts) -> None:
+        self.apply_span(counts)
 
-    def apply_span(
-        self,
-        *,
-        token_ids: Int64Array,
-        token_counts: Float64Array,
-        pair_keys: Int64Array,
-        pair_counts: Float64Array,
-        span: int = 1,
-    ) -> None:
+    def apply_span(self, counts: KeyCounts, *, span: int = 1) -> None:
         """Advance ``span`` steps with their counts combined by :func:`combine_steps` (span 1:
         one step's counts): the first step's weight α/g times the combined counts. When the
         scale would fall below ``RENORMALISE_BELOW`` within the steps, every S is rescaled
         before them (τ is the same).
 
         >>> s = MemoryStatsStore(alpha=0.5)
-        >>> s.apply_span(token_ids=np.array([1]), token_counts=np.array([6.0]), pair_keys=np.zeros(0, np.int64),
-        ...              pair_counts=np.zeros(0), span=2)
+        >>> s.apply_span(KeyCounts(np.array([1]), np.array([6.0]), np.zeros(0, np.int64), np.zeros(0)), span=2)
         >>> s.token(np.array([1])).tolist(), s.step
         ([1.5], 2)
         """
@@ -266,13 +233,13 @@ class MemoryStatsStore(StatsStore):
         for _ in range(span):
             self.scale *= keep
         self._step += span
-        token_ids = np.asarray(token_ids, np.int64)
+        token_ids = np.asarray(counts.token_ids, np.int64)
         if len(token_ids):
             self._grow(int(token_ids.max()))
-            np.add.at(self._token, token_ids, weight * np.asarray(token_counts, np.float64))
-            np.add.at(self._buffer, token_ids, weight * np.asarray(token_counts, np.float64))
-        if len(pair_keys):
-            self._pairs.add(pair_keys, weight * np.asarray(pair_counts, np.float64))
+            np.add.at(self._token, token_ids, weight * np.asarray(counts.token_counts, np.float64))
+            np.add.at(self._buffer, token_ids, weight * np.asarray(counts.token_counts, np.float64))
+        if len(counts.pair_keys):
+            self._pairs.add(counts.pair_keys, weight * np.asarray(counts.pair_counts, np.float64))
 
     def token(self, ids: Int64Array) -> Float64Array:
         return self.scale * self._raw(self._token, ids)
@@ -328,8 +295,8 @@ class MemoryStatsStore(StatsStore):
         version gave to other tokens: nothing stale stays on them).
 
         >>> s = MemoryStatsStore(alpha=0.5)
-        >>> s.apply_counts(token_ids=np.array([1, 2]), token_counts=np.array([2.0, 2.0]),
-        ...                pair_keys=np.array([pack_pair(1, 2), pack_pair(2, 2)]), pair_counts=np.array([2.0, 2.0]))
+        >>> s.apply_counts(KeyCounts(np.array([1, 2]), np.array([2.0, 2.0]),
+        ...                          np.array([pack_pair(1, 2), pack_pair(2, 2)]), np.array([2.0, 2.0])))
         >>> s.forget([1]); s.token(np.array([1, 2])).tolist(), s.tracked_pairs
         ([0.0, 1.0], 1)
         """
@@ -351,8 +318,8 @@ class MemoryStatsStore(StatsStore):
         """Keep the strongest ``max_pairs`` pairs (ties in key order, as ``top_pairs`` ranks them).
 
         >>> s = MemoryStatsStore(alpha=0.5)
-        >>> s.apply_counts(token_ids=np.zeros(0, np.int64), token_counts=np.zeros(0),
-        ...                pair_keys=np.array([3, 4, 5]), pair_counts=np.array([1.0, 2.0, 1.0]))
+        >>> s.apply_counts(KeyCounts(np.zeros(0, np.int64), np.zeros(0), np.array([3, 4, 5]),
+        ...                          np.array([1.0, 2.0, 1.0])))
         >>> s.prune(2); s.top_pairs(3)[0].tolist()
         [4, 3]
         """
@@ -377,8 +344,7 @@ class MemoryStatsStore(StatsStore):
         """The statistics as bytes (the raw sums as they are: bit for bit).
 
         >>> s = MemoryStatsStore(alpha=0.5)
-        >>> s.apply_counts(token_ids=np.array([1]), token_counts=np.array([4.0]), pair_keys=np.array([7]),
-        ...                pair_counts=np.array([2.0]))
+        >>> s.apply_counts(KeyCounts(np.array([1]), np.array([4.0]), np.array([7]), np.array([2.0])))
         >>> t = MemoryStatsStore.from_bytes(s.to_bytes(), alpha=0.5)
         >>> t.token(np.array([1])).tolist(), t.top_pairs(1)[0].tolist(), t.step
         ([2.0], [7], 1)

@@ -351,7 +351,7 @@ class TedTok:
 
     def observe_counts(self, counts: StepCounts) -> Revision | None:
         self.last_counts = counts
-        self.store.apply_step_counts(counts)
+        self.store.apply_counts(counts)
         return self.revise() if self.config.revision_due(self.store.step) else None
 
     def revise(self, *, made: Callable[[BPETokenizer], object] | None = None) -> Revision | None:

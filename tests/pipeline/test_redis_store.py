@@ -11,9 +11,9 @@ import redis
 
 from pipeline.parts import connect_redis
 from pipeline.redis_store import RedisStatsStore
-from tokenizer_service.counting import pack_pair
+from tokenizer_service.counting import KeyCounts, StepCounts, pack_pair
 from tokenizer_service.errors import TokmaintError
-from tokenizer_service.stats_store import RENORMALISE_BELOW, MemoryStatsStore, StatsEdit
+from tokenizer_service.stats_store import RENORMALISE_BELOW, MemoryStatsStore, StatsEdit, combine_steps
 
 
 @pytest.fixture(params=["redis-server", "redis-cluster"])
@@ -27,14 +27,16 @@ def client(request):
     connection.close()
 
 
-def _counts(rng, ids: int):
+def _counts(rng, ids: int) -> StepCounts:
     tokens = np.unique(rng.integers(0, ids, size=rng.integers(1, 12)))
     pairs = np.unique(pack_pair(rng.integers(0, ids, size=8), rng.integers(0, ids, size=8)))
-    return dict(
+    return StepCounts(
         token_ids=tokens,
         token_counts=rng.integers(1, 9, size=len(tokens)).astype(float),
         pair_keys=pairs,
         pair_counts=rng.integers(1, 9, size=len(pairs)).astype(float),
+        n_bytes=0,
+        n_tokens=0,
     )
 
 
@@ -43,8 +45,8 @@ def test_equals_the_memory_store_through_steps_and_revisions(client):
     memory, stored = MemoryStatsStore(alpha=0.2), RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.2)
     for step in range(300):
         counts = _counts(rng, 40)
-        memory.apply_counts(**counts)
-        stored.apply_counts(**counts)
+        memory.apply_counts(counts)
+        stored.apply_counts(counts)
         if step % 25 == 24:  # a revision: delete two tokens (child first), add two
             w = rng.choice(40, size=4, replace=False).tolist()
             u, v = rng.integers(0, 40, size=4).tolist(), rng.integers(0, 40, size=4).tolist()
@@ -78,12 +80,12 @@ def test_an_edit_folds_again_when_another_writer_moved_the_statistics(client):
     other = RedisStatsStore.open(client, lineage=lineage)
     for _ in range(5):
         counts = _counts(rng, 20)
-        memory.apply_counts(**counts)
-        first.apply_counts(**counts)
+        memory.apply_counts(counts)
+        first.apply_counts(counts)
     assert first.tracked_pairs == memory.tracked_pairs  # first has folded these steps
     counts = _counts(rng, 20)
-    memory.apply_counts(**counts)
-    other.apply_counts(**counts)  # first does not know of it
+    memory.apply_counts(counts)
+    other.apply_counts(counts)  # first does not know of it
     edit = StatsEdit(deletes=[(3, 1, 2)], adds=[(3, 4, 5)])
     memory.apply_edit(edit)
     first.apply_edit(edit)
@@ -102,15 +104,15 @@ def test_compaction_folds_the_log_and_keeps_steps_written_since(client):
         def _fold(self):
             folded = super()._fold()
             if self.log_entries() == 6:  # the compaction's fold: another writer's step comes now
-                RedisStatsStore.open(client, lineage=lineage).apply_counts(**late)
+                RedisStatsStore.open(client, lineage=lineage).apply_counts(late)
             return folded
 
     store = Racing(client, lineage=lineage, alpha=0.3)
     for _ in range(6):
         counts = _counts(rng, 20)
-        memory.apply_counts(**counts)
-        store.apply_counts(**counts)
-    memory.apply_counts(**late)
+        memory.apply_counts(counts)
+        store.apply_counts(counts)
+    memory.apply_counts(late)
     store.compact()
     assert store.log_entries() == 1
     _assert_same(store, memory, ids=20)
@@ -119,14 +121,9 @@ def test_compaction_folds_the_log_and_keeps_steps_written_since(client):
 
 def test_a_step_is_applied_once_with_its_version_and_offsets(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
-    counts = dict(
-        token_ids=np.array([1]),
-        token_counts=np.array([4.0]),
-        pair_keys=np.array([pack_pair(1, 2)]),
-        pair_counts=np.array([2.0]),
-    )
-    assert store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, bytes_per_token=3.25, **counts)
-    assert not store.apply_step(step=1, version=3, offsets={0: 17, 3: 2}, **counts)  # a replay: nothing
+    counts = KeyCounts(np.array([1]), np.array([4.0]), np.array([pack_pair(1, 2)]), np.array([2.0]))
+    assert store.apply_step(counts, step=1, version=3, offsets={0: 17, 3: 2}, bytes_per_token=3.25)
+    assert not store.apply_step(counts, step=1, version=3, offsets={0: 17, 3: 2})  # a replay: nothing
     assert store.token(np.array([1])).tolist() == [2.0] and store.step == 1
     assert store.meta() == {
         "step": 1,
@@ -137,7 +134,7 @@ def test_a_step_is_applied_once_with_its_version_and_offsets(client):
         "documents": 0,
     }
     with pytest.raises(redis.ResponseError, match="step 3 would skip step 2"):
-        store.apply_step(step=3, **counts)
+        store.apply_step(counts, step=3)
     assert store.step == 1
 
 
@@ -158,24 +155,15 @@ def test_statistics_of_the_earlier_layout_are_refused_with_what_to_do(client):
 
 def test_a_revision_bounds_the_pair_table_keeping_the_strongest(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
-    store.apply_counts(
-        token_ids=np.array([], np.int64),
-        token_counts=np.array([]),
-        pair_keys=np.array([pack_pair(1, k) for k in range(10)]),
-        pair_counts=np.arange(1.0, 11.0),
-    )
+    keys = np.array([pack_pair(1, k) for k in range(10)])
+    store.apply_counts(KeyCounts(np.array([], np.int64), np.array([]), keys, np.arange(1.0, 11.0)))
     assert store.write_revision(StatsEdit(), step=1, pending=b"", max_pairs=3) and store.tracked_pairs == 3
     assert store.top_pairs(5)[0].tolist() == [pack_pair(1, 9), pack_pair(1, 8), pack_pair(1, 7)]
 
 
 def test_a_revision_is_applied_once_and_kept_until_settled(client):
     store = RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.5)
-    store.apply_counts(
-        token_ids=np.array([1, 2]),
-        token_counts=np.array([4.0, 6.0]),
-        pair_keys=np.array([pack_pair(1, 2)]),
-        pair_counts=np.array([8.0]),
-    )
+    store.apply_counts(KeyCounts(np.array([1, 2]), np.array([4.0, 6.0]), np.array([pack_pair(1, 2)]), np.array([8.0])))
     edit = StatsEdit(adds=[(3, 1, 2)])
     assert store.write_revision(edit, step=1, pending=b"version 2")
     assert not store.write_revision(edit, step=1, pending=b"version 2")  # a replay: nothing
@@ -188,26 +176,15 @@ def test_a_revision_is_applied_once_and_kept_until_settled(client):
 def test_steps_written_together_equal_steps_one_by_one(client):
     """Spans of steps combined into one write (across a renormalisation: α = 0.6 for 300 steps)
     leave the statistics of the steps written one by one."""
-    from tokenizer_service.counting import StepCounts
-    from tokenizer_service.stats_store import combine_steps
-
     rng = np.random.default_rng(3)
     memory, stored = MemoryStatsStore(alpha=0.6), RedisStatsStore(client, lineage=uuid.uuid4().hex, alpha=0.6)
     step = 0
     while step < 300:
-        span = [StepCounts(**_counts(rng, 40), n_bytes=0, n_tokens=0) for _ in range(rng.integers(1, 9))]
+        span = [_counts(rng, 40) for _ in range(rng.integers(1, 9))]
         for counts in span:
-            memory.apply_step_counts(counts)
+            memory.apply_counts(counts)
         step += len(span)
-        combined = combine_steps(span, alpha=0.6)
-        assert stored.apply_step(
-            step=step,
-            span=len(span),
-            token_ids=combined.token_ids,
-            token_counts=combined.token_counts,
-            pair_keys=combined.pair_keys,
-            pair_counts=combined.pair_counts,
-        )
+        assert stored.apply_step(combine_steps(span, alpha=0.6), step=step, span=len(span))
     ids = np.arange(40)
     assert stored.step == memory.step == step
     np.testing.assert_allclose(stored.token(ids), memory.token(ids), rtol=1e-9, atol=1e-300)
@@ -231,11 +208,8 @@ def test_neighbour_segments_compact_to_the_same_ema_bounded_to_the_strongest(cli
             pair = (texts[k >> 32], texts[k & 0xFFFFFFFF])
             ema[pair] = ema.get(pair, 0.0) + 0.3 * c
         store.apply_step(
+            KeyCounts(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0)),
             step=step,
-            token_ids=np.zeros(0, np.int64),
-            token_counts=np.zeros(0),
-            pair_keys=np.zeros(0, np.int64),
-            pair_counts=np.zeros(0),
             neighbour_keys=keys,
             neighbour_counts=counts,
             token_texts=texts,
@@ -265,7 +239,7 @@ def test_lineages_shard_over_the_cluster_nodes(redis_cluster):
     rng = np.random.default_rng(3)
     for lineage in nodes.values():
         store = RedisStatsStore(client, lineage=lineage, alpha=0.2)
-        store.apply_step(step=1, version=1, offsets={"docs:0": 5}, **_counts(rng, 20))
+        store.apply_step(_counts(rng, 20), step=1, version=1, offsets={"docs:0": 5})
         store.write_revision(StatsEdit(), step=1, pending=b"version 2")
     ours = {f"{{{lineage}}}" for lineage in nodes.values()}
     for name, lineage in nodes.items():  # each node holds the keys of its lineage, of no other

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from pipeline.redis_store import RedisStatsStore
-from tokenizer_service.counting import pack_pair
+from tokenizer_service.counting import KeyCounts, pack_pair
 from tokenizer_service.stats_store import MemoryStatsStore, SparseVector, StatsEdit
 
 
@@ -24,10 +24,12 @@ def step(store, tokens: dict[int, float], pairs: dict[tuple[int, int], float] | 
     pairs = pairs or {}
     keys = np.array([pack_pair(u, v) for u, v in pairs], np.int64)
     store.apply_counts(
-        token_ids=np.array(list(tokens), np.int64),
-        token_counts=np.array(list(tokens.values())),
-        pair_keys=keys,
-        pair_counts=np.array(list(pairs.values()), np.float64),
+        KeyCounts(
+            token_ids=np.array(list(tokens), np.int64),
+            token_counts=np.array(list(tokens.values())),
+            pair_keys=keys,
+            pair_counts=np.array(list(pairs.values()), np.float64),
+        )
     )
 
 

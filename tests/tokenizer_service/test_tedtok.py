@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.counting import StepCounts, pack_pair, unpack_pair
+from tokenizer_service.counting import KeyCounts, StepCounts, pack_pair, unpack_pair
 from tokenizer_service.errors import InvalidTokenizer
 from tokenizer_service.merge_graph import MergeGraph
 from tokenizer_service.stats_store import MemoryStatsStore, StatsEdit
@@ -89,12 +89,13 @@ def test_append_ids_leave_holes_and_grow_the_id_space(byte_tokenizer):
 def store_with(tokenizer, pairs: dict[tuple[str, str], float], tokens: dict[str, float]):
     store = MemoryStatsStore(alpha=0.5)
     v = tokenizer.vocab
-    store.apply_counts(
+    counts = KeyCounts(
         token_ids=np.array([v[t] for t in tokens], np.int64),
         token_counts=2 * np.array(list(tokens.values())),
         pair_keys=np.array([pack_pair(v[a], v[b]) for a, b in pairs], np.int64),
         pair_counts=2 * np.array(list(pairs.values()), np.float64),
     )
+    store.apply_counts(counts)
     return store
 
 
@@ -247,9 +248,7 @@ def test_proposition_1_redistribution_equals_recount(seed):
             ids = sorted(alive)
             counts = rng.integers(0, 6, size=len(ids)).astype(float)
             keys = np.array(sorted({pack_pair(int(a), int(b)) for a, b in rng.choice(ids, (3, 2))}), np.int64)
-            store.apply_counts(
-                token_ids=np.array(ids, np.int64), token_counts=counts, pair_keys=keys, pair_counts=np.ones(len(keys))
-            )
+            store.apply_counts(KeyCounts(np.array(ids, np.int64), counts, keys, np.ones(len(keys))))
             for a, c in zip(ids, counts):
                 history[a][t] = history[a].get(t, 0.0) + c
 
@@ -317,7 +316,7 @@ def test_a_chained_edit_equals_its_deletes_one_by_one():
     for _ in range(12):
         counts, pair_counts = rng.integers(0, 9, 6).astype(float), rng.integers(0, 5, 3).astype(float)
         for store in stores:
-            store.apply_counts(token_ids=ids, token_counts=counts, pair_keys=keys, pair_counts=pair_counts)
+            store.apply_counts(KeyCounts(ids, counts, keys, pair_counts))
     chained, one_by_one = stores
     chained.apply_edit(StatsEdit(deletes=[(5, 4, 2), (4, 0, 1)]))
     one_by_one.apply_edit(StatsEdit(deletes=[(5, 4, 2)]))
@@ -458,7 +457,7 @@ def test_made_gets_the_new_version_before_the_revision_ends(byte_tokenizer):
     config = TedTokConfig(alpha=0.3, beta=1.2, batch_size=10, interval=5, warmup_steps=5)
     tedtok = TedTok(byte_tokenizer, config=config)
     for texts in drifted_stream(5):
-        tedtok.store.apply_step_counts(tedtok.counter.count_texts(texts))
+        tedtok.store.apply_counts(tedtok.counter.count_texts(texts))
     seen = []
     revision = tedtok.revise(made=lambda tokenizer: seen.append((tokenizer, tedtok.counter.tokenizer)))
     assert revision is not None and len(seen) == 1

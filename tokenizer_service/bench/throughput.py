@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
-from tokenizer_service.counting import pack_pair
+from tokenizer_service.counting import KeyCounts, pack_pair
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
 from tokenizer_service.tokenizer_json import MAX_ID_SPACE
@@ -65,12 +65,7 @@ def run_throughput(
         ids = np.array(sorted(tokenizer.vocab.values()), np.int64)
         keys = np.unique(pack_pair(rng.choice(ids, 2 * missing), rng.choice(ids, 2 * missing)))
         keys = keys[np.argsort(store.pair(keys) > 0, kind="stable")][:missing]
-        store.apply_counts(
-            token_ids=np.zeros(0, np.int64),
-            token_counts=np.zeros(0),
-            pair_keys=np.sort(keys),
-            pair_counts=np.full(len(keys), 1e-6),
-        )
+        store.apply_counts(KeyCounts(np.zeros(0, np.int64), np.zeros(0), np.sort(keys), np.full(len(keys), 1e-6)))
     tracked = store.tracked_pairs
     started = time.perf_counter()
     revision = tedtok.revise()
