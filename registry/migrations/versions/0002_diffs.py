@@ -14,8 +14,6 @@ import sqlalchemy as sa
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

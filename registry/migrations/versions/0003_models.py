@@ -13,8 +13,6 @@ import sqlalchemy as sa
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
