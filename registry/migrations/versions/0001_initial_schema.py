@@ -10,49 +10,40 @@ The registry's first tables (generated from ``registry.models`` and reviewed by 
 from alembic import op
 import sqlalchemy as sa
 
+from registry.migrations.tables import create_lineage_table, create_table, created_at_column, created_by_column
+
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_table(
         "lineages",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("latest", sa.Integer(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_lineages")),
+        created_at_column(),
         sa.UniqueConstraint("name", name=op.f("uq_lineages_name")),
     )
-    op.create_table(
+    create_table(
         "outbox",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("event_id", sa.String(length=36), nullable=False),
         sa.Column("lineage", sa.String(length=64), nullable=False),
         sa.Column("payload", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        created_at_column(),
         sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
         sa.UniqueConstraint("event_id", name=op.f("uq_outbox_event_id")),
     )
-    op.create_table(
+    create_lineage_table(
         "aliases",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("lineage_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["lineage_id"], ["lineages.id"], name=op.f("fk_aliases_lineage_id_lineages")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_aliases")),
-        sa.UniqueConstraint("lineage_id", "name", name="uq_aliases_lineage_name"),
+        unique=["name"],
+        unique_name="uq_aliases_lineage_name",
     )
-    op.create_table(
+    create_lineage_table(
         "versions",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("lineage_id", sa.Integer(), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("parent_number", sa.Integer(), nullable=True),
         sa.Column("kind", sa.String(length=16), nullable=False),
@@ -63,11 +54,10 @@ def upgrade() -> None:
         sa.Column("merges", sa.Integer(), nullable=False),
         sa.Column("changed_ids", sa.Integer(), nullable=False),
         sa.Column("metrics", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("created_by", sa.String(length=128), nullable=False),
-        sa.ForeignKeyConstraint(["lineage_id"], ["lineages.id"], name=op.f("fk_versions_lineage_id_lineages")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_versions")),
-        sa.UniqueConstraint("lineage_id", "number", name="uq_versions_lineage_number"),
+        created_at_column(),
+        created_by_column(),
+        unique=["number"],
+        unique_name="uq_versions_lineage_number",
     )
 
 

@@ -11,26 +11,23 @@ versions of registries made before it) and the composed diffs kept once computed
 from alembic import op
 import sqlalchemy as sa
 
+from registry.migrations.tables import create_lineage_table, created_at_column
+
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_lineage_table(
         "diffs",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("lineage_id", sa.Integer(), nullable=False),
         sa.Column("from_number", sa.Integer(), nullable=True),
         sa.Column("to_number", sa.Integer(), nullable=False),
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.Column("changed_ids", sa.Integer(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["lineage_id"], ["lineages.id"], name=op.f("fk_diffs_lineage_id_lineages")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_diffs")),
-        sa.UniqueConstraint("lineage_id", "from_number", "to_number", name="uq_diffs_lineage_from_to"),
+        created_at_column(),
+        unique=["from_number", "to_number"],
+        unique_name="uq_diffs_lineage_from_to",
     )
     op.execute(
         "INSERT INTO diffs (lineage_id, from_number, to_number, sha256, changed_ids, created_at) "

@@ -10,26 +10,23 @@ Models published beside the version they were trained with (served over the Hub 
 from alembic import op
 import sqlalchemy as sa
 
+from registry.migrations.tables import create_lineage_table, created_at_column, created_by_column
+
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_lineage_table(
         "models",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("lineage_id", sa.Integer(), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("files", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("created_by", sa.String(length=128), nullable=False),
-        sa.ForeignKeyConstraint(["lineage_id"], ["lineages.id"], name=op.f("fk_models_lineage_id_lineages")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_models")),
-        sa.UniqueConstraint("lineage_id", "number", name="uq_models_lineage_number"),
+        created_at_column(),
+        created_by_column(),
+        unique=["number"],
+        unique_name="uq_models_lineage_number",
     )
 
 

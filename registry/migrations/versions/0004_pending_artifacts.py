@@ -11,20 +11,18 @@ them until the publish's commit names them.
 from alembic import op
 import sqlalchemy as sa
 
+from registry.migrations.tables import create_table, created_at_column
+
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_table(
         "pending_artifacts",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("sha256", sa.String(length=64), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_pending_artifacts")),
+        created_at_column(),
     )
     op.create_index(op.f("ix_pending_artifacts_created_at"), "pending_artifacts", ["created_at"], unique=False)
 

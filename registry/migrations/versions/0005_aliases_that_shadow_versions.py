@@ -19,8 +19,6 @@ import sqlalchemy as sa
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 log = logging.getLogger("tokmaint.migrations")
 # The rule as it stood when this migration was written (registry/refs.py's version_reference),
