@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokmaint.commands import finish_command
 from tokmaint.options import add_bench_options, chosen_settings, free_text
 from tokmaint.output import print_result, show_progress
 
@@ -214,8 +215,7 @@ def add_eval(parser: argparse.ArgumentParser) -> None:
         evaluate,
         "score each text's codes (a document a context, from the start of the text) in bits per byte of the same bytes",
     )
-    evaluate.add_argument("--json", action="store_true", help="print JSON")
-    evaluate.set_defaults(func=cmd_eval_bytes, parser=evaluate)
+    finish_command(evaluate, cmd_eval_bytes)
     next_byte = commands.add_parser("next-byte", help="the distribution of the byte that follows TEXT")
     _add_models(next_byte)
     next_byte.add_argument(
@@ -227,8 +227,7 @@ def add_eval(parser: argparse.ArgumentParser) -> None:
         default=10,
         help="the most likely bytes shown; a whole number in [1, 256] (default: 10)",
     )
-    next_byte.add_argument("--json", action="store_true", help="print JSON (every byte's probability)")
-    next_byte.set_defaults(func=cmd_eval_next_byte, parser=next_byte)
+    finish_command(next_byte, cmd_eval_next_byte, json_help="print JSON (every byte's probability)")
 
 
 def add_generate(parser: argparse.ArgumentParser) -> None:
@@ -250,8 +249,7 @@ def add_generate(parser: argparse.ArgumentParser) -> None:
         "sample codes after the prompt's tokens (it ends on a token boundary there), the codebook "
         "growing with the output, and print their text",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(func=cmd_generate, parser=parser)
+    finish_command(parser, cmd_generate)
 
 
 def cmd_bench_lifelong(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import json
 
 from pipeline.parts import connect_redis, wait_for_broker
 from tokenizer_service.settings import Number, whole
-from tokmaint.commands import add_server_options, add_wait_option
+from tokmaint.commands import add_server_options, add_wait_option, finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, free_text, lineage, settings_errors
 from tokmaint.output import print_result, show_progress
 
@@ -428,8 +428,7 @@ def add_residues_job(residues: argparse.ArgumentParser) -> None:
     add_settings(residues, ResidueOptions, skip=("log_base", "min_count", "batch_size"))
     residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
     residues.add_argument("--publish", action="store_true", help="publish the residue-free version (kind litetoken)")
-    residues.add_argument("--json", action="store_true", help="print JSON")
-    residues.set_defaults(func=cmd_residues_job, parser=residues)
+    finish_command(residues, cmd_residues_job)
 
 
 def add_stats(stats: argparse.ArgumentParser) -> None:
@@ -441,15 +440,13 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
     )
     _add_redis_options(show)
     show.add_argument("--top", type=whole(1), default=20, help="how many tokens, pairs and sinks (default: 20)")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(func=cmd_stats_show, parser=show)
+    finish_command(show, cmd_stats_show)
     snapshot = stats_commands.add_parser(
         "snapshot", help="all of the statistics at one step to Parquet, for audit (OUT/<lineage>/step-<N>/)"
     )
     _add_redis_options(snapshot)
     snapshot.add_argument("--out", required=True, help="the folder snapshots go to")
-    snapshot.add_argument("--json", action="store_true", help="print JSON")
-    snapshot.set_defaults(func=cmd_stats_snapshot, parser=snapshot)
+    finish_command(snapshot, cmd_stats_snapshot)
     hyper = stats_commands.add_parser(
         "hypertokens",
         help="the runs of tokens zip2zip's LZW forms in the most of the "

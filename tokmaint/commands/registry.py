@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokmaint.commands import add_server_options, add_wait_option
+from tokmaint.commands import add_server_options, add_wait_option, finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
 from tokenizer_service.settings import Number, whole
@@ -106,8 +106,7 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
 
     migrate = commands.add_parser("migrate", help="bring a registry database to the newest schema")
     _add_store_options(migrate, artifacts=False)
-    migrate.add_argument("--json", action="store_true", help="print JSON")
-    migrate.set_defaults(func=cmd_migrate, parser=migrate)
+    finish_command(migrate, cmd_migrate)
     gc_command = commands.add_parser(
         "gc", help="remove the artifacts no version names (left by refused or killed publishes)"
     )
@@ -120,8 +119,7 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
         "nothing a version, a model or a publish under way names is removed; default: 60)",
     )
     gc_command.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    gc_command.add_argument("--json", action="store_true", help="print JSON")
-    gc_command.set_defaults(func=cmd_gc, parser=gc_command)
+    finish_command(gc_command, cmd_gc)
     add_client_commands(commands)
     add_relay(commands)
 
@@ -417,5 +415,4 @@ def add_relay(commands: argparse._SubParsersAction) -> None:
         help="seconds between polls of the outbox (default: 1)",
     )
     add_wait_option(relay, waits_for="the registry server to create its database's schema")
-    relay.add_argument("--json", action="store_true", help="print JSON")
-    relay.set_defaults(func=cmd_relay, parser=relay)
+    finish_command(relay, cmd_relay)
