@@ -45,6 +45,17 @@ def add_server_options(parser: argparse.ArgumentParser, *, port: int) -> None:
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
 
 
+def add_sample_corpus_option(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """``--corpus``: ``what`` a benchmark reads; without it (None) the benchmark reads the shipped git sample.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> add_sample_corpus_option(parser, what="a JSONL(.gz) or .txt(.gz) corpus")
+    >>> parser.parse_args([]).corpus is None
+    True
+    """
+    parser.add_argument("--corpus", help=f"{what} (default: the shipped git sample, data/git-commits-sample.jsonl.gz)")
+
+
 def add_wait_option(parser: argparse.ArgumentParser, *, waits_for: str) -> None:
     """``--wait SECONDS``: how long the command waits for ``waits_for`` (``pipeline.parts.wait_for``);
     once only, for a command whose option groups each ask for it.

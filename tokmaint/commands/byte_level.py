@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokmaint.commands import finish_command
+from tokmaint.commands import add_sample_corpus_option, finish_command
 from tokmaint.options import add_bench_options, chosen_settings, free_text
 from tokmaint.output import print_result, show_progress
 
@@ -265,10 +265,7 @@ def cmd_bench_lifelong(args: argparse.Namespace) -> int:
 def add_bench_lifelong(parser: argparse.ArgumentParser) -> None:
     from trainer.lifelong import LifelongBenchSettings
 
-    parser.add_argument(
-        "--corpus",
-        help="a timestamped JSONL(.gz) stream (default: the shipped git sample, data/git-commits-sample.jsonl.gz)",
-    )
+    add_sample_corpus_option(parser, what="a timestamped JSONL(.gz) stream")
     parser.add_argument("--plot", metavar="DIR", help="draw lifelong.png (bits per byte by part) into this folder")
     add_bench_options(parser, LifelongBenchSettings, cmd_bench_lifelong)
 
@@ -284,10 +281,7 @@ def cmd_bench_bytelevel(args: argparse.Namespace) -> int:
 def add_bench_bytelevel(parser: argparse.ArgumentParser) -> None:
     from trainer.bytelevel_bench import BytelevelBenchSettings
 
-    parser.add_argument(
-        "--corpus",
-        help="a JSONL(.gz) or .txt(.gz) corpus (default: the shipped git sample, data/git-commits-sample.jsonl.gz)",
-    )
+    add_sample_corpus_option(parser, what="a JSONL(.gz) or .txt(.gz) corpus")
     add_bench_options(parser, BytelevelBenchSettings, cmd_bench_bytelevel)
 
 

@@ -9,7 +9,7 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from tokmaint.commands import finish_command
+from tokmaint.commands import add_sample_corpus_option, finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, lineage
 from tokmaint.output import print_result, show_progress
 
@@ -235,11 +235,7 @@ def add_bench_apply(bench: argparse.ArgumentParser) -> None:
 def add_bench_distributed(bench: argparse.ArgumentParser) -> None:
     from trainer.config import DistributedBenchSettings
 
-    bench.add_argument(
-        "--corpus",
-        help="the texts the ranks train on and the versions are made from (default: the "
-        "repo's data/git-commits-sample.jsonl.gz)",
-    )
+    add_sample_corpus_option(bench, what="the texts the ranks train on and the versions are made from")
     add_bench_options(bench, DistributedBenchSettings, cmd_bench_distributed)
 
 
