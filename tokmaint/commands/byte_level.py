@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokmaint.commands import add_sample_corpus_option, finish_command
 from tokmaint.options import add_bench_options, chosen_settings, free_text
 from tokmaint.output import print_result, show_progress
 
@@ -214,8 +215,7 @@ def add_eval(parser: argparse.ArgumentParser) -> None:
         evaluate,
         "score each text's codes (a document a context, from the start of the text) in bits per byte of the same bytes",
     )
-    evaluate.add_argument("--json", action="store_true", help="print JSON")
-    evaluate.set_defaults(func=cmd_eval_bytes, parser=evaluate)
+    finish_command(evaluate, cmd_eval_bytes)
     next_byte = commands.add_parser("next-byte", help="the distribution of the byte that follows TEXT")
     _add_models(next_byte)
     next_byte.add_argument(
@@ -227,8 +227,7 @@ def add_eval(parser: argparse.ArgumentParser) -> None:
         default=10,
         help="the most likely bytes shown; a whole number in [1, 256] (default: 10)",
     )
-    next_byte.add_argument("--json", action="store_true", help="print JSON (every byte's probability)")
-    next_byte.set_defaults(func=cmd_eval_next_byte, parser=next_byte)
+    finish_command(next_byte, cmd_eval_next_byte, json_help="print JSON (every byte's probability)")
 
 
 def add_generate(parser: argparse.ArgumentParser) -> None:
@@ -250,8 +249,7 @@ def add_generate(parser: argparse.ArgumentParser) -> None:
         "sample codes after the prompt's tokens (it ends on a token boundary there), the codebook "
         "growing with the output, and print their text",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(func=cmd_generate, parser=parser)
+    finish_command(parser, cmd_generate)
 
 
 def cmd_bench_lifelong(args: argparse.Namespace) -> int:
@@ -267,10 +265,7 @@ def cmd_bench_lifelong(args: argparse.Namespace) -> int:
 def add_bench_lifelong(parser: argparse.ArgumentParser) -> None:
     from trainer.lifelong import LifelongBenchSettings
 
-    parser.add_argument(
-        "--corpus",
-        help="a timestamped JSONL(.gz) stream (default: the shipped git sample, data/git-commits-sample.jsonl.gz)",
-    )
+    add_sample_corpus_option(parser, what="a timestamped JSONL(.gz) stream")
     parser.add_argument("--plot", metavar="DIR", help="draw lifelong.png (bits per byte by part) into this folder")
     add_bench_options(parser, LifelongBenchSettings, cmd_bench_lifelong)
 
@@ -286,10 +281,7 @@ def cmd_bench_bytelevel(args: argparse.Namespace) -> int:
 def add_bench_bytelevel(parser: argparse.ArgumentParser) -> None:
     from trainer.bytelevel_bench import BytelevelBenchSettings
 
-    parser.add_argument(
-        "--corpus",
-        help="a JSONL(.gz) or .txt(.gz) corpus (default: the shipped git sample, data/git-commits-sample.jsonl.gz)",
-    )
+    add_sample_corpus_option(parser, what="a JSONL(.gz) or .txt(.gz) corpus")
     add_bench_options(parser, BytelevelBenchSettings, cmd_bench_bytelevel)
 
 

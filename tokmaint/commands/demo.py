@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokmaint.commands import finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings
 from tokmaint.output import print_result, show_progress
 
@@ -56,8 +57,7 @@ def add_demo(demo: argparse.ArgumentParser) -> None:
 
     demo.add_argument("--out", default="demo-report", help="the report folder (default: demo-report)")
     add_settings(demo, DemoSettings, skip=("redis", "stream"))
-    demo.add_argument("--json", action="store_true", help="print JSON")
-    demo.set_defaults(func=cmd_demo, parser=demo)
+    finish_command(demo, cmd_demo)
 
 
 def add_bench_soak(soak: argparse.ArgumentParser) -> None:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_broker
+from pipeline.parts import connect_redis, wait_for_broker
 from tokenizer_service.settings import Number, whole
+from tokmaint.commands import add_server_options, add_wait_option, finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, free_text, lineage, settings_errors
 from tokmaint.output import print_result, show_progress
+
+# What the pipeline's commands wait for, --wait seconds at the most.
+WAITS_FOR = "Redis and the Kafka broker before stopping with the part's name and address"
 
 
 def _pipeline_settings(args: argparse.Namespace):
@@ -249,20 +253,7 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, PipelineSettings, only=("redis",))
     parser.add_argument("--registry", help="registry URL (default: TOKMAINT_REGISTRY_URL)")
     parser.add_argument("--lineage", type=lineage, required=True, help="the registry lineage")
-    _add_wait_option(parser)
-
-
-def _add_wait_option(parser: argparse.ArgumentParser) -> None:
-    if any(action.dest == "wait" for action in parser._actions):
-        return
-    parser.add_argument(
-        "--wait",
-        type=Number(float, low=0),
-        default=DEFAULT_WAIT_SECONDS,
-        metavar="SECONDS",
-        help="how long to wait for Redis and the Kafka broker before stopping with the part's name "
-        f"and address (default: {DEFAULT_WAIT_SECONDS:g})",
-    )
+    add_wait_option(parser, waits_for=WAITS_FOR)
 
 
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
@@ -270,7 +261,7 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
 
     add_settings(parser, PipelineSettings, only=("bootstrap", "docs_topic", "dlq_topic", "max_record_bytes"))
     parser.add_argument("--json", action="store_true", help="print JSON")
-    _add_wait_option(parser)
+    add_wait_option(parser, waits_for=WAITS_FOR)
 
 
 def add_ingest(ingest: argparse.ArgumentParser) -> None:
@@ -292,13 +283,7 @@ def add_ingest(ingest: argparse.ArgumentParser) -> None:
 
 def add_ingest_server(server: argparse.ArgumentParser) -> None:
     _add_stream_options(server)
-    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    server.add_argument("--port", type=int, default=8100, help="port (default: 8100)")
-    server.add_argument(
-        "--insecure-dev",
-        action="store_true",
-        help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)",
-    )
+    add_server_options(server, port=8100)
     server.add_argument(
         "--max-in-flight",
         type=whole(1),
@@ -336,7 +321,6 @@ def add_ingest_server(server: argparse.ArgumentParser) -> None:
         default=64.0,
         help="past --receive-timeout, a body must average this rate or be answered 408; 0: no floor (default: 64)",
     )
-    server.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     server.set_defaults(func=cmd_ingest_server, parser=server)
 
 
@@ -444,8 +428,7 @@ def add_residues_job(residues: argparse.ArgumentParser) -> None:
     add_settings(residues, ResidueOptions, skip=("log_base", "min_count", "batch_size"))
     residues.add_argument("--out", help="write tokenizer.json (residue-free), diff.json and scores.parquet here")
     residues.add_argument("--publish", action="store_true", help="publish the residue-free version (kind litetoken)")
-    residues.add_argument("--json", action="store_true", help="print JSON")
-    residues.set_defaults(func=cmd_residues_job, parser=residues)
+    finish_command(residues, cmd_residues_job)
 
 
 def add_stats(stats: argparse.ArgumentParser) -> None:
@@ -457,15 +440,13 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
     )
     _add_redis_options(show)
     show.add_argument("--top", type=whole(1), default=20, help="how many tokens, pairs and sinks (default: 20)")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(func=cmd_stats_show, parser=show)
+    finish_command(show, cmd_stats_show)
     snapshot = stats_commands.add_parser(
         "snapshot", help="all of the statistics at one step to Parquet, for audit (OUT/<lineage>/step-<N>/)"
     )
     _add_redis_options(snapshot)
     snapshot.add_argument("--out", required=True, help="the folder snapshots go to")
-    snapshot.add_argument("--json", action="store_true", help="print JSON")
-    snapshot.set_defaults(func=cmd_stats_snapshot, parser=snapshot)
+    finish_command(snapshot, cmd_stats_snapshot)
     hyper = stats_commands.add_parser(
         "hypertokens",
         help="the runs of tokens zip2zip's LZW forms in the most of the "
@@ -496,7 +477,7 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
     )
     hyper.add_argument("--top", type=whole(1), default=20, help="how many hypertokens to list (default: 20)")
     hyper.add_argument("--json", action="store_true", help="print JSON")
-    _add_wait_option(hyper)
+    add_wait_option(hyper, waits_for=WAITS_FOR)
     hyper.set_defaults(func=cmd_stats_hypertokens, parser=hyper)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.parts import DEFAULT_WAIT_SECONDS
+from tokmaint.commands import add_server_options, add_wait_option, finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
 from tokenizer_service.settings import Number, whole
@@ -101,20 +101,12 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
 
     serve = commands.add_parser("serve", help="run the registry's HTTP API (uvicorn)")
     _add_store_options(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    serve.add_argument(
-        "--insecure-dev",
-        action="store_true",
-        help="accept writes without a bearer token (development only; TOKMAINT_REGISTRY_TOKEN unset)",
-    )
-    serve.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    add_server_options(serve, port=8000)
     serve.set_defaults(func=cmd_serve, parser=serve, json=False)
 
     migrate = commands.add_parser("migrate", help="bring a registry database to the newest schema")
     _add_store_options(migrate, artifacts=False)
-    migrate.add_argument("--json", action="store_true", help="print JSON")
-    migrate.set_defaults(func=cmd_migrate, parser=migrate)
+    finish_command(migrate, cmd_migrate)
     gc_command = commands.add_parser(
         "gc", help="remove the artifacts no version names (left by refused or killed publishes)"
     )
@@ -127,8 +119,7 @@ def add_registry(registry: argparse.ArgumentParser) -> None:
         "nothing a version, a model or a publish under way names is removed; default: 60)",
     )
     gc_command.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    gc_command.add_argument("--json", action="store_true", help="print JSON")
-    gc_command.set_defaults(func=cmd_gc, parser=gc_command)
+    finish_command(gc_command, cmd_gc)
     add_client_commands(commands)
     add_relay(commands)
 
@@ -423,13 +414,5 @@ def add_relay(commands: argparse._SubParsersAction) -> None:
         default=1.0,
         help="seconds between polls of the outbox (default: 1)",
     )
-    relay.add_argument(
-        "--wait",
-        type=Number(float, low=0),
-        default=DEFAULT_WAIT_SECONDS,
-        metavar="SECONDS",
-        help="how long to wait for the registry server to create its database's schema "
-        f"(default: {DEFAULT_WAIT_SECONDS:g})",
-    )
-    relay.add_argument("--json", action="store_true", help="print JSON")
-    relay.set_defaults(func=cmd_relay, parser=relay)
+    add_wait_option(relay, waits_for="the registry server to create its database's schema")
+    finish_command(relay, cmd_relay)

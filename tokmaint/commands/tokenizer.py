@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.settings import Number, whole
+from tokmaint.commands import finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings
 from tokmaint.output import print_result, print_rows, show_progress, warn
 
@@ -247,8 +248,7 @@ def add_evolve(evolve: argparse.ArgumentParser) -> None:
     )
     evolve.add_argument("--tokenizer", help="initial tokenizer.json (default: train one on the oldest documents)")
     add_settings(evolve, EvolveSettings)
-    evolve.add_argument("--json", action="store_true", help="print JSON")
-    evolve.set_defaults(func=cmd_evolve, parser=evolve)
+    finish_command(evolve, cmd_evolve)
 
 
 def add_residues(residues: argparse.ArgumentParser) -> None:
@@ -274,8 +274,7 @@ def add_residues(residues: argparse.ArgumentParser) -> None:
         action="store_true",
         help="audit a tokenizer that fails validation (say why on stderr) instead of refusing it",
     )
-    residues.add_argument("--json", action="store_true", help="print JSON")
-    residues.set_defaults(func=cmd_residues, parser=residues)
+    finish_command(residues, cmd_residues)
 
 
 def add_bench_residues(p: argparse.ArgumentParser) -> None:
@@ -290,8 +289,7 @@ def add_bench_residues(p: argparse.ArgumentParser) -> None:
         help="a BPE tokenizer.json (or a folder holding one); give it once per tokenizer",
     )
     _add_corpus_options(p, skip_bad=False)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_bench, parser=p)
+    finish_command(p, cmd_bench)
 
 
 def add_bench_arithmetic(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
+from tokmaint.commands import add_sample_corpus_option, finish_command
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, lineage
 from tokmaint.output import print_result, show_progress
 
@@ -182,8 +183,7 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         ".txt(.gz); default: the newest --eval-docs of --data, kept out of training)",
     )
     add_settings(run, TrainerSettings)
-    run.add_argument("--json", action="store_true", help="print JSON")
-    run.set_defaults(func=cmd_run, parser=run)
+    finish_command(run, cmd_run)
     export = commands.add_parser(
         "export",
         help="write a checkpoint as a Hugging Face model folder (config, "
@@ -204,8 +204,7 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         help="the id a text starts from; a whole number ≥ 0 (default: the "
         "version's special token for it, such as <|endoftext|>)",
     )
-    export.add_argument("--json", action="store_true", help="print JSON")
-    export.set_defaults(func=cmd_export, parser=export)
+    finish_command(export, cmd_export)
     zip2zip = commands.add_parser(
         "zip2zip",
         help="fine-tune a model on a corpus's LZW-compressed contexts (zip2zip "
@@ -224,8 +223,7 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         "files are replaced, any other file there is kept)",
     )
     add_settings(zip2zip, Zip2zipSettings)
-    zip2zip.add_argument("--json", action="store_true", help="print JSON")
-    zip2zip.set_defaults(func=cmd_zip2zip, parser=zip2zip)
+    finish_command(zip2zip, cmd_zip2zip)
 
 
 def add_bench_apply(bench: argparse.ArgumentParser) -> None:
@@ -237,11 +235,7 @@ def add_bench_apply(bench: argparse.ArgumentParser) -> None:
 def add_bench_distributed(bench: argparse.ArgumentParser) -> None:
     from trainer.config import DistributedBenchSettings
 
-    bench.add_argument(
-        "--corpus",
-        help="the texts the ranks train on and the versions are made from (default: the "
-        "repo's data/git-commits-sample.jsonl.gz)",
-    )
+    add_sample_corpus_option(bench, what="the texts the ranks train on and the versions are made from")
     add_bench_options(bench, DistributedBenchSettings, cmd_bench_distributed)
 
 
