@@ -103,9 +103,7 @@ class SoakSettings(Settings):
     minutes: float = setting(5.0, Number(float, low=0, low_open=True), "how long the load and the faults go on")
     seed: int = setting(0, whole(0), "the seed of the load and the fault schedule")
     fault_every: float = setting(
-        10.0,
-        Number(float, low=0, low_open=True),
-        "the longest gap between two faults, in seconds (each gap is 50-100% of it)",
+        10.0, Number(float, low=0, low_open=True), "seconds between two faults at most (each gap is 50-100% of it)"
     )
     batch: int = setting(40, whole(1), "documents a request")
     rate: float = setting(
