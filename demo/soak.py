@@ -454,13 +454,8 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 if part.process is not None and part.process.poll() is not None
             }
             parts["pipeline"].stop()
-            finish = subprocess.run(
-                [*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1800,
-            )
+            last_run = [*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"]
+            finish = subprocess.run(last_run, env=env, capture_output=True, text=True, timeout=1800)
             if finish.returncode:
                 raise TokmaintError(f"the pipeline's last run failed: {finish.stderr[-1500:]}")
             _wait_for_the_trainer(root / "trainer" / "checkpoint.pt", registry_url)
