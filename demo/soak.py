@@ -399,17 +399,19 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             with RegistryClient(registry_url, token=token) as client:
                 for name in (LINEAGE, API_LINEAGE):
                     client.create(name, initial.to_json())
-            hostile = _hostile_clients(
-                settings,
-                root,
-                registry_url=registry_url,
-                ingest_url=ingest_url,
-                token=token,
-                db=db,
-                artifacts=artifacts,
-                initial=initial,
-                env=env,
-            )
+            hostile = None
+            if settings.hostile:
+                hostile = HostileClients(
+                    registry_url=registry_url,
+                    ingest_url=ingest_url,
+                    token=token,
+                    lineage=API_LINEAGE,
+                    read_lineage=LINEAGE,
+                    db=db,
+                    artifacts=artifacts,
+                    model=write_weighty_model(initial, API_LINEAGE, 1, root / "model"),
+                )
+                hostile.start(python=sys.executable, env=env)
             traffic, stop, rng = Traffic(), threading.Event(), random.Random(settings.seed)
             stream = docs[settings.initial_docs :]
             producer = threading.Thread(
@@ -491,39 +493,6 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             name for name, part in parts.items() if part.process is not None and part.process.poll() is None
         ]
         return report
-
-
-def _hostile_clients(
-    settings: SoakSettings,
-    root: Path,
-    *,
-    registry_url: str,
-    ingest_url: str,
-    token: str,
-    db: str,
-    artifacts: str,
-    initial: BPETokenizer,
-    env: dict[str, str],
-) -> HostileClients | None:
-    """With ``hostile``: a weighty model published beside the clients' lineage's first version
-    (what the slow readers ask for), then the hostile clients started."""
-    if not settings.hostile:
-        return None
-    model = write_weighty_model(initial, API_LINEAGE, 1, root / "model")
-    with RegistryClient(registry_url, token=token, timeout=60) as client:
-        client.publish_model(API_LINEAGE, model, version=1)
-    hostile = HostileClients(
-        registry_url=registry_url,
-        ingest_url=ingest_url,
-        token=token,
-        lineage=API_LINEAGE,
-        read_lineage=LINEAGE,
-        db=db,
-        artifacts=artifacts,
-        model=model,
-    )
-    hostile.start(python=sys.executable, env=env)
-    return hostile
 
 
 def _replayed(
