@@ -163,7 +163,10 @@ class HostileClients:
             self.counts[kind] += 1
 
     def start(self, *, python: str, env: dict[str, str]) -> None:
-        """Start every client (``python``: the interpreter garbage collection's process runs in)."""
+        """Publish the model beside the lineage's version 1 (what the slow readers ask for), then
+        start every client (``python``: the interpreter garbage collection's process runs in)."""
+        with RegistryClient(self.registry_url, token=self.token, timeout=60) as client:
+            client.publish_model(self.lineage, self.model, version=1)
         weights = f"{self.registry_url}/{self.lineage}-models/resolve/v1/model.safetensors"
         for k in range(self.slow_readers):
             self._thread(self._slow_reader, weights, f"127.0.0.{2 + k % 4}")

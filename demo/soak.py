@@ -103,9 +103,7 @@ class SoakSettings(Settings):
     minutes: float = setting(5.0, Number(float, low=0, low_open=True), "how long the load and the faults go on")
     seed: int = setting(0, whole(0), "the seed of the load and the fault schedule")
     fault_every: float = setting(
-        10.0,
-        Number(float, low=0, low_open=True),
-        "the longest gap between two faults, in seconds (each gap is 50-100% of it)",
+        10.0, Number(float, low=0, low_open=True), "seconds between two faults at most (each gap is 50-100% of it)"
     )
     batch: int = setting(40, whole(1), "documents a request")
     rate: float = setting(
@@ -401,17 +399,19 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             with RegistryClient(registry_url, token=token) as client:
                 for name in (LINEAGE, API_LINEAGE):
                     client.create(name, initial.to_json())
-            hostile = _hostile_clients(
-                settings,
-                root,
-                registry_url=registry_url,
-                ingest_url=ingest_url,
-                token=token,
-                db=db,
-                artifacts=artifacts,
-                initial=initial,
-                env=env,
-            )
+            hostile = None
+            if settings.hostile:
+                hostile = HostileClients(
+                    registry_url=registry_url,
+                    ingest_url=ingest_url,
+                    token=token,
+                    lineage=API_LINEAGE,
+                    read_lineage=LINEAGE,
+                    db=db,
+                    artifacts=artifacts,
+                    model=write_weighty_model(initial, API_LINEAGE, 1, root / "model"),
+                )
+                hostile.start(python=sys.executable, env=env)
             traffic, stop, rng = Traffic(), threading.Event(), random.Random(settings.seed)
             stream = docs[settings.initial_docs :]
             producer = threading.Thread(
@@ -456,13 +456,8 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 if part.process is not None and part.process.poll() is not None
             }
             parts["pipeline"].stop()
-            finish = subprocess.run(
-                [*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1800,
-            )
+            last_run = [*pipeline_argv, "--lineage", LINEAGE, "--until-idle", "--json"]
+            finish = subprocess.run(last_run, env=env, capture_output=True, text=True, timeout=1800)
             if finish.returncode:
                 raise TokmaintError(f"the pipeline's last run failed: {finish.stderr[-1500:]}")
             _wait_for_the_trainer(root / "trainer" / "checkpoint.pt", registry_url)
@@ -498,39 +493,6 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             name for name, part in parts.items() if part.process is not None and part.process.poll() is None
         ]
         return report
-
-
-def _hostile_clients(
-    settings: SoakSettings,
-    root: Path,
-    *,
-    registry_url: str,
-    ingest_url: str,
-    token: str,
-    db: str,
-    artifacts: str,
-    initial: BPETokenizer,
-    env: dict[str, str],
-) -> HostileClients | None:
-    """With ``hostile``: a weighty model published beside the clients' lineage's first version
-    (what the slow readers ask for), then the hostile clients started."""
-    if not settings.hostile:
-        return None
-    model = write_weighty_model(initial, API_LINEAGE, 1, root / "model")
-    with RegistryClient(registry_url, token=token, timeout=60) as client:
-        client.publish_model(API_LINEAGE, model, version=1)
-    hostile = HostileClients(
-        registry_url=registry_url,
-        ingest_url=ingest_url,
-        token=token,
-        lineage=API_LINEAGE,
-        read_lineage=LINEAGE,
-        db=db,
-        artifacts=artifacts,
-        model=model,
-    )
-    hostile.start(python=sys.executable, env=env)
-    return hostile
 
 
 def _replayed(

@@ -24,6 +24,7 @@ import gc
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from typing import Any
 
 from tokenizer_service.bpe import BPETokenizer
@@ -79,7 +80,7 @@ def _use(sha256: str, tokenizer_json: str | None) -> None:
         gc.freeze()
 
 
-class CountingProcess:
+class CountingProcess(AbstractContextManager["CountingProcess"]):
     """One worker process that counts steps in the order they are submitted."""
 
     def __init__(self) -> None:
@@ -116,9 +117,6 @@ class CountingProcess:
     def close(self) -> None:
         """Stop the worker once it has answered what it was sent."""
         self._worker.close()
-
-    def __enter__(self) -> "CountingProcess":
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

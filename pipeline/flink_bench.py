@@ -26,6 +26,7 @@ import secrets
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,6 @@ def run_flink_bench(
             # The job stops at each partition's end as read (tansu's listed end offsets are the last
             # batch's start, not its end).
             read = read_topic(bootstrap, "docs", expected=len(docs) + len(BAD_RECORDS))
-            ends = end_offsets(read)
             records = [r.value for r in read]
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
@@ -160,17 +160,16 @@ def run_flink_bench(
                 with FlinkCluster(
                     Path(root) / "flink", taskmanagers=settings.taskmanagers, env={"TOKMAINT_REGISTRY_TOKEN": token}
                 ) as cluster:
-                    spec = FlinkJobSpec(
-                        lineage=LINEAGE,
-                        registry=registry_url,
-                        pipeline=pipeline,
-                        stream=stream,
-                        step_seconds=step_seconds,
-                        bounded=ends,
-                        parallelism=settings.taskmanagers,
-                    )
                     job_id = submit(
-                        spec,
+                        FlinkJobSpec(
+                            lineage=LINEAGE,
+                            registry=registry_url,
+                            pipeline=pipeline,
+                            stream=stream,
+                            step_seconds=step_seconds,
+                            bounded=end_offsets(read),
+                            parallelism=settings.taskmanagers,
+                        ),
                         master=f"127.0.0.1:{cluster.rest_port}",
                         env=cluster.env(),
                         log=cluster.log_dir / "submit.log",
@@ -209,18 +208,17 @@ def run_flink_bench(
                 versions = registry.version(LINEAGE).number
                 written = RedisStatsStore.open(client, lineage=LINEAGE).meta()
                 registry.create(LOCAL_LINEAGE, initial.to_json())
-                job_local = PipelineJob(
-                    settings=pipeline,
-                    stream=stream,
-                    redis_client=client,
-                    registry=registry,
-                    lineage=LOCAL_LINEAGE,
-                    wait=1.0,
-                )
-                try:
+                with closing(
+                    PipelineJob(
+                        settings=pipeline,
+                        stream=stream,
+                        redis_client=client,
+                        registry=registry,
+                        lineage=LOCAL_LINEAGE,
+                        wait=1.0,
+                    )
+                ) as job_local:
                     local = job_local.run(until_idle=True)
-                finally:
-                    job_local.close()
                 local_compared = equal_to_replay(tedtok, client, registry, LOCAL_LINEAGE)
         finally:
             for server in servers:

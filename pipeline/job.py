@@ -507,17 +507,14 @@ def run_through_outages(
                                      redis_client=connect_redis(url), registry=client, lineage="news")
     """
     patience = wait if until_idle else float("inf")  # how long a part that went away is waited for
+    # Each start makes a new job; only its Redis client can differ from the last (connected again after an outage).
+    new_job = partial(
+        PipelineJob, settings=settings, stream=stream, registry=registry, lineage=lineage, metrics=metrics
+    )
     while True:
         job = None
         try:
-            job = PipelineJob(
-                settings=settings,
-                stream=stream,
-                redis_client=redis_client,
-                registry=registry,
-                lineage=lineage,
-                metrics=metrics,
-            )
+            job = new_job(redis_client=redis_client)
             return job.run(max_steps=max_steps, until_idle=until_idle)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning(

@@ -35,6 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -95,7 +96,7 @@ class Step:
     complete: bool = True
 
 
-class StepReader:
+class StepReader(AbstractContextManager["StepReader"]):
     """Reads steps of the docs topic with a consumer of its own (no group: offsets are ours)."""
 
     def __init__(self, settings: PipelineSettings, *, wait: float = 2.0) -> None:
@@ -142,9 +143,6 @@ class StepReader:
 
     def close(self) -> None:
         self.consumer.close()
-
-    def __enter__(self) -> "StepReader":
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -20,6 +20,7 @@ import os
 import tarfile
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,7 +78,7 @@ class RegistryRefused(TokmaintError):
         self.status, self.code, self.reasons = status, code, reasons
 
 
-class RegistryClient:
+class RegistryClient(AbstractContextManager["RegistryClient"]):
     """The registry at ``url``; ``token`` (default ``TOKMAINT_REGISTRY_TOKEN``) authorises writes."""
 
     def __init__(
@@ -99,9 +100,6 @@ class RegistryClient:
 
     def close(self) -> None:
         self.http.close()
-
-    def __enter__(self) -> "RegistryClient":
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
