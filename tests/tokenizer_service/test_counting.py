@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from tokenizer_service.counting import StepCounter, WordVocabulary, pack_pair, unpack_pair
 from tests.conftest import WORDS
+from tests.support.tokenizer_files import MODEL_EDITS
 from tokenizer_service.bpe import BPETokenizer
 
 
@@ -156,18 +157,7 @@ def test_a_revision_keeps_the_encodings_it_cannot_change():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.sampled_from(
-        [
-            "drop merge",
-            "repeat merge",
-            "swap merges",
-            "swap ids",
-            "move id into a hole",
-            "drop token",
-            "add token",
-            "ignore_merges",
-        ]
-    ),
+    st.sampled_from(MODEL_EDITS),
     st.integers(0, 10_000),
     st.integers(0, 10_000),
 )
