@@ -26,6 +26,21 @@ def brute_force(tokenizer, texts):
     return tokens, pairs
 
 
+def texts_of(*pieces: str) -> st.SearchStrategy[list[str]]:
+    """One to twenty texts, each of up to 30 pieces: a few odd characters (a newline, an emoji, an
+    accent), ``pieces`` and the corpus's words.
+
+    >>> from hypothesis import find
+    >>> find(texts_of("<eos>"), lambda texts: "<eos>" in texts[0])
+    ['<eos>']
+    """
+    return st.lists(
+        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *pieces, *WORDS]), max_size=30).map("".join),
+        min_size=1,
+        max_size=20,
+    )
+
+
 def test_words_split_under_an_earlier_version_count_as_the_texts_do():
     """``count_texts(words=…)``: a step split into words under the parent (while its version was
     made) counts with each revision as the texts themselves do."""
@@ -44,9 +59,7 @@ def test_words_split_under_an_earlier_version_count_as_the_texts_do():
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *WORDS]), max_size=30).map("".join), min_size=1, max_size=20)
-)
+@given(texts_of())
 def test_counts_match_brute_force(byte_tokenizer, texts):
     counts = StepCounter(byte_tokenizer).count_texts(texts)
     tokens, pairs = brute_force(byte_tokenizer, texts)
@@ -57,13 +70,7 @@ def test_counts_match_brute_force(byte_tokenizer, texts):
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
-        min_size=1,
-        max_size=20,
-    )
-)
+@given(texts_of("<eos>"))
 def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
     """Neighbours from the word encodings equal the adjacent pairs of ``encode_batch`` (a
     document holding an added token's text is encoded whole, as the library matches it first)."""
@@ -75,14 +82,7 @@ def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
-        min_size=1,
-        max_size=20,
-    ),
-    st.integers(1, 4),
-)
+@given(texts_of("<eos>"), st.integers(1, 4))
 def test_tallies_of_a_step_s_parts_count_as_its_texts(special_tokenizer, texts, parts):
     """A step's documents tallied in parts (as a scale-out job's workers do), added and counted
     with the version: exactly ``count_texts``'s tokens, pairs, sizes and neighbours."""
