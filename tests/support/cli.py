@@ -13,6 +13,9 @@ EVOLVE_OPTIONS = (
 PIPELINE_OPTIONS = (
     "--step-docs 32 --horizon-docs 320 --interval-docs 64 --warmup-docs 64 --id-price 0 --base-token-cost 0"
 ).split()
+# The load ramp of ``bench ingest`` and ``bench registry``: short steps, on a server held to two
+# requests at once, so that it goes past the server's limit and the tests see it refuse.
+OVERLOAD_RAMP = "--seconds 0.5 --start-rps 200 --max-rps 1600 --max-in-flight 2".split()
 
 
 def run_json(capsys, *argv):
