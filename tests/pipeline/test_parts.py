@@ -8,7 +8,7 @@ import time
 import pytest
 
 from registry.local_server import free_port
-from tests.support.cli import PIPELINE_OPTIONS, lineage_options
+from tests.support.cli import PIPELINE_OPTIONS, lineage_options, pipeline_run_command
 
 
 def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -139,6 +139,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
     from tokmaint.cli import main
 
     topic, lineage, token, port = f"docs.parts.{uuid.uuid4().hex[:6]}", "parts", "p" * 32, free_port()
+    url = f"http://127.0.0.1:{port}"
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": token}
     serve = [
@@ -160,7 +161,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                     return process
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
@@ -168,23 +169,11 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
 
     server = registry()
     initial = BPETokenizer.train(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
-    RegistryClient(f"http://127.0.0.1:{port}", token=token).create(lineage, initial.to_json())
+    RegistryClient(url, token=token).create(lineage, initial.to_json())
     server.terminate()
     server.wait(timeout=30)
     job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tokmaint.cli",
-            "pipeline",
-            "run",
-            "--bootstrap",
-            broker,
-            "--topic",
-            topic,
-            *lineage_options(redis_url, f"http://127.0.0.1:{port}", lineage),
-            *PIPELINE_OPTIONS,
-        ],
+        pipeline_run_command(broker, topic, *lineage_options(redis_url, url, lineage), *PIPELINE_OPTIONS),
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -194,7 +183,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         assert job.poll() is None  # waiting, not gone
         server = registry()
         deadline = time.monotonic() + 120
-        while RegistryClient(f"http://127.0.0.1:{port}").version(lineage).number < 3:
+        while RegistryClient(url).version(lineage).number < 3:
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.5)
     finally:
@@ -202,4 +191,4 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         stderr = job.communicate(timeout=60)[1]
         server.terminate()
         server.wait(timeout=30)
-    assert f"the registry at http://127.0.0.1:{port}" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert f"the registry at {url}" in stderr and "Traceback" not in stderr, stderr[-2000:]
