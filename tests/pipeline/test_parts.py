@@ -17,6 +17,13 @@ def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
     return result, time.monotonic() - started
 
 
+def _run_pipeline(broker: str, redis_url: str, *options: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``pipeline run --until-idle`` of lineage x on ``broker`` and ``redis_url`` (with ``options``),
+    waiting 2 s for each part, its registry one nothing serves (port 1): its result and seconds."""
+    parts = lineage_options(redis_url, "http://127.0.0.1:1", "x")
+    return _run("pipeline", "run", "--bootstrap", broker, *parts, "--wait", "2", "--until-idle", *options)
+
+
 @pytest.mark.parametrize(
     "redis_url, says",
     [
@@ -27,21 +34,7 @@ def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
 )
 def test_pipeline_run_without_redis_is_one_line_exit_2(broker, redis_url, says):
     port = free_port()  # nothing listens there
-    result, seconds = _run(
-        "pipeline",
-        "run",
-        "--lineage",
-        "x",
-        "--redis",
-        redis_url.format(port=port),
-        "--bootstrap",
-        broker,
-        "--registry",
-        "http://127.0.0.1:1",
-        "--wait",
-        "2",
-        "--until-idle",
-    )
+    result, seconds = _run_pipeline(broker, redis_url.format(port=port))
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if "waiting up to" not in line]
     assert len(lines) == 1 and says.format(port=port) in lines[0] and "Traceback" not in result.stderr, result.stderr
@@ -100,23 +93,7 @@ def test_a_part_that_comes_up_while_the_command_waits_is_used():
 
 def test_a_job_to_the_end_of_a_topic_nobody_sent_to_is_one_line_exit_2(broker, redis_url):
     """It exited 0 having read nothing; a long-running job (no --until-idle) waits for the topic."""
-    result, _ = _run(
-        "pipeline",
-        "run",
-        "--lineage",
-        "x",
-        "--redis",
-        redis_url,
-        "--bootstrap",
-        broker,
-        "--topic",
-        "never.sent.to",
-        "--registry",
-        "http://127.0.0.1:1",
-        "--wait",
-        "2",
-        "--until-idle",
-    )
+    result, _ = _run_pipeline(broker, redis_url, "--topic", "never.sent.to")
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert f"the Kafka broker at {broker} with topic 'never.sent.to' did not answer in 2 s" in last
