@@ -15,6 +15,7 @@ import pytest
 
 from registry.local_server import free_port
 from tests.conftest import consume, trickle_body
+from tests.support.polling import until
 
 TOKEN = "i" * 32
 
@@ -227,14 +228,6 @@ def _held_upload(url: str) -> socket.socket:
     return sock
 
 
-def _until(check, what: str, seconds: float = 30):
-    deadline = time.monotonic() + seconds
-    while not (result := check()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-    return result
-
-
 def _answer(sock: socket.socket) -> bytes:
     """Everything the server sends on ``sock`` until it closes it."""
     return b"".join(iter(lambda: sock.recv(65536), b""))
@@ -276,7 +269,7 @@ def test_health_says_when_the_ingest_server_is_saturated(broker, tmp_path):
     try:
         assert httpx.get(f"{url}/readyz").status_code == 200
         with _held_upload(url) as held:
-            health = _until(
+            health = until(
                 lambda: (r := httpx.get(f"{url}/healthz")).json()["saturated"] and r,
                 "the held upload did not saturate the server",
             )
@@ -285,7 +278,7 @@ def test_health_says_when_the_ingest_server_is_saturated(broker, tmp_path):
             assert ready.status_code == 503 and ready.json()["saturated"] is True
             held.sendall(HELD_BODY[1:])
             assert held.recv(65536).startswith(b"HTTP/1.1 200")
-        _until(lambda: httpx.get(f"{url}/readyz").status_code == 200, "readiness did not come back")
+        until(lambda: httpx.get(f"{url}/readyz").status_code == 200, "readiness did not come back")
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -298,7 +291,7 @@ def test_a_client_past_its_share_is_refused_while_another_is_served(broker, tmp_
     process, url = _start(broker, tmp_path, "--max-in-flight", "4")
     try:
         with _held_upload(url):
-            _until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 1, "the upload took no place")
+            until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 1, "the upload took no place")
             refused = _post(url, json.dumps(_doc(2)).encode())
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert refused.json()["error_code"] == "overloaded" and "its share" in refused.json()["reasons"][0]
@@ -332,7 +325,7 @@ def test_an_upload_trickled_under_the_rate_floor_is_answered_408(broker, tmp_pat
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         assert b'"error_code":"request_timeout"' in answer.replace(b" ", b"") and b"slower than 65,536" in answer
         assert time.monotonic() - began < 10
-        _until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 0, "the upload kept its place")
+        until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 0, "the upload kept its place")
     finally:
         process.terminate()
         process.wait(timeout=30)

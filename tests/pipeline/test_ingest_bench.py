@@ -2,26 +2,12 @@
 that the short ramp overloads it: past its limit it answers 503, never hangs, and every document
 it accepted reached the topic exactly once."""
 
-from tests.support.cli import run_json
+from tests.support.cli import OVERLOAD_RAMP, run_json
 
 
 def test_past_its_limit_the_ingest_server_refuses_and_loses_nothing(capsys):
     result = run_json(
-        capsys,
-        "bench",
-        "ingest",
-        "--corpus",
-        "data/git-commits-sample.jsonl.gz",
-        "--docs",
-        "200",
-        "--seconds",
-        "0.5",
-        "--start-rps",
-        "200",
-        "--max-rps",
-        "1600",
-        "--max-in-flight",
-        "2",
+        capsys, "bench", "ingest", "--corpus", "data/git-commits-sample.jsonl.gz", "--docs", "200", *OVERLOAD_RAMP
     )
     assert [s["offered_rps"] for s in result["steps"]][:2] == [200, 400]
     assert result["hung"] == 0 and result["failed"] == 0

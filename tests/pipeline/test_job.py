@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 
@@ -28,7 +27,7 @@ from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
 from tests.conftest import consume, produce, sentencepiece_style, trickle
-from tests.support.cli import PIPELINE_OPTIONS, lineage_options
+from tests.support.cli import PIPELINE_OPTIONS, lineage_options, pipeline_run_command
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import StreamSettings
@@ -317,22 +316,15 @@ def test_event_time_steps_are_windows_cut_at_the_step_cap(
 def _run(broker, redis_url, registry_url, stream, lineage, *extra) -> subprocess.Popen:
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": "t" * 32}
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tokmaint.cli",
-            "pipeline",
-            "run",
-            "--bootstrap",
+        pipeline_run_command(
             broker,
-            "--topic",
             stream,
             "--dlq-topic",
             f"{stream}.dlq",
             *lineage_options(redis_url, registry_url, lineage),
             *OPTIONS,
             *extra,
-        ],
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

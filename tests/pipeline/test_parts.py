@@ -8,13 +8,20 @@ import time
 import pytest
 
 from registry.local_server import free_port
-from tests.support.cli import PIPELINE_OPTIONS, lineage_options
+from tests.support.cli import PIPELINE_OPTIONS, lineage_options, pipeline_run_command
 
 
 def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "tokmaint.cli", *argv], capture_output=True, text=True, timeout=120)
     return result, time.monotonic() - started
+
+
+def _run_pipeline(broker: str, redis_url: str, *options: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``pipeline run --until-idle`` of lineage x on ``broker`` and ``redis_url`` (with ``options``),
+    waiting 2 s for each part, its registry one nothing serves (port 1): its result and seconds."""
+    parts = lineage_options(redis_url, "http://127.0.0.1:1", "x")
+    return _run("pipeline", "run", "--bootstrap", broker, *parts, "--wait", "2", "--until-idle", *options)
 
 
 @pytest.mark.parametrize(
@@ -27,21 +34,7 @@ def _run(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
 )
 def test_pipeline_run_without_redis_is_one_line_exit_2(broker, redis_url, says):
     port = free_port()  # nothing listens there
-    result, seconds = _run(
-        "pipeline",
-        "run",
-        "--lineage",
-        "x",
-        "--redis",
-        redis_url.format(port=port),
-        "--bootstrap",
-        broker,
-        "--registry",
-        "http://127.0.0.1:1",
-        "--wait",
-        "2",
-        "--until-idle",
-    )
+    result, seconds = _run_pipeline(broker, redis_url.format(port=port))
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if "waiting up to" not in line]
     assert len(lines) == 1 and says.format(port=port) in lines[0] and "Traceback" not in result.stderr, result.stderr
@@ -100,23 +93,7 @@ def test_a_part_that_comes_up_while_the_command_waits_is_used():
 
 def test_a_job_to_the_end_of_a_topic_nobody_sent_to_is_one_line_exit_2(broker, redis_url):
     """It exited 0 having read nothing; a long-running job (no --until-idle) waits for the topic."""
-    result, _ = _run(
-        "pipeline",
-        "run",
-        "--lineage",
-        "x",
-        "--redis",
-        redis_url,
-        "--bootstrap",
-        broker,
-        "--topic",
-        "never.sent.to",
-        "--registry",
-        "http://127.0.0.1:1",
-        "--wait",
-        "2",
-        "--until-idle",
-    )
+    result, _ = _run_pipeline(broker, redis_url, "--topic", "never.sent.to")
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert f"the Kafka broker at {broker} with topic 'never.sent.to' did not answer in 2 s" in last
@@ -139,6 +116,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
     from tokmaint.cli import main
 
     topic, lineage, token, port = f"docs.parts.{uuid.uuid4().hex[:6]}", "parts", "p" * 32, free_port()
+    url = f"http://127.0.0.1:{port}"
     assert main(["ingest", str(drifting_corpus), "--bootstrap", broker, "--topic", topic]) == 0
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": token}
     serve = [
@@ -160,7 +138,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                     return process
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
@@ -168,23 +146,11 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
 
     server = registry()
     initial = BPETokenizer.train(read_corpus(drifting_corpus).texts[:200], vocab_size=300)
-    RegistryClient(f"http://127.0.0.1:{port}", token=token).create(lineage, initial.to_json())
+    RegistryClient(url, token=token).create(lineage, initial.to_json())
     server.terminate()
     server.wait(timeout=30)
     job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tokmaint.cli",
-            "pipeline",
-            "run",
-            "--bootstrap",
-            broker,
-            "--topic",
-            topic,
-            *lineage_options(redis_url, f"http://127.0.0.1:{port}", lineage),
-            *PIPELINE_OPTIONS,
-        ],
+        pipeline_run_command(broker, topic, *lineage_options(redis_url, url, lineage), *PIPELINE_OPTIONS),
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -194,7 +160,7 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         assert job.poll() is None  # waiting, not gone
         server = registry()
         deadline = time.monotonic() + 120
-        while RegistryClient(f"http://127.0.0.1:{port}").version(lineage).number < 3:
+        while RegistryClient(url).version(lineage).number < 3:
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.5)
     finally:
@@ -202,4 +168,4 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         stderr = job.communicate(timeout=60)[1]
         server.terminate()
         server.wait(timeout=30)
-    assert f"the registry at http://127.0.0.1:{port}" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert f"the registry at {url}" in stderr and "Traceback" not in stderr, stderr[-2000:]

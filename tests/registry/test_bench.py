@@ -4,7 +4,7 @@ answered 201 is a version numbered as answered."""
 
 import json
 
-from tests.support.cli import run_json
+from tests.support.cli import OVERLOAD_RAMP, run_json
 
 
 def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drifting_corpus, capsys):
@@ -22,14 +22,7 @@ def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drif
         "2",
         "--clients",
         "2",
-        "--seconds",
-        "0.5",
-        "--start-rps",
-        "200",
-        "--max-rps",
-        "1600",
-        "--max-in-flight",
-        "2",
+        *OVERLOAD_RAMP,
     )
     assert result["publishes"] == 2 and result["get_rps"] > 0 and result["get_304_rps"] > 0
     load = result["load"]

@@ -1,6 +1,7 @@
 """Run the CLI as a user would: its exit code and output, or its ``--json`` answer read."""
 
 import json
+import sys
 
 from tokmaint.cli import main
 
@@ -13,6 +14,9 @@ EVOLVE_OPTIONS = (
 PIPELINE_OPTIONS = (
     "--step-docs 32 --horizon-docs 320 --interval-docs 64 --warmup-docs 64 --id-price 0 --base-token-cost 0"
 ).split()
+# The load ramp of ``bench ingest`` and ``bench registry``: short steps, on a server held to two
+# requests at once, so that it goes past the server's limit and the tests see it refuse.
+OVERLOAD_RAMP = "--seconds 0.5 --start-rps 200 --max-rps 1600 --max-in-flight 2".split()
 
 
 def run_json(capsys, *argv):
@@ -38,3 +42,12 @@ def lineage_options(redis_url: str, registry_url: str, lineage: str) -> list[str
     ['--redis', 'redis://r', '--registry', 'http://g', '--lineage', 'news']
     """
     return ["--redis", redis_url, "--registry", registry_url, "--lineage", lineage]
+
+
+def pipeline_run_command(broker: str, topic: str, *options: str) -> list[str]:
+    """The command line of a ``tokmaint pipeline run`` process reading ``topic`` on ``broker``, with ``options``.
+
+    >>> pipeline_run_command("127.0.0.1:9092", "docs", "--until-idle")[1:]
+    ['-m', 'tokmaint.cli', 'pipeline', 'run', '--bootstrap', '127.0.0.1:9092', '--topic', 'docs', '--until-idle']
+    """
+    return [sys.executable, "-m", "tokmaint.cli", "pipeline", "run", "--bootstrap", broker, "--topic", topic, *options]

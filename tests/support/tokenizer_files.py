@@ -17,3 +17,18 @@ def edited(good, edit):
 
 def compact(data) -> str:
     return json.dumps(data, separators=(",", ":"))
+
+
+# The hand edits of a tokenizer.json that tests.conftest's edit_tokenizer_model makes, by name:
+# those of its model, and all of them (one more marks a token special).
+MODEL_EDITS = (
+    "drop merge",
+    "repeat merge",
+    "swap merges",
+    "swap ids",
+    "move id into a hole",
+    "drop token",
+    "add token",
+    "ignore_merges",
+)
+HAND_EDITS = (*MODEL_EDITS, "special token")

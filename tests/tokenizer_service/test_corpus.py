@@ -48,17 +48,13 @@ def test_good_corpora_are_read(tmp_path, name, data, texts):
 
 
 def test_times_are_sorted_in_utc_not_as_strings(tmp_path):
-    path = write(
-        tmp_path,
-        "tz.jsonl",
-        jsonl(
-            {"ts": "2021-01-01T23:30:00Z", "text": "third"},
-            {"ts": "2021-01-02T01:00:00+02:00", "text": "second"},  # 23:00 UTC: a string sort puts it last
-            {"ts": "2021-01-01T12:00:00", "text": "first"},  # no offset: UTC
-            {"ts": "2021-01-02T00:45:00+01:00", "text": "second too"},  # 23:45 UTC
-        ),
-    )
-    corpus = read_corpus(path)
+    records = [
+        {"ts": "2021-01-01T23:30:00Z", "text": "third"},
+        {"ts": "2021-01-02T01:00:00+02:00", "text": "second"},  # 23:00 UTC: a string sort puts it last
+        {"ts": "2021-01-01T12:00:00", "text": "first"},  # no offset: UTC
+        {"ts": "2021-01-02T00:45:00+01:00", "text": "second too"},  # 23:45 UTC
+    ]
+    corpus = read_corpus(write(tmp_path, "tz.jsonl", jsonl(*records)))
     assert corpus.texts == ["first", "second", "third", "second too"]
     assert corpus[0].ts == datetime(2021, 1, 1, 12, tzinfo=timezone.utc)
     assert all(d.ts.tzinfo == timezone.utc for d in corpus)

@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from tokenizer_service.counting import StepCounter, WordVocabulary, pack_pair, unpack_pair
 from tests.conftest import WORDS
+from tests.support.tokenizer_files import MODEL_EDITS
 from tokenizer_service.bpe import BPETokenizer
 
 
@@ -23,6 +24,21 @@ def brute_force(tokenizer, texts):
             tokens.update(ids)
             pairs.update(zip(ids, ids[1:]))
     return tokens, pairs
+
+
+def texts_of(*pieces: str) -> st.SearchStrategy[list[str]]:
+    """One to twenty texts, each of up to 30 pieces: a few odd characters (a newline, an emoji, an
+    accent), ``pieces`` and the corpus's words.
+
+    >>> from hypothesis import find
+    >>> find(texts_of("<eos>"), lambda texts: "<eos>" in texts[0])
+    ['<eos>']
+    """
+    return st.lists(
+        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *pieces, *WORDS]), max_size=30).map("".join),
+        min_size=1,
+        max_size=20,
+    )
 
 
 def test_words_split_under_an_earlier_version_count_as_the_texts_do():
@@ -43,9 +59,7 @@ def test_words_split_under_an_earlier_version_count_as_the_texts_do():
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(st.lists(st.sampled_from([*"abc xyz.!\n🙂é", *WORDS]), max_size=30).map("".join), min_size=1, max_size=20)
-)
+@given(texts_of())
 def test_counts_match_brute_force(byte_tokenizer, texts):
     counts = StepCounter(byte_tokenizer).count_texts(texts)
     tokens, pairs = brute_force(byte_tokenizer, texts)
@@ -56,13 +70,7 @@ def test_counts_match_brute_force(byte_tokenizer, texts):
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
-        min_size=1,
-        max_size=20,
-    )
-)
+@given(texts_of("<eos>"))
 def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
     """Neighbours from the word encodings equal the adjacent pairs of ``encode_batch`` (a
     document holding an added token's text is encoded whole, as the library matches it first)."""
@@ -74,14 +82,7 @@ def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.sampled_from([*"abc xyz.!\n🙂é", "<eos>", *WORDS]), max_size=30).map("".join),
-        min_size=1,
-        max_size=20,
-    ),
-    st.integers(1, 4),
-)
+@given(texts_of("<eos>"), st.integers(1, 4))
 def test_tallies_of_a_step_s_parts_count_as_its_texts(special_tokenizer, texts, parts):
     """A step's documents tallied in parts (as a scale-out job's workers do), added and counted
     with the version: exactly ``count_texts``'s tokens, pairs, sizes and neighbours."""
@@ -156,18 +157,7 @@ def test_a_revision_keeps_the_encodings_it_cannot_change():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.sampled_from(
-        [
-            "drop merge",
-            "repeat merge",
-            "swap merges",
-            "swap ids",
-            "move id into a hole",
-            "drop token",
-            "add token",
-            "ignore_merges",
-        ]
-    ),
+    st.sampled_from(MODEL_EDITS),
     st.integers(0, 10_000),
     st.integers(0, 10_000),
 )

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import edit_tokenizer_model
+from tests.support.tokenizer_files import HAND_EDITS
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import CorpusError, InvalidTokenizer
@@ -185,19 +186,7 @@ def load_and_audit(tmp_path, data):
 @given(
     edits=st.lists(
         st.tuples(
-            st.sampled_from(
-                [
-                    "drop merge",
-                    "repeat merge",
-                    "swap merges",
-                    "swap ids",
-                    "move id into a hole",
-                    "drop token",
-                    "add token",
-                    "ignore_merges",
-                    "special token",
-                ]
-            ),
+            st.sampled_from(HAND_EDITS),
             st.integers(0, 10**4),
             st.integers(0, 10**4),
         ),

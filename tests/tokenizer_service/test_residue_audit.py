@@ -1,6 +1,7 @@
 """tokenizer_service/residue_audit.py: ``tokmaint residues``, its outputs and report."""
 
 import json
+from pathlib import Path
 
 from tokenizers import Tokenizer
 
@@ -9,26 +10,20 @@ from tests.support.cli import run_json
 from tokmaint.cli import main
 
 
+def _residues(tokenizer: Path | str, corpus: Path | str, *options: str) -> list[str]:
+    """``tokmaint residues`` of ``tokenizer`` over ``corpus`` at r 0.5 and s 3, with ``options``.
+
+    >>> _residues("t.json", "c.jsonl", "--out", "o")
+    ['residues', '--tokenizer', 't.json', '--corpus', 'c.jsonl', '--r', '0.5', '--s', '3', '--out', 'o']
+    """
+    return ["residues", "--tokenizer", str(tokenizer), "--corpus", str(corpus), "--r", "0.5", "--s", "3", *options]
+
+
 def test_residues_writes_outputs_that_agree_with_the_report(drifting_corpus, corpus_tokenizer, tmp_path, capsys):
     import pyarrow.parquet as pq
 
     out = tmp_path / "lite"
-    result = run_json(
-        capsys,
-        "residues",
-        "--tokenizer",
-        str(corpus_tokenizer),
-        "--corpus",
-        str(drifting_corpus),
-        "--r",
-        "0.5",
-        "--s",
-        "3",
-        "--log-base",
-        "2",
-        "--out",
-        str(out),
-    )
+    result = run_json(capsys, *_residues(corpus_tokenizer, drifting_corpus, "--log-base", "2", "--out", str(out)))
     source = json.loads(corpus_tokenizer.read_text())["model"]["vocab"]
     table = pq.read_table(out / "scores.parquet").to_pydict()
     assert table["id"] == sorted(source.values()) and result["vocab_size"] == len(source)
@@ -60,21 +55,6 @@ def test_residues_writes_outputs_that_agree_with_the_report(drifting_corpus, cor
 
 
 def test_residues_table_lists_the_top_residues(drifting_corpus, corpus_tokenizer, capsys):
-    assert (
-        main(
-            [
-                "residues",
-                "--tokenizer",
-                str(corpus_tokenizer),
-                "--corpus",
-                str(drifting_corpus),
-                "--r",
-                "0.5",
-                "--s",
-                "3",
-            ]
-        )
-        == 0
-    )
+    assert main(_residues(corpus_tokenizer, drifting_corpus)) == 0
     out = capsys.readouterr().out
     assert "residue_share" in out and "most frequent residues" in out
