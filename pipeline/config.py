@@ -10,9 +10,16 @@ through it. Each is an option of the commands that use it and can be set from th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Self
+
+from pydantic import model_validator
+
 from schemas.document import DEFAULT_MAX_BYTES
 from schemas.revision import REVISIONS_TOPIC
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
+
+if TYPE_CHECKING:
+    from registry.api.in_flight import Limits
 
 
 class PipelineSettings(Settings):
@@ -58,3 +65,58 @@ class PipelineSettings(Settings):
         "a document whose id came within this many steps before is a producer's resend, counted once (0: count "
         "every record); the ids of the window are kept with the statistics",
     )
+
+
+class IngestServerSettings(Settings):
+    """``ingest-server``'s limits: what it serves at once, what a request may hold, and how long a
+    slow client may take (``TOKMAINT_INGEST_*``, or the command's options).
+
+    >>> limits = IngestServerSettings(max_in_flight=8, min_upload_kib_per_second=1).limits
+    >>> limits.requests, limits.per_client, limits.min_upload_rate
+    (8, 2, 1024.0)
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TOKMAINT_INGEST_")
+
+    max_in_flight: int = setting(64, whole(1), "requests served at once; one more is answered 503 with Retry-After")
+    max_in_flight_per_client: int | None = setting(
+        None,
+        whole(1),
+        "of those, what one client (its address; its token) may hold; unset: a quarter of --max-in-flight",
+    )
+    max_records: int = setting(10_000, whole(1), "records a request may hold; one with more is refused whole, 413")
+    send_timeout: float = setting(
+        30.0,
+        Number(float, low=0, low_open=True),
+        "seconds a response the client does not read waits before it is given up",
+    )
+    receive_timeout: float = setting(
+        15.0, Number(float, low=0, low_open=True), "seconds a request body may send nothing before it is answered 408"
+    )
+    min_upload_kib_per_second: float = setting(
+        64.0,
+        Number(float, low=0),
+        "past --receive-timeout, a body must average this rate or be answered 408; 0: no floor",
+    )
+
+    @model_validator(mode="after")
+    def _share_within_its_limit(self) -> Self:
+        if self.max_in_flight_per_client is not None and self.max_in_flight_per_client > self.max_in_flight:
+            raise ValueError(
+                f"max_in_flight_per_client must be at most max_in_flight ({self.max_in_flight}), "
+                f"got {self.max_in_flight_per_client}"
+            )
+        return self
+
+    @property
+    def limits(self) -> Limits:
+        """These limits as the HTTP layer (``registry.api.in_flight``) takes them."""
+        from registry.api.in_flight import Limits
+
+        return Limits(
+            requests=self.max_in_flight,
+            per_client=self.max_in_flight_per_client,
+            send_timeout=self.send_timeout,
+            receive_timeout=self.receive_timeout,
+            min_upload_rate=self.min_upload_kib_per_second * 1024,
+        )

@@ -215,33 +215,22 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from pipeline.http_ingest import create_ingest_app
-    from registry.api.in_flight import Limits
+    from pipeline.config import IngestServerSettings
     from registry.api.lingering_close import serve
     from registry.config import RegistrySettings
     from tokenizer_service.errors import TokmaintError
 
+    server = chosen_settings(args.parser, args, IngestServerSettings)
     try:  # the registry's write token, by the registry's rules
         registry = RegistrySettings(insecure_dev=args.insecure_dev)
     except ValidationError as exc:
         raise TokmaintError(settings_errors(exc, RegistrySettings)) from None
-    if args.max_in_flight_per_client is not None and args.max_in_flight_per_client > args.max_in_flight:
-        raise TokmaintError(
-            f"--max-in-flight-per-client ({args.max_in_flight_per_client}) is over --max-in-flight "
-            f"({args.max_in_flight})"
-        )
-    limits = Limits(
-        requests=args.max_in_flight,
-        per_client=args.max_in_flight_per_client,
-        send_timeout=args.send_timeout,
-        receive_timeout=args.receive_timeout,
-        min_upload_rate=args.min_upload_kib_per_second * 1024,
-    )
     app = create_ingest_app(
         _pipeline_settings(args),
         token=registry.token,
         insecure_dev=args.insecure_dev,
-        max_records=args.max_records,
-        limits=limits,
+        max_records=server.max_records,
+        limits=server.limits,
     )
     serve(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
@@ -282,45 +271,11 @@ def add_ingest(ingest: argparse.ArgumentParser) -> None:
 
 
 def add_ingest_server(server: argparse.ArgumentParser) -> None:
+    from pipeline.config import IngestServerSettings
+
     _add_stream_options(server)
     add_server_options(server, port=8100)
-    server.add_argument(
-        "--max-in-flight",
-        type=whole(1),
-        default=64,
-        help="requests served at once; one more is answered 503 with Retry-After (default: 64)",
-    )
-    server.add_argument(
-        "--max-in-flight-per-client",
-        type=whole(1),
-        help="of those, what one client (its address; its token) may hold (default: a quarter of --max-in-flight)",
-    )
-    server.add_argument(
-        "--max-records",
-        type=whole(1),
-        default=10_000,
-        help="records a request may hold; one with more is refused whole, 413 (default: 10,000)",
-    )
-    server.add_argument(
-        "--send-timeout",
-        type=Number(float, low=0, low_open=True),
-        default=30.0,
-        metavar="SECONDS",
-        help="a response the client does not read for this long is given up (default: 30)",
-    )
-    server.add_argument(
-        "--receive-timeout",
-        type=Number(float, low=0, low_open=True),
-        default=15.0,
-        metavar="SECONDS",
-        help="a request body that sends nothing for this long is answered 408 (default: 15)",
-    )
-    server.add_argument(
-        "--min-upload-kib-per-second",
-        type=Number(float, low=0),
-        default=64.0,
-        help="past --receive-timeout, a body must average this rate or be answered 408; 0: no floor (default: 64)",
-    )
+    add_settings(server, IngestServerSettings)
     server.set_defaults(func=cmd_ingest_server, parser=server)
 
 
