@@ -8,9 +8,10 @@ import copy
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from schemas.revision import DiffEntry, RevisionDiff
+from tests.support.models import tiny_llama
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import quick_revisions_config
@@ -34,23 +35,10 @@ def versions(drifting_corpus):
 
 
 def _model(kind: str, rows: int):
+    if kind == "llama":
+        return tiny_llama(rows, num_hidden_layers=2).to(DEVICE)
     torch.manual_seed(0)
-    if kind == "gpt2":
-        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=rows))
-    else:
-        model = LlamaForCausalLM(
-            LlamaConfig(
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                num_key_value_heads=2,
-                hidden_size=16,
-                intermediate_size=32,
-                max_position_embeddings=64,
-                vocab_size=rows,
-                tie_word_embeddings=False,
-            )
-        )
-    return model.to(DEVICE)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=rows)).to(DEVICE)
 
 
 def _trained(kind: str, rows: int):
