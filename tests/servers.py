@@ -131,41 +131,56 @@ def _loopback(container: Any, port: int) -> tuple[Any, int]:
     return container, host
 
 
-@pytest.fixture(scope="session")
-def broker() -> Iterator[str]:
-    """A Kafka-protocol broker of the session's own (tansu, memory storage): its address."""
+def _stand_in(
+    start: Callable[[], tuple[Any, str]],
+    image: str,
+    port: int,
+    setup: Callable[[Any, int], str],
+    ready: Callable[[str], object],
+) -> Iterator[str]:
+    """A server of the session's own, yielding its address: a local binary that ``start`` runs
+    (``_local``), or a container of the stand-in ``IMAGES[image]`` with ``port`` published on
+    127.0.0.1, to which ``setup(container, host_port)`` gives what it needs before it starts and
+    returns its address, and which ``ready(address)`` waits for (``_container``)."""
     if not _containers():
-        from pipeline.local_servers import start_broker
-
-        yield from _local(start_broker)
+        yield from _local(start)
         return
     from testcontainers.core.container import DockerContainer
 
+    container, host_port = _loopback(DockerContainer(IMAGES[image]), port)
+    address = setup(container, host_port)
+    yield from _container(container, address, lambda: ready(address))
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[str]:
+    """A Kafka-protocol broker of the session's own (tansu, memory storage): its address."""
+    from pipeline.local_servers import start_broker
     from pipeline.parts import wait_for_broker
 
-    container, port = _loopback(DockerContainer(IMAGES["broker"]), 9092)
-    container.with_env("ADVERTISED_LISTENER_URL", f"tcp://127.0.0.1:{port}")
+    def advertised(container: Any, port: int) -> str:
+        container.with_env("ADVERTISED_LISTENER_URL", f"tcp://127.0.0.1:{port}")
+        return f"127.0.0.1:{port}"
+
     # The engine's proxy accepts connections before the broker listens: a metadata answer says it is up.
-    address = f"127.0.0.1:{port}"
-    yield from _container(container, address, lambda: wait_for_broker(address, wait=READY_SECONDS))
+    yield from _stand_in(
+        start_broker, "broker", 9092, advertised, lambda address: wait_for_broker(address, wait=READY_SECONDS)
+    )
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A redis-server of the session's own (nothing kept on disk): its URL."""
-    if not _containers():
-        from pipeline.local_servers import start_redis
-
-        yield from _local(start_redis)
-        return
-    from testcontainers.core.container import DockerContainer
-
+    from pipeline.local_servers import start_redis
     from pipeline.parts import connect_redis
 
-    container, port = _loopback(DockerContainer(IMAGES["redis"]), 6379)
-    container.with_command(["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
-    url = f"redis://127.0.0.1:{port}/0"
-    yield from _container(container, url, lambda: connect_redis(url, wait=READY_SECONDS).close())
+    def in_memory(container: Any, port: int) -> str:
+        container.with_command(["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        return f"redis://127.0.0.1:{port}/0"
+
+    yield from _stand_in(
+        start_redis, "redis", 6379, in_memory, lambda url: connect_redis(url, wait=READY_SECONDS).close()
+    )
 
 
 @pytest.fixture(scope="session")

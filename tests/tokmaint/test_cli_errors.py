@@ -7,6 +7,7 @@ and a user's file; afterwards every file there must be byte for byte what it was
 import gzip
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -60,6 +61,61 @@ BAD_FILES = {
 RESIDUES = ["residues", "--tokenizer", "tok.json", "--corpus", "corpus.jsonl"]
 EVOLVE = ["evolve", "--corpus", "corpus.jsonl", "--out", "out", "--vocab-size", "280"]
 DRIFT = ["bench", "drift", "--corpus", "corpus.jsonl"]
+# Each command as REFUSED_OPTIONS runs it, before the options a case tries: on the scratch folder's corpus and
+# tokenizer, and pipeline run pointed at ports where nothing listens (it refuses its options before it connects).
+COMMANDS = {
+    "residues": RESIDUES,
+    "evolve": EVOLVE,
+    "bench drift": DRIFT,
+    "bench throughput": ["bench", "throughput", "--corpus", "corpus.jsonl"],
+    "bench arithmetic": ["bench", "arithmetic"],
+    "bench apply": ["bench", "apply"],
+    "pipeline run": "pipeline run --redis redis://127.0.0.1:1/0 --registry http://127.0.0.1:1 --lineage x".split(),
+}
+
+# The command, the options a case tries, and what the one line says; the case's id is the command and the options.
+REFUSED_OPTIONS = [
+    # output directories
+    ("evolve", "--out corpus.jsonl", "--out corpus.jsonl is a file, not a directory"),
+    ("evolve", "--out corpus.jsonl/v", "cannot write --out corpus.jsonl/v"),
+    ("evolve", "--out .", ". is not empty and was not written by tokmaint"),
+    ("residues", "--out .", ". is not empty and was not written by tokmaint"),
+    ("residues", "--out sub", "sub is not empty and was not written by tokmaint"),
+    ("evolve", "--out sub --force", "sub is not empty and was not written"),
+    # numeric options, named with their range
+    ("evolve", "--step-docs 0", "argument --step-docs: must be a whole number ≥ 1, got '0'"),
+    ("evolve", "--vocab-size 0", "argument --vocab-size: must be a whole number in [257"),
+    ("evolve", "--vocab-size -1", "argument --vocab-size: must be a whole number"),
+    ("evolve", "--warmup-docs -1", "argument --warmup-docs: must be a whole number ≥ 0, got '-1'"),
+    ("evolve", "--init-share 0", "argument --init-share: must be a number in (0, 1)"),
+    ("evolve", "--horizon-docs 0", "argument --horizon-docs: must be a whole number"),
+    ("evolve", "--interval-docs 2.5", "argument --interval-docs: must be a whole"),
+    ("evolve", "--beta inf", "argument --beta: must be a number > 0, got 'inf'"),
+    ("evolve", "--id-price nan", "argument --id-price: must be a number ≥ 0"),
+    ("bench drift", "--sweep 1,-2", "argument --sweep: must be a number ≥ 0, got '-2'"),
+    ("bench drift", "--sweep=,", "argument --sweep: must name at least one factor, got ','"),
+    ("bench drift", "--corpus ./corpus.jsonl", "argument --corpus: the same corpus is given"),
+    ("bench drift", "--plot tok.json", "--plot tok.json is a file, not a directory"),
+    ("evolve", "--horizon-docs 10", "horizon-docs must be at least step-docs (64)"),
+    ("evolve", "--lineage ../x", "argument --lineage: must be 1-64 letters"),
+    ("residues", "--r 2", "argument --r: must be a number in [0, 1], got '2'"),
+    ("residues", "--r nan", "argument --r: must be a number in [0, 1], got 'nan'"),
+    ("residues", "--s -1", "argument --s: must be a number ≥ 0"),
+    ("residues", "--log-base 0", "argument --log-base: must be a number > 1, got '0'"),
+    ("residues", "--min-count many", "argument --min-count: must be a whole number ≥ 0"),
+    ("bench arithmetic", "--batch 0", "argument --batch: must be a whole number ≥ 1"),
+    ("bench arithmetic", "--epochs 0", "argument --epochs: must be a whole number"),
+    ("bench arithmetic", "--validation 70000", "argument --validation: must be"),
+    ("bench drift", "--held-out 0", "argument --held-out: must be a whole number ≥ 1, got '0'"),
+    ("bench drift", "--new-share 1.5", "argument --new-share: must be a number in (0, 1)"),
+    ("bench drift", "--old-share 0.9 --new-share 0.2", "old-share + new-share must be at most 1"),
+    ("bench throughput", "--max-mb 0", "argument --max-mb: must be a number > 0"),
+    ("pipeline run", "--commit-steps 0", "argument --commit-steps: must be a whole number ≥ 1, got '0'"),
+    ("bench apply", "--changes 0", "argument --changes: must be a whole number ≥ 1"),
+    ("pipeline run", "--step-seconds 0", "argument --step-seconds: must be a number > 0, got '0'"),
+    # a corpus too small for the benchmark's slices says which option to change
+    ("evolve", "--init-share 0.99", "40 documents: --init-share 0.99 leaves none to stream"),
+]
 
 CASES = [
     # corpora, for each command that reads one
@@ -105,95 +161,16 @@ CASES = [
         ["evolve", "--corpus", "corpus.jsonl"],
         "give --out, --registry or both: where the versions go",
     ),
-    ("evolve --out file", [*EVOLVE, "--out", "corpus.jsonl"], "--out corpus.jsonl is a file, not a directory"),
-    ("evolve --out under a file", [*EVOLVE, "--out", "corpus.jsonl/v"], "cannot write --out corpus.jsonl/v"),
-    ("evolve --out .", [*EVOLVE, "--out", "."], ". is not empty and was not written by tokmaint"),
-    ("residues --out .", [*RESIDUES, "--out", "."], ". is not empty and was not written by tokmaint"),
-    ("residues --out user dir", [*RESIDUES, "--out", "sub"], "sub is not empty and was not written by tokmaint"),
-    ("evolve --out user dir", [*EVOLVE, "--out", "sub", "--force"], "sub is not empty and was not written"),
-    # numeric options, named with their range
-    (
-        "evolve --step-docs 0",
-        [*EVOLVE, "--step-docs", "0"],
-        "argument --step-docs: must be a whole number ≥ 1, got '0'",
-    ),
-    ("evolve --vocab-size 0", [*EVOLVE, "--vocab-size", "0"], "argument --vocab-size: must be a whole number in [257"),
-    ("evolve --vocab-size -1", [*EVOLVE, "--vocab-size", "-1"], "argument --vocab-size: must be a whole number"),
-    (
-        "evolve --warmup-docs -1",
-        [*EVOLVE, "--warmup-docs", "-1"],
-        "argument --warmup-docs: must be a whole number ≥ 0, got '-1'",
-    ),
-    ("evolve --init-share 0", [*EVOLVE, "--init-share", "0"], "argument --init-share: must be a number in (0, 1)"),
-    ("evolve --horizon-docs 0", [*EVOLVE, "--horizon-docs", "0"], "argument --horizon-docs: must be a whole number"),
-    ("evolve --interval-docs 2.5", [*EVOLVE, "--interval-docs", "2.5"], "argument --interval-docs: must be a whole"),
-    ("evolve --beta inf", [*EVOLVE, "--beta", "inf"], "argument --beta: must be a number > 0, got 'inf'"),
-    ("evolve --id-price nan", [*EVOLVE, "--id-price", "nan"], "argument --id-price: must be a number ≥ 0"),
-    ("drift --sweep", [*DRIFT, "--sweep", "1,-2"], "argument --sweep: must be a number ≥ 0, got '-2'"),
-    ("drift --sweep=", [*DRIFT, "--sweep=,"], "argument --sweep: must name at least one factor, got ','"),
-    ("drift same corpus twice", [*DRIFT, "--corpus", "./corpus.jsonl"], "argument --corpus: the same corpus is given"),
-    ("drift --plot file", [*DRIFT, "--plot", "tok.json"], "--plot tok.json is a file, not a directory"),
-    ("evolve --horizon-docs < step", [*EVOLVE, "--horizon-docs", "10"], "horizon-docs must be at least step-docs (64)"),
-    ("evolve --lineage", [*EVOLVE, "--lineage", "../x"], "argument --lineage: must be 1-64 letters"),
-    ("residues --r 2", [*RESIDUES, "--r", "2"], "argument --r: must be a number in [0, 1], got '2'"),
-    ("residues --r nan", [*RESIDUES, "--r", "nan"], "argument --r: must be a number in [0, 1], got 'nan'"),
-    ("residues --s -1", [*RESIDUES, "--s", "-1"], "argument --s: must be a number ≥ 0"),
-    ("residues --log-base 0", [*RESIDUES, "--log-base", "0"], "argument --log-base: must be a number > 1, got '0'"),
-    ("residues --min-count", [*RESIDUES, "--min-count", "many"], "argument --min-count: must be a whole number ≥ 0"),
-    ("arithmetic --batch 0", ["bench", "arithmetic", "--batch", "0"], "argument --batch: must be a whole number ≥ 1"),
-    ("arithmetic --epochs 0", ["bench", "arithmetic", "--epochs", "0"], "argument --epochs: must be a whole number"),
-    ("arithmetic --validation", ["bench", "arithmetic", "--validation", "70000"], "argument --validation: must be"),
-    ("drift --held-out 0", [*DRIFT, "--held-out", "0"], "argument --held-out: must be a whole number ≥ 1, got '0'"),
-    ("drift --new-share 1.5", [*DRIFT, "--new-share", "1.5"], "argument --new-share: must be a number in (0, 1)"),
-    ("drift shares", [*DRIFT, "--old-share", "0.9", "--new-share", "0.2"], "old-share + new-share must be at most 1"),
-    (
-        "throughput --max-mb 0",
-        ["bench", "throughput", "--corpus", "corpus.jsonl", "--max-mb", "0"],
-        "argument --max-mb: must be a number > 0",
-    ),
-    (
-        "pipeline run --commit-steps 0",
-        [
-            "pipeline",
-            "run",
-            "--redis",
-            "redis://127.0.0.1:1/0",
-            "--registry",
-            "http://127.0.0.1:1",
-            "--lineage",
-            "x",
-            "--commit-steps",
-            "0",
-        ],
-        "argument --commit-steps: must be a whole number ≥ 1, got '0'",
-    ),
-    ("bench apply --changes 0", ["bench", "apply", "--changes", "0"], "argument --changes: must be a whole number ≥ 1"),
-    (
-        "pipeline run --step-seconds 0",
-        [
-            "pipeline",
-            "run",
-            "--redis",
-            "redis://127.0.0.1:1/0",
-            "--registry",
-            "http://127.0.0.1:1",
-            "--lineage",
-            "x",
-            "--step-seconds",
-            "0",
-        ],
-        "argument --step-seconds: must be a number > 0, got '0'",
-    ),
+    # output directories, numeric options named with their range, too small a corpus for --init-share
+    *[
+        (f"{command} {options}", [*COMMANDS[command], *options.split()], message)
+        for command, options, message in REFUSED_OPTIONS
+    ],
     # a corpus too small for the benchmark's slices says which option to change
     (
         "drift small corpus",
         DRIFT,
         "40 documents: --new-share 0.2 is 8 documents, not more than --held-out 2000; lower --held-out below 8",
-    ),
-    (
-        "evolve --init-share leaves nothing",
-        [*EVOLVE, "--init-share", "0.99"],
-        "40 documents: --init-share 0.99 leaves none to stream",
     ),
 ]
 
@@ -332,201 +309,69 @@ def _cut(path: Path, keep: int) -> None:
 
 NOT_UTF8 = os.fsdecode(b"ab\xff")  # what Python makes of the bytes a\x62\xff the shell passes
 EVAL = ["eval", "bytes", "--model", "model", "--text", "the th"]
-MODEL_CASES = [
+# Options the commands refuse before they read a model: the command line as a user types it (split as a shell
+# would; it is the case's id), and what its one line says.
+REFUSED_LINES = [
     # free text: UTF-8, and "--" is a value
     (
-        "eval bytes --text not UTF-8",
-        ["eval", "bytes", "--model", "model", "--text", NOT_UTF8],
-        None,
+        f"eval bytes --model model --text {NOT_UTF8}",
         "argument --text: must be UTF-8 text, got the byte 0xff at byte 2",
     ),
     (
-        "eval bytes --zip2zip --text not UTF-8",
-        ["eval", "bytes", "--model", "z2z", "--zip2zip", "--text", NOT_UTF8],
-        None,
+        f"eval bytes --model z2z --zip2zip --text {NOT_UTF8}",
         "argument --text: must be UTF-8 text, got the byte 0xff at byte 2",
     ),
+    (f"eval next-byte --model model --text {NOT_UTF8}", "argument --text: must be UTF-8 text"),
+    (f"generate --model model --prompt {NOT_UTF8}", "argument --prompt: must be UTF-8 text"),
+    (f"generate --model z2z --zip2zip --prompt {NOT_UTF8}", "argument --prompt: must be UTF-8 text"),
+    ("eval bytes --model model --text ''", "argument --text: empty: it has no bytes to score"),
     (
-        "eval next-byte --text not UTF-8",
-        ["eval", "next-byte", "--model", "model", "--text", NOT_UTF8],
-        None,
-        "argument --text: must be UTF-8 text",
-    ),
-    (
-        "generate --prompt not UTF-8",
-        ["generate", "--model", "model", "--prompt", NOT_UTF8],
-        None,
-        "argument --prompt: must be UTF-8 text",
-    ),
-    (
-        "generate --zip2zip --prompt not UTF-8",
-        ["generate", "--model", "z2z", "--zip2zip", "--prompt", NOT_UTF8],
-        None,
-        "argument --prompt: must be UTF-8 text",
-    ),
-    (
-        "eval bytes --text empty",
-        ["eval", "bytes", "--model", "model", "--text", ""],
-        None,
-        "argument --text: empty: it has no bytes to score",
-    ),
-    (
-        "stats hypertokens --version not UTF-8",
-        [
-            "stats",
-            "hypertokens",
-            "--lineage",
-            "x",
-            "--version",
-            NOT_UTF8,
-            "--corpus",
-            "corpus.jsonl",
-            "--registry",
-            "http://127.0.0.1:9",
-        ],
-        None,
+        f"stats hypertokens --lineage x --version {NOT_UTF8} --corpus corpus.jsonl --registry http://127.0.0.1:9",
         "argument --version: must be UTF-8 text, got the byte 0xff at byte 2",
     ),
     (
-        "stats hypertokens --lineage not UTF-8",
-        ["stats", "hypertokens", "--lineage", NOT_UTF8, "--corpus", "corpus.jsonl", "--registry", "http://127.0.0.1:9"],
-        None,
+        f"stats hypertokens --lineage {NOT_UTF8} --corpus corpus.jsonl --registry http://127.0.0.1:9",
         "argument --lineage: must be 1-64 letters",
     ),
     (
-        "trainer run --lineage=--",
-        ["trainer", "run", "--lineage=--", "--data", "corpus.jsonl"],
-        None,
+        "trainer run --lineage=-- --data corpus.jsonl",
         "argument --lineage: must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '--'",
     ),
-    ("revise --lineage not UTF-8", ["revise", "--lineage", NOT_UTF8], None, "argument --lineage: must be 1-64"),
+    (f"revise --lineage {NOT_UTF8}", "argument --lineage: must be 1-64"),
     # ranges
+    ("generate --model model --prompt a --max-bytes -1", "argument --max-bytes: must be a whole number ≥ 1, got '-1'"),
+    ("generate --model model --prompt a --max-bytes 0", "argument --max-bytes: must be a whole number ≥ 1, got '0'"),
+    ("generate --model model --prompt a --seed -1", "argument --seed: must be a whole number ≥ 0"),
+    ("eval next-byte --model model --text a --top 0", "argument --top: must be a whole number in [1, 256], got '0'"),
+    ("pipeline run --lineage x --wait nan", "argument --wait: must be a number ≥ 0, got 'nan'"),
+    ("ingest corpus.jsonl --wait -1", "argument --wait: must be a number ≥ 0, got '-1'"),
+    ("ingest corpus.jsonl --wait inf", "argument --wait: must be a number ≥ 0, got 'inf'"),
+    ("ingest corpus.jsonl --max-record-bytes 0", "argument --max-record-bytes: must be a whole number ≥ 1, got '0'"),
+    ("stats show --lineage x --top -1", "argument --top: must be a whole number ≥ 1, got '-1'"),
+    ("registry relay --interval nan", "argument --interval: must be a number > 0, got 'nan'"),
+    ("registry relay --wait -1", "argument --wait: must be a number ≥ 0, got '-1'"),
+    ("registry list x --offset -1", "argument --offset: must be a whole number ≥ 0, got '-1'"),
+    ("registry list x --limit 0", "argument --limit: must be a whole number ≥ 1, got '0'"),
+    ("pipeline run --lineage x --max-steps 0", "argument --max-steps: must be a whole number ≥ 1, got '0'"),
     (
-        "generate --max-bytes -1",
-        ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "-1"],
-        None,
-        "argument --max-bytes: must be a whole number ≥ 1, got '-1'",
-    ),
-    (
-        "generate --max-bytes 0",
-        ["generate", "--model", "model", "--prompt", "a", "--max-bytes", "0"],
-        None,
-        "argument --max-bytes: must be a whole number ≥ 1, got '0'",
-    ),
-    (
-        "generate --seed -1",
-        ["generate", "--model", "model", "--prompt", "a", "--seed", "-1"],
-        None,
-        "argument --seed: must be a whole number ≥ 0",
-    ),
-    (
-        "eval next-byte --top 0",
-        ["eval", "next-byte", "--model", "model", "--text", "a", "--top", "0"],
-        None,
-        "argument --top: must be a whole number in [1, 256], got '0'",
-    ),
-    (
-        "pipeline run --wait nan",
-        ["pipeline", "run", "--lineage", "x", "--wait", "nan"],
-        None,
-        "argument --wait: must be a number ≥ 0, got 'nan'",
-    ),
-    (
-        "ingest --wait -1",
-        ["ingest", "corpus.jsonl", "--wait", "-1"],
-        None,
-        "argument --wait: must be a number ≥ 0, got '-1'",
-    ),
-    (
-        "ingest --wait inf",
-        ["ingest", "corpus.jsonl", "--wait", "inf"],
-        None,
-        "argument --wait: must be a number ≥ 0, got 'inf'",
-    ),
-    (
-        "ingest --max-record-bytes 0",
-        ["ingest", "corpus.jsonl", "--max-record-bytes", "0"],
-        None,
-        "argument --max-record-bytes: must be a whole number ≥ 1, got '0'",
-    ),
-    (
-        "stats show --top -1",
-        ["stats", "show", "--lineage", "x", "--top", "-1"],
-        None,
-        "argument --top: must be a whole number ≥ 1, got '-1'",
-    ),
-    (
-        "registry relay --interval nan",
-        ["registry", "relay", "--interval", "nan"],
-        None,
-        "argument --interval: must be a number > 0, got 'nan'",
-    ),
-    (
-        "registry relay --wait -1",
-        ["registry", "relay", "--wait", "-1"],
-        None,
-        "argument --wait: must be a number ≥ 0, got '-1'",
-    ),
-    (
-        "registry list --offset -1",
-        ["registry", "list", "x", "--offset", "-1"],
-        None,
-        "argument --offset: must be a whole number ≥ 0, got '-1'",
-    ),
-    (
-        "registry list --limit 0",
-        ["registry", "list", "x", "--limit", "0"],
-        None,
-        "argument --limit: must be a whole number ≥ 1, got '0'",
-    ),
-    (
-        "pipeline run --max-steps 0",
-        ["pipeline", "run", "--lineage", "x", "--max-steps", "0"],
-        None,
-        "argument --max-steps: must be a whole number ≥ 1, got '0'",
-    ),
-    (
-        "pipeline run --metrics-port 70000",
-        ["pipeline", "run", "--lineage", "x", "--metrics-port", "70000"],
-        None,
+        "pipeline run --lineage x --metrics-port 70000",
         "argument --metrics-port: must be a whole number in [1, 65,535], got '70000'",
     ),
+    ("registry publish x tokenizer.json --parent -1", "argument --parent: must be a whole number ≥ 1, got '-1'"),
+    ("eval bytes --model model --corpus corpus.jsonl --max-documents 0", "argument --max-documents: must be a whole"),
     (
-        "registry publish --parent -1",
-        ["registry", "publish", "x", "tokenizer.json", "--parent", "-1"],
-        None,
-        "argument --parent: must be a whole number ≥ 1, got '-1'",
-    ),
-    (
-        "eval bytes --max-documents 0",
-        ["eval", "bytes", "--model", "model", "--corpus", "corpus.jsonl", "--max-documents", "0"],
-        None,
-        "argument --max-documents: must be a whole",
-    ),
-    (
-        "trainer export --bos-id -1",
-        ["trainer", "export", "--checkpoint", "checkpoint.pt", "--out", "o", "--bos-id", "-1"],
-        None,
+        "trainer export --checkpoint checkpoint.pt --out o --bos-id -1",
         "argument --bos-id: must be a whole number ≥ 0, got '-1'",
     ),
     (
-        "trainer run --steps -1",
-        ["trainer", "run", "--lineage", "x", "--data", "corpus.jsonl", "--steps", "-1"],
-        None,
+        "trainer run --lineage x --data corpus.jsonl --steps -1",
         "argument --steps: must be a whole number ≥ 0, got '-1'",
     ),
-    (
-        "eval bytes --max-documents without --corpus",
-        [*EVAL, "--max-documents", "3"],
-        None,
-        "--max-documents goes with --corpus",
-    ),
-    (
-        "generate --max-merge without --zip2zip",
-        ["generate", "--model", "model", "--prompt", "a", "--max-merge", "2"],
-        None,
-        "--max-merge goes with --zip2zip",
-    ),
+    ("eval bytes --model model --text 'the th' --max-documents 3", "--max-documents goes with --corpus"),
+    ("generate --model model --prompt a --max-merge 2", "--max-merge goes with --zip2zip"),
+]
+MODEL_CASES = [
+    *[(line, shlex.split(line), None, message) for line, message in REFUSED_LINES],
     # model folders
     (
         "model.safetensors truncated",
@@ -649,35 +494,13 @@ MODEL_CASES = [
     ),
     (
         "trainer run --model-config a list",
-        [
-            "trainer",
-            "run",
-            "--lineage",
-            "x",
-            "--data",
-            "corpus.jsonl",
-            "--registry",
-            "http://127.0.0.1:9",
-            "--model-config",
-            "list.json",
-        ],
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --model-config list.json".split(),
         None,
         "--model-config list.json is not a JSON object of GPT2Config fields",
     ),
     (
         "trainer run --model-config unknown field",
-        [
-            "trainer",
-            "run",
-            "--lineage",
-            "x",
-            "--data",
-            "corpus.jsonl",
-            "--registry",
-            "http://127.0.0.1:9",
-            "--model-config",
-            "mc.json",
-        ],
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --model-config mc.json".split(),
         lambda d: (d / "mc.json").write_text('{"n_layers": 2}'),
         "GPT2Config has no field n_layers",
     ),

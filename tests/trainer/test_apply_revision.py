@@ -8,13 +8,14 @@ import copy
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from schemas.revision import DiffEntry, RevisionDiff
+from tests.support.models import tiny_llama
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import quick_revisions_config
-from tokenizer_service.revision_diff import diff_entries
+from tokenizer_service.revision_diff import composed_diff
 from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import apply_revision, embedding_matrices, removed_ids
 
@@ -34,23 +35,10 @@ def versions(drifting_corpus):
 
 
 def _model(kind: str, rows: int):
+    if kind == "llama":
+        return tiny_llama(rows, num_hidden_layers=2).to(DEVICE)
     torch.manual_seed(0)
-    if kind == "gpt2":
-        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=rows))
-    else:
-        model = LlamaForCausalLM(
-            LlamaConfig(
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                num_key_value_heads=2,
-                hidden_size=16,
-                intermediate_size=32,
-                max_position_embeddings=64,
-                vocab_size=rows,
-                tie_word_embeddings=False,
-            )
-        )
-    return model.to(DEVICE)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=rows)).to(DEVICE)
 
 
 def _trained(kind: str, rows: int):
@@ -64,6 +52,32 @@ def _trained(kind: str, rows: int):
         optimizer.step()
         optimizer.zero_grad()
     return model, optimizer
+
+
+def _by_hand(
+    entries: list[DiffEntry],
+    vocab_size: int,
+    *,
+    version: int = 2,
+    parent_version: int = 1,
+    id_space: int | None = None,
+    config: dict | None = None,
+) -> RevisionDiff:
+    """A revision of the test lineage written out by hand, its tokenizer's hash a stand-in (the version's).
+
+    >>> _by_hand([], 300, version=3, parent_version=2).tokenizer_sha256[-4:]
+    '0003'
+    """
+    return RevisionDiff(
+        lineage="trainer",
+        version=version,
+        parent_version=parent_version,
+        tokenizer_sha256=f"{version:064x}",
+        vocab_size=vocab_size,
+        id_space=id_space,
+        entries=entries,
+        config=config or {},
+    )
 
 
 def _snapshot(model, optimizer):
@@ -121,15 +135,7 @@ def test_removed_ids_are_never_generated(versions):
             DiffEntry(id=i, kind="removed", old_token=initial.id_to_token[i], new_token=None, parents=[])
             for i in (270, 280)
         ]
-        diff = RevisionDiff(
-            lineage="trainer",
-            version=2,
-            parent_version=1,
-            tokenizer_sha256="0" * 64,
-            vocab_size=len(initial) - 2,
-            entries=entries,
-            config={},
-        )
+        diff = _by_hand(entries, len(initial) - 2)
     else:
         diff = removal.diff
     applied = apply_revision(model, optimizer, diff)
@@ -152,16 +158,7 @@ def test_a_composed_diff_equals_the_versions_one_by_one(versions, kind):
     optimizer_2.load_state_dict(optimizer_1.state_dict())
     for revision in revisions[:3]:
         apply_revision(one_by_one, optimizer_1, revision.diff)
-    diff = RevisionDiff(
-        lineage="trainer",
-        version=4,
-        parent_version=1,
-        tokenizer_sha256=final.sha256,
-        vocab_size=len(final),
-        entries=diff_entries(initial, final),
-        config={},
-    )
-    apply_revision(composed, optimizer_2, diff)
+    apply_revision(composed, optimizer_2, composed_diff(initial, final, lineage="trainer", start=1, end=4))
     used = torch.tensor(sorted(final.vocab.values()), device=DEVICE)  # free ids are nobody's
     for a, b in zip(embedding_matrices(one_by_one), embedding_matrices(composed)):
         assert torch.equal(a[used], b[used])
@@ -188,19 +185,11 @@ def test_growth_resizes_the_model_and_the_optimizer(versions, kind):
     before = _snapshot(model, optimizer)
     rows = initial.id_space
     a, b = initial.vocab["a"], initial.vocab["b"]
-    diff = RevisionDiff(
-        lineage="trainer",
-        version=2,
-        parent_version=1,
-        tokenizer_sha256="0" * 64,
-        vocab_size=len(initial) + 2,
-        id_space=rows + 2,
-        config={},
-        entries=[
-            DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b]),
-            DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ba", parents=[b, a]),
-        ],
-    )
+    entries = [
+        DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b]),
+        DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ba", parents=[b, a]),
+    ]
+    diff = _by_hand(entries, len(initial) + 2, id_space=rows + 2)
     applied = apply_revision(model, optimizer, diff)
     assert applied.rows == rows + 2 == model.config.vocab_size
     params = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -249,28 +238,11 @@ def test_ids_removed_earlier_stay_masked_when_a_later_revision_grows_the_model(v
     initial, _ = versions
     rows = initial.id_space
     model, optimizer = _trained(kind, rows)
-    removal = RevisionDiff(
-        lineage="trainer",
-        version=2,
-        parent_version=1,
-        tokenizer_sha256="0" * 64,
-        vocab_size=len(initial) - 1,
-        config={},
-        entries=[DiffEntry(id=280, kind="removed", old_token=initial.id_to_token[280], new_token=None, parents=[])],
-    )
-    apply_revision(model, optimizer, removal)
+    gone = DiffEntry(id=280, kind="removed", old_token=initial.id_to_token[280], new_token=None, parents=[])
+    apply_revision(model, optimizer, _by_hand([gone], len(initial) - 1))
     a, b = initial.vocab["a"], initial.vocab["b"]
-    growth = RevisionDiff(
-        lineage="trainer",
-        version=3,
-        parent_version=2,
-        tokenizer_sha256="1" * 64,
-        vocab_size=len(initial),
-        id_space=rows + 1,
-        config={},
-        entries=[DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b])],
-    )
-    apply_revision(model, optimizer, growth)
+    grown = DiffEntry(id=rows, kind="added", old_token=None, new_token="ab", parents=[a, b])
+    apply_revision(model, optimizer, _by_hand([grown], len(initial), version=3, parent_version=2, id_space=rows + 1))
     logits = model(input_ids=torch.tensor([[a, b, rows]], device=DEVICE)).logits
     assert removed_ids(model) == [280] and torch.isneginf(logits[..., 280]).all()
     assert torch.isfinite(logits[..., rows]).all()
@@ -286,16 +258,8 @@ def test_a_row_a_composed_diff_grows_but_fills_not_is_masked(versions):
     rows = initial.id_space
     model, optimizer = _trained("gpt2", rows)
     a, b = initial.vocab["a"], initial.vocab["b"]
-    composed = RevisionDiff(
-        lineage="trainer",
-        version=3,
-        parent_version=1,
-        tokenizer_sha256="0" * 64,
-        vocab_size=len(initial) + 1,
-        id_space=rows + 2,
-        config={"composed": True},
-        entries=[DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ab", parents=[a, b])],
-    )
+    second = DiffEntry(id=rows + 1, kind="added", old_token=None, new_token="ab", parents=[a, b])
+    composed = _by_hand([second], len(initial) + 1, version=3, id_space=rows + 2, config={"composed": True})
     applied = apply_revision(model, optimizer, composed)
     logits = model(input_ids=torch.tensor([[a, b]], device=DEVICE)).logits
     assert applied.rows == rows + 2 and applied.removed == [rows]

@@ -4,9 +4,9 @@ a revision grew the vocabulary and removed ids."""
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from schemas.revision import DiffEntry, RevisionDiff
+from tests.support.models import tiny_llama
 from trainer.apply_revision import apply_revision, removed_ids
 from trainer.checkpoint import CheckpointMismatch, TokenizerStamp, load_checkpoint, save_checkpoint
 
@@ -15,19 +15,7 @@ ROWS = 40
 
 
 def _model_and_optimizer():
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            hidden_size=16,
-            intermediate_size=32,
-            max_position_embeddings=32,
-            vocab_size=ROWS,
-            tie_word_embeddings=False,
-        )
-    ).to(DEVICE)
+    model = tiny_llama(ROWS, max_position_embeddings=32).to(DEVICE)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
 

@@ -9,6 +9,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +25,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import quick_revisions_config
 from tokenizer_service.tedtok import TedTok
-from trainer.data import CorpusTexts, TopicTexts
+from trainer.data import CorpusTexts, TopicTexts, TrainingTexts
 from trainer.loop import Trainer
 from trainer.config import TrainerSettings
 
@@ -33,6 +36,36 @@ SETTINGS = TrainerSettings(batch_size=4, seq_len=32, retry_steps=5, warm_steps=2
 @pytest.fixture(scope="module")
 def lineage_versions(drifting_corpus):
     return tedtok_versions(drifting_corpus, 300)
+
+
+def _whole_and_resumed(
+    client: RegistryClient, name: str, data: Callable[[], TrainingTexts], checkpoints: Path
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Six steps in one run ("whole"), and three then three more resumed from the checkpoint
+    ("resumed"), each by a new Trainer on ``data()``: each run's losses, and its data's position
+    at the end."""
+    losses: dict[str, list[float]] = {}
+    positions: dict[str, Any] = {}
+    for run, steps in (("whole", [6]), ("resumed", [3, 3])):
+        for n in steps:
+            trainer = Trainer(
+                registry=client, lineage=name, data=data(), settings=SETTINGS, checkpoint_dir=checkpoints / run
+            )
+            try:
+                losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
+                positions[run] = trainer.position
+            finally:
+                trainer.close()
+    return losses, positions
+
+
+def _trainer_run(url: str, name: str, corpus: Path, *options: str) -> list[str]:
+    """``tokmaint trainer run`` on the lineage ``name`` of the registry at ``url`` and on ``corpus``, then ``options``.
+
+    >>> _trainer_run("http://r", "news", Path("c.jsonl"), "--json")
+    ['trainer', 'run', '--registry', 'http://r', '--lineage', 'news', '--data', 'c.jsonl', '--json']
+    """
+    return ["trainer", "run", "--registry", url, "--lineage", name, "--data", str(corpus), *options]
 
 
 def _published_during_training(trainer, url, name, revision, *, steps: int) -> tuple[dict, int, float]:
@@ -104,21 +137,8 @@ def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry_server, line
     url, _ = registry_server
     texts, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
-    losses = {}
     with RegistryClient(url) as client:
-        for run, steps in (("whole", [6]), ("resumed", [3, 3])):
-            for k, n in enumerate(steps):
-                trainer = Trainer(
-                    registry=client,
-                    lineage=name,
-                    data=CorpusTexts(texts),
-                    settings=SETTINGS,
-                    checkpoint_dir=tmp_path / run,
-                )
-                try:
-                    losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
-                finally:
-                    trainer.close()
+        losses, _ = _whole_and_resumed(client, name, lambda: CorpusTexts(texts), tmp_path)
     assert losses["resumed"] == losses["whole"]
 
 
@@ -128,23 +148,8 @@ def test_the_trainer_run_command(registry_server, lineage_versions, drifting_cor
     url, _ = registry_server
     _, initial, _ = lineage_versions
     name = create_lineage(url, initial)
-    argv = [
-        "trainer",
-        "run",
-        "--registry",
-        url,
-        "--lineage",
-        name,
-        "--data",
-        str(drifting_corpus),
-        "--steps",
-        "4",
-        "--batch-size",
-        "4",
-        "--checkpoint-dir",
-        str(tmp_path),
-        "--json",
-    ]
+    options = ["--steps", "4", "--batch-size", "4", "--checkpoint-dir", str(tmp_path), "--json"]
+    argv = _trainer_run(url, name, drifting_corpus, *options)
     assert main(argv + ["--report", str(tmp_path / "report.json")]) == 0
     first = json.loads(capsys.readouterr().out)
     whole = json.loads((tmp_path / "report.json").read_text())
@@ -227,22 +232,8 @@ def test_training_on_the_docs_topic_resumes_at_its_offsets(registry_server, line
             for k, text in enumerate(texts[:40])
         ],
     )
-    losses, positions = {}, {}
     with RegistryClient(url) as client:
-        for run, steps in (("whole", [6]), ("resumed", [3, 3])):
-            for n in steps:
-                trainer = Trainer(
-                    registry=client,
-                    lineage=name,
-                    data=TopicTexts(settings),
-                    settings=SETTINGS,
-                    checkpoint_dir=tmp_path / run,
-                )
-                try:
-                    losses.setdefault(run, []).extend(trainer.run(steps=n)["losses"])
-                    positions[run] = trainer.position
-                finally:
-                    trainer.close()
+        losses, positions = _whole_and_resumed(client, name, lambda: TopicTexts(settings), tmp_path)
     assert losses["resumed"] == losses["whole"] and len(losses["whole"]) == 6
     assert sum(positions["whole"].values()) == 6 * SETTINGS.batch_size + 1  # the bad record passed over
 
@@ -333,29 +324,8 @@ def test_the_trainer_run_command_with_hub(
     _, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
     publish_revision(url, name, revisions[0])
-    assert (
-        main(
-            [
-                "trainer",
-                "run",
-                "--hub",
-                "--registry",
-                url,
-                "--lineage",
-                name,
-                "--data",
-                str(drifting_corpus),
-                "--steps",
-                "3",
-                "--batch-size",
-                "4",
-                "--eval-every",
-                "0",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    options = ["--hub", "--steps", "3", "--batch-size", "4", "--eval-every", "0", "--json"]
+    assert main(_trainer_run(url, name, drifting_corpus, *options)) == 0
     ran = json.loads(capsys.readouterr().out)
     assert (ran["steps"], ran["version"]) == (3, 2)
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
