@@ -48,19 +48,18 @@ from registry.client import RegistryClient
 from registry.load_test import REFUSED, LoadRampSettings, LoadRequest, Ramp, closed_loop_rps, load_ramp
 from registry.local_server import start_server
 from schemas.registry_api import VersionPublic
+from tokenizer_service.bench.corpus_tokenizer import CorpusTokenizerSettings
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.settings import Number, SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
-from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 
-class RegistryBenchSettings(LoadRampSettings):
+# pydantic lists the last base's fields first: the ramp's, then the corpus's and the tokenizer's (the order of --help).
+class RegistryBenchSettings(CorpusTokenizerSettings, LoadRampSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_REGISTRY_")
 
-    max_mb: float = setting(20.0, Number(float, low=0, low_open=True), "megabytes of the corpus to train on")
-    vocab_size: int = setting(50257, whole(257, MAX_ID_SPACE), "vocabulary of the published tokenizer")
     batch_size: int = setting(100, whole(1), "adds+deletes of each published revision (K)")
     publishes: int = setting(20, whole(2), "revisions published (for p50/p99)")
     clients: int = setting(16, whole(1), "concurrent download clients")

@@ -45,9 +45,10 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -78,6 +79,7 @@ from tokenizer_service.settings import lineage_name
 from tokenizer_service.validation import ValidationReport, check_encoding, validate
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 # A pin this old was left by a publish that was killed: the largest upload (a 2 GB model) is
 # stored in minutes and a publish's checks are stopped after five. A publish still alive past
 # it finds its artifacts checked at its commit all the same.
@@ -117,36 +119,39 @@ class RegistryError(Exception):
         self.code, self.reasons, self.status = code, list(reasons), self.STATUS[code]
 
 
+def aware(moment: datetime) -> datetime:
+    """A time the database handed back, with its zone: SQLite hands back naive datetimes, and
+    every time here is UTC.
+
+    >>> aware(datetime(2024, 5, 1, 12)).isoformat()
+    '2024-05-01T12:00:00+00:00'
+    """
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def from_row(model: type[M], row: Any, **given: Any) -> M:
+    """``model`` made of ``row``'s attributes of the same names as its fields, but for the fields
+    ``given``, which are not read off the row (it names them otherwise, holds them in another form,
+    or, as a version's ``lineage``, as a relationship to load).
+
+    >>> from types import SimpleNamespace
+    >>> from_row(ModelInfo, SimpleNamespace(number=2, version=5, files={}, created_by="ci"), lineage="gpt",
+    ...          created_at=datetime(2024, 5, 1, tzinfo=timezone.utc)).version
+    5
+    """
+    return model.model_validate(
+        {name: given[name] if name in given else getattr(row, name) for name in model.model_fields}
+    )
+
+
 def version_info(row: Version, lineage: str) -> VersionInfo:
     """What a version's row says of it."""
-    return VersionInfo(
-        lineage=lineage,
-        number=row.number,
-        parent=row.parent_number,
-        kind=row.kind,
-        sha256=row.sha256,
-        diff_sha256=row.diff_sha256,
-        vocab_size=row.vocab_size,
-        id_space=row.id_space,
-        merges=row.merges,
-        changed_ids=row.changed_ids,
-        metrics=dict(row.metrics),
-        created_by=row.created_by,
-        # SQLite hands back naive datetimes; every time here is UTC.
-        created_at=row.created_at.replace(tzinfo=row.created_at.tzinfo or timezone.utc),
-    )
+    return from_row(VersionInfo, row, lineage=lineage, parent=row.parent_number, created_at=aware(row.created_at))
 
 
 def model_info(row: PublishedModel, lineage: str) -> ModelInfo:
     """What a published model's row says of it."""
-    return ModelInfo(
-        lineage=lineage,
-        number=row.number,
-        version=row.version,
-        files=dict(row.files),
-        created_by=row.created_by,
-        created_at=row.created_at.replace(tzinfo=timezone.utc) if row.created_at.tzinfo is None else row.created_at,
-    )
+    return from_row(ModelInfo, row, lineage=lineage, created_at=aware(row.created_at))
 
 
 def finite_number(value: Any) -> bool:

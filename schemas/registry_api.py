@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.json_values import json_kind
+
+Item = TypeVar("Item", bound=BaseModel)
 
 
 class VersionInfo(BaseModel):
@@ -62,13 +64,23 @@ class VersionPublic(VersionInfo):
         return cls(**info.model_dump(), tokenizer_url=f"{base}/tokenizer.json", diff_url=f"{base}/diff")
 
 
-class VersionsPublic(BaseModel):
-    """A page of a lineage's versions, oldest first; ``count``: how many the lineage has."""
+class Page(BaseModel, Generic[Item]):
+    """A list the API answers: ``data``, and ``count``, how many there are in all (more than
+    ``data`` holds where it is one page of them). Each list is a subclass of its own, which the
+    OpenAPI schema names by its own name (``VersionsPublic``, not ``Page[VersionPublic]``).
+
+    >>> LineagesPublic(data=[LineagePublic(name="gpt", latest=3)], count=1).model_dump()
+    {'data': [{'name': 'gpt', 'latest': 3}], 'count': 1}
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    data: list[VersionPublic]
+    data: list[Item]
     count: int
+
+
+class VersionsPublic(Page[VersionPublic]):
+    """A page of a lineage's versions, oldest first; ``count``: how many the lineage has."""
 
 
 class LineagePublic(BaseModel):
@@ -80,13 +92,8 @@ class LineagePublic(BaseModel):
     latest: int
 
 
-class LineagesPublic(BaseModel):
+class LineagesPublic(Page[LineagePublic]):
     """Every lineage."""
-
-    model_config = ConfigDict(frozen=True)
-
-    data: list[LineagePublic]
-    count: int
 
 
 class AliasPublic(BaseModel):
@@ -123,13 +130,8 @@ class ModelPublic(ModelInfo):
         return cls(**info.model_dump(), hub_repo=f"{info.lineage}-models")
 
 
-class ModelsPublic(BaseModel):
+class ModelsPublic(Page[ModelPublic]):
     """A lineage's models, oldest first."""
-
-    model_config = ConfigDict(frozen=True)
-
-    data: list[ModelPublic]
-    count: int
 
 
 class RequestBody(BaseModel):

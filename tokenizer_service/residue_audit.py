@@ -103,11 +103,7 @@ def score_and_flag(
         tokenizer,
         scores,
         graph=graph,
-        r=options.r,
-        s=options.s,
-        scope=options.scope,
-        min_count=options.min_count,
-        log_base=options.log_base,
+        **options.model_dump(include={"r", "s", "scope", "min_count", "log_base"}),
         kind=None if options.kind == "auto" else options.kind,
     )
     return scores, report

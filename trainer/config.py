@@ -120,12 +120,7 @@ class DistributedBenchSettings(Settings):
     batch_size: int = setting(8, whole(1), "documents a rank's batch")
     seq_len: int = setting(128, whole(2), "tokens a document, at most")
     vocab_size: int = setting(400, whole(300), "the first version's vocabulary")
-    room: int = setting(
-        256,
-        whole(0),
-        "embedding rows past the first version's ids, in both models (the versions "
-        "use them; past them the following model grows)",
-    )
+    room: int = setting(256, whole(0), "embedding rows for new ids in both models (past them the following one grows)")
     seed: int = setting(0, whole(0), "the models' initial weights")
     timeout: float = setting(600.0, Number(float, low=0, low_open=True), "seconds the ranks may take in all")
 

@@ -47,10 +47,7 @@ class Zip2zipBenchSettings(TinyModelBenchSettings):
     layers: Literal[0, 1, 2] = setting(1, None, "the hyper-encoder's transformer layers (0: mean pooling)")
     eval_contexts: int = setting(16, whole(1), "held-out contexts scored")
     top_hypertokens: int = setting(
-        20,
-        whole(0),
-        "the hypertokens formed in the most contexts, listed (a merge signal "
-        "for Ted-Tok), with whether each is a token already",
+        20, whole(0), "hypertokens formed in the most contexts, listed (a merge signal) with whether each is a token"
     )
 
 

@@ -73,19 +73,14 @@ class ArithmeticSettings(Settings):
 
     def tedtok_config(self, total_steps: int) -> TedTokConfig:
         """Ted-Tok's configuration for a schedule of ``total_steps`` time steps: these settings'
-        EMA, margin, interval and revision size, warm-up and freeze as shares of the steps.
+        EMA, margin, interval and revision size, warm-up and freeze as shares of the steps (its
+        keywords by the same names).
 
         >>> ArithmeticSettings(interval=5).tedtok_config(100).warmup_steps
         10
         """
         return TedTokConfig.for_schedule(
-            total_steps,
-            warmup=self.warmup,
-            freeze_last=self.freeze_last,
-            alpha=self.alpha,
-            beta=self.beta,
-            interval=self.interval,
-            batch_size=self.batch_size,
+            total_steps, **self.model_dump(include={"alpha", "beta", "interval", "batch_size", "warmup", "freeze_last"})
         )
 
 

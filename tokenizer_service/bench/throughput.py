@@ -17,19 +17,17 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from tokenizer_service.bench.corpus_tokenizer import CorpusTokenizerSettings
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, oldest, read_corpus
 from tokenizer_service.counting import KeyCounts, pack_pair
-from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
+from tokenizer_service.settings import SettingsConfigDict, setting, whole
 from tokenizer_service.tedtok import TedTok, TedTokConfig
-from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 
-class ThroughputSettings(Settings):
+class ThroughputSettings(CorpusTokenizerSettings):
     model_config = SettingsConfigDict(env_prefix="TOKMAINT_BENCH_THROUGHPUT_")
 
-    max_mb: float = setting(20.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
-    vocab_size: int = setting(50257, whole(257, MAX_ID_SPACE), "vocabulary of the tokenizer trained on that text")
     step_docs: int = setting(1024, whole(1), "documents per stats-update step")
     tracked_pairs: int = setting(1_000_000, whole(0), "pairs in the table the timed revision ranks")
     batch_size: int = setting(100, whole(1), "adds+deletes of the timed revision (K)")

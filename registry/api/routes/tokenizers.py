@@ -13,10 +13,12 @@ from __future__ import annotations
 import io
 import tarfile
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.types import DecoratedCallable
 from pydantic import ValidationError
 
 from registry.api.deps import RegistryDep, SettingsDep, WriterDep, read_body
@@ -118,18 +120,20 @@ def json_request(model: type[RequestBody]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
+def publishing(path: str, model: type[RequestBody]) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """The decorator of a route that publishes a version from a JSON body ``model``
+    (``@publishing("/{name}/rollback", RollbackCreate)``): a POST at ``path``, answered 201 with
+    the new version, whose declared body is ``model``'s schema (``json_request``)."""
+    return router.post(path, status_code=201, response_model=VersionPublic, openapi_extra=json_request(model))
+
+
 @router.get("", response_model=LineagesPublic)
 def list_lineages(registry: RegistryDep) -> LineagesPublic:
     rows = [LineagePublic(name=n, latest=latest) for n, latest in registry.lineages()]
     return LineagesPublic(data=rows, count=len(rows))
 
 
-@router.post(
-    "",
-    status_code=201,
-    response_model=VersionPublic,
-    openapi_extra=json_request(LineageCreate),
-)
+@publishing("", LineageCreate)
 async def create_lineage(
     request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
 ) -> VersionPublic:
@@ -151,12 +155,7 @@ def list_versions(
     return VersionsPublic(data=[VersionPublic.of(v) for v in rows], count=count)
 
 
-@router.post(
-    "/{name}/versions",
-    status_code=201,
-    response_model=VersionPublic,
-    openapi_extra=json_request(VersionCreate),
-)
+@publishing("/{name}/versions", VersionCreate)
 async def publish(
     name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
 ) -> VersionPublic:
@@ -315,12 +314,7 @@ def list_models(name: str, registry: RegistryDep) -> ModelsPublic:
     return ModelsPublic(data=[ModelPublic.of(m) for m in models], count=len(models))
 
 
-@router.post(
-    "/{name}/rollback",
-    status_code=201,
-    response_model=VersionPublic,
-    openapi_extra=json_request(RollbackCreate),
-)
+@publishing("/{name}/rollback", RollbackCreate)
 async def rollback(
     name: str, request: Request, registry: RegistryDep, settings: SettingsDep, writer: WriterDep
 ) -> VersionPublic:
