@@ -260,6 +260,8 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
 
             job_result: dict[str, Any] = {}
             job_error: list[BaseException] = []
+            # What every kind of job counts, how, and into which lineage.
+            counts = {"settings": topics, "stream": settings.stream, "lineage": LINEAGE}
             if settings.engine == "flink":
                 if not use_redis:
                     raise TokmaintError("--engine flink keeps the statistics in a redis-server: install one")
@@ -268,30 +270,19 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
                     token=token,
                     registry_url=registry_url,
                     redis_url=redis_url,
-                    settings=topics,
-                    stream=settings.stream,
-                    lineage=LINEAGE,
                     documents=stream,
+                    **counts,
                 )
                 processes += [job.cluster.jobmanager, *job.cluster.taskmanagers]
             elif use_redis:
                 job = PipelineJob(
-                    settings=topics,
-                    stream=settings.stream,
                     redis_client=redis.Redis.from_url(redis_url),
                     registry=registry,
-                    lineage=LINEAGE,
                     wait=2.0 * settings.pause + 1.0,
+                    **counts,
                 )
             else:
-                job = InProcessJob(
-                    settings=topics,
-                    stream=settings.stream,
-                    registry=registry,
-                    lineage=LINEAGE,
-                    initial=initial,
-                    wait=2.0 * settings.pause + 1.0,
-                )
+                job = InProcessJob(registry=registry, initial=initial, wait=2.0 * settings.pause + 1.0, **counts)
 
             streamed = threading.Event()
 
