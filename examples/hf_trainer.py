@@ -1,18 +1,19 @@
 """Follow a lineage from a ``transformers.Trainer`` script: an ordinary one, and two lines of
 tokmaint (``trainer.callbacks.TokmaintCallback``, and its collator of raw texts given to the
-Trainer). Checkpoints in --out hold their version; ``save_model`` writes the version's
-tokenizer.json beside the weights.
+Trainer). Its options are ``TrainingArguments``' own and the four of :class:`FollowArguments`.
+Checkpoints in --output_dir hold their version; ``save_model`` writes the version's tokenizer.json
+beside the weights.
 
-    python examples/hf_trainer.py --registry http://127.0.0.1:8000 --lineage git --steps 200 --out out/hf
-    python examples/hf_trainer.py ... --steps 400 --resume out/hf/checkpoint-200
+    python examples/hf_trainer.py --registry http://127.0.0.1:8000 --lineage git --max_steps 200
+    python examples/hf_trainer.py ... --max_steps 400 --resume_from_checkpoint out/hf-trainer/checkpoint-200
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
+from dataclasses import dataclass, field
 
-from transformers import GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments
 
 from tokenizer_service.corpus import read_corpus
 from trainer.callbacks import TokmaintCallback
@@ -21,53 +22,55 @@ from trainer.loop import tiny_gpt2_config
 log = logging.getLogger("examples.hf_trainer")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Train a tiny GPT-2 with transformers.Trainer, following a lineage.")
-    parser.add_argument("--registry", required=True, help="the registry's URL")
-    parser.add_argument("--lineage", required=True, help="the lineage to follow")
-    parser.add_argument("--data", default="data/git-commits-sample.jsonl.gz", help="the corpus to train on")
-    parser.add_argument("--steps", type=int, default=200, help="optimizer steps in all")
-    parser.add_argument("--batch-size", type=int, default=8, help="texts a step")
-    parser.add_argument("--seq-len", type=int, default=128, help="ids a text, at most")
-    parser.add_argument("--save-steps", type=int, default=100, help="steps between two checkpoints")
-    parser.add_argument("--out", default="out/hf-trainer", help="checkpoints, then the model and its version")
-    parser.add_argument("--resume", help="a checkpoint folder of --out to resume from")
-    return parser.parse_args(argv)
+@dataclass
+class FollowArguments:
+    """The lineage the model follows, and the texts it trains on."""
+
+    registry: str = field(metadata={"help": "the registry's URL"})
+    lineage: str = field(metadata={"help": "the lineage to follow"})
+    data: str = field(default="data/git-commits-sample.jsonl.gz", metadata={"help": "the corpus to train on"})
+    seq_len: int = field(default=128, metadata={"help": "ids a text, at most"})
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[FollowArguments, TrainingArguments]:
+    parser = HfArgumentParser((FollowArguments, TrainingArguments))
+    # A tiny model from scratch learns at a higher rate than TrainingArguments' fine-tuning
+    # default; progress goes to the log, without tqdm's bar.
+    parser.set_defaults(
+        output_dir="out/hf-trainer",
+        max_steps=200,
+        learning_rate=1e-3,
+        save_steps=100,
+        logging_steps=100,
+        disable_tqdm=True,
+    )
+    return parser.parse_args_into_dataclasses(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    texts = [{"text": doc.text} for doc in read_corpus(args.data).documents]
-    callback = TokmaintCallback(args.registry, args.lineage, checkpoint=args.resume)  # tokmaint's first line
+    follow, training = parse_args(argv)
+    texts = [{"text": doc.text} for doc in read_corpus(follow.data).documents]
+    resume = training.resume_from_checkpoint
+    callback = TokmaintCallback(follow.registry, follow.lineage, checkpoint=resume)  # tokmaint's first line
     model = GPT2LMHeadModel(tiny_gpt2_config(callback.tokenizer.id_space))
-    training = TrainingArguments(
-        output_dir=args.out,
-        max_steps=args.steps,
-        per_device_train_batch_size=args.batch_size,
-        learning_rate=1e-3,
-        save_steps=args.save_steps,
-        logging_steps=args.save_steps,
-        report_to=[],
-        disable_tqdm=True,
-    )
     trainer = Trainer(
         model=model,
         args=training,
         train_dataset=texts,
         callbacks=[callback],
-        data_collator=callback.collator(seq_len=args.seq_len),
+        data_collator=callback.collator(seq_len=follow.seq_len),
     )  # and its second
     try:
-        trainer.train(resume_from_checkpoint=args.resume)
+        trainer.train(resume_from_checkpoint=resume)
     finally:
         callback.close()
-    trainer.save_model(args.out)
+    trainer.save_model(training.output_dir)
     log.info(
         "ended on %s version %s after %s steps: the model and its version in %s",
-        args.lineage,
+        follow.lineage,
         callback.version,
         trainer.state.global_step,
-        args.out,
+        training.output_dir,
     )
 
 

@@ -44,6 +44,13 @@ def _run(example: str, *argv: str, publish=None) -> list[str]:
     return said
 
 
+# Each example's options for a short run: its own (the loop's), or TrainingArguments' (the Trainer's).
+SHORT_RUN = {
+    "follow_loop.py": "--steps 100 --batch-size 4 --seq-len 32 --out".split(),
+    "hf_trainer.py": "--max_steps 100 --per_device_train_batch_size 4 --seq_len 32 --output_dir".split(),
+}
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_an_example_takes_a_version_published_while_it_trains(example, registry_server, lineage_versions, tmp_path):
     url, _ = registry_server
@@ -51,17 +58,8 @@ def test_an_example_takes_a_version_published_while_it_trains(example, registry_
     name = create_lineage(url, initial)
     said = _run(
         example,
-        "--registry",
-        url,
-        "--lineage",
-        name,
-        "--steps",
-        "100",
-        "--batch-size",
-        "4",
-        "--seq-len",
-        "32",
-        "--out",
+        *("--registry", url, "--lineage", name),
+        *SHORT_RUN[example],
         str(tmp_path / "out"),
         publish=lambda: publish_revision(url, name, revisions[0]),
     )
@@ -74,23 +72,13 @@ def test_the_trainer_example_resumes_from_its_checkpoint(registry_server, lineag
     url, _ = registry_server
     _, initial, revisions = lineage_versions
     name = create_lineage(url, initial)
-    common = [
-        "--registry",
-        url,
-        "--lineage",
-        name,
-        "--batch-size",
-        "4",
-        "--seq-len",
-        "32",
-        "--save-steps",
-        "4",
-        "--out",
-        str(tmp_path),
-    ]
-    _run("hf_trainer.py", *common, "--steps", "4")
+    common = ["--registry", url, "--lineage", name, "--save_steps", "4", "--output_dir", str(tmp_path)]
+    common += ["--per_device_train_batch_size", "4", "--seq_len", "32"]
+    _run("hf_trainer.py", *common, "--max_steps", "4")
     publish_revision(url, name, revisions[0])
-    said = _run("hf_trainer.py", *common, "--steps", "8", "--resume", str(tmp_path / "checkpoint-4"))
+    said = _run(
+        "hf_trainer.py", *common, "--max_steps", "8", "--resume_from_checkpoint", str(tmp_path / "checkpoint-4")
+    )
     assert any(f"training {name} version 1 from step 4" in line for line in said)
     assert f"ended on {name} version 2 after 8 steps" in said[-1]
     assert json.loads((tmp_path / "tokmaint.json").read_text())["version"] == 2  # save_model's, beside the weights
