@@ -44,13 +44,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         eval_docs=settings.eval_docs,
         eval_every=settings.eval_every,
     )
-    data = CorpusTexts(texts) if texts is not None else TopicTexts(stream)
     events = (stream.bootstrap, stream.revisions_topic) if args.follow == "events" else None
     if args.hub:
         endpoint = args.registry or os.environ.get("HF_ENDPOINT") or RegistryClientSettings().url
         if not endpoint:
             args.parser.error("--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL: set one")
+    # The registry's client first: one that cannot be made (no URL) leaves no topic reader open.
     with nullcontext(HubVersions(endpoint)) if args.hub else RegistryClient(args.registry) as registry:
+        data = CorpusTexts(texts) if texts is not None else TopicTexts(stream)
         try:
             trainer = Trainer(
                 registry=registry,
