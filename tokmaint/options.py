@@ -119,6 +119,22 @@ def add_settings(
         )
 
 
+def finish_command(
+    parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int], *, json_help: str = "print JSON"
+) -> None:
+    """A command's last option, ``--json`` (its result as JSON rather than a table), and ``func``, which
+    runs the command (given the parser as ``args.parser``, for its usage errors).
+
+    >>> parser = argparse.ArgumentParser()
+    >>> finish_command(parser, lambda args: 0)
+    >>> args = parser.parse_args(["--json"])
+    >>> args.json, args.parser is parser, args.func(args)
+    (True, True, 0)
+    """
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.set_defaults(func=func, parser=parser)
+
+
 def add_bench_options(
     parser: argparse.ArgumentParser,
     settings_type: type[Settings],
@@ -131,8 +147,7 @@ def add_bench_options(
     if corpus is not None:
         parser.add_argument("--corpus", required=True, help=corpus)
     add_settings(parser, settings_type)
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(func=func, parser=parser)
+    finish_command(parser, func)
 
 
 def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace, settings_type: type[Settings]):

@@ -4,26 +4,9 @@ options that several groups' commands share."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokenizer_service.settings import Number
-
-
-def finish_command(
-    parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int], *, json_help: str = "print JSON"
-) -> None:
-    """A command's last option, ``--json`` (its result as JSON rather than a table), and ``func``, which
-    runs the command (given the parser as ``args.parser``, for its usage errors).
-
-    >>> parser = argparse.ArgumentParser()
-    >>> finish_command(parser, lambda args: 0)
-    >>> args = parser.parse_args(["--json"])
-    >>> args.json, args.parser is parser, args.func(args)
-    (True, True, 0)
-    """
-    parser.add_argument("--json", action="store_true", help=json_help)
-    parser.set_defaults(func=func, parser=parser)
 
 
 def add_server_options(parser: argparse.ArgumentParser, *, port: int) -> None:

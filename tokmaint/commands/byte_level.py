@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from tokmaint.commands import add_sample_corpus_option, finish_command
-from tokmaint.options import add_bench_options, chosen_settings, free_text
+from tokmaint.commands import add_sample_corpus_option
+from tokmaint.options import add_bench_options, chosen_settings, finish_command, free_text
 from tokmaint.output import print_result, show_progress
 
 

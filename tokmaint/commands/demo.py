@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokmaint.commands import finish_command
-from tokmaint.options import add_bench_options, add_settings, chosen_settings
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command
 from tokmaint.output import print_result, show_progress
 
 

@@ -8,8 +8,16 @@ import json
 
 from pipeline.parts import connect_redis, wait_for_broker
 from tokenizer_service.settings import Number, whole
-from tokmaint.commands import add_server_options, add_wait_option, finish_command
-from tokmaint.options import add_bench_options, add_settings, chosen_settings, free_text, lineage, settings_errors
+from tokmaint.commands import add_server_options, add_wait_option
+from tokmaint.options import (
+    add_bench_options,
+    add_settings,
+    chosen_settings,
+    finish_command,
+    free_text,
+    lineage,
+    settings_errors,
+)
 from tokmaint.output import print_result, show_progress
 
 # What the pipeline's commands wait for, --wait seconds at the most.

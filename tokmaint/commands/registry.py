@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokmaint.commands import add_server_options, add_wait_option, finish_command
-from tokmaint.options import add_bench_options, add_settings, chosen_settings, settings_errors
+from tokmaint.commands import add_server_options, add_wait_option
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, settings_errors
 from tokmaint.output import print_result, print_rows, show_progress
 from tokenizer_service.settings import Number, whole
 
@@ -284,8 +284,7 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     def client_parser(name: str, help_text: str, func) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p.set_defaults(func=func, parser=p)
+        finish_command(p, func)
         return p
 
     p = client_parser(

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from tokenizer_service.errors import CorpusError
 from tokenizer_service.settings import Number, whole
-from tokmaint.commands import finish_command
-from tokmaint.options import add_bench_options, add_settings, chosen_settings
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command
 from tokmaint.output import print_result, print_rows, show_progress, warn
 
 

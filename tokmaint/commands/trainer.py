@@ -9,8 +9,8 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from tokmaint.commands import add_sample_corpus_option, finish_command
-from tokmaint.options import add_bench_options, add_settings, chosen_settings, lineage
+from tokmaint.commands import add_sample_corpus_option
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, lineage
 from tokmaint.output import print_result, show_progress
 
 
