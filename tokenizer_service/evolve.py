@@ -77,7 +77,7 @@ class StreamSettings(Settings):
         "(0 with --base-token-cost 0: the paper's rule)",
     )
     base_token_cost: float = setting(
-        2.5e-5,
+        3e-5,
         Number(float, low=0),
         "share of the stream's tokens a swap must also save when it deletes a pre-trained token (0: none)",
     )

@@ -11,14 +11,16 @@ has to move so far that even an oracle — Ted-Tok revising on the newest slice'
 closes 0.95 of the gap only after changing more than 11% of the ids. Ted-Tok runs with the
 stream defaults every command shares (``evolve.StreamSettings``): each changed id has a price
 and K is only a safety cap. Several corpora give one row each and the worst case; ``prices``
-(``--sweep``) reruns them with both prices scaled, to show what the price buys; ``plot_drift``
-draws it.
+(``--sweep``) reruns them with both prices scaled, to show what the price buys, and
+``frontier_verdicts`` says whether each corpus's default meets the targets its frontier allows;
+``plot_drift`` draws it, beside an earlier report's frontiers when given one.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -28,7 +30,7 @@ from tqdm import tqdm
 
 from tokenizer_service.bpe import BPETokenizer, jaccard_distance
 from tokenizer_service.corpus import batches, read_corpus
-from tokenizer_service.errors import CorpusError
+from tokenizer_service.errors import CorpusError, TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.settings import SettingsConfigDict, setting, share, whole
 from tokenizer_service.tedtok import TedTok
@@ -211,11 +213,91 @@ def drift_table(
                 "gap_undefined": len(at) - len(gaps),
             }
         )
-    return {"rows": rows, "worst": worst, "targets": TARGETS}
+    return {"rows": rows, "worst": worst, "targets": TARGETS, "verdicts": frontier_verdicts(rows)}
 
 
-def plot_drift(table: dict[str, Any], path: Path) -> None:
-    """gap_closed against ids_stable, a line per corpus through its prices, the targets shaded."""
+def _in_targets(gap_closed: float, ids_stable: float) -> bool:
+    return gap_closed >= TARGETS["gap_closed"] and ids_stable >= TARGETS["ids_stable"]
+
+
+def _segment_meets_targets(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    """Whether the straight line between two points of a sweep passes through the targets.
+
+    >>> _segment_meets_targets({"gap_closed": 0.95, "ids_stable": 0.86}, {"gap_closed": 0.89, "ids_stable": 0.93})
+    True
+    >>> _segment_meets_targets({"gap_closed": 0.92, "ids_stable": 0.85}, {"gap_closed": 0.80, "ids_stable": 0.95})
+    False
+    """
+    low, high = 0.0, 1.0  # the points a + t·(b − a) with t in [low, high] meet every target so far
+    for key, target in TARGETS.items():
+        start, rise = a[key], b[key] - a[key]
+        if rise == 0:
+            if start < target:
+                return False
+        elif rise > 0:
+            low = max(low, (target - start) / rise)
+        else:
+            high = min(high, (target - start) / rise)
+    return low <= high
+
+
+def frontier_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per corpus of a sweep with the defaults (price 1) in it: does the default meet the
+    targets, does the corpus's frontier allow them (a point of the sweep, or the straight line
+    between two neighbouring prices, inside both), and is the default on its frontier (no
+    price of the sweep beats it on both figures)? The issue's test: every corpus whose frontier
+    allows the targets meets them at the default, and every default is on its frontier.
+
+    >>> rows = [{"corpus": "c", "price": p, "gap_closed": g, "ids_stable": i}
+    ...         for p, g, i in ((0.5, 0.96, 0.80), (1.0, 0.95, 0.87), (2.0, 0.89, 0.93))]
+    >>> [verdict] = frontier_verdicts(rows)
+    >>> verdict["meets_targets"], verdict["frontier_allows"], verdict["on_frontier"]
+    (True, True, True)
+    """
+    verdicts = []
+    for corpus in dict.fromkeys(r["corpus"] for r in rows):
+        points = sorted(
+            (r for r in rows if r["corpus"] == corpus and r["gap_closed"] is not None), key=lambda r: r["price"]
+        )
+        default = next((r for r in points if r["price"] == 1.0), None)
+        if default is None:
+            continue
+        allows = any(_in_targets(r["gap_closed"], r["ids_stable"]) for r in points) or any(
+            _segment_meets_targets(a, b) for a, b in zip(points, points[1:])
+        )
+        beaten = any(
+            r["gap_closed"] > default["gap_closed"] and r["ids_stable"] > default["ids_stable"] for r in points
+        )
+        verdicts.append(
+            {
+                "corpus": corpus,
+                "gap_closed": default["gap_closed"],
+                "ids_stable": default["ids_stable"],
+                "meets_targets": _in_targets(default["gap_closed"], default["ids_stable"]),
+                "frontier_allows": allows,
+                "on_frontier": not beaten,
+            }
+        )
+    return verdicts
+
+
+def read_drift_report(path: str | Path) -> dict[str, Any]:
+    """An earlier ``bench drift --json`` report (for ``--compare``), refused with the reason when
+    it is not one."""
+    try:
+        report: object = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokmaintError(f"{path}: cannot read an earlier bench drift report: {exc}") from None
+    rows = report.get("rows") if isinstance(report, dict) else None
+    keys = ("corpus", "price", "gap_closed", "ids_stable")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in keys) for r in rows):
+        raise TokmaintError(f"{path}: not a bench drift --json report: it needs 'rows', each with {', '.join(keys)}")
+    return {"rows": rows}
+
+
+def plot_drift(table: dict[str, Any], path: Path, *, compare: Mapping[str, Any] | None = None) -> None:
+    """gap_closed against ids_stable, a line per corpus through its prices, the targets shaded;
+    ``compare``, an earlier report, adds its frontiers dashed in the same colours."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,30 +310,43 @@ def plot_drift(table: dict[str, Any], path: Path) -> None:
     )
     ax.axhline(TARGETS["gap_closed"], color="tab:green", linestyle="--", linewidth=1)
     ax.axvline(TARGETS["ids_stable"], color="tab:green", linestyle="--", linewidth=1)
+    earlier = [r for r in (compare or {}).get("rows", []) if r["gap_closed"] is not None]
     for corpus in dict.fromkeys(r["corpus"] for r in table["rows"]):
         rows = [r for r in table["rows"] if r["corpus"] == corpus and r["gap_closed"] is not None]
         drawn = [min(r["gap_closed"], PLOT_GAP_TOP) for r in rows]
         clipped = any(r["gap_closed"] > PLOT_GAP_TOP for r in rows)
-        ax.plot(
+        (line,) = ax.plot(
             [r["ids_stable"] for r in rows],
             drawn,
             marker="o",
             label=f"{corpus} (gap_closed > {PLOT_GAP_TOP:g} drawn at the top)" if clipped else corpus,
         )
+        before = [r for r in earlier if r["corpus"] == corpus]
+        if before:
+            ax.plot(
+                [r["ids_stable"] for r in before],
+                [min(r["gap_closed"], PLOT_GAP_TOP) for r in before],
+                linestyle="--",
+                marker=".",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{corpus}, earlier",
+            )
         for r, y in zip(rows, drawn):
             value = f" ({r['gap_closed']:.2f})" if r["gap_closed"] > PLOT_GAP_TOP else ""
             ax.annotate(
                 f"×{r['price']:g}{value}", (r["ids_stable"], y), textcoords="offset points", xytext=(4, 4), fontsize=7
             )
-    gaps = [min(r["gap_closed"], PLOT_GAP_TOP) for r in table["rows"] if r["gap_closed"] is not None]
+    shown = [*table["rows"], *(r for r in earlier if r["corpus"] in {t["corpus"] for t in table["rows"]})]
+    gaps = [min(r["gap_closed"], PLOT_GAP_TOP) for r in shown if r["gap_closed"] is not None]
     gaps.append(TARGETS["gap_closed"])
-    ids = [r["ids_stable"] for r in table["rows"]] + [TARGETS["ids_stable"]]
+    ids = [r["ids_stable"] for r in shown] + [TARGETS["ids_stable"]]
     ax.set_ylim(min(0, min(gaps)) - 0.05, max(gaps) + 0.1)
     ax.set_xlim(min(ids) - 0.02, 1.0)
     ax.set_xlabel("ids_stable (share of Old's ids unchanged)")
     ax.set_ylabel("gap_closed (share of the Old→New bytes/token gap)")
     ax.set_title("Ted-Tok drift: what the id price buys (labels: × the prices set)")
-    ax.legend(loc="lower left")
+    ax.legend(loc="lower left", fontsize=7 if earlier else None)
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)

@@ -42,24 +42,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
-    from tokenizer_service.bench.drift import DriftSettings, drift_table, plot_drift
+    from tokenizer_service.bench.drift import DriftSettings, drift_table, plot_drift, read_drift_report
     from tokenizer_service.output_dir import OutputDir
 
     settings = chosen_settings(args.parser, args, DriftSettings)
     resolved = [Path(c).resolve() for c in args.corpus]
     if len(set(resolved)) < len(resolved):
         args.parser.error("argument --corpus: the same corpus is given twice")
+    if args.compare and not args.plot:
+        args.parser.error("argument --compare: draws into --plot's drift.png; give --plot DIR too")
+    earlier = read_drift_report(args.compare) if args.compare else None
     prices = args.sweep
     out = None
     if args.plot:
-        run = {"corpora": [_file_sha256(p) for p in resolved], "prices": prices, "settings": settings.model_dump()}
+        run = {
+            "corpora": [_file_sha256(p) for p in resolved],
+            "prices": prices,
+            "settings": settings.model_dump(),
+            "compare": _file_sha256(Path(args.compare)) if args.compare else None,
+        }
         out = OutputDir.claim(
             args.plot, command="bench drift", run=run, outputs=[r"drift\.png"], force=args.force, option="--plot"
         )
     try:
         table = drift_table(args.corpus, settings, prices=prices, progress=progress)
         if out is not None:
-            out.replace_files(lambda staging: plot_drift(table, staging / "drift.png"))
+            out.replace_files(lambda staging: plot_drift(table, staging / "drift.png", compare=earlier))
     finally:
         if out is not None:
             out.release()
@@ -69,6 +77,14 @@ def _bench_drift(args: argparse.Namespace, *, progress: bool) -> int:
     print_rows(table["rows"])
     print()
     print_rows([{"worst case": "all corpora", **w} for w in table["worst"]])
+    if table["verdicts"]:
+        print()
+        print_rows(
+            [
+                {"default (price 1)": v["corpus"], **{k: x for k, x in v.items() if k != "corpus"}}
+                for v in table["verdicts"]
+            ]
+        )
     print(
         f"\ntargets: gap_closed >= {table['targets']['gap_closed']}, ids_stable >= {table['targets']['ids_stable']}"
         + (f"; plot: {out.path / 'drift.png'}" if out is not None else "")
@@ -320,6 +336,11 @@ def add_bench_drift(p: argparse.ArgumentParser) -> None:
         "--plot", metavar="DIR", help="write drift.png (gap_closed against ids_stable) into this new or empty directory"
     )
     p.add_argument("--force", action="store_true", help="replace an earlier plot's drift.png in --plot")
+    p.add_argument(
+        "--compare",
+        metavar="REPORT",
+        help="an earlier bench drift --json report: its frontiers are drawn dashed in --plot's drift.png",
+    )
     add_bench_options(p, DriftSettings, cmd_bench)
 
 

@@ -79,3 +79,21 @@ def test_bench_drift_sweeps_several_corpora_and_plots(drifting_corpus, tmp_path,
         ids = [r["ids_stable"] for r in rows if r["corpus"] == name]
         assert ids[1] <= ids[2]
     assert (tmp_path / "plot" / "drift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # One verdict per corpus on its default (price 1), each figure checked against the rows.
+    for verdict in result["verdicts"]:
+        points = [r for r in rows if r["corpus"] == verdict["corpus"]]
+        [default] = [r for r in points if r["price"] == 1.0]
+        assert (verdict["gap_closed"], verdict["ids_stable"]) == (default["gap_closed"], default["ids_stable"])
+        assert verdict["meets_targets"] == (default["gap_closed"] >= 0.92 and default["ids_stable"] >= 0.87)
+        assert verdict["on_frontier"] == (
+            not any(r["gap_closed"] > default["gap_closed"] and r["ids_stable"] > default["ids_stable"] for r in points)
+        )
+        assert verdict["frontier_allows"] or not verdict["meets_targets"]
+    assert [v["corpus"] for v in result["verdicts"]] == ["stream", "reversed"]
+    # An earlier report's frontiers are drawn beside this run's.
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(result))
+    code, out, _ = run([*argv[:-1], str(tmp_path / "compared"), "--compare", str(earlier)], capsys)
+    assert code == 0 and "default (price 1)" in out and "meets_targets" in out
+    compared = (tmp_path / "compared" / "drift.png").read_bytes()
+    assert compared[:8] == b"\x89PNG\r\n\x1a\n" and compared != (tmp_path / "plot" / "drift.png").read_bytes()
