@@ -2,8 +2,6 @@
 load ramp overloads it: it refuses with 503 past that, never hangs, and every rollback it
 answered 201 is a version numbered as answered."""
 
-import json
-
 from tests.support.cli import OVERLOAD_RAMP, run_json
 
 
@@ -32,38 +30,30 @@ def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drif
 
 
 def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
-    from tokmaint.cli import main
-
-    assert (
-        main(
-            [
-                "bench",
-                "registry",
-                "--corpus",
-                str(drifting_corpus),
-                "--vocab-size",
-                "300",
-                "--batch-size",
-                "5",
-                "--publishes",
-                "3",
-                "--clients",
-                "2",
-                "--seconds",
-                "0.3",
-                "--repeats",
-                "1",
-                # Two steps of the load ramp: the ramp's own test is the one above.
-                "--start-rps",
-                "200",
-                "--max-rps",
-                "400",
-                "--json",
-            ]
-        )
-        == 0
+    result = run_json(
+        capsys,
+        "bench",
+        "registry",
+        "--corpus",
+        str(drifting_corpus),
+        "--vocab-size",
+        "300",
+        "--batch-size",
+        "5",
+        "--publishes",
+        "3",
+        "--clients",
+        "2",
+        "--seconds",
+        "0.3",
+        "--repeats",
+        "1",
+        # Two steps of the load ramp: the ramp's own test is the one above.
+        "--start-rps",
+        "200",
+        "--max-rps",
+        "400",
     )
-    result = json.loads(capsys.readouterr().out)
     assert 0 < result["publish_ms"]["p50"] <= result["publish_ms"]["p99"]
     assert result["get_rps"] > 0 and result["get_304_rps"] > 0
     assert result["publishes"] == 3 and result["changed_ids_per_publish"] == 5

@@ -376,12 +376,11 @@ def add_revise(revise: argparse.ArgumentParser) -> None:
     from tokenizer_service.evolve import StreamSettings
 
     _add_redis_options(revise)
-    revise.add_argument("--json", action="store_true", help="print JSON")
     # The decay is the statistics' own; the schedule is the job's.
     add_settings(
         revise, StreamSettings, skip=("vocab_size", "step_docs", "horizon_docs", "interval_docs", "warmup_docs")
     )
-    revise.set_defaults(func=cmd_revise, parser=revise)
+    finish_command(revise, cmd_revise)
 
 
 def add_residues_job(residues: argparse.ArgumentParser) -> None:
@@ -439,9 +438,8 @@ def add_stats(stats: argparse.ArgumentParser) -> None:
         "document each: a count is then in how many documents LZW forms the run)",
     )
     hyper.add_argument("--top", type=whole(1), default=20, help="how many hypertokens to list (default: 20)")
-    hyper.add_argument("--json", action="store_true", help="print JSON")
     add_wait_option(hyper, waits_for=WAITS_FOR)
-    hyper.set_defaults(func=cmd_stats_hypertokens, parser=hyper)
+    finish_command(hyper, cmd_stats_hypertokens)
 
 
 def add_bench_pipeline(bench: argparse.ArgumentParser) -> None:
