@@ -5,23 +5,15 @@ answered 201 is a version numbered as answered."""
 from tests.support.cli import OVERLOAD_RAMP, run_json
 
 
-def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drifting_corpus, capsys):
-    result = run_json(
-        capsys,
-        "bench",
-        "registry",
-        "--corpus",
-        str(drifting_corpus),
-        "--max-mb",
-        "0.2",
-        "--vocab-size",
-        "300",
-        "--publishes",
-        "2",
-        "--clients",
-        "2",
-        *OVERLOAD_RAMP,
+def _bench_registry(capsys, corpus, *options):
+    """``bench registry --json`` on ``corpus`` with a 300-token tokenizer and two clients."""
+    return run_json(
+        capsys, "bench", "registry", "--corpus", str(corpus), "--vocab-size", "300", "--clients", "2", *options
     )
+
+
+def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drifting_corpus, capsys):
+    result = _bench_registry(capsys, drifting_corpus, "--max-mb", "0.2", "--publishes", "2", *OVERLOAD_RAMP)
     assert result["publishes"] == 2 and result["get_rps"] > 0 and result["get_304_rps"] > 0
     load = result["load"]
     assert load["hung"] == 0 and load["failed"] == 0 and load["max_in_flight"] == 2
@@ -30,29 +22,12 @@ def test_the_load_ramp_overloads_the_registry_and_no_accepted_write_is_lost(drif
 
 
 def test_bench_registry_measures_a_real_server(drifting_corpus, capsys):
-    result = run_json(
+    result = _bench_registry(
         capsys,
-        "bench",
-        "registry",
-        "--corpus",
-        str(drifting_corpus),
-        "--vocab-size",
-        "300",
-        "--batch-size",
-        "5",
-        "--publishes",
-        "3",
-        "--clients",
-        "2",
-        "--seconds",
-        "0.3",
-        "--repeats",
-        "1",
+        drifting_corpus,
+        *("--batch-size", "5", "--publishes", "3", "--seconds", "0.3", "--repeats", "1"),
         # Two steps of the load ramp: the ramp's own test is the one above.
-        "--start-rps",
-        "200",
-        "--max-rps",
-        "400",
+        *("--start-rps", "200", "--max-rps", "400"),
     )
     assert 0 < result["publish_ms"]["p50"] <= result["publish_ms"]["p99"]
     assert result["get_rps"] > 0 and result["get_304_rps"] > 0
