@@ -213,7 +213,9 @@ def drift_table(
                 "gap_undefined": len(at) - len(gaps),
             }
         )
-    return {"rows": rows, "worst": worst, "targets": TARGETS, "verdicts": frontier_verdicts(rows)}
+    # A verdict needs a frontier: only a sweep has one.
+    verdicts = frontier_verdicts(rows) if prices is not None else []
+    return {"rows": rows, "worst": worst, "targets": TARGETS, "verdicts": verdicts}
 
 
 def _in_targets(gap_closed: float, ids_stable: float) -> bool:

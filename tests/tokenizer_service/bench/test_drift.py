@@ -43,6 +43,7 @@ def test_bench_drift_closes_the_gap_within_its_id_budget(drifting_corpus, capsys
     assert result["worst"] == [
         {"price": 1.0, "gap_closed": row["gap_closed"], "ids_stable": row["ids_stable"], "gap_undefined": 0}
     ]
+    assert result["verdicts"] == []  # no sweep, no frontier to judge the default on
 
 
 def test_bench_drift_sweeps_several_corpora_and_plots(drifting_corpus, tmp_path, capsys):
