@@ -313,6 +313,7 @@ def plot_drift(table: dict[str, Any], path: Path, *, compare: Mapping[str, Any] 
     ax.axhline(TARGETS["gap_closed"], color="tab:green", linestyle="--", linewidth=1)
     ax.axvline(TARGETS["ids_stable"], color="tab:green", linestyle="--", linewidth=1)
     earlier = [r for r in (compare or {}).get("rows", []) if r["gap_closed"] is not None]
+    compared = []  # the earlier rows drawn: those of this run's corpora
     for corpus in dict.fromkeys(r["corpus"] for r in table["rows"]):
         rows = [r for r in table["rows"] if r["corpus"] == corpus and r["gap_closed"] is not None]
         drawn = [min(r["gap_closed"], PLOT_GAP_TOP) for r in rows]
@@ -324,6 +325,7 @@ def plot_drift(table: dict[str, Any], path: Path, *, compare: Mapping[str, Any] 
             label=f"{corpus} (gap_closed > {PLOT_GAP_TOP:g} drawn at the top)" if clipped else corpus,
         )
         before = [r for r in earlier if r["corpus"] == corpus]
+        compared += before
         if before:
             ax.plot(
                 [r["ids_stable"] for r in before],
@@ -339,7 +341,7 @@ def plot_drift(table: dict[str, Any], path: Path, *, compare: Mapping[str, Any] 
             ax.annotate(
                 f"×{r['price']:g}{value}", (r["ids_stable"], y), textcoords="offset points", xytext=(4, 4), fontsize=7
             )
-    shown = [*table["rows"], *(r for r in earlier if r["corpus"] in {t["corpus"] for t in table["rows"]})]
+    shown = [*table["rows"], *compared]
     gaps = [min(r["gap_closed"], PLOT_GAP_TOP) for r in shown if r["gap_closed"] is not None]
     gaps.append(TARGETS["gap_closed"])
     ids = [r["ids_stable"] for r in shown] + [TARGETS["ids_stable"]]
