@@ -54,8 +54,9 @@ services:
 # format) and mypy (pyproject.toml's [tool.mypy]: schemas and tokenizer_service, strict; its cache
 # beside the tokenizers', so a new clone is checked in seconds). The tests run in TEST_WORKERS
 # processes (pytest-xdist), a module's tests in one of them, so its fixtures start once; the 15
-# slowest tests are listed at the end.
-TEST_WORKERS ?= 2
+# slowest tests are listed at the end. Three on 2 cores: many tests wait on servers and processes
+# they start, and a third worker uses that time (docs/benchmarks.md: 707 s of pytest, not 767 s).
+TEST_WORKERS ?= 3
 MYPY_CACHE ?= $(HOME)/.cache/tokmaint/mypy
 
 test: setup services
