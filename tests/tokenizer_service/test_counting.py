@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tokenizer_service.counting import StepCounter, WordVocabulary, pack_pair, unpack_pair
+from tokenizer_service.counting import StepCounter, WordVocabulary, count_pairs, pack_pair, unpack_pair
 from tests.conftest import WORDS
 from tests.support.tokenizer_files import MODEL_EDITS
 from tokenizer_service.bpe import BPETokenizer
@@ -95,6 +95,19 @@ def test_tallies_of_a_step_s_parts_count_as_its_texts(special_tokenizer, texts, 
     got = StepCounter(special_tokenizer).count_tally(tally, neighbours=True)
     assert _counts_equal(got, StepCounter(special_tokenizer).count_texts(texts, neighbours=True))
     assert got.n_bytes == sum(len(t.encode()) for t in texts)
+
+
+@given(st.integers(1, 300), st.integers(0, 2_000), st.integers(0, 2**32 - 1))
+def test_pairs_counted_by_a_bincount_or_a_sort_are_the_same_floats(id_space, n, seed):
+    """Few ids for many pairs take the bincount, the rest np.unique's sort: the keys in the same
+    order, the sums bit for bit."""
+    rng = np.random.default_rng(seed)
+    left, right = rng.integers(0, id_space, n), rng.integers(0, id_space, n)
+    weights = rng.random(n) * rng.choice([1.0, 1e-9, 1e9], n)
+    keys, sums = count_pairs(left, right, weights, np.flatnonzero(np.bincount(np.concatenate([left, right]))))
+    expected_keys, inverse = np.unique(pack_pair(left, right), return_inverse=True)
+    assert keys.tolist() == expected_keys.tolist()
+    assert sums.tobytes() == np.bincount(inverse, weights=weights, minlength=len(expected_keys)).tobytes()
 
 
 def test_pairs_never_cross_word_boundaries(byte_tokenizer):
