@@ -55,7 +55,7 @@ services:
 # beside the tokenizers', so a new clone is checked in seconds). The tests run in TEST_WORKERS
 # processes (pytest-xdist), a module's tests in one of them, so its fixtures start once; the 15
 # slowest tests are listed at the end. Three on 2 cores: many tests wait on servers and processes
-# they start, and a third worker uses that time (docs/benchmarks.md: 707 s of pytest, not 767 s).
+# they start, and a third worker uses that time (docs/benchmarks.md, "The suite").
 TEST_WORKERS ?= 3
 MYPY_CACHE ?= $(HOME)/.cache/tokmaint/mypy
 
