@@ -100,28 +100,24 @@ class StepCounts(KeyCounts):
         return self.n_bytes / max(self.n_tokens, 1)
 
 
-def count_pairs(
-    left: Int64Array, right: Int64Array, weights: Float64Array, ids: Int64Array
-) -> tuple[Int64Array, Float64Array]:
+def count_pairs(left: Int64Array, right: Int64Array, weights: Float64Array) -> tuple[Int64Array, Float64Array]:
     """The distinct pairs ``(left[i], right[i])`` as sorted keys (:func:`pack_pair`), and the sum
-    of their ``weights``. ``ids``: the sorted ids the pairs are made of.
+    of their ``weights``.
 
     Where few ids make many pairs (a small vocabulary: Ted-Tok's arithmetic), the pairs are
-    counted by a bincount over every pair of those ids instead of np.unique's sort. Either way
-    each pair's weights are added in the same order, so the sums are the same floats.
+    counted by a bincount over every pair of ids up to the largest instead of np.unique's sort.
+    Either way each pair's weights are added in the same order, so the sums are the same floats.
 
     >>> left, right, weights = np.array([2, 1, 2]), np.array([5, 5, 5]), np.array([1.0, 2.0, 0.5])
-    >>> keys, sums = count_pairs(left, right, weights, np.array([1, 2, 5]))
+    >>> keys, sums = count_pairs(left, right, weights)
     >>> [unpack_pair(k) for k in keys.tolist()], sums.tolist()
     ([(1, 5), (2, 5)], [2.0, 1.5])
     """
-    m = len(ids)
-    if 0 < m * m <= 8 * len(left):  # m² bins cost no more to clear and scan than n keys to sort
-        rank = np.zeros(int(ids[-1]) + 1, np.int64)
-        rank[ids] = np.arange(m)
-        dense = rank[left] * m + rank[right]
-        occupied = np.flatnonzero(np.bincount(dense, minlength=m * m))
-        return pack_pair(ids[occupied // m], ids[occupied % m]), weighted_bincount(dense, weights, m * m)[occupied]
+    size = int(max(left.max(), right.max())) + 1 if len(left) else 0
+    if 0 < size * size <= 8 * len(left):  # size² bins cost no more to clear and scan than n keys to sort
+        dense = left * size + right
+        occupied = np.flatnonzero(np.bincount(dense, minlength=size * size))
+        return pack_pair(occupied // size, occupied % size), weighted_bincount(dense, weights, size * size)[occupied]
     keys, inverse = np.unique(pack_pair(left, right), return_inverse=True)
     return keys, weighted_bincount(inverse, weights, len(keys))
 
@@ -591,7 +587,7 @@ class StepCounter:
         # counting). It adds each id's weights in the same order, so the sums are the same floats.
         token_ids = np.flatnonzero(np.bincount(tokens))
         token_counts = weighted_bincount(tokens, weights)[token_ids]
-        pair_keys, pair_counts = self._pairs(word_ids, freqs, tokens=tokens, weights=weights, token_ids=token_ids)
+        pair_keys, pair_counts = self._pairs(word_ids, freqs, tokens=tokens, weights=weights)
         return StepCounts(
             token_ids=token_ids,
             token_counts=token_counts,
@@ -608,18 +604,14 @@ class StepCounter:
         *,
         tokens: Int64Array | None = None,
         weights: Float64Array | None = None,
-        token_ids: Int64Array | None = None,
     ) -> tuple[Int64Array, Float64Array]:
-        """The within-word pairs of encoded words (distinct ids, frequencies) and their counts;
-        ``tokens``, ``weights`` and the distinct ``token_ids``: the words' encodings, when made already."""
+        """The within-word pairs of encoded words (distinct ids, frequencies) and their counts."""
         lengths = self._len[word_ids]
         if tokens is None:
             tokens, weights = self._gather(word_ids, lengths), np.repeat(freqs, lengths)
         assert weights is not None  # given with the tokens (count_words), or made with them here
-        if token_ids is None:
-            token_ids = np.flatnonzero(np.bincount(tokens))
         # A pair starts at every position but a word's last one.
         not_last = np.ones(len(tokens), dtype=bool)
         not_last[np.cumsum(lengths)[lengths > 0] - 1] = False
         starts = np.flatnonzero(not_last)
-        return count_pairs(tokens[starts], tokens[starts + 1], weights[starts], token_ids)
+        return count_pairs(tokens[starts], tokens[starts + 1], weights[starts])
