@@ -28,7 +28,7 @@ cannot grow: it is built with room for the versions to come.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -45,11 +45,23 @@ Strategy = Literal["parents_mean", "subtoken_mean", "hyper"]  # trainer.config.S
 
 @dataclass(frozen=True)
 class AppliedRevision:
-    """What a revision did to the model: the ids made anew, those removed, and the rows now."""
+    """What a revision did to the model: the ids made anew, those removed, the rows now, and
+    ``respelled``: the unchanged ids that now spell a token the revision took away (its old merge
+    parents), which the model has never read or predicted in its place."""
 
     changed: list[int]
     removed: list[int]
     rows: int
+    respelled: list[int] = field(default_factory=list)
+
+    @property
+    def warm_ids(self) -> list[int]:
+        """The rows a warm-up trains (``trainer.new_rows``): the new ones and the respelled ones.
+
+        >>> AppliedRevision(changed=[7], removed=[], rows=8, respelled=[2, 3]).warm_ids
+        [2, 3, 7]
+        """
+        return sorted({*self.changed, *self.respelled})
 
 
 def embedding_matrices(model: nn.Module) -> list[nn.Parameter]:
@@ -265,4 +277,7 @@ def apply_revision(
                     with whole_rows(value, what=f"version {diff.version}'s optimizer state") as whole:
                         whole[changed + removed] = 0
     set_removed(model, (set(removed_before) - set(changed)) | set(removed))
-    return AppliedRevision(changed=changed, removed=removed, rows=rows)
+    # A removed entry's parents are its old token's; a reassigned one's are in old_parents.
+    taken = {q for e in entries for q in (e.parents if e.kind == "removed" else e.old_parents or ())}
+    respelled = sorted(taken - filled - set(removed))
+    return AppliedRevision(changed=changed, removed=removed, rows=rows, respelled=respelled)

@@ -256,7 +256,7 @@ class LineageFollower:
         rows_before = module.get_input_embeddings().weight.shape[0]
         applied = apply_revision(module, optimizer, diff, strategy=self.strategy, previous=self.tokenizer)
         self.version, self.tokenizer = target, tokenizer
-        self._warm(module, applied.changed)
+        self._warm(module, applied.warm_ids)
         self._check_ranks(module)
         if applied.rows > rows_before and module is not model:
             model = nn.parallel.DistributedDataParallel(
@@ -269,24 +269,24 @@ class LineageFollower:
         self._taken(target, applied, time.perf_counter() - began)
         return model
 
-    def _warm(self, module: nn.Module, changed: list[int]) -> None:
-        """Warm up the rows a version made on the last texts encoded (rank 0's, then sent to every
-        rank: the ranks' rows stay alike). A sharded model's rows are left as made: its forward
-        pass is a collective of every rank."""
+    def _warm(self, module: nn.Module, ids: list[int]) -> None:
+        """Warm up the rows a version made or respelled (``AppliedRevision.warm_ids``) on the last
+        texts encoded (rank 0's, then sent to every rank: the ranks' rows stay alike). A sharded
+        model's rows are left as made: its forward pass is a collective of every rank."""
         matrices = embedding_matrices(module)
-        if not self.warm_steps or not changed or any(is_sharded(m) for m in matrices):
+        if not self.warm_steps or not ids or any(is_sharded(m) for m in matrices):
             return
         with self._recent_lock:
             texts, seq_len = list(self._recent), self._seq_len
         if self.rank == 0 and texts:
             inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
-            warm_new_rows(module, changed, inputs, labels, steps=self.warm_steps, lr=self.warm_lr)
+            warm_new_rows(module, ids, inputs, labels, steps=self.warm_steps, lr=self.warm_lr)
         if distributed():
             with torch.no_grad():
                 for matrix in matrices:
-                    rows = matrix[changed].to(collective_device())
+                    rows = matrix[ids].to(collective_device())
                     torch.distributed.broadcast(rows, src=0)
-                    matrix[changed] = rows.to(matrix.device)
+                    matrix[ids] = rows.to(matrix.device)
 
     def _fetch(self, target: int) -> tuple[int, BPETokenizer, RevisionDiff] | None:
         """The version the diff starts from, the version ``target`` and the diff; None when this

@@ -272,7 +272,7 @@ def run_lifelong_bench(
                         warming = time.perf_counter()  # part of the evolving model's training time
                         warm_new_rows(
                             evolving.model,
-                            applied.changed,
+                            applied.warm_ids,
                             *token_batch(tokenizer, list(recent), seq_len=seq_len),
                             steps=settings.warm_steps,
                             lr=settings.warm_lr,

@@ -113,6 +113,28 @@ def test_only_the_changed_rows_move_and_they_are_their_parents_mean(versions, ki
             assert not matrix[i].any()
 
 
+def test_respelled_are_the_unchanged_pieces_of_the_tokens_taken_away(versions):
+    """A revision's sinks leave their text to their old merge parents: those rows are respelled
+    (the warm-up trains them beside the new ones), never one the revision changed."""
+    initial, revisions = versions
+    previous, model = initial, _model("gpt2", initial.id_space)
+    seen = 0
+    for revision in revisions:
+        applied = apply_revision(model, None, revision.diff)
+        entries = revision.diff.entries
+        changed = {e.id for e in entries}
+        assert not set(applied.respelled) & changed
+        inverse = previous.id_to_token
+        for entry in (e for e in entries if e.kind != "added"):
+            pieces = entry.parents if entry.kind == "removed" else entry.old_parents
+            assert "".join(inverse[i] for i in pieces) == entry.old_token or not pieces  # its two halves
+            assert set(pieces) - changed <= set(applied.respelled)
+            seen += bool(set(pieces) - changed)
+        assert applied.warm_ids == sorted(set(applied.changed) | set(applied.respelled))
+        previous = revision.tokenizer
+    assert seen  # the revisions took merged tokens away
+
+
 def test_subtoken_mean_is_the_mean_of_the_previous_encoding(versions):
     initial, revisions = versions
     model, optimizer = _trained("llama", initial.id_space)
