@@ -70,13 +70,9 @@ class LifelongBenchSettings(StreamSettings, NewRowWarmUpSettings):
     )
     # 48 documents gave one part's evolving / static a standard error of 0.4 points (git, 8 MB):
     # more than the 0.3% a revision may cost. 1,024: 0.07 points, for ~3 ms a document and model.
+    # The ensemble goes byte by byte, at ~100 times a model's cost: on fewer.
     eval_docs: int = setting(1024, whole(1), "documents of the next part scored after each part (evenly spaced)")
-    ensemble_docs: int = setting(
-        48,
-        whole(1),
-        "of those, documents the byte-level ensemble is scored on "
-        "(evenly spaced; byte by byte, it costs ~100 times a model's score)",
-    )
+    ensemble_docs: int = setting(48, whole(1), "of those, documents the byte-level ensemble is scored on")
     eval_bytes: int = setting(192, whole(1), "bytes of each scored document, at most (its start)")
     seed: int = setting(0, whole(0), "the models' initial weights (the same for all)")
     max_merge: int = setting(3, whole(1), "the zip2zip arms' largest hypertoken, in base tokens (1: no zip2zip arms)")
