@@ -23,7 +23,9 @@ CAUSAL_LM_LOSS = "ForCausalLM"
 
 
 # The new rows' warm-up after a revision (trainer.new_rows): LineageFollower's defaults and the settings'.
-WARM_STEPS, WARM_DOCS, WARM_LR = 20, 256, 3e-3
+# Five steps on 512 texts cost half of twenty on 256, and after bench lifelong's first revisions
+# measured as well or better (docs/benchmarks.md, Lifelong).
+WARM_STEPS, WARM_DOCS, WARM_LR = 5, 512, 1.2e-2
 
 
 class NewRowWarmUpSettings(Settings):
