@@ -6,7 +6,7 @@ its weights, the row needs many steps to catch up, and meanwhile the model reads
 the token's text worse than it did in two pieces: the revision costs bits per byte. A sink the
 revision deletes costs more: its text is now spelled by its two old pieces, a sequence the model
 never saw, since the merged token always stood there; on the Debian stream such a document cost
-~9 bits more after the first revisions, a shorter one saved ~2. So the pieces' rows
+~11 bits more after the first revisions, a shorter one saved ~2. So the pieces' rows
 (``AppliedRevision.respelled``) warm up beside the new ones. Here those rows alone take a few
 Adam steps of the language-modelling loss on text the model has just trained on, encoded with the
 new version (the texts that hold one of them), every other weight frozen: the rows learn what the
