@@ -158,9 +158,10 @@ def _bits_per_byte(runs: dict[str, TinyModel], texts: list[str], ensemble_docs: 
         model.model.eval()
     texts = [t for t in (fit_text(list(models.values()), text) for text in texts) if t]
     sizes = [len(t.encode("utf-8")) for t in texts]
+    n_bytes = sum(sizes)
     log_probs = {name: [model.prefix(t).log_prob for t in texts] for name, model in models.items()}
-    bits = {name: -sum(lps) / LN2 / sum(sizes) for name, lps in log_probs.items()}
-    bits |= {name: run.code_bits(texts) / sum(sizes) for name, run in runs.items() if run.zip2zip is not None}
+    bits = {name: -sum(lps) / LN2 / n_bytes for name, lps in log_probs.items()}
+    bits |= {name: run.code_bits(texts) / n_bytes for name, run in runs.items() if run.zip2zip is not None}
     few = _evenly(list(range(len(texts))), ensemble_docs)
     few_bytes = sum(sizes[i] for i in few)
     ensemble = {name: -sum(lps[i] for i in few) / LN2 / few_bytes for name, lps in log_probs.items()}

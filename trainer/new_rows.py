@@ -16,7 +16,7 @@ is the next-token loss, which fits a tied input and output row together).
 
     applied = apply_revision(model, optimizer, diff)
     inputs, labels = token_batch(new_version, recent_texts, seq_len=128)
-    losses = warm_new_rows(model, applied.warm_ids, inputs, labels, steps=20, lr=3e-3)
+    losses = warm_new_rows(model, applied.warm_ids, inputs, labels, steps=5, lr=1.2e-2)
 """
 
 from __future__ import annotations
