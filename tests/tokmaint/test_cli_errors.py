@@ -257,6 +257,31 @@ def test_settings_come_from_the_environment_under_the_options(scratch, capsys, m
     assert steps[1] > steps[2] > 1
 
 
+@pytest.mark.parametrize(
+    "argv, field, topic",
+    [
+        (["registry", "relay", "--once", "--topic", "events.x"], "revisions_topic", "events.x"),
+        (["trainer", "run", "--lineage", "x", "--topic", "docs.x"], "docs_topic", "docs.x"),
+    ],
+    ids=["relay", "trainer"],
+)
+def test_relay_and_trainer_read_the_stream_s_settings_as_every_command(
+    scratch, capsys, monkeypatch, argv, field, topic
+):
+    """Their --topic is a field of the stream's settings under the command's own name, and a bad
+    value from the environment is named by its variable, before anything is opened."""
+    from pipeline.config import PipelineSettings
+    from tokmaint.cli import build_parser
+    from tokmaint.options import chosen_settings
+
+    args = build_parser().parse_args(argv)
+    assert getattr(chosen_settings(args.parser, args, PipelineSettings), field) == topic
+    monkeypatch.setenv("TOKMAINT_PIPELINE_MAX_RECORD_BYTES", "0")
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "TOKMAINT_PIPELINE_MAX_RECORD_BYTES: Input should be greater than or equal to 1" in err
+
+
 # The byte-level and trainer commands: model folders, checkpoints and zip2zip folders, and their
 # options. Each case copies good models into a scratch folder, breaks one thing, and runs the command.
 MODEL_TEXTS = ["the theme then 12 123 1234", "héllo hé hélène", "a  b   c", "don't it's we've"] * 4

@@ -374,9 +374,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
     from registry.store import Registry
 
     store = _store(args)
-    kafka = PipelineSettings(
-        **{k: v for k, v in (("bootstrap", args.bootstrap), ("revisions_topic", args.topic)) if v is not None}
-    )
+    kafka = chosen_settings(args.parser, args, PipelineSettings)
     engine = make_engine(store.db)
     # Started beside the server on a fresh database, it waits for the server to create the schema.
     wait_for(
@@ -404,7 +402,10 @@ def add_relay(commands: argparse._SubParsersAction) -> None:
     _add_store_options(relay)
     add_settings(relay, PipelineSettings, only=("bootstrap",))
     relay.add_argument(
-        "--topic", help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)"
+        "--topic",
+        dest="revisions_topic",
+        metavar="TOPIC",
+        help="the revision events' topic (default: TOKMAINT_PIPELINE_REVISIONS_TOPIC or tokenizer.revisions)",
     )
     relay.add_argument("--once", action="store_true", help="send what is pending, then stop")
     relay.add_argument(

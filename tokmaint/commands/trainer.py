@@ -24,20 +24,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.loop import Trainer, read_model_config
     from trainer.config import TrainerSettings
 
-    if (args.data is None) == (args.topic is None):
+    if (args.data is None) == (args.docs_topic is None):
         args.parser.error("train on one of --data PATH or --topic NAME")
     settings = chosen_settings(args.parser, args, TrainerSettings)
-    stream = PipelineSettings(
-        **{
-            k: v
-            for k, v in (
-                ("bootstrap", args.bootstrap),
-                ("docs_topic", args.topic),
-                ("revisions_topic", args.revisions_topic),
-            )
-            if v is not None
-        }
-    )
+    stream = chosen_settings(args.parser, args, PipelineSettings)
     texts, held_out = held_out_split(
         read_corpus(args.data).texts if args.data else None,
         read_corpus(args.eval_data).texts if args.eval_data else None,
@@ -148,7 +138,12 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     run.add_argument("--registry", help="the registry's URL (default: TOKMAINT_REGISTRY_URL)")
     run.add_argument("--lineage", type=lineage, required=True, help="the lineage to follow")
     run.add_argument("--data", help="JSONL(.gz) or .txt(.gz) to train on, in order, round and round")
-    run.add_argument("--topic", help="or the documents' topic to train on, from its start, waiting for more at its end")
+    run.add_argument(
+        "--topic",
+        dest="docs_topic",
+        metavar="TOPIC",
+        help="or the documents' topic to train on, from its start, waiting for more at its end",
+    )
     add_settings(run, PipelineSettings, only=("bootstrap", "revisions_topic"))
     run.add_argument(
         "--hub",
