@@ -28,7 +28,7 @@ cannot grow: it is built with room for the versions to come.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -52,7 +52,7 @@ class AppliedRevision:
     changed: list[int]
     removed: list[int]
     rows: int
-    respelled: list[int] = field(default_factory=list)
+    respelled: list[int]
 
     @property
     def warm_ids(self) -> list[int]:
