@@ -108,7 +108,7 @@ tedtok, steps = replay(records, initial, stream, step_seconds=float(os.environ["
 ids = np.sort(np.fromiter(tedtok.tokenizer.vocab.values(), np.int64))
 keys, values = tedtok.store.top_pairs(500)
 print(json.dumps({"versions": [initial.sha256] + [r.tokenizer.sha256 for r in tedtok.revisions], "step": len(steps),
-                  "documents": sum(n for n, _ in steps), "tokens": tedtok.store.token(ids).tolist(),
+                  "documents": sum(n for n, _ in steps.values()), "tokens": tedtok.store.token(ids).tolist(),
                   "pairs": [[int(k), float(v)] for k, v in zip(keys, values)]}))
 """
 STEP_SECONDS = 30 * 86400  # the Flink job's steps: 30 days of the sample's event time

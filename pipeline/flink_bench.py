@@ -16,7 +16,10 @@ the same run), ``ratio_to_local``, ``serial_fraction`` (the share of the job's t
 spent adding tallies, counting them with the version, writing steps and revising) and ``seconds``;
 also ``startup_seconds`` (from the job's start to its first step written: tasks deployed, Python
 workers started, the first window filled) and ``flink_steady_mb_s`` (the megabytes of the steps after
-the first over the time between the first and the last step written: the rate once running).
+the first over the time between the first and the last step written: the rate once running), from
+the writer's line for each step; ``steps_timed`` says how many lines there were. A kill can take the
+lines of the steps written just before it, and with them their share of ``serial_fraction``;
+``startup_seconds`` is null with no line, ``flink_steady_mb_s`` with fewer than two.
 """
 
 from __future__ import annotations
@@ -67,10 +70,10 @@ class FlinkBenchSettings(CorpusStreamSettings):
 
 def replay(
     records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
-) -> tuple[TedTok, list[tuple[int, float]]]:
+) -> tuple[TedTok, dict[int, tuple[int, float]]]:
     """Ted-Tok run offline over the topic's documents in the job's steps: windows of
     ``step_seconds`` of event time in order, a document's resends dropped; and each step's documents
-    and megabytes."""
+    and megabytes, by its window's end in milliseconds (as the job's windows end)."""
     windows: dict[int, dict[str, str]] = defaultdict(dict)
     step_ms = round(step_seconds * 1000)
     for value in records:
@@ -81,10 +84,10 @@ def replay(
         windows[doc.ts_ms // step_ms].setdefault(doc.id, doc.text)
     config = stream.tedtok_config()
     tedtok = TedTok(initial, config=config, store=MemoryStatsStore(alpha=config.alpha), lineage=LINEAGE)
-    steps = []
+    steps = {}
     for window in sorted(windows):
         tedtok.observe_texts(texts := list(windows[window].values()))
-        steps.append((len(texts), sum(len(t.encode("utf-8")) for t in texts) / 1e6))
+        steps[(window + 1) * step_ms] = (len(texts), sum(len(t.encode("utf-8")) for t in texts) / 1e6)
     return tedtok, steps
 
 
@@ -190,13 +193,21 @@ def run_flink_bench(
                     if job["state"] != "FINISHED":
                         raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
                     flink_seconds = job["duration"] / 1000
+                    started_at = job["start-time"] / 1000
                     steps_written = _written(cluster.log_dir)
-                    serial = sum(step["seconds"] for step in steps_written.values())
-                    ats = sorted(step["at"] for step in steps_written.values())
-                    # Once the first step is out: the stream's rate with the job's start-up (JVM tasks,
-                    # Python workers, the first window) behind it.
-                    startup = ats[0] - job["start-time"] / 1000
                 tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
+                # A kill takes the lines of the steps whose Python worker had not handed them back yet
+                # (the restored job does not write those steps again): the timings are the lines' that
+                # survived. Once the first step is out, the stream's rate with the job's start-up (JVM
+                # tasks, Python workers, the first window) behind it.
+                serial = sum(step["seconds"] for step in steps_written.values())
+                timed = sorted((step["at"], end) for end, step in steps_written.items())
+                startup = timed[0][0] - started_at if timed else None
+                steady = (
+                    sum(steps[end][1] for _, end in timed[1:]) / max(timed[-1][0] - timed[0][0], 1e-9)
+                    if len(timed) > 1
+                    else None
+                )
                 compared = equal_to_replay(tedtok, client, registry, LINEAGE)
                 dead = len(
                     {
@@ -241,7 +252,8 @@ def run_flink_bench(
         "serial_fraction": serial / flink_seconds,
         "flink_seconds": flink_seconds,
         "startup_seconds": startup,
-        "flink_steady_mb_s": sum(mb for _, mb in steps[1:]) / max(ats[-1] - ats[0], 1e-9),
+        "flink_steady_mb_s": steady,
+        "steps_timed": len(timed),
         "step_seconds": step_seconds,
         "megabytes": megabytes,
         "seconds": time.perf_counter() - started,
