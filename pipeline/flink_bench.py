@@ -8,7 +8,9 @@ are not Documents, and resends), and runs the job bounded at the topic's end off
 ``kill`` one TaskManager is killed with SIGKILL once a third of the steps are written, and a
 replacement started: Flink restores the job from its last checkpoint.
 
-Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered``, ``taskmanager_killed``,
+Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered``, ``taskmanager_killed`` (and
+``killed_at_step``: the steps written when it died; as many as ``steps`` when the windows' timers
+fired in one burst before the kill, as on a short stream),
 ``equal_to_replay`` (the Redis statistics and every published version equal Ted-Tok run offline
 over the same windows of the same documents), ``flink_mb_s`` (the documents' megabytes over the
 job's run on the cluster), ``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in
@@ -177,18 +179,21 @@ def run_flink_bench(
                         env=cluster.env(),
                         log=cluster.log_dir / "submit.log",
                     )
-                    killed = False
+                    killed_at: int | None = None  # the steps in Redis when the TaskManager died
+
+                    def steps_in_redis() -> int:
+                        return RedisStatsStore(client, lineage=LINEAGE, alpha=stream.tedtok_config().alpha).meta()[
+                            "step"
+                        ]
+
                     if settings.kill:
-
-                        def a_third_written() -> bool:
-                            meta = RedisStatsStore(client, lineage=LINEAGE, alpha=stream.tedtok_config().alpha).meta()
-                            return meta["step"] >= settings.steps // 3
-
-                        job = wait_for_job(cluster.rest_url, job_id, timeout=600, until=a_third_written)
+                        job = wait_for_job(
+                            cluster.rest_url, job_id, timeout=600, until=lambda: steps_in_redis() >= settings.steps // 3
+                        )
                         if job["state"] == "RUNNING":
                             cluster.kill_taskmanager(0)
+                            killed_at = steps_in_redis()
                             cluster.start_taskmanager(wait=False)
-                            killed = True
                     job = wait_for_job(cluster.rest_url, job_id, timeout=900)
                     if job["state"] != "FINISHED":
                         raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
@@ -241,7 +246,8 @@ def run_flink_bench(
         "steps": written["step"],
         "versions": versions,
         "dead_lettered": dead,
-        "taskmanager_killed": killed,
+        "taskmanager_killed": killed_at is not None,
+        "killed_at_step": killed_at,
         "equal_to_replay": all(compared.values()),
         **compared,
         "replay_steps": len(steps),
