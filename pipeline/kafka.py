@@ -176,6 +176,7 @@ def read_topic(bootstrap: str, topic: str, *, quiet_ms: int = 3000, expected: in
         while not (found := partitions(consumer, topic)) and time.monotonic() < quiet_until:
             time.sleep(0.2)
         consumer.assign([TopicPartition(topic, p, 0) for p in found])
+        quiet_until = time.monotonic() + quiet_ms / 1000  # finding the partitions is not quiet
         records: list[TopicRecord] = []
         while time.monotonic() < quiet_until and (expected is None or len(records) < expected):
             for message in consumer.consume(4096, timeout=0.2):

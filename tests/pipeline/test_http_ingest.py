@@ -119,12 +119,12 @@ def test_each_record_is_produced_once_or_dead_lettered_even_when_one_cannot_be(s
     assert reasons[1] == "'id' holds a lone surrogate (not valid Unicode)"
     assert reasons[3] == "'text' holds a lone surrogate (not valid Unicode)"
     assert reasons[4].startswith("larger than the limit (5,")
-    # The answer came once the broker had every record: a second with nothing new is the topic's end.
-    produced = [r for r in consume(broker, "docs.http", expected=10_000, timeout=1) if r.key.decode().startswith(form)]
+    # The answer came once the broker had every record: two seconds with nothing new are the topic's end.
+    produced = [r for r in consume(broker, "docs.http", expected=10_000, timeout=2) if r.key.decode().startswith(form)]
     assert sorted(r.key.decode() for r in produced) == [f"{form}-{k}" for k in range(3)]
     dead = [
         r
-        for r in consume(broker, "docs.http.dlq", expected=10_000, timeout=1)
+        for r in consume(broker, "docs.http.dlq", expected=10_000, timeout=2)
         if dict(r.headers)["tokmaint.reason"].decode() in reasons.values()
         and dict(r.headers).get("tokmaint.source") == b"http docs.http"
     ]
@@ -182,7 +182,7 @@ def test_a_body_of_more_records_than_a_request_takes_is_refused_whole_and_at_onc
     """At the default limits (64 MiB bodies, 10,000 records): 1 MB of 500,000 one-byte lines, and
     an array of 10,001 documents, are refused whole (413, nothing produced or dead-lettered),
     not checked one by one; and an answer names the first 100 refusals, counting them all."""
-    dead_before = len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=1))
+    dead_before = len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=2))
     for body, content_type in [
         (b"x\n" * 500_000, "application/x-ndjson"),
         (("[" + ",".join([json.dumps(_doc(0))] * 10_001) + "]").encode(), "application/json"),
@@ -191,7 +191,7 @@ def test_a_body_of_more_records_than_a_request_takes_is_refused_whole_and_at_onc
         assert response.status_code == 413, response.text[:300]
         answer = response.json()
         assert answer["error_code"] == "too_large" and "at most 10,000 records" in answer["message"], answer
-    assert len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=1)) == dead_before
+    assert len(consume(broker, "docs.http.dlq", expected=10_000_000, timeout=2)) == dead_before
 
     answer = _post(server, b"not json\n" * 150).json()
     assert (answer["accepted"], answer["refused"], answer["refusals_left_out"]) == (0, 150, 50)

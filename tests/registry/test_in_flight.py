@@ -5,7 +5,6 @@ import re
 import secrets
 import socket
 import threading
-import time
 
 import httpx
 import pytest
@@ -149,7 +148,8 @@ def test_slow_readers_of_many_hosts_keep_no_place_from_others(tmp_path, monkeypa
         for host in range(3, 7):
             slow += [_slow_reader(url, source=f"127.0.0.{host}") for _ in range(2)]
         until(lambda: httpx.get(f"{url}/healthz").json()["in_flight"] == 8, "the readers took no place")
-        time.sleep(0.5)  # each reader's first piece of the weights is sent, and then it waits
+        # Each reader's first piece of the weights is sent, and then its response waits for it.
+        until(lambda: httpx.get(f"{url}/healthz").json()["stalled"] == 8, "the readers' responses never stalled")
         for _ in range(5):
             assert _elsewhere(url, "/v1/tokenizers").status_code == 200
             assert _elsewhere(url, "/big/resolve/main/tokenizer.json").status_code == 200

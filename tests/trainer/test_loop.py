@@ -21,6 +21,7 @@ from registry.db import make_engine
 from registry.relay import relay_once
 from registry.store import Registry
 from tests.support.lineages import create_lineage, publish_revision, tedtok_versions
+from tests.support.polling import until
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import quick_revisions_config
@@ -361,7 +362,7 @@ def test_a_version_published_while_the_stream_is_idle_is_taken(registry_server, 
             report = {}
             thread = threading.Thread(target=lambda: report.update(trainer.run(steps=3)))
             thread.start()
-            time.sleep(3.0)  # two steps done; the third waits for documents
+            until(lambda: trainer.step >= 2, "the trainer did not do its two steps", seconds=120)  # the third waits
             publish_revision(url, name, revisions[0])
             deadline = time.monotonic() + 20
             while trainer.version == 1 and time.monotonic() < deadline:
