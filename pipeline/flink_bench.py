@@ -3,14 +3,17 @@ offline replay and against ``pipeline run`` on the same topic.
 
 It starts a broker, a redis-server, a registry and a Flink cluster (a JobManager and two
 TaskManagers of two slots, :class:`~pipeline.flink_cluster.FlinkCluster`), trains the initial
-tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus (plus a few records that
-are not Documents, and resends), and runs the job bounded at the topic's end offsets. With
-``kill`` one TaskManager is killed with SIGKILL once a third of the steps are written, and a
-replacement started: Flink restores the job from its last checkpoint.
+tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus (then a few records that
+are not Documents), and runs the job bounded at the topic's end offsets. With ``kill`` the corpus
+comes in two, cut at two thirds of its time: once the job has written a third of the steps from
+the first, one TaskManager is killed with SIGKILL and a replacement started (Flink restores the
+job from its last checkpoint), the rest is ingested (then the records that are not Documents),
+and the job is drained (``pipeline.flink_job.drain``). The kill so always lands between two
+steps, with windows still to come; ingested whole, a short stream's windows all fire in one burst
+before any kill.
 
 Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered``, ``taskmanager_killed`` (and
-``killed_at_step``: the steps written when it died; as many as ``steps`` when the windows' timers
-fired in one burst before the kill, as on a short stream),
+``killed_at_step``: the steps written when it died),
 ``equal_to_replay`` (the Redis statistics and every published version equal Ted-Tok run offline
 over the same windows of the same documents), ``flink_mb_s`` (the documents' megabytes over the
 job's run on the cluster), ``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in
@@ -40,7 +43,7 @@ import redis
 
 from pipeline.bench import CorpusStreamSettings
 from pipeline.flink_cluster import FlinkCluster
-from pipeline.flink_job import FlinkJobSpec, submit, wait_for_job
+from pipeline.flink_job import FlinkJobSpec, drain, submit, wait_for_job
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.kafka import Producer, Record, end_offsets, read_topic
@@ -50,7 +53,7 @@ from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from schemas.document import RecordError, decode_document
 from tokenizer_service.bpe import BPETokenizer
-from tokenizer_service.corpus import oldest, read_corpus
+from tokenizer_service.corpus import Document, oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
 from tokenizer_service.settings import SettingsConfigDict, setting, whole
@@ -119,6 +122,28 @@ def _written(log_dir: Path) -> dict[int, dict[str, Any]]:
     return steps
 
 
+def _ingest(docs: list[Document], path: Path, pipeline: PipelineSettings, *, progress: bool) -> None:
+    """``docs`` posted to the docs topic as ``tokmaint pipeline ingest`` posts a file of them."""
+    path.write_text(
+        "".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" for d in docs), encoding="utf-8"
+    )
+    ingest(path, pipeline, progress=progress)
+
+
+def _send_bad_records(bootstrap: str) -> None:
+    """A few records that are not Documents, after the last document. Their Kafka timestamps are
+    the clock's, the event time the job's watermark reads before decoding: sent before a stream
+    of years ago, they would move their partitions' event time past every document still to come,
+    and those would all be late."""
+    with Producer(bootstrap) as producer:
+        producer.send_all("docs", [Record(value) for value in BAD_RECORDS])
+
+
+def _read_all(bootstrap: str, docs: list[Document]) -> list[Any]:
+    """The docs topic's records once all of ``docs`` and the records that are not Documents are in."""
+    return read_topic(bootstrap, "docs", expected=len(docs) + len(BAD_RECORDS))
+
+
 def run_flink_bench(
     corpus: str | Path, settings: FlinkBenchSettings | None = None, *, progress: bool = True
 ) -> dict[str, Any]:
@@ -148,17 +173,14 @@ def run_flink_bench(
             pipeline = PipelineSettings(
                 bootstrap=bootstrap, redis=redis_url, docs_topic="docs", dlq_topic="docs.dlq", step_seconds=step_seconds
             )
-            stream_file = Path(root) / "stream.jsonl"
-            stream_file.write_text(
-                "".join(json.dumps({"ts": d.ts.isoformat(), "text": d.text}) + "\n" for d in docs), encoding="utf-8"
-            )
-            ingest(stream_file, pipeline, progress=progress)
-            with Producer(bootstrap) as producer:  # a few records that are not Documents
-                producer.send_all("docs", [Record(value) for value in BAD_RECORDS])
-            # The job stops at each partition's end as read (tansu's listed end offsets are the last
-            # batch's start, not its end).
-            read = read_topic(bootstrap, "docs", expected=len(docs) + len(BAD_RECORDS))
-            records = [r.value for r in read]
+            # With a kill the stream comes in two, cut by time: the job is killed once it has written
+            # a third of the steps from the first two thirds, before the rest has arrived, so the kill
+            # always lands between steps (whole, the stream's windows fire in one burst on a short one).
+            cut = docs[0].ts + (docs[-1].ts - docs[0].ts) * 2 / 3 if settings.kill else docs[-1].ts
+            first, rest = [d for d in docs if d.ts <= cut], [d for d in docs if d.ts > cut]
+            _ingest(first, Path(root) / "first.jsonl", pipeline, progress=progress)
+            if not rest:
+                _send_bad_records(bootstrap)
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
                 registry.create(LINEAGE, initial.to_json())
@@ -172,7 +194,9 @@ def run_flink_bench(
                             pipeline=pipeline,
                             stream=stream,
                             step_seconds=step_seconds,
-                            bounded=end_offsets(read),
+                            # Without a kill the job stops at each partition's end as read (tansu's listed
+                            # end offsets are the last batch's start, not its end); with one it is drained.
+                            bounded=None if settings.kill else end_offsets(_read_all(bootstrap, docs)),
                             parallelism=settings.taskmanagers,
                         ),
                         master=f"127.0.0.1:{cluster.rest_port}",
@@ -190,16 +214,22 @@ def run_flink_bench(
                         job = wait_for_job(
                             cluster.rest_url, job_id, timeout=600, until=lambda: steps_in_redis() >= settings.steps // 3
                         )
-                        if job["state"] == "RUNNING":
-                            cluster.kill_taskmanager(0)
-                            killed_at = steps_in_redis()
-                            cluster.start_taskmanager(wait=False)
-                    job = wait_for_job(cluster.rest_url, job_id, timeout=900)
+                        if job["state"] != "RUNNING":
+                            raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
+                        cluster.kill_taskmanager(0)
+                        killed_at = steps_in_redis()
+                        cluster.start_taskmanager(wait=False)
+                        _ingest(rest, Path(root) / "rest.jsonl", pipeline, progress=progress)
+                        _send_bad_records(bootstrap)
+                        job = drain(f"127.0.0.1:{cluster.rest_port}", pipeline, LINEAGE, timeout=900)
+                    else:
+                        job = wait_for_job(cluster.rest_url, job_id, timeout=900)
                     if job["state"] != "FINISHED":
                         raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
                     flink_seconds = job["duration"] / 1000
                     started_at = job["start-time"] / 1000
                     steps_written = _written(cluster.log_dir)
+                records = [r.value for r in _read_all(bootstrap, docs)]
                 tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
                 # A kill takes the lines of the steps whose Python worker had not handed them back yet
                 # (the restored job does not write those steps again): the timings are the lines' that
