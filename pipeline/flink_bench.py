@@ -132,9 +132,9 @@ def _ingest(docs: list[Document], path: Path, pipeline: PipelineSettings, *, pro
 
 def _send_bad_records(bootstrap: str) -> None:
     """A few records that are not Documents, after the last document. Their Kafka timestamps are
-    the clock's, the event time the job's watermark reads before decoding: sent before a stream
-    of years ago, they would move their partitions' event time past every document still to come,
-    and those would all be late."""
+    the clock's, the event time the job's watermark reads before decoding: sent before the rest
+    of a stream of years ago, they would move their partitions' event time past it, and once all
+    of one source reader's partitions had one, every document it read after was late."""
     with Producer(bootstrap) as producer:
         producer.send_all("docs", [Record(value) for value in BAD_RECORDS])
 
