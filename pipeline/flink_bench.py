@@ -179,7 +179,7 @@ def run_flink_bench(
             cut = docs[0].ts + (docs[-1].ts - docs[0].ts) * 2 / 3 if settings.kill else docs[-1].ts
             first, rest = [d for d in docs if d.ts <= cut], [d for d in docs if d.ts > cut]
             _ingest(first, Path(root) / "first.jsonl", pipeline, progress=progress)
-            if not rest:
+            if not settings.kill:
                 _send_bad_records(bootstrap)
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
