@@ -28,6 +28,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(TokmaintError):
+    """The server could not bind its port: another process took it first."""
+
+
 def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Start a server with its database and artifacts in ``root`` and the extra environment
     ``env`` (the token, limits); returns it and its URL once it answers. Its output goes to
@@ -43,12 +47,33 @@ def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> t
 
 
 def start_service(
-    command: list[str], *, env: dict[str, str], log: Path, timeout: float = 60.0, what: str = "the server"
+    command: list[str],
+    *,
+    env: dict[str, str],
+    log: Path,
+    timeout: float = 60.0,
+    what: str = "the server",
+    tries: int = 3,
 ) -> tuple[subprocess.Popen, str]:
     """Start ``tokmaint COMMAND --port P`` (a server with ``/healthz``) on a free port with the
     extra environment ``env``; returns it and its URL once it answers. Its output goes to ``log``
-    (a pipe nobody reads would block a chatty server once it filled)."""
+    (a pipe nobody reads would block a chatty server once it filled). The port is free when
+    chosen, but another process may bind it before the server does (its imports take seconds):
+    a server that exits for that is started again on another port, up to ``tries`` times."""
+    for _ in range(tries - 1):
+        try:
+            return _started(command, env=env, log=log, timeout=timeout, what=what)
+        except PortTaken:
+            continue
+    return _started(command, env=env, log=log, timeout=timeout, what=what)
+
+
+def _started(
+    command: list[str], *, env: dict[str, str], log: Path, timeout: float, what: str
+) -> tuple[subprocess.Popen, str]:
+    """One try of :func:`start_service`."""
     port = free_port()
+    started = log.stat().st_size if log.exists() else 0
     with open(log, "ab") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "tokmaint.cli", *command, "--port", str(port)],
@@ -60,8 +85,10 @@ def start_service(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            tail = log.read_bytes()[-500:].decode("utf-8", "replace")
-            raise TokmaintError(f"{what} exited (its log: {log}): {tail}")
+            said = log.read_bytes()[started:].decode("utf-8", "replace")
+            if "address already in use" in said:
+                raise PortTaken(f"{what} found port {port} taken (its log: {log})")
+            raise TokmaintError(f"{what} exited (its log: {log}): {said[-500:]}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return process, url
