@@ -181,6 +181,7 @@ def run_flink_bench(
             _ingest(first, Path(root) / "first.jsonl", pipeline, progress=progress)
             if not settings.kill:
                 _send_bad_records(bootstrap)
+            read = [] if settings.kill else _read_all(bootstrap, docs)  # with a kill, once the rest is in
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
                 registry.create(LINEAGE, initial.to_json())
@@ -196,7 +197,7 @@ def run_flink_bench(
                             step_seconds=step_seconds,
                             # Without a kill the job stops at each partition's end as read (tansu's listed
                             # end offsets are the last batch's start, not its end); with one it is drained.
-                            bounded=None if settings.kill else end_offsets(_read_all(bootstrap, docs)),
+                            bounded=None if settings.kill else end_offsets(read),
                             parallelism=settings.taskmanagers,
                         ),
                         master=f"127.0.0.1:{cluster.rest_port}",
@@ -221,6 +222,7 @@ def run_flink_bench(
                         cluster.start_taskmanager(wait=False)
                         _ingest(rest, Path(root) / "rest.jsonl", pipeline, progress=progress)
                         _send_bad_records(bootstrap)
+                        read = _read_all(bootstrap, docs)
                         job = drain(f"127.0.0.1:{cluster.rest_port}", pipeline, LINEAGE, timeout=900)
                     else:
                         job = wait_for_job(cluster.rest_url, job_id, timeout=900)
@@ -229,7 +231,7 @@ def run_flink_bench(
                     flink_seconds = job["duration"] / 1000
                     started_at = job["start-time"] / 1000
                     steps_written = _written(cluster.log_dir)
-                records = [r.value for r in _read_all(bootstrap, docs)]
+                records = [r.value for r in read]
                 tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
                 # A kill takes the lines of the steps whose Python worker had not handed them back yet
                 # (the restored job does not write those steps again): the timings are the lines' that
