@@ -84,6 +84,7 @@ def grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -
     old = embedding_matrices(model)
     shapes = [m.shape for m in old]  # (a resize may keep the parameter and swap its data)
     model.resize_token_embeddings(rows, mean_resizing=False)  # new rows: made by the strategy next
+    _new_parameters(model)
     new = embedding_matrices(model)
     for matrix in new:  # a gradient kept from before (zero_grad(set_to_none=False)) has the old shape
         matrix.grad = None
@@ -102,6 +103,30 @@ def grow(model: nn.Module, optimizer: torch.optim.Optimizer | None, rows: int) -
                 grown[: value.shape[0]] = value
                 state[key] = grown
         optimizer.state[after] = state
+
+
+def _new_parameters(model: nn.Module) -> None:
+    """Give the resized embedding matrices parameters of their own, tied ones still tied.
+
+    transformers' resize keeps the input embedding's parameter and swaps its data. Autograd keeps
+    a parameter's gradient accumulator, with the old shape, as long as a graph that used it lives
+    (the last step's loss, still held by a training loop), and the next backward pass then fails
+    ("TBackward0 returned an invalid gradient ... [4600, 64] ... expected [4096, 64]"). A new
+    parameter gets a new accumulator.
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16))
+    >>> before = model.get_input_embeddings().weight
+    >>> _new_parameters(model)
+    >>> model.get_input_embeddings().weight is before, model.lm_head.weight is model.get_input_embeddings().weight
+    (False, True)
+    """
+    embedding, output = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = output is not None and output.weight is embedding.weight
+    for module in (embedding,) if tied or output is None else (embedding, output):
+        module.weight = nn.Parameter(module.weight.detach(), requires_grad=module.weight.requires_grad)
+    if tied:
+        output.weight = embedding.weight
 
 
 def _subtoken_rows(matrix: torch.Tensor, previous: BPETokenizer, token: str) -> torch.Tensor:

@@ -36,3 +36,15 @@ def publish_revision(url, name, revision) -> int:
         name, revision.tokenizer.to_json(), diff_json=revision.diff.to_json(), kind="tedtok"
     )
     return published.number
+
+
+def grown(tokenizer: BPETokenizer, text: str) -> BPETokenizer:
+    """``tokenizer`` with one merge more, last in priority, its token at a fresh id (a model on it
+    grows a row): the first two tokens of a word of ``text`` that are not a token together."""
+    pairs = (
+        [tokenizer.id_to_token[i] for i in tokenizer.tokenize_word(word)[:2]] for word in tokenizer.pre_tokenize(text)
+    )
+    x, y = next(pair for pair in pairs if len(pair) == 2 and "".join(pair) not in tokenizer.vocab)
+    return tokenizer.replace_model(
+        vocab={**tokenizer.vocab, x + y: tokenizer.id_space}, merges=[*tokenizer.merges, (x, y)]
+    )

@@ -228,6 +228,32 @@ def test_growth_resizes_the_model_and_the_optimizer(versions, kind):
     assert all(torch.isfinite(m).all() for m in embedding_matrices(model))
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_growth_while_the_last_step_s_loss_lives_trains_on(versions, kind):
+    """A training loop holds its last step's loss (and so its graph) when the next version comes:
+    the grown matrices still take their gradients (transformers' resize swapped the parameter's
+    data, and its gradient accumulator kept the old shape: "TBackward0 returned an invalid
+    gradient")."""
+    initial, _ = versions
+    rows = initial.id_space
+    model = _model(kind, rows)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, rows, (2, 8), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    a, b = initial.vocab["a"], initial.vocab["b"]
+    entry = DiffEntry(id=rows + 40, kind="added", old_token=None, new_token="ab", parents=[a, b])
+    apply_revision(model, optimizer, _by_hand([entry], len(initial) + 1, id_space=rows + 41))
+    grown = torch.tensor([[rows + 40, a, b, rows + 40]], device=DEVICE)
+    loss = model(input_ids=grown, labels=grown).loss
+    loss.backward()
+    optimizer.step()
+    assert all(m.shape[0] == rows + 41 and m.grad is not None for m in embedding_matrices(model))
+    assert embedding_matrices(model)[-1].grad[rows + 40].any()
+
+
 def test_hyper_learns_the_models_own_merges_and_moves_nothing_else(versions):
     """On a model whose merged tokens' rows are a fixed map of their pieces' rows, the hyper-encoder
     predicts a new merge's rows far better than the parents' mean; unchanged rows stay."""

@@ -21,7 +21,7 @@ from transformers import (
 
 from registry.client import RegistryClient
 from tests.conftest import REGISTRY_TOKEN as TOKEN
-from tests.support.lineages import create_lineage, tedtok_versions
+from tests.support.lineages import create_lineage, grown, tedtok_versions
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from trainer.callbacks import BATCH_KEY, CheckpointFolder, TokmaintCallback
@@ -33,18 +33,6 @@ SEQ_LEN = 64
 STEPS = 8
 
 
-def _grown(tokenizer: BPETokenizer, text: str) -> BPETokenizer:
-    """``tokenizer`` with one merge more, last in priority, its token at a fresh id (a model on it
-    grows a row): the first two tokens of a word of ``text`` that are not a token together."""
-    pairs = (
-        [tokenizer.id_to_token[i] for i in tokenizer.tokenize_word(word)[:2]] for word in tokenizer.pre_tokenize(text)
-    )
-    x, y = next(pair for pair in pairs if len(pair) == 2 and "".join(pair) not in tokenizer.vocab)
-    return tokenizer.replace_model(
-        vocab={**tokenizer.vocab, x + y: tokenizer.id_space}, merges=[*tokenizer.merges, (x, y)]
-    )
-
-
 @pytest.fixture(scope="module")
 def lineage_versions(drifting_corpus):
     """The texts, and versions 1 to 4 with a token to start texts from (the batches and the saved
@@ -52,9 +40,9 @@ def lineage_versions(drifting_corpus):
     texts, initial, revisions = tedtok_versions(drifting_corpus, 300, special_tokens=("<|endoftext|>",))
     versions = {
         1: initial,
-        2: _grown(revisions[0].tokenizer, texts[-1]),
+        2: grown(revisions[0].tokenizer, texts[-1]),
         3: revisions[1].tokenizer,
-        4: _grown(revisions[1].tokenizer, texts[-1]),
+        4: grown(revisions[1].tokenizer, texts[-1]),
     }
     assert [v.id_space for v in versions.values()] == [300, 301, 300, 301]
     return texts[300:], versions

@@ -20,6 +20,7 @@ import torch
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
 from tests.conftest import REGISTRY_TOKEN as TOKEN
+from tests.support.lineages import grown
 from trainer.distributed_bench import lineage_revisions, run_distributed_bench
 from trainer.follow import LineageFollower, matrices_checksum, token_batch
 from trainer.ranks import RanksDiverged
@@ -63,11 +64,14 @@ def _model(tokenizer, seed: int = 0, *, room: int = 0):
     return model
 
 
-def _step(model, optimizer, follower, texts) -> None:
+def _step(model, optimizer, follower, texts) -> torch.Tensor:
+    """One optimizer step; its loss, which the caller holds until the next (as a loop does)."""
     inputs, labels = follower.encode(texts, seq_len=32)
-    model(input_ids=inputs, labels=labels).loss.backward()
+    loss = model(input_ids=inputs, labels=labels).loss
+    loss.backward()
     optimizer.step()
     optimizer.zero_grad()
+    return loss
 
 
 def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(registry_server, revisions):
@@ -157,6 +161,7 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
             model = torch.nn.parallel.DistributedDataParallel(model)
         module = model.module if not fsdp else model
         first_version, sharded = follower.version, {}
+        loss = torch.tensor(0.0)
         for step in range(start, plan["steps"]):
             if fsdp and follower.version == first_version:  # what the apply starts from
                 sharded["before"] = module.get_input_embeddings().weight.full_tensor().tolist()
@@ -172,7 +177,7 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
             if rank == 0:
                 shared["step"] = step
                 shared["refused"] = sorted(follower.refused)
-            _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500 :][:4])
+            loss = _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500 :][:4])  # held: see _step
             if checkpoint and rank == 0 and step % 5 == 4:
                 save_checkpoint(
                     checkpoint,
@@ -194,6 +199,8 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
                 "refused": sorted(follower.refused.items()),
                 "version": follower.version,
                 "checksum": matrices_checksum(module).tolist(),
+                "rows": module.get_input_embeddings().weight.shape[0],
+                "finite": bool(torch.isfinite(loss)),
                 **(sharded if rank == 0 else {}),
             }
         )
@@ -271,6 +278,24 @@ def test_a_version_one_rank_cannot_download_is_applied_by_none(registry_server, 
     assert reports[0]["taken"] == reports[1]["taken"] and [v for v, _ in reports[0]["taken"]] == [published]
     assert reports[0]["taken"][0][1] > reports[0]["refused"][0][1]  # applied after the refusal, on both
     assert reports[0]["checksum"] == reports[1]["checksum"]
+
+
+def test_two_ranks_take_a_version_that_grows_the_vocabulary_and_train_on(registry_server, revisions):
+    """A version with a row more than the model: both ranks grow the model (wrapped again by
+    DistributedDataParallel) and its optimizer at the same step, and train on alike."""
+    url, _ = registry_server
+    initial, _ = revisions
+    name = _lineage([url], initial)
+    processes, shared, results, manager = _start([url, url], name, {"steps": 400, "pause": 0.01, "until_version": 2})
+    _wait(lambda: shared["step"] >= 5, "the ranks never started")
+    larger = grown(initial, TEXTS[-1])
+    RegistryClient(url, token=TOKEN).publish(name, larger.to_json(), kind="tedtok")
+    reports = _reports(processes, results)
+    manager.shutdown()
+    assert [r["rank"] for r in reports] == [0, 1] and not any("error" in r for r in reports), reports
+    assert reports[0]["taken"] == reports[1]["taken"] and [v for v, _ in reports[0]["taken"]] == [2]
+    assert [r["rows"] for r in reports] == [larger.id_space] * 2 == [initial.id_space + 1] * 2
+    assert reports[0]["checksum"] == reports[1]["checksum"] and all(r["finite"] for r in reports)
 
 
 def test_ranks_whose_embeddings_differ_after_an_apply_stop_all(registry_server, revisions):

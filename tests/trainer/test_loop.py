@@ -20,7 +20,8 @@ from registry.client import RegistryClient
 from registry.db import make_engine
 from registry.relay import relay_once
 from registry.store import Registry
-from tests.support.lineages import create_lineage, publish_revision, tedtok_versions
+from tests.support.lineages import create_lineage, grown, publish_revision, tedtok_versions
+from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.support.polling import until
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import batches, read_corpus
@@ -111,6 +112,32 @@ def test_a_version_published_during_training_is_taken_within_the_watch(registry_
     assert trainer.tokenizer.sha256 == revisions[0].tokenizer.sha256
     assert trainer.model.get_input_embeddings().weight.shape[0] == revisions[0].tokenizer.id_space
     assert all(loss == loss for loss in report["losses"])  # no NaN after the revision
+
+
+def test_a_version_that_grows_the_vocabulary_is_taken_mid_run_and_training_goes_on(registry_server, lineage_versions):
+    """A version with more rows than the model comes while a run holds its last step's loss
+    (and graph): the model, its tied output and AdamW grow, and the run trains on with it."""
+    url, _ = registry_server
+    texts, initial, _ = lineage_versions
+    name = create_lineage(url, initial)
+    larger = grown(initial, texts[-1])
+    with RegistryClient(url) as client:
+        trainer = Trainer(registry=client, lineage=name, data=CorpusTexts(texts), settings=SETTINGS)
+        reports: list[dict] = []
+        thread = threading.Thread(target=lambda: reports.append(trainer.run(steps=400)))
+        try:
+            thread.start()
+            until(lambda: trainer.step >= 2, "two steps on version 1", 60)
+            RegistryClient(url, token=TOKEN).publish(name, larger.to_json(), kind="tedtok")
+            thread.join(timeout=300)
+        finally:
+            trainer.close()
+    (report,) = reports
+    (taken,) = report["taken"]
+    assert 2 <= taken["step"] < 400 and report["versions"][-1] == 2 and len(report["losses"]) == 400
+    assert trainer.model.get_input_embeddings().weight.shape[0] == larger.id_space == initial.id_space + 1
+    assert trainer.model.lm_head.weight is trainer.model.get_input_embeddings().weight
+    assert all(loss == loss for loss in report["losses"])
 
 
 def test_a_tampered_download_is_refused_and_training_goes_on(registry_server, drifting_corpus):
