@@ -159,12 +159,12 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``model`` and ``optimizer`` (resized to its rows) and
     return its training position; :class:`CheckpointMismatch` when it was trained with another
-    tokenizer version than ``tokenizer``."""
+    tokenizer version than ``tokenizer`` (another lineage, or other contents under its number)."""
     # On the CPU: torch.set_rng_state takes a CPU ByteTensor (a GPU's resume crashed), and
     # load_state_dict copies each tensor to its parameter's device (Adam's step stays on the CPU).
     data = read_checkpoint(path, keys=RESUMED_KEYS)
     theirs = TokenizerStamp(**data["tokenizer"])
-    if theirs.sha256 != tokenizer.sha256:
+    if theirs.lineage != tokenizer.lineage or theirs.sha256 != tokenizer.sha256:
         raise CheckpointMismatch(
             f"{path} was trained with tokenizer {theirs.lineage} version {theirs.version} "
             f"(sha256 {theirs.sha256[:12]}), not {tokenizer.lineage} version {tokenizer.version} "

@@ -30,7 +30,7 @@ from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from trainer.apply_revision import set_removed
 from trainer.byte_level import ByteLevelModel, evaluate_texts, first_bytes
-from trainer.checkpoint import TokenizerStamp, load_checkpoint, save_checkpoint
+from trainer.checkpoint import CheckpointMismatch, TokenizerStamp, load_checkpoint, read_checkpoint, save_checkpoint
 from trainer.data import TrainingTexts
 from trainer.follow import FollowsLineage, LineageFollower
 from trainer.hub import HubVersions
@@ -88,12 +88,12 @@ class Trainer(FollowsLineage):
         self.progress = progress
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         resuming = self.checkpoint is not None and self.checkpoint.is_file()
-        # map_location: a checkpoint a GPU wrote resumes on a machine without one.
-        stamp = (
-            TokenizerStamp(**torch.load(self.checkpoint, map_location="cpu", weights_only=True)["tokenizer"])
-            if resuming
-            else None
-        )
+        stamp = TokenizerStamp(**read_checkpoint(self.checkpoint)["tokenizer"]) if resuming else None
+        if stamp is not None and stamp.lineage != lineage:  # before its version is asked of the wrong lineage
+            raise CheckpointMismatch(
+                f"{self.checkpoint} was trained on lineage {stamp.lineage!r}, not {lineage!r}: resume it on "
+                f"{stamp.lineage!r}, or train {lineage!r} in another checkpoint folder"
+            )
         # A resumed model starts at its checkpoint's version (then takes the latest as any newer one).
         self.follower = LineageFollower(
             registry,
@@ -113,7 +113,10 @@ class Trainer(FollowsLineage):
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr)
         set_removed(self.model, self.tokenizer.free_ids)  # a resumed model's come from its checkpoint
         if stamp is not None:
-            position = load_checkpoint(self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=stamp)
+            # Against the version the registry has under that number, not the checkpoint's own stamp.
+            position = load_checkpoint(
+                self.checkpoint, model=self.model, optimizer=self.optimizer, tokenizer=self.follower.stamp
+            )
             self.position, self.step = position["position"], position["step"]
         # Said once it follows: a version published from here on is taken (one before is not news).
         log.info(

@@ -192,6 +192,39 @@ def test_the_trainer_run_command(registry_server, lineage_versions, drifting_cor
     assert json.loads(capsys.readouterr().out)["steps"] == 8
 
 
+def test_a_checkpoint_resumes_only_on_its_own_lineage_and_version(
+    registry_server, lineage_versions, drifting_corpus, tmp_path, capsys
+):
+    """``trainer run`` refuses, in one line and before it touches the checkpoint, another lineage's
+    checkpoint and one whose version the registry holds with other contents."""
+    import torch
+
+    from tokmaint.cli import main
+
+    url, _ = registry_server
+    _, initial, revisions = lineage_versions
+    name, other = create_lineage(url, initial), create_lineage(url, revisions[0].tokenizer)
+    checkpoint = tmp_path / "checkpoint.pt"
+    assert main(_trainer_run(url, name, drifting_corpus, "--steps", "2", "--checkpoint-dir", str(tmp_path))) == 0
+    saved = checkpoint.read_bytes()
+    capsys.readouterr()
+    assert main(_trainer_run(url, other, drifting_corpus, "--steps", "4", "--checkpoint-dir", str(tmp_path))) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"tokmaint: error: {checkpoint} was trained on lineage {name!r}, not {other!r}: resume it on {name!r}, "
+        f"or train {other!r} in another checkpoint folder"
+    )
+    assert checkpoint.read_bytes() == saved
+    data = torch.load(checkpoint, weights_only=True)
+    data["tokenizer"]["sha256"] = "0" * 64  # what a registry made anew holds under the same number
+    torch.save(data, checkpoint)
+    saved = checkpoint.read_bytes()
+    assert main(_trainer_run(url, name, drifting_corpus, "--steps", "4", "--checkpoint-dir", str(tmp_path))) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"was trained with tokenizer {name} version 1 (sha256 000000000000), not {name} version 1" in err
+    assert "\n" not in err and checkpoint.read_bytes() == saved
+
+
 class SentTwice:
     """The relay's producer, sending every event twice (as a relay restarted before marking does)."""
 
