@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Self
 
 from pydantic import model_validator
 
-from schemas.document import DEFAULT_MAX_BYTES
+from schemas.document import DEFAULT_MAX_BYTES, DEFAULT_MAX_FUTURE_SECONDS
 from schemas.revision import REVISIONS_TOPIC
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 
@@ -39,6 +39,12 @@ class PipelineSettings(Settings):
     dlq_topic: str = setting("docs.dlq", None, "the dead-letter topic")
     revisions_topic: str = setting(REVISIONS_TOPIC, None, "the registry's revision events' topic")
     max_record_bytes: int = setting(DEFAULT_MAX_BYTES, whole(1), "larger records are dead-lettered")
+    max_future_seconds: float = setting(
+        DEFAULT_MAX_FUTURE_SECONDS,
+        Number(float, low=0, high=1e9),
+        "a document dated more than this many seconds ahead of the clock, or not after 1970, is dead-lettered "
+        "(at ingest and in the jobs): counted, it would move the stream's event time past the documents to come",
+    )
     # How the job steps through the stream (``PipelineJob``): ``pipeline run``'s options.
     commit_steps: int = setting(
         16,

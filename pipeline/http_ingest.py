@@ -5,7 +5,11 @@ document a line) or a JSON array of documents; each record is checked with the s
 rules (``schemas.document``); the good ones go to the topic keyed by id, the refused ones to the
 dead-letter topic with the reason, and the answer counts both and gives the first 100 refusals'
 reasons (``refusals_left_out``: how many more). A request takes at most 10,000 records
-(``--max-records``); one over it is refused whole (413) before any is checked.
+(``--max-records``); one over it is refused whole (413) before any is checked. A document dated
+outside the stream's event-time window (``schemas.document.event_time_refusal``: not after 1970,
+or more than ``--max-future-seconds`` ahead of the clock) is refused and dead-lettered with the
+reason. JSON is JSON: ``NaN`` and ``Infinity`` are refused, and one byte-order mark at the start
+of a body (what some editors write) is read past.
 Answers come once the broker has acknowledged every record (``acks=all``). Writes need the
 registry's bearer token (``TOKMAINT_REGISTRY_TOKEN``), or ``--insecure-dev``.
 
@@ -16,8 +20,10 @@ registry's bearer token (``TOKMAINT_REGISTRY_TOKEN``), or ``--insecure-dev``.
 
 from __future__ import annotations
 
+import codecs
 import json
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -31,7 +37,8 @@ from registry.api.deps import WriterDep, read_body
 from registry.api.errors import install_error_shape
 from registry.api.in_flight import NO_TELEMETRY, InFlight, InFlightLimit, Limits
 from registry.config import RegistrySettings
-from schemas.document import RecordError, decode_document
+from schemas.document import RecordError, decode_document, event_time_refusal
+from schemas.json_values import parse_whole, refuse_constant
 
 
 def _records(body: bytes, content_type: str, limit: int) -> list[bytes]:
@@ -64,12 +71,15 @@ def _array_items(body: bytes, limit: int) -> list[Any]:
     >>> _array_items(b"[1,]", 5)
     Traceback (most recent call last):
     fastapi.exceptions.HTTPException: 422: the body is not JSON (Expecting value: line 1 column 4 (char 3))
+    >>> _array_items(b"[NaN]", 5)
+    Traceback (most recent call last):
+    fastapi.exceptions.HTTPException: 422: the body is not JSON (NaN is not a JSON value)
     """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HTTPException(422, detail=f"the body is not JSON ({str(exc)[:80]})") from None
-    decoder, items = json.JSONDecoder(), []
+    decoder, items = json.JSONDecoder(parse_constant=refuse_constant, parse_int=parse_whole), []
     at = _skip_space(text, 0)
     if not text.startswith("[", at):
         raise HTTPException(422, detail="a JSON body must be an array of documents")
@@ -96,6 +106,8 @@ def _array_items(body: bytes, limit: int) -> list[Any]:
             raise json.JSONDecodeError("extra data after the array", text, at + 1)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise HTTPException(422, detail=f"the body is not JSON ({str(exc)[:80]})") from None
+    except ValueError as exc:  # NaN, or a number too long: the reason is the rule's
+        raise HTTPException(422, detail=f"the body is {exc}") from None
     return items
 
 
@@ -170,7 +182,8 @@ def create_ingest_app(
         """Check each document; produce the good ones, dead-letter the rest; counts and reasons."""
         if topic != settings.docs_topic:
             raise HTTPException(404, detail=f"no stream {topic!r} here (this one takes {settings.docs_topic!r})")
-        body = await read_body(request, max_body_bytes)
+        # A byte-order mark says only "UTF-8" here; JSON forbids it, and some editors write it.
+        body = (await read_body(request, max_body_bytes)).removeprefix(codecs.BOM_UTF8)
         records = _records(body, request.headers.get("content-type", "application/x-ndjson"), max_records)
         return await run_in_threadpool(_produce, request.app.state.producer, records)
 
@@ -183,11 +196,15 @@ def create_ingest_app(
         """
         reasons: dict[int, str] = {}
         good: list[tuple[int, Record]] = []
+        now = datetime.now(timezone.utc)
         for k, value in enumerate(records):
             try:
                 doc = decode_document(value, max_bytes=settings.max_record_bytes)
             except RecordError as exc:
                 reasons[k] = str(exc)
+                continue
+            if reason := event_time_refusal(doc.ts, now=now, max_future_seconds=settings.max_future_seconds):
+                reasons[k] = reason
                 continue
             good.append((k, Record(value, key=doc.id.encode("utf-8"), timestamp=doc.ts_ms)))
         outcomes = producer.deliver(settings.docs_topic, [record for _, record in good], timeout=30)

@@ -5,9 +5,11 @@ rule), each document becomes a ``Document`` record keyed by its id, and the prod
 compresses and waits for every replica (``acks=all``; idempotent, so a retried batch is not
 written twice). Ids are the corpus's content hash and the document's place in time order, so
 ingesting the same file again sends the same ids (consumers can de-duplicate). A document of a
-corpus without times gets the ingest's start as its event time. A document over the record limit
-goes to the dead-letter topic with the reason, and with ``skip_bad`` so do the records the reader
-refused, as they were read, with the file and the line: nothing is dropped silently.
+corpus without times gets the ingest's start as its event time. A document over the record limit,
+or dated outside the stream's event-time window (not after 1970, or more than
+``max_future_seconds`` ahead of the clock: ``schemas.document.event_time_refusal``), goes to the
+dead-letter topic with the reason, and with ``skip_bad`` so do the records the reader refused, as
+they were read, with the file and the line: nothing is dropped silently.
 
     report = ingest("corpus.jsonl.gz", PipelineSettings(bootstrap="127.0.0.1:9092"))
     report["documents"], report["docs_per_s"]
@@ -25,7 +27,7 @@ from tqdm import tqdm
 from pipeline.kafka import Producer, Record
 from pipeline.config import PipelineSettings
 from pipeline.topics import dead_letter
-from schemas.document import StreamDocument, encode_document
+from schemas.document import StreamDocument, encode_document, event_time_refusal
 from tokenizer_service.corpus import read_corpus
 
 
@@ -53,7 +55,8 @@ def ingest(
     corpus = read_corpus(path, skip_bad=skip_bad, progress=progress)
     started = datetime.now(timezone.utc)
     source = Path(path).name
-    too_large: list[tuple[str, bytes]] = []
+    limit = settings.max_record_bytes
+    refused: list[tuple[str, bytes, str]] = []  # documents dead-lettered: id, record, reason
     sent_bytes = 0
     clock = time.perf_counter()
 
@@ -63,24 +66,20 @@ def ingest(
             doc_id = f"{corpus.sha256[:16]}-{k:09d}"
             document = StreamDocument(id=doc_id, text=doc.text, ts=doc.ts or started, source=source)
             record = encode_document(document)
-            if len(record) > settings.max_record_bytes:
-                too_large.append((doc_id, record))
+            if len(record) > limit:
+                refused.append((doc_id, record, f"larger than the limit ({len(record):,} bytes > {limit:,})"))
+                continue
+            if reason := event_time_refusal(document.ts, now=started, max_future_seconds=settings.max_future_seconds):
+                refused.append((doc_id, record, reason))
                 continue
             sent_bytes += len(record)
             yield Record(record, key=doc_id.encode(), timestamp=document.ts_ms)
 
     with producer(settings, compression=compression) as kafka:
         sent = kafka.send_all(settings.docs_topic, records())
-        limit = settings.max_record_bytes
         dead = [dead_letter(bad.data, bad.reason, limit=limit, source=source, line=bad.line) for bad in corpus.rejected]
         dead += [
-            dead_letter(
-                record,
-                f"larger than the limit ({len(record):,} bytes > {limit:,})",
-                limit=limit,
-                source=f"{source} {doc_id}",
-            )
-            for doc_id, record in too_large
+            dead_letter(record, reason, limit=limit, source=f"{source} {doc_id}") for doc_id, record, reason in refused
         ]
         kafka.send_all(settings.dlq_topic, [Record(value, headers=headers) for value, headers in dead])
     seconds = time.perf_counter() - clock

@@ -12,7 +12,9 @@ step an offline replay of the finished topic reads. Only a producer that pauses 
 ``wait`` (the end of the stream, for now) ends a step short of ``size``, or has the merge go on
 without a partition: such a step is not ``complete`` (a replay of the finished topic may cut it
 elsewhere), and a live job reads it again later rather than count it. Records that are no
-Document are consumed where they stand, into the step's ``dead`` list, and never stop the stream.
+Document, and documents dated outside the stream's event-time window (not after 1970, or more
+than ``max_future_seconds`` ahead of the clock: ``schemas.document.event_time_refusal``), are
+consumed where they stand, into the step's ``dead`` list, and never stop the stream.
 
     with StepReader(settings) as reader:
         step = reader.read(start={0: 0, 1: 0, 2: 0, 3: 0}, size=64)
@@ -42,7 +44,7 @@ from datetime import datetime, timezone
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.config import PipelineSettings
-from schemas.document import RecordError, StreamDocument, decode_document
+from schemas.document import RecordError, StreamDocument, decode_document, event_time_refusal
 from tokenizer_service.errors import TokmaintError
 
 
@@ -239,6 +241,7 @@ class StepReader(AbstractContextManager["StepReader"]):
         taken while every partition's head was known: a partition that ran dry (the topic quiet
         for ``wait``) could still get a record that belongs before the step's next document."""
         self._position(start)
+        now = datetime.now(timezone.utc)  # the event-time window's clock, once a step
         share = math.ceil(FILL_MARGIN * size / len(self.partitions))
         self._fill(self.partitions, min(size, share, FILL_RECORDS), refresh=True)
         step = Step(end={p: start.get(p, 0) for p in self.partitions})
@@ -261,6 +264,11 @@ class StepReader(AbstractContextManager["StepReader"]):
                     if value is None:
                         raise RecordError("no value (a tombstone)")
                     doc = decode_document(value, max_bytes=self.settings.max_record_bytes)
+                    # Dated ahead, it would hold its partition's head until every later document is read.
+                    if reason := event_time_refusal(
+                        doc.ts, now=now, max_future_seconds=self.settings.max_future_seconds
+                    ):
+                        raise RecordError(reason)
                 except RecordError as exc:
                     step.dead.append(DeadRecord(p, offset, value or b"", str(exc)))
                     step.end[p] = offset + 1

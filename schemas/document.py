@@ -31,6 +31,9 @@ from schemas.json_values import json_kind, json_object, parse_timestamp
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB a record, Kafka's own default limit
+# How far ahead of the clock a document's ts may be: a producer's clock off by hours, or a local
+# time sent as UTC, stays within it; a made-up date (2099) does not.
+DEFAULT_MAX_FUTURE_SECONDS = 86_400.0
 
 
 class RecordError(ValueError):
@@ -54,6 +57,37 @@ class StreamDocument(NamedTuple):
         1000
         """
         return (self.ts - EPOCH) // timedelta(milliseconds=1)
+
+
+def event_time_refusal(ts: datetime, *, now: datetime, max_future_seconds: float) -> str | None:
+    """Why a document's event time ``ts`` is outside the stream's window, or None inside it. The
+    window opens after the epoch (a Kafka timestamp of 0 is "now" to its clients, and one before
+    the epoch makes a window no job writes) and closes ``max_future_seconds`` after the clock
+    (``now``): a document dated ahead would move the stream's event time past every document to
+    come, which would then be late.
+
+    >>> now = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    >>> event_time_refusal(now + timedelta(hours=1), now=now, max_future_seconds=86_400) is None
+    True
+    >>> event_time_refusal(datetime(2099, 1, 1, tzinfo=timezone.utc), now=now, max_future_seconds=86_400)
+    'ts 2099-01-01T00:00:00+00:00 is more than 86,400 s (--max-future-seconds) ahead of the clock \
+(2026-12-02T00:00:00+00:00): a wrong clock or date; counted, it would make every document after it late'
+    >>> event_time_refusal(EPOCH, now=now, max_future_seconds=86_400)
+    'ts 1970-01-01T00:00:00+00:00 is not after the epoch: Kafka timestamps start after \
+1970-01-01T00:00:00Z (0 is "now" to a Kafka client, and a window before it is never written)'
+    """
+    if ts <= EPOCH:
+        return (
+            f"ts {ts.isoformat()} is not after the epoch: Kafka timestamps start after 1970-01-01T00:00:00Z "
+            '(0 is "now" to a Kafka client, and a window before it is never written)'
+        )
+    if ts > now + timedelta(seconds=max_future_seconds):
+        return (
+            f"ts {ts.isoformat()} is more than {max_future_seconds:,g} s (--max-future-seconds) ahead of the clock "
+            f"({now.isoformat(timespec='seconds')}): a wrong clock or date; counted, it would make every "
+            "document after it late"
+        )
+    return None
 
 
 def _string(record: dict[str, Any], key: str, *, required: bool, limit: int | None = None) -> str:
@@ -81,6 +115,8 @@ def decode_document(value: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Stre
         text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecordError(f"not UTF-8 (byte 0x{value[exc.start]:02x} at offset {exc.start})") from None
+    if text.startswith("\ufeff"):  # JSON forbids it; without a word it reads as "Expecting value"
+        raise RecordError("not JSON (it starts with a byte-order mark, U+FEFF)")
     try:
         record = json_object(text)
     except ValueError as exc:

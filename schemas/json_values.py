@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import datetime, timezone
 from typing import Any
 
@@ -113,7 +114,35 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return record
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)  # one for all: json.loads builds one a call
+def refuse_constant(name: str) -> Any:
+    """Python's ``json`` reads ``NaN``, ``Infinity`` and ``-Infinity``; JSON has no such literals.
+
+    >>> json.loads('[NaN]', parse_constant=refuse_constant)
+    Traceback (most recent call last):
+    ...
+    ValueError: not JSON (NaN is not a JSON value)
+    """
+    raise ValueError(f"not JSON ({name} is not a JSON value)")
+
+
+def parse_whole(text: str) -> int:
+    """A JSON integer, or ValueError in plain words past Python's limit on the digits it converts.
+
+    >>> parse_whole("12"), json.loads("[7]", parse_int=parse_whole)
+    (12, [7])
+    >>> parse_whole("9" * 5001)
+    Traceback (most recent call last):
+    ...
+    ValueError: not JSON tokmaint can read (a number 5,001 digits long; at most 4,300)
+    """
+    digits = len(text.lstrip("-"))
+    if (limit := sys.get_int_max_str_digits()) and digits > limit:  # 0: no limit
+        raise ValueError(f"not JSON tokmaint can read (a number {digits:,} digits long; at most {limit:,})")
+    return int(text)
+
+
+# One for all (json.loads builds one a call); JSON's numbers only.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=refuse_constant, parse_int=parse_whole)
 
 
 def json_object(line: str, *, expected: str = "a JSON object") -> dict[str, Any]:

@@ -329,3 +329,37 @@ def test_an_upload_trickled_under_the_rate_floor_is_answered_408(broker, tmp_pat
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_dates_outside_the_window_nan_and_long_numbers_are_refused_with_the_reason(server, broker):
+    """A body that starts with a byte-order mark is read; documents dated 2099, 1960 or at the
+    epoch, a ``NaN``, a 5,001-digit number and a record that starts with a byte-order mark are
+    each refused with a reason that says what it is, and dead-lettered with it."""
+    records = [
+        json.dumps(_doc(20, id="bom-first")),
+        json.dumps(_doc(21, id="ahead", ts="2099-01-01T00:00:00Z")),
+        json.dumps(_doc(22, id="before", ts="1960-06-01T00:00:00Z")),
+        json.dumps(_doc(23, id="epoch", ts="1970-01-01T00:00:00Z")),
+        json.dumps(_doc(24, id="nan"))[:-1] + ', "score": NaN}',
+        json.dumps(_doc(25, id="long"))[:-1] + ', "n": ' + "9" * 5001 + "}",
+        "\ufeff" + json.dumps(_doc(26, id="bom-inside")),
+    ]
+    answer = _post(server, b"\xef\xbb\xbf" + "\n".join(records).encode()).json()
+    assert (answer["accepted"], answer["refused"]) == (1, 6), answer
+    reasons = {r["record"]: r["reason"] for r in answer["refusals"]}
+    assert "ts 2099-01-01T00:00:00+00:00 is more than 86,400 s (--max-future-seconds) ahead" in reasons[1]
+    assert reasons[2].startswith("ts 1960-06-01T00:00:00+00:00 is not after the epoch")
+    assert reasons[3].startswith("ts 1970-01-01T00:00:00+00:00 is not after the epoch")
+    assert reasons[4] == "not JSON (NaN is not a JSON value)"
+    assert reasons[5] == "not JSON tokmaint can read (a number 5,001 digits long; at most 4,300)"
+    assert reasons[6] == "not JSON (it starts with a byte-order mark, U+FEFF)"
+    produced = consume(broker, "docs.http", expected=10_000, timeout=2)
+    assert {"bom-first"} == {r.key.decode() for r in produced} & {"bom-first", "ahead", "before", "epoch", "nan"}
+    dead = {
+        dict(r.headers)["tokmaint.reason"].decode()
+        for r in consume(broker, "docs.http.dlq", expected=10_000, timeout=2)
+    }
+    assert set(reasons.values()) <= dead
+    for body, said in ((b"[NaN]", "not JSON (NaN is not a JSON value)"), (b"[" + b"9" * 5001 + b"]", "5,001 digits")):
+        refused = _post(server, body, "application/json")
+        assert refused.status_code == 422 and said in refused.text, refused.text

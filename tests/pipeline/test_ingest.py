@@ -85,3 +85,27 @@ def test_a_bad_corpus_without_skip_bad_sends_nothing(broker, tmp_path, capsys):
     assert main(["ingest", str(path), "--bootstrap", broker, "--topic", "docs.c"]) == 2
     assert "bad.jsonl:2: not JSON" in capsys.readouterr().err
     assert consume(broker, "docs.c", expected=1, timeout=1) == []
+
+
+def test_documents_dated_outside_the_event_time_window_are_dead_lettered_with_the_reason(broker, tmp_path, capsys):
+    """Dated 2099 or 9999 (more than --max-future-seconds ahead of the clock), before 1970 or at
+    the epoch (which a Kafka client would stamp with the clock): each is dead-lettered with a
+    reason that says so, and the ordinary documents are sent."""
+    dated = ["2021-05-04T10:00:00Z", "2099-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "1960-06-01", "1970-01-01T00:00Z"]
+    path = tmp_path / "dated.jsonl"
+    path.write_text("".join(json.dumps({"ts": ts, "text": f"dated {ts}"}) + "\n" for ts in dated))
+    argv = ["ingest", str(path), "--bootstrap", broker, "--topic", "docs.d", "--dlq-topic", "docs.d.dlq", "--json"]
+    assert main([*argv, "--max-future-seconds", "3600"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["documents"], report["dead_lettered"]) == (1, 4)
+    assert [decode_document(r.value).text for r in consume(broker, "docs.d", expected=1)] == [
+        "dated 2021-05-04T10:00:00Z"
+    ]
+    reasons = {decode_document(r.value).text: _headers(r)["tokmaint.reason"] for r in consume(broker, "docs.d.dlq", 4)}
+    assert sorted(reasons) == sorted(f"dated {ts}" for ts in dated[1:])
+    assert (
+        "ts 2099-01-01T00:00:00+00:00 is more than 3,600 s (--max-future-seconds) ahead" in reasons["dated " + dated[1]]
+    )
+    assert "ts 9999-12-31T23:59:59+00:00 is more than 3,600 s" in reasons["dated " + dated[2]]
+    assert reasons["dated 1960-06-01"].startswith("ts 1960-06-01T00:00:00+00:00 is not after the epoch")
+    assert reasons["dated 1970-01-01T00:00Z"].startswith("ts 1970-01-01T00:00:00+00:00 is not after the epoch")

@@ -3,6 +3,7 @@ registry of the test session's own): the statistics in Redis equal the offline r
 same steps, revisions included and published; bad records land in the dead-letter topic exactly
 once; a job killed with SIGKILL and restarted ends in the state of an uninterrupted run."""
 
+import gzip
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from pipeline.redis_store import RedisStatsStore
 from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
 from registry.local_server import free_port, start_server
+from schemas.document import decode_document
 from tests.conftest import consume, produce, sentencepiece_style, trickle
 from tests.support.cli import PIPELINE_OPTIONS, lineage_options, pipeline_run_command
 from tokenizer_service.bpe import BPETokenizer
@@ -675,3 +677,53 @@ def test_bench_pipeline_streams_the_whole_corpus_and_reports_its_figures(driftin
     assert result["ratio"] == pytest.approx(result["pipeline_mb_s"] / result["encode_mb_s"])
     assert (result["documents"], result["steps"]) == (600, 12) and result["revisions"] >= 1
     assert set(result["step_seconds"]) == set(result["read_seconds"]) == {"pairs_10k", "pairs_1m"}
+
+
+# Documents dated outside the event-time window, each with its ts as its Kafka timestamp (a producer
+# other than tokmaint's, which refuse them), and the words their dead letters' reasons hold.
+OUT_OF_WINDOW = [
+    ({"id": "ahead-2099", "text": "from the future", "ts": "2099-01-01T00:00:00Z"}, "ahead of the clock"),
+    ({"id": "ahead-9999", "text": "the end of time", "ts": "9999-12-31T23:59:59Z"}, "ahead of the clock"),
+    ({"id": "before-1970", "text": "before the epoch", "ts": "1960-06-01T00:00:00Z"}, "is not after the epoch"),
+    ({"id": "epoch", "text": "at 0", "ts": "1970-01-01T00:00:00Z"}, "is not after the epoch"),
+]
+
+
+def test_documents_dated_years_ahead_or_before_1970_are_dead_lettered_and_the_rest_counted(
+    broker, redis_url, registry_url, initial, drifting_corpus, tmp_path
+):
+    """300 documents, then documents dated 2099, 9999, 1960 and 1970-01-01 (Kafka timestamps as
+    their ts), then the 300 later ones, in 45-second windows: each of the four is dead-lettered
+    with its reason, and the statistics and versions equal the replay of the 600 ordinary ones."""
+    topic = f"docs.ahead.{uuid.uuid4().hex[:6]}"
+    lines = gzip.open(drifting_corpus, "rt").read().splitlines()
+    for name, part in (("first", lines[:300]), ("later", lines[300:])):
+        (path := tmp_path / f"{name}.jsonl").write_text("\n".join(part) + "\n")
+        assert main(["ingest", str(path), "--bootstrap", broker, "--topic", topic]) == 0
+        if name == "first":
+            bad = [json.dumps(doc).encode() for doc, _ in OUT_OF_WINDOW]
+            produce(broker, topic, [Record(value, timestamp=decode_document(value).ts_ms) for value in bad])
+    lineage = _lineage(registry_url, initial)
+    settings = PipelineSettings(
+        bootstrap=broker, docs_topic=topic, dlq_topic=f"{topic}.dlq", step_seconds=45, max_step_docs=40
+    )
+    with RegistryClient(registry_url, token="t" * 32) as registry:
+        job = _job(settings, redis_url, registry, lineage)
+        try:
+            report = job.run(until_idle=True)
+        finally:
+            job.close()
+        versions = registry.versions(lineage).data
+    windows: dict[int, list[str]] = {}
+    for doc in read_corpus(drifting_corpus).documents:
+        windows.setdefault(int(doc.ts.timestamp() // 45), []).append(doc.text)
+    steps = [texts[k : k + 40] for _, texts in sorted(windows.items()) for k in range(0, len(texts), 40)]
+    assert (report["documents"], report["steps"]) == (600, len(steps))
+    _equal_to_the_offline_reference(redis_url, lineage, initial, steps, versions)
+    dead = {
+        decode_document(r.value).id: dict(r.headers)["tokmaint.reason"].decode()
+        for r in consume(broker, f"{topic}.dlq", expected=4)
+    }
+    assert sorted(dead) == sorted(doc["id"] for doc, _ in OUT_OF_WINDOW)
+    for doc, words in OUT_OF_WINDOW:
+        assert words in dead[doc["id"]] and doc["ts"][:4] in dead[doc["id"]], dead

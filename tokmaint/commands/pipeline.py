@@ -256,7 +256,11 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
 def _add_stream_options(parser: argparse.ArgumentParser) -> None:
     from pipeline.config import PipelineSettings
 
-    add_settings(parser, PipelineSettings, only=("bootstrap", "docs_topic", "dlq_topic", "max_record_bytes"))
+    add_settings(
+        parser,
+        PipelineSettings,
+        only=("bootstrap", "docs_topic", "dlq_topic", "max_record_bytes", "max_future_seconds"),
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     add_wait_option(parser, waits_for=WAITS_FOR)
 
