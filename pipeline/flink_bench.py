@@ -3,16 +3,18 @@ offline replay and against ``pipeline run`` on the same topic.
 
 It starts a broker, a redis-server, a registry and a Flink cluster (a JobManager and two
 TaskManagers of two slots, :class:`~pipeline.flink_cluster.FlinkCluster`), trains the initial
-tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus (then a few records that
-are not Documents), and runs the job bounded at the topic's end offsets. With ``kill`` the corpus
-comes in two, cut at two thirds of its time: once the job has written a third of the steps from
-the first, one TaskManager is killed with SIGKILL and a replacement started (Flink restores the
-job from its last checkpoint), the rest is ingested (then the records that are not Documents),
-and the job is drained (``pipeline.flink_job.drain``). The kill so always lands between two
+tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus (then three documents
+dated 2099, 9999 and 1960 with those Kafka timestamps, then a few records that are not Documents),
+and runs the job bounded at the topic's end offsets. With ``kill`` the corpus comes in two, cut at
+two thirds of its time, the three misdated documents after the first part: once the job has
+written a third of the steps from the first, one TaskManager is killed with SIGKILL and a
+replacement started (Flink restores the job from its last checkpoint), the rest is ingested (then
+the records that are not Documents), and the job is drained (``pipeline.flink_job.drain``). The kill so always lands between two
 steps, with windows still to come; ingested whole, a short stream's windows all fire in one burst
 before any kill.
 
-Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered``, ``taskmanager_killed`` (and
+Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered`` (and ``dead_letter_reasons``:
+the job's), ``taskmanager_killed`` (and
 ``killed_at_step``: the steps written when it died),
 ``equal_to_replay`` (the Redis statistics and every published version equal Ted-Tok run offline
 over the same windows of the same documents), ``flink_mb_s`` (the documents' megabytes over the
@@ -35,6 +37,7 @@ import tempfile
 import time
 from collections import defaultdict
 from contextlib import closing
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +54,7 @@ from pipeline.local_servers import start_stream_servers
 from pipeline.redis_store import RedisStatsStore
 from pipeline.config import PipelineSettings
 from registry.client import RegistryClient
-from schemas.document import RecordError, decode_document
+from schemas.document import DEFAULT_MAX_FUTURE_SECONDS, RecordError, decode_document, event_time_refusal
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import Document, oldest, read_corpus
 from tokenizer_service.errors import TokmaintError
@@ -61,7 +64,17 @@ from tokenizer_service.stats_store import MemoryStatsStore
 from tokenizer_service.tedtok import TedTok
 
 LINEAGE, LOCAL_LINEAGE = "flink", "local"
-BAD_RECORDS = [b"not json", b'{"id": "x"}', b"\xff\xfe"]  # each dead-lettered, with its reason
+# Each dead-lettered, with its reason. The last is a Document dated at the epoch, which a Kafka
+# client stamps with the clock (0 is "now" to it).
+BAD_RECORDS = [b"not json", b'{"id": "x"}', b"\xff\xfe", b'{"id": "epoch", "text": "at 0", "ts": "1970-01-01T00:00Z"}']
+# Documents dated outside the event-time window, each with its ts as its Kafka timestamp (a producer
+# other than tokmaint's: ingest refuses them), posted mid-stream: counted, the two dated ahead would
+# move their partitions' event time past every document after them.
+OUT_OF_WINDOW = [
+    {"id": "ahead-2099", "text": "from the future", "ts": "2099-01-01T00:00:00Z"},
+    {"id": "ahead-9999", "text": "the end of time", "ts": "9999-12-31T23:59:59Z"},
+    {"id": "before-1970", "text": "before the epoch", "ts": "1960-06-01T00:00:00Z"},
+]
 
 
 class FlinkBenchSettings(CorpusStreamSettings):
@@ -74,17 +87,26 @@ class FlinkBenchSettings(CorpusStreamSettings):
 
 
 def replay(
-    records: list[bytes], initial: BPETokenizer, stream: StreamSettings, *, step_seconds: float
+    records: list[bytes],
+    initial: BPETokenizer,
+    stream: StreamSettings,
+    *,
+    step_seconds: float,
+    max_future_seconds: float = DEFAULT_MAX_FUTURE_SECONDS,
 ) -> tuple[TedTok, dict[int, tuple[int, float]]]:
     """Ted-Tok run offline over the topic's documents in the job's steps: windows of
-    ``step_seconds`` of event time in order, a document's resends dropped; and each step's documents
-    and megabytes, by its window's end in milliseconds (as the job's windows end)."""
+    ``step_seconds`` of event time in order, a document's resends dropped, those dated outside the
+    event-time window left out; and each step's documents and megabytes, by its window's end in
+    milliseconds (as the job's windows end)."""
+    now = datetime.now(timezone.utc)
     windows: dict[int, dict[str, str]] = defaultdict(dict)
     step_ms = round(step_seconds * 1000)
     for value in records:
         try:
             doc = decode_document(value)
         except RecordError:
+            continue
+        if event_time_refusal(doc.ts, now=now, max_future_seconds=max_future_seconds):
             continue
         windows[doc.ts_ms // step_ms].setdefault(doc.id, doc.text)
     config = stream.tedtok_config()
@@ -139,9 +161,17 @@ def _send_bad_records(bootstrap: str) -> None:
         producer.send_all("docs", [Record(value) for value in BAD_RECORDS])
 
 
+def _send_out_of_window(bootstrap: str) -> None:
+    """The documents dated outside the event-time window, each with its ts as its Kafka timestamp."""
+    with Producer(bootstrap) as producer:
+        records = [json.dumps(doc).encode() for doc in OUT_OF_WINDOW]
+        producer.send_all("docs", [Record(value, timestamp=decode_document(value).ts_ms) for value in records])
+
+
 def _read_all(bootstrap: str, docs: list[Document]) -> list[Any]:
-    """The docs topic's records once all of ``docs`` and the records that are not Documents are in."""
-    return read_topic(bootstrap, "docs", expected=len(docs) + len(BAD_RECORDS))
+    """The docs topic's records once all of ``docs``, the documents dated outside the window and
+    the records that are not Documents are in."""
+    return read_topic(bootstrap, "docs", expected=len(docs) + len(OUT_OF_WINDOW) + len(BAD_RECORDS))
 
 
 def run_flink_bench(
@@ -179,6 +209,7 @@ def run_flink_bench(
             cut = docs[0].ts + (docs[-1].ts - docs[0].ts) * 2 / 3 if settings.kill else docs[-1].ts
             first, rest = [d for d in docs if d.ts <= cut], [d for d in docs if d.ts > cut]
             _ingest(first, Path(root) / "first.jsonl", pipeline, progress=progress)
+            _send_out_of_window(bootstrap)
             if not settings.kill:
                 _send_bad_records(bootstrap)
             read = [] if settings.kill else _read_all(bootstrap, docs)  # with a kill, once the rest is in
@@ -246,13 +277,11 @@ def run_flink_bench(
                     else None
                 )
                 compared = equal_to_replay(tedtok, client, registry, LINEAGE)
-                dead = len(
-                    {
-                        r.key
-                        for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
-                        if r.key and r.key.startswith(b"docs:sha256:")
-                    }
-                )  # the job's (ingest's have no key)
+                reasons = {  # the job's dead letters, once each (ingest's have no key)
+                    r.key: dict(r.headers)["tokmaint.reason"].decode()
+                    for r in read_topic(bootstrap, "docs.dlq", quiet_ms=1000)
+                    if r.key and r.key.startswith(b"docs:sha256:")
+                }
                 versions = registry.version(LINEAGE).number
                 written = RedisStatsStore.open(client, lineage=LINEAGE).meta()
                 registry.create(LOCAL_LINEAGE, initial.to_json())
@@ -277,7 +306,8 @@ def run_flink_bench(
         "documents": written["documents"],
         "steps": written["step"],
         "versions": versions,
-        "dead_lettered": dead,
+        "dead_lettered": len(reasons),
+        "dead_letter_reasons": sorted(reasons.values()),
         "taskmanager_killed": killed_at is not None,
         "killed_at_step": killed_at,
         "equal_to_replay": all(compared.values()),

@@ -2,13 +2,16 @@
 
 What runs where:
 
-* **Flink's Kafka source** (Java) reads the topic's partitions in parallel; a record's event time
-  is its Kafka timestamp, which tokmaint's producers set to the document's ``ts``
-  (``Record.timestamp``), so each partition's watermark is made in Java without decoding.
+* **Flink's Kafka source** (Java, the SQL connector's table: ``_source_table``) reads the topic's
+  partitions in parallel; a record's event time is its Kafka timestamp, which tokmaint's producers
+  set to the document's ``ts`` (``Record.timestamp``), so each partition's watermark is made in
+  Java without decoding. A timestamp outside the stream's event-time window (not after 1970, or
+  more than ``max_future_seconds`` ahead of the clock) becomes the epoch there, which moves no
+  watermark: a record dated 2099 cannot make the documents after it late.
 * **Decoding** (Python, parallel): a record that is not a Document goes to the dead-letter topic
-  with the reason ``pipeline run`` gives it; so does one whose timestamp is not its ``ts`` (it
-  would land in another window than its ``ts`` says) and one later than ``max_lateness_seconds``
-  behind its partition's watermark (its window was written).
+  with the reason ``pipeline run`` gives it; so do a document dated outside the window, one whose
+  timestamp is not its ``ts`` (it would land in another window than its ``ts`` says) and one later
+  than ``max_lateness_seconds`` behind its partition's watermark (its window was written).
 * **Windows** of ``step_seconds`` of event time, aligned to the epoch, are the steps, as
   ``pipeline run --step-seconds`` makes them. Documents are sharded by id, so a producer's
   resend meets its first copy and is dropped; each shard's documents of a window are tallied in
@@ -44,6 +47,9 @@ from pipeline.config import PipelineSettings
 from tokenizer_service.evolve import StreamSettings
 
 WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)
+# A window is whole milliseconds, and Flink SQL's intervals hold at most 999,999 days.
+MIN_STEP_SECONDS, MAX_STEP_SECONDS = 0.001, 1e9
+OUTSIDE_WINDOW = 0  # the event time (ms) the source gives a record whose timestamp is outside the window
 
 
 class FlinkJobSpec(BaseModel):
@@ -54,7 +60,7 @@ class FlinkJobSpec(BaseModel):
     registry: str
     pipeline: PipelineSettings
     stream: StreamSettings
-    step_seconds: float = Field(gt=0)
+    step_seconds: float = Field(ge=MIN_STEP_SECONDS, le=MAX_STEP_SECONDS)
     max_lateness_seconds: float = Field(60.0, ge=0)
     shards: int = Field(4, ge=1)  # keys a window's documents are tallied under (>= the parallelism)
     parallelism: int = Field(2, ge=1)
@@ -99,49 +105,18 @@ class DeadLetters:
         self.producer.close()
 
 
-def _offsets(topic: str, offsets: dict[int, int]) -> Any:
-    """A Kafka offsets initializer at ``offsets`` (partition -> offset). PyFlink's own names the
-    Kafka client's classes as the SQL connector's fat jar shades them; the connector's jars here
-    have them unshaded."""
-    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer
-    from pyflink.java_gateway import get_gateway
-    from pyflink.util.java_utils import get_java_class
-
-    jvm = get_gateway().jvm
-    positions = jvm.org.apache.flink.python.util.HashMapWrapper(None, get_java_class(jvm.Long))  # Long values
-    for partition, end in offsets.items():
-        positions.put(jvm.org.apache.kafka.common.TopicPartition(topic, partition), end)
-    initializer = jvm.org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer
-    return KafkaOffsetsInitializer(initializer.offsets(positions.asMap()))
-
-
 def build(env: Any, spec: FlinkJobSpec) -> None:
     """Add the job to a PyFlink ``StreamExecutionEnvironment``."""
-    from pyflink.common import Duration, Row, Types, WatermarkStrategy
-    from pyflink.common.serialization import ByteArraySchema
-    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+    from pyflink.common import Row, Types
     from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
     from pyflink.datastream.state import ListStateDescriptor
     from pyflink.table import DataTypes, Schema, StreamTableEnvironment
 
     settings = spec.pipeline
-    topic = settings.docs_topic
     step_ms = round(spec.step_seconds * 1000)
-    builder = (
-        KafkaSource.builder()
-        .set_bootstrap_servers(settings.bootstrap)
-        .set_topics(topic)
-        .set_group_id(f"tokmaint-flink-{spec.lineage}")
-        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-        .set_value_only_deserializer(ByteArraySchema())
-        .set_property("partition.discovery.interval.ms", "10000")
-    )
-    if spec.bounded is not None:
-        builder = builder.set_bounded(_offsets(topic, spec.bounded))
-    watermarks = WatermarkStrategy.for_bounded_out_of_orderness(
-        Duration.of_millis(round(spec.max_lateness_seconds * 1000))
-    )
-    records = env.from_source(builder.build(), watermarks, "docs", Types.PRIMITIVE_ARRAY(Types.BYTE()))
+    tables = StreamTableEnvironment.create(env)
+    tables.execute_sql(_source_table(spec))
+    records = tables.to_data_stream(tables.sql_query("SELECT `value`, rowtime FROM records"))
 
     class Decode(ProcessFunction):
         def open(self, runtime_context: Any) -> None:
@@ -150,14 +125,29 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
         def close(self) -> None:
             self.dead.close()
 
-        def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterable[Any]:
-            from schemas.document import RecordError, decode_document
+        def process_element(self, row: Any, ctx: ProcessFunction.Context) -> Iterable[Any]:
+            from datetime import datetime, timezone
 
-            value = bytes(value)
+            from schemas.document import RecordError, decode_document, event_time_refusal
+
+            value = bytes(row[0])
             try:
                 doc = decode_document(value, max_bytes=settings.max_record_bytes)
             except RecordError as exc:
                 self.dead.send(value, str(exc))
+                return
+            # The source's clock read this record's timestamp first: anything it took, this takes.
+            now = datetime.now(timezone.utc)
+            if reason := event_time_refusal(doc.ts, now=now, max_future_seconds=settings.max_future_seconds):
+                self.dead.send(value, reason)
+                return
+            if ctx.timestamp() == OUTSIDE_WINDOW:  # the source saw a timestamp outside the window
+                self.dead.send(
+                    value,
+                    f"its record's timestamp is outside the event-time window (not after 1970, or more than "
+                    f"{settings.max_future_seconds:,g} s ahead of the clock), not its ts ({doc.ts_ms} ms): "
+                    "the producer must set it (tokmaint ingest does)",
+                )
                 return
             if doc.ts_ms != ctx.timestamp():
                 self.dead.send(
@@ -275,7 +265,6 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
 
     docs = records.process(Decode(), Types.ROW_NAMED(["shard", "doc"], [Types.INT(), Types.STRING()]))
     # The windows in Java (Flink SQL): a document costs Python nothing past its decoding.
-    tables = StreamTableEnvironment.create(env)
     tables.create_temporary_view(
         "docs",
         tables.from_data_stream(
@@ -299,6 +288,53 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
         .set_parallelism(1)
         .name("write steps")
         .print()
+    )
+
+
+def _source_table(spec: FlinkJobSpec) -> str:
+    """The docs topic as a Flink SQL table (the Kafka connector's): each record's value and its
+    event time, ``rowtime``, with per-partition watermarks made in the source. ``rowtime`` is the
+    record's Kafka timestamp inside the stream's event-time window (after the epoch, at most
+    ``max_future_seconds`` ahead of the clock), and the epoch (``OUTSIDE_WINDOW``) outside it:
+    a record dated 2099 so moves no partition's event time (the watermark only goes forward),
+    and ``Decode`` dead-letters it.
+
+    >>> spec = FlinkJobSpec(lineage="git", registry="http://r", pipeline=PipelineSettings(), stream=StreamSettings(),
+    ...                     step_seconds=60, bounded={0: 5, 1: 7})
+    >>> print(_source_table(spec))  # doctest: +ELLIPSIS
+    CREATE TEMPORARY TABLE records (...
+      rowtime AS CASE WHEN kafka_ts > TO_TIMESTAMP_LTZ(0, 3) AND kafka_ts <= TIMESTAMPADD(MILLISECOND, 86400000, \
+CURRENT_TIMESTAMP) THEN kafka_ts ELSE TO_TIMESTAMP_LTZ(0, 3) END,
+      WATERMARK FOR rowtime AS TIMESTAMPADD(MILLISECOND, -60000, rowtime)
+    ) WITH (...'scan.bounded.specific-offsets' = 'partition:0,offset:5;partition:1,offset:7')
+    """
+    settings = spec.pipeline
+    options = {
+        "connector": "kafka",
+        "topic": settings.docs_topic,
+        "properties.bootstrap.servers": settings.bootstrap,
+        "properties.group.id": f"tokmaint-flink-{spec.lineage}",  # its offsets, committed at checkpoints: drain
+        "scan.startup.mode": "earliest-offset",
+        "scan.topic-partition-discovery.interval": "10 s",
+        "value.format": "raw",
+    }
+    if spec.bounded is not None:
+        options["scan.bounded.mode"] = "specific-offsets"
+        options["scan.bounded.specific-offsets"] = ";".join(
+            f"partition:{p},offset:{end}" for p, end in sorted(spec.bounded.items())
+        )
+    future_ms = round(settings.max_future_seconds * 1000)
+    lateness_ms = round(spec.max_lateness_seconds * 1000)
+    # Flink SQL's intervals of more than 99 seconds are refused in a watermark: TIMESTAMPADD instead.
+    return (
+        "CREATE TEMPORARY TABLE records (\n"
+        "  `value` BYTES,\n"
+        "  kafka_ts TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL,\n"
+        f"  rowtime AS CASE WHEN kafka_ts > TO_TIMESTAMP_LTZ({OUTSIDE_WINDOW}, 3) AND kafka_ts <= "
+        f"TIMESTAMPADD(MILLISECOND, {future_ms}, CURRENT_TIMESTAMP) THEN kafka_ts "
+        f"ELSE TO_TIMESTAMP_LTZ({OUTSIDE_WINDOW}, 3) END,\n"
+        f"  WATERMARK FOR rowtime AS TIMESTAMPADD(MILLISECOND, {-lateness_ms}, rowtime)\n"
+        ") WITH (" + ", ".join(f"'{k}' = '{v}'" for k, v in options.items()) + ")"
     )
 
 
