@@ -9,9 +9,9 @@ and runs the job bounded at the topic's end offsets. With ``kill`` the corpus co
 two thirds of its time, the three misdated documents after the first part: once the job has
 written a third of the steps from the first, one TaskManager is killed with SIGKILL and a
 replacement started (Flink restores the job from its last checkpoint), the rest is ingested (then
-the records that are not Documents), and the job is drained (``pipeline.flink_job.drain``). The kill so always lands between two
-steps, with windows still to come; ingested whole, a short stream's windows all fire in one burst
-before any kill.
+the records that are not Documents), and the job is drained (``pipeline.flink_job.drain``). The
+kill so always lands between two steps, with windows still to come; ingested whole, a short
+stream's windows all fire in one burst before any kill.
 
 Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered`` (and ``dead_letter_reasons``:
 the job's), ``taskmanager_killed`` (and

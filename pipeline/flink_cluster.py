@@ -289,13 +289,16 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.role != "local":
         run_role(args.role, args.work.resolve(), jobmanager=args.jobmanager)
-    with FlinkCluster(args.work.resolve()) as cluster:
-        print(
-            f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
-            f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it",
-            flush=True,
-        )
-        try:
+    # A kill or a closed terminal stops it as Ctrl-C does: its JVMs (in sessions of their own) with it.
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.default_int_handler)
+    try:
+        with FlinkCluster(args.work.resolve()) as cluster:
+            print(
+                f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
+                f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it",
+                flush=True,
+            )
             signal.pause()
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass

@@ -49,6 +49,7 @@ from tokenizer_service.evolve import StreamSettings
 WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)
 # A window is whole milliseconds, and Flink SQL's intervals hold at most 999,999 days.
 MIN_STEP_SECONDS, MAX_STEP_SECONDS = 0.001, 1e9
+ENDED = ("FINISHED", "FAILED", "CANCELED")  # a job's states it does not leave
 OUTSIDE_WINDOW = 0  # the event time (ms) the source gives a record whose timestamp is outside the window
 
 
@@ -410,6 +411,29 @@ def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None
     return found[1]
 
 
+def jobmanager(master: str, *, wait: float) -> dict[str, Any]:
+    """The overview of the Flink JobManager whose REST address is ``master`` (``HOST:PORT``),
+    waited for up to ``wait`` seconds as the other parts are (``pipeline.parts.wait_for``); one
+    line naming the address when none answers, or when what answers is no JobManager."""
+    import httpx
+
+    from pipeline.parts import wait_for
+    from tokenizer_service.errors import TokmaintError
+
+    def overview() -> Any:
+        try:
+            return httpx.get(f"http://{master}/overview", timeout=5).raise_for_status().json()
+        except (httpx.HTTPStatusError, ValueError):  # something else answers there: a 404, not JSON
+            return None
+        except httpx.HTTPError as exc:
+            raise ConnectionError(str(exc) or type(exc).__name__) from None
+
+    found = wait_for(f"the Flink JobManager at {master}", overview, wait=wait, errors=(ConnectionError,))
+    if not isinstance(found, dict) or "flink-version" not in found:
+        raise TokmaintError(f"what answers at {master} is not a Flink JobManager's REST API (check --flink-master)")
+    return found
+
+
 def wait_for_job(
     rest_url: str, job_id: str, *, timeout: float, until: Callable[[], bool] | None = None
 ) -> dict[str, Any]:
@@ -419,40 +443,53 @@ def wait_for_job(
     from tokenizer_service.errors import TokmaintError
 
     deadline = time.monotonic() + timeout
-    while (job := httpx.get(f"{rest_url}/jobs/{job_id}", timeout=10).json())["state"] not in (
-        "FINISHED",
-        "FAILED",
-        "CANCELED",
-    ) and not (until is not None and until()):
+    while (job := httpx.get(f"{rest_url}/jobs/{job_id}", timeout=10).json())["state"] not in ENDED and not (
+        until is not None and until()
+    ):
         if time.monotonic() > deadline:
             raise TokmaintError(f"the Flink job {job_id} at {rest_url} is still {job['state']} after {timeout:g} s")
         time.sleep(0.5)
     return job
 
 
-def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout: float = 600.0) -> dict[str, Any]:
+def drain(
+    master: str, spec_settings: PipelineSettings, lineage: str, *, timeout: float = 600.0, wait: float = 30.0
+) -> dict[str, Any]:
     """Stop the lineage's running job once its source has read the docs topic to the end (its
     offsets, committed at each checkpoint, at the partitions' high watermarks), with a drain:
     the watermark goes to the end of time, every window left is written, the job finishes. Its
-    REST summary."""
+    REST summary. No JobManager at ``master`` (within ``wait`` seconds), or no job of the lineage
+    that has not ended, is said at once in one line."""
+    import httpx
+
+    from tokenizer_service.errors import TokmaintError
+
+    jobmanager(master, wait=wait)
+    try:
+        return _drain(master, spec_settings, lineage, timeout=timeout)
+    except httpx.HTTPError as exc:  # it went away meanwhile
+        raise TokmaintError(f"the Flink JobManager at {master}: {exc or type(exc).__name__}") from None
+
+
+def _drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout: float) -> dict[str, Any]:
     import httpx
     from confluent_kafka import TopicPartition
 
     from pipeline.kafka import end_offsets, partitions, read_topic, reader
     from tokenizer_service.errors import TokmaintError
 
-    rest = f"http://{master}"
-    deadline = time.monotonic() + timeout
-    # Just submitted, or restarting after a TaskManager died: it is waited for.
-    while not (
-        running := [
-            j
-            for j in httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
-            if j["name"] == f"tokmaint-{lineage}" and j["state"] == "RUNNING"
-        ]
-    ):
+    rest, deadline = f"http://{master}", time.monotonic() + timeout
+    name = f"tokmaint-{lineage}"
+    # Just submitted, or restarting after a TaskManager died: it is waited for. None that has not ended: said now.
+    while True:
+        jobs = _jobs(rest, name)
+        if running := [j for j in jobs if j["state"] == "RUNNING"]:
+            break
+        if all(j["state"] in ENDED for j in jobs):
+            ended = f" (the last one ended {jobs[-1]['state']})" if jobs else ""
+            raise TokmaintError(f"no job {name} runs at {master}{ended}")
         if time.monotonic() > deadline:
-            raise TokmaintError(f"no running job tokmaint-{lineage} at {master} within {timeout:g} s")
+            raise TokmaintError(f"no running job {name} at {master} within {timeout:g} s")
         time.sleep(1.0)
     job_id = running[0]["jid"]
     topic = spec_settings.docs_topic
@@ -471,6 +508,14 @@ def drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeout
     if job["state"] != "FINISHED":
         raise TokmaintError(f"the job tokmaint-{lineage} ended {job['state']} while draining")
     return job
+
+
+def _jobs(rest: str, name: str) -> list[dict[str, Any]]:
+    """The cluster's jobs called ``name``, the last started last."""
+    import httpx
+
+    jobs = httpx.get(f"{rest}/jobs/overview", timeout=10).json()["jobs"]
+    return sorted((j for j in jobs if j["name"] == name), key=lambda j: j.get("start-time", 0))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,17 @@ documents dated 2099, 9999 and 1960 with those Kafka timestamps, one TaskManager
 SIGKILL mid-run (between two steps, before the stream's last third has arrived), and the
 statistics and versions equal to the offline replay of the ordinary documents."""
 
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+
 from pipeline.flink_bench import BAD_RECORDS, OUT_OF_WINDOW, FlinkBenchSettings, run_flink_bench
+from tests.support.cli import run
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "git-commits-sample.jsonl.gz"
 
@@ -30,3 +38,45 @@ def test_the_job_on_flink_survives_a_taskmanager_kill_and_equals_the_replay():
     # The writer's lines time the steps; a kill can take those of the steps written just before it.
     assert 0 <= report["steps_timed"] <= report["steps"]
     assert report["flink_steady_mb_s"] is None or report["flink_steady_mb_s"] > 0
+
+
+def _jvms(work: Path) -> list[int]:
+    """The processes whose command line names ``work`` (the cluster's JVMs, and whatever started them)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(work).encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # it ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_make_flink_stops_its_jvms_on_sigterm_and_sighup_and_a_drain_of_no_job_says_so(stop, tmp_path, capsys):
+    """``make flink``'s cluster (``python -m pipeline.flink_cluster``) stops its three JVMs on
+    SIGTERM and SIGHUP as on Ctrl-C; while it runs, ``--drain`` of a lineage with no job there
+    says so at once, in one line."""
+    work = tmp_path / "flink"
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.flink_cluster", "--work", str(work)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = cluster.stdout.readline()
+        master = re.search(r"--flink-master (\S+?)\)", line)
+        assert master is not None, line
+        jvms = [pid for pid in _jvms(work) if pid != cluster.pid]
+        assert len(jvms) == 3  # the JobManager and two TaskManagers
+        if stop == signal.SIGTERM:  # once: it needs a JobManager, not a signal
+            asked = time.monotonic()
+            code, out, err = run(
+                ["pipeline", "flink", "--drain", "--lineage", "nosuchjob", "--flink-master", master[1]], capsys
+            )
+            assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+            assert f"no job tokmaint-nosuchjob runs at {master[1]}" in err and time.monotonic() - asked < 15
+        cluster.send_signal(stop)
+        assert cluster.wait(timeout=90) == 0
+        assert [pid for pid in jvms if Path(f"/proc/{pid}").exists()] == []
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()

@@ -343,7 +343,7 @@ def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_flink(args: argparse.Namespace) -> int:
-    from pipeline.flink_job import FlinkJobSpec, submit
+    from pipeline.flink_job import MAX_STEP_SECONDS, MIN_STEP_SECONDS, FlinkJobSpec, jobmanager, submit
     from registry.config import RegistryClientSettings
     from tokenizer_service.evolve import StreamSettings
 
@@ -351,7 +351,7 @@ def cmd_flink(args: argparse.Namespace) -> int:
     if args.drain:
         from pipeline.flink_job import drain
 
-        job = drain(args.flink_master, settings, args.lineage)
+        job = drain(args.flink_master, settings, args.lineage, wait=args.wait)
         print_result(
             {"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job["jid"], "state": job["state"]},
             as_json=args.json,
@@ -359,6 +359,11 @@ def cmd_flink(args: argparse.Namespace) -> int:
         return 0
     if settings.step_seconds is None:
         args.parser.error("--step-seconds is required: the Flink job's steps are windows of event time")
+    if not (window := Number(float, low=MIN_STEP_SECONDS, high=MAX_STEP_SECONDS)).allows(settings.step_seconds):
+        args.parser.error(
+            f"argument --step-seconds: must be {window.describe()} for the Flink job (its windows are whole "
+            f"milliseconds, and Flink's intervals hold at most 999,999 days), got {settings.step_seconds:g}"
+        )
     registry = args.registry or RegistryClientSettings().url
     if not registry:  # the job's writer reaches it from the TaskManagers: no default to guess
         args.parser.error("--registry (or TOKMAINT_REGISTRY_URL) is required: the job publishes there")
@@ -371,9 +376,46 @@ def cmd_flink(args: argparse.Namespace) -> int:
         max_lateness_seconds=args.max_lateness_seconds,
         parallelism=args.parallelism,
     )
+    # What pipeline run finds before it starts, found here: on the cluster the job would fail and restart.
+    _check_flink_parts(spec, wait=args.wait)
+    jobmanager(args.flink_master, wait=args.wait)
     job_id = submit(spec, master=args.flink_master)
     print_result({"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job_id}, as_json=args.json)
     return 0
+
+
+def _check_flink_parts(spec, *, wait: float) -> None:
+    """The registry and the lineage in it, Redis and the broker, as ``pipeline run`` needs them;
+    and a lineage whose statistics end at a window ahead of the clock (the job would skip every
+    document before it), each a :class:`~tokenizer_service.errors.TokmaintError` in one line."""
+    from datetime import datetime, timedelta, timezone
+
+    from pipeline.flink_job import WINDOW
+    from pipeline.parts import wait_for_registry
+    from pipeline.redis_store import RedisStatsStore
+    from registry.client import RegistryClient
+    from tokenizer_service.errors import TokmaintError
+
+    wait_for_registry(spec.registry, wait=wait)
+    with RegistryClient(spec.registry) as registry:
+        registry.version(spec.lineage)  # "no lineage": refused here, not restarted on the cluster
+    settings = spec.pipeline
+    redis_client = connect_redis(settings.redis, wait=wait)
+    wait_for_broker(settings.bootstrap, wait=wait)
+    try:
+        written = RedisStatsStore.open(redis_client, lineage=spec.lineage).meta()["offsets"].get(WINDOW)
+    except TokmaintError:  # no statistics yet
+        written = None
+    finally:
+        redis_client.close()
+    now = datetime.now(timezone.utc)
+    if written is not None and (end := datetime.fromtimestamp(written / 1000, timezone.utc)) > now + timedelta(
+        seconds=settings.max_future_seconds
+    ):
+        raise TokmaintError(
+            f"lineage {spec.lineage!r}'s statistics end at a window of {end.isoformat()}, ahead of the clock: a job "
+            "would skip every document before it (docs/stream.md, 'A lineage whose event time ran ahead')"
+        )
 
 
 def add_revise(revise: argparse.ArgumentParser) -> None:
