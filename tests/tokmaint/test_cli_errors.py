@@ -593,3 +593,36 @@ def test_text_that_is_no_utf8_from_the_shell_is_one_line(model_scratch):
     err = done.stderr.decode("utf-8", errors="replace")
     assert done.returncode == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert "argument --text: must be UTF-8 text, got the byte 0xe9 at byte 3" in err
+
+
+def test_pipeline_flink_refuses_what_cannot_run_in_one_line(registry_server, redis_url, broker, scratch, capsys):
+    """``pipeline flink`` checks what its job needs before it submits (a window Flink takes, the
+    lineage, Redis, the broker, a JobManager), and ``--drain`` the JobManager: each refusal one
+    line, exit 2, at once (``--wait 0``), naming the option or the part."""
+    from registry.client import RegistryClient
+    from registry.local_server import free_port
+    from tests.conftest import REGISTRY_TOKEN
+
+    url, _ = registry_server
+    name = f"flink-{os.getpid()}"
+    RegistryClient(url, token=REGISTRY_TOKEN).create(name, (scratch / "tok.json").read_bytes())
+    nobody = f"127.0.0.1:{free_port()}"  # no JobManager answers there
+    parts = ["--registry", url, "--redis", redis_url, "--bootstrap", broker, "--wait", "0", "--flink-master", nobody]
+    window = "argument --step-seconds: must be a number in [0.001, 1e+09] for the Flink job"
+    cases = [
+        ([name, *parts, "--step-seconds", "0.0004"], window),
+        ([name, *parts, "--step-seconds", "1e11"], window),
+        (["nosuchlineage", *parts, "--step-seconds", "60"], "no lineage 'nosuchlineage'"),
+        ([name, *parts, "--step-seconds", "60", "--redis", "redis://127.0.0.1:1/0"], "Redis at redis://127.0.0.1:1/0"),
+        ([name, *parts, "--step-seconds", "60"], f"the Flink JobManager at {nobody} did not answer in 0 s"),
+        ([name, "--drain", "--flink-master", nobody, "--wait", "0"], f"the Flink JobManager at {nobody} did not"),
+        (
+            [name, "--drain", "--flink-master", url.removeprefix("http://"), "--wait", "0"],
+            "is not a Flink JobManager's REST API (check --flink-master)",
+        ),
+    ]
+    for argv, message in cases:
+        asked = time.monotonic()
+        code, out, err = run(["pipeline", "flink", "--lineage", *argv], capsys)
+        assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+        assert message in err and time.monotonic() - asked < 20, (argv, err)
