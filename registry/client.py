@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import tarfile
 import threading
@@ -44,6 +45,7 @@ from tokenizer_service.errors import TokmaintError
 from tokenizer_service.output_dir import write_file
 
 
+log = logging.getLogger("tokmaint.registry")
 _JSON = {"Content-Type": "application/json"}
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -71,11 +73,21 @@ def _embed(fields: dict[str, Any], **documents: str | bytes | None) -> bytes:
 
 
 class RegistryRefused(TokmaintError):
-    """The registry refused a request (or could not be reached): ``status``, ``code``, ``reasons``."""
+    """The registry refused a request (or could not be reached): ``status``, ``code``, ``reasons``,
+    and ``retry_after``: the seconds its ``Retry-After`` asked a client to wait (None: it said none)."""
 
-    def __init__(self, status: int, code: str, reasons: list[str]) -> None:
+    def __init__(self, status: int, code: str, reasons: list[str], *, retry_after: float | None = None) -> None:
         super().__init__(f"registry answered {status} {code}: " + "; ".join(reasons))
-        self.status, self.code, self.reasons = status, code, reasons
+        self.status, self.code, self.reasons, self.retry_after = status, code, reasons, retry_after
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header's seconds; None for none, an HTTP date or anything else.
+
+    >>> retry_after_seconds("3"), retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), retry_after_seconds(None)
+    (3.0, None, None)
+    """
+    return float(value) if value is not None and value.strip().isascii() and value.strip().isdigit() else None
 
 
 class RegistryClient(AbstractContextManager["RegistryClient"]):
@@ -115,7 +127,8 @@ class RegistryClient(AbstractContextManager["RegistryClient"]):
                 code, reasons = body.get("error_code") or "http_error", body.get("reasons") or [str(body)]
             except ValueError:
                 code, reasons = "http_error", [response.text[:200] or response.reason_phrase]
-            raise RegistryRefused(response.status_code, code, reasons)
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            raise RegistryRefused(response.status_code, code, reasons, retry_after=retry_after)
         return response
 
     @staticmethod
@@ -251,30 +264,46 @@ class RegistryClient(AbstractContextManager["RegistryClient"]):
         return self._answer(VersionPublic, "POST", f"/v1/tokenizers/{name}/rollback", json={"to": to})
 
 
+def retry_delay(error: Exception, failures: int, *, most: float = 5.0) -> float:
+    """How long to wait before asking a registry that failed ``failures`` times in a row again:
+    what its ``Retry-After`` asked (at most a minute), or a backoff doubling from 0.5 s to ``most``.
+
+    >>> [retry_delay(OSError(), n) for n in (1, 2, 3, 4, 5)]
+    [0.5, 1.0, 2.0, 4.0, 5.0]
+    >>> retry_delay(RegistryRefused(503, "overloaded", ["busy"], retry_after=2.0), 1)
+    2.0
+    """
+    asked = error.retry_after if isinstance(error, RegistryRefused) else None
+    return min(asked, 60.0) if asked is not None else min(0.5 * 2 ** (failures - 1), most)
+
+
 class LatestVersion:
     """A lineage's latest version number, kept current by a thread that long-polls the registry's
     watch (the registry answers within 0.2 s of a publish), so that asking costs no request: what
     a job asks before every step, and a trainer between two optimizer steps. Version numbers only
     grow (a rollback publishes a new one).
 
+    A registry that is away (down, redeployed, cut off, overloaded) costs nothing: :attr:`number`
+    stays the last number seen, the thread asks again with backoff (``retry_delay``), it logs once
+    that the registry is away and once that it is back, and the version published meanwhile is
+    heard then. :attr:`away_seconds` counts the time without it.
+
         with LatestVersion("http://127.0.0.1:8000", "news") as latest:
             if latest.number > mine: ...
     """
 
-    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0, patience: float = 30.0) -> None:
+    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0) -> None:
         """``poll_seconds``: each watch's length; short, as closing cannot end one under way
-        (httpx), and a server shutting down waits for the watches it holds. ``patience``: how
-        long the registry may be away before :attr:`number` raises (meanwhile it is the last
-        number seen: a version learnt late is adopted late, never wrongly)."""
+        (httpx), and a server shutting down waits for the watches it holds."""
         self._client = RegistryClient(url, token="")  # reads only, on a connection of its own
-        self._follow(lineage, poll_seconds=poll_seconds, patience=patience)
+        self._follow(lineage, poll_seconds=poll_seconds, where=url)
 
-    def _follow(self, lineage: str, *, poll_seconds: float, patience: float) -> None:
+    def _follow(self, lineage: str, *, poll_seconds: float, where: str) -> None:
         """Start following: the number now, then a thread that asks :meth:`_newer` again and again."""
-        self.lineage, self.poll_seconds, self.patience = lineage, poll_seconds, patience
+        self.lineage, self.poll_seconds, self.where = lineage, poll_seconds, where
         self._number = self._first()
-        self._error: Exception | None = None
-        self._failing_since: float | None = None
+        self._away_since: float | None = None  # (monotonic) the outage under way began
+        self._away_before = 0.0  # seconds of the outages that ended
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="tokmaint-registry-watch", daemon=True)
         self._thread.start()
@@ -290,26 +319,43 @@ class LatestVersion:
 
     @property
     def number(self) -> int:
-        """The latest version number seen; the watch's error once it has lost the registry for
-        longer than ``patience``."""
-        failing_since = self._failing_since
-        if failing_since is not None and time.monotonic() - failing_since > self.patience:
-            raise self._error
+        """The latest version number seen (while the registry is away, the last one it gave)."""
         return self._number
 
+    @property
+    def away_seconds(self) -> float:
+        """Seconds without the registry since following began, the outage under way included."""
+        since = self._away_since
+        return self._away_before + (0.0 if since is None else time.monotonic() - since)
+
     def _watch(self) -> None:
+        failures = 0
         while not self._stopped.is_set():
             try:
                 heard = self._newer()
             except Exception as exc:  # closed (then stopped), or the registry is away: try again
                 if self._stopped.is_set():
                     return
-                self._error = exc
-                if self._failing_since is None:
-                    self._failing_since = time.monotonic()
-                self._stopped.wait(1.0)
+                failures += 1
+                if self._away_since is None:
+                    self._away_since = time.monotonic()
+                    log.warning(
+                        "registry: %s is away (%s): %s stays on version %s, asking again with backoff",
+                        self.where,
+                        exc,
+                        self.lineage,
+                        self._number,
+                        extra={"lineage": self.lineage},
+                    )
+                self._stopped.wait(retry_delay(exc, failures))
                 continue
-            self._failing_since = None
+            if self._away_since is not None:
+                away, self._away_since = time.monotonic() - self._away_since, None
+                self._away_before += away
+                log.warning(
+                    "registry: %s is back after %.1f s without it", self.where, away, extra={"lineage": self.lineage}
+                )
+            failures = 0
             if heard is not None:
                 self._number = max(self._number, heard)
 

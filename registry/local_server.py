@@ -32,10 +32,13 @@ class PortTaken(TokmaintError):
     """The server could not bind its port: another process took it first."""
 
 
-def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+def start_server(
+    root: Path, *, env: dict[str, str], timeout: float = 60.0, port: int | None = None
+) -> tuple[subprocess.Popen, str]:
     """Start a server with its database and artifacts in ``root`` and the extra environment
     ``env`` (the token, limits); returns it and its URL once it answers. Its output goes to
-    ``root/server.log``."""
+    ``root/server.log``. ``port``: that one (a server started again where its clients look)
+    instead of a free one."""
     root.mkdir(parents=True, exist_ok=True)
     return start_service(
         ["registry", "serve", "--db", f"sqlite:///{root / 'registry.db'}", "--artifacts", str(root / "artifacts")],
@@ -43,6 +46,7 @@ def start_server(root: Path, *, env: dict[str, str], timeout: float = 60.0) -> t
         log=root / "server.log",
         timeout=timeout,
         what="the registry server",
+        port=port,
     )
 
 
@@ -54,25 +58,26 @@ def start_service(
     timeout: float = 60.0,
     what: str = "the server",
     tries: int = 3,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Start ``tokmaint COMMAND --port P`` (a server with ``/healthz``) on a free port with the
     extra environment ``env``; returns it and its URL once it answers. Its output goes to ``log``
     (a pipe nobody reads would block a chatty server once it filled). The port is free when
     chosen, but another process may bind it before the server does (its imports take seconds):
-    a server that exits for that is started again on another port, up to ``tries`` times."""
-    for _ in range(tries - 1):
+    a server that exits for that is started again on another port, up to ``tries`` times.
+    ``port``: that port, tried once."""
+    for _ in range(tries - 1 if port is None else 0):
         try:
-            return _started(command, env=env, log=log, timeout=timeout, what=what)
+            return _started(command, env=env, log=log, timeout=timeout, what=what, port=free_port())
         except PortTaken:
             continue
-    return _started(command, env=env, log=log, timeout=timeout, what=what)
+    return _started(command, env=env, log=log, timeout=timeout, what=what, port=port or free_port())
 
 
 def _started(
-    command: list[str], *, env: dict[str, str], log: Path, timeout: float, what: str
+    command: list[str], *, env: dict[str, str], log: Path, timeout: float, what: str, port: int
 ) -> tuple[subprocess.Popen, str]:
-    """One try of :func:`start_service`."""
-    port = free_port()
+    """One try of :func:`start_service` on ``port``."""
     started = log.stat().st_size if log.exists() else 0
     with open(log, "ab") as output:
         process = subprocess.Popen(

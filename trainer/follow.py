@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from registry.client import RegistryClient
+from registry.client import LatestVersion, RegistryClient
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -171,6 +171,12 @@ class LineageFollower:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps: the lineage, the version and its sha256."""
         return {"lineage": self.lineage, "version": self.version, "sha256": self.tokenizer.sha256}
+
+    @property
+    def registry_away_seconds(self) -> float:
+        """Seconds the registry's watch (or the Hub's ``main``) was away while this follower
+        trained on (0 when versions are learnt from the revision events topic)."""
+        return self.latest.away_seconds if isinstance(self.latest, LatestVersion) else 0.0
 
     @property
     def stamp(self) -> TokenizerStamp:
@@ -312,10 +318,7 @@ class LineageFollower:
         model's version, and kept for the step that applies it (None: it could not be had; tried
         again ``retry_steps`` steps after it was refused)."""
         while not self._closed.wait(0.05):
-            try:
-                newest = self.latest.number
-            except Exception:  # the registry away past the watch's patience: the loop hears of it
-                continue
+            newest = self.latest.number
             if newest <= self.version or self.steps - self.refused.get(newest, -(10**9)) < self.retry_steps:
                 continue
             kept = self._downloaded.get(newest, ())

@@ -95,14 +95,12 @@ class HubVersions:
 class HubLatest(LatestVersion):
     """The latest version number of a lineage, kept current by a thread that asks the ``main``
     revision every ``poll_seconds`` (the Hub protocol has no watch); the last number seen while
-    the registry is away, its error once it has been away longer than ``patience``
-    (``registry.client.LatestVersion``'s following, over the Hub)."""
+    the registry is away, asked again with backoff (``registry.client.LatestVersion``'s
+    following, over the Hub)."""
 
-    def __init__(
-        self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0, patience: float = 30.0
-    ) -> None:
+    def __init__(self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0) -> None:
         self.versions = versions
-        self._follow(lineage, poll_seconds=poll_seconds, patience=patience)
+        self._follow(lineage, poll_seconds=poll_seconds, where=versions.endpoint)
 
     def _first(self) -> int:
         return self.versions.version(self.lineage).number

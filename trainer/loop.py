@@ -232,6 +232,7 @@ class Trainer(FollowsLineage):
             "evaluations": list(self.evaluations),
             "bits_per_byte": self.evaluations[-1]["bits_per_byte"] if self.evaluations else None,
             "tokens_per_s": tokens / (time.perf_counter() - started),
+            "registry_away_seconds": self.follower.registry_away_seconds,
             "device": self.device,
         }
 

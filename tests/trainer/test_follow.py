@@ -6,10 +6,13 @@ from its checkpoint on the checkpoint's version, and a model sharded by FSDP (``
 on CPU) has its rows changed where they live, as ``apply_revision`` makes them whole."""
 
 import datetime
+import json
 import multiprocessing
 import os
 import queue
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from multiprocessing.context import BaseContext
@@ -177,6 +180,7 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
             if rank == 0:
                 shared["step"] = step
                 shared["refused"] = sorted(follower.refused)
+                shared["version"] = follower.version
             loss = _step(model, optimizer, follower, TEXTS[(step * world + rank) % 500 :][:4])  # held: see _step
             if checkpoint and rank == 0 and step % 5 == 4:
                 save_checkpoint(
@@ -201,6 +205,7 @@ def _rank(rank: int, world: int, port: int, urls: list[str], name: str, plan: di
                 "checksum": matrices_checksum(module).tolist(),
                 "rows": module.get_input_embeddings().weight.shape[0],
                 "finite": bool(torch.isfinite(loss)),
+                "registry_away_seconds": follower.registry_away_seconds,
                 **(sharded if rank == 0 else {}),
             }
         )
@@ -222,7 +227,7 @@ def _forkserver() -> BaseContext:
 def _start(urls, name, plan, *, world: int = 2):
     context = _forkserver()
     manager = context.Manager()
-    shared, results, port = manager.dict({"step": -1, "refused": []}), context.Queue(), free_port()
+    shared, results, port = manager.dict({"step": -1, "refused": [], "version": 0}), context.Queue(), free_port()
     processes = [
         context.Process(target=_rank, args=(rank, world, port, urls, name, plan, shared, results))
         for rank in range(world)
@@ -372,3 +377,92 @@ def test_a_model_sharded_by_fsdp_has_its_rows_changed_where_they_live(registry_s
     assert torch.equal(torch.tensor(reports[0]["after"]), embedding_matrices(reference)[0])
     moment = torch.tensor(reports[0]["moment"])
     assert applied.changed and not moment[applied.changed + applied.removed].any() and moment.any()
+
+
+OUTAGE = 90.0  # seconds without the registry: longer than any patience a trainer ever had (30 s)
+
+
+def _spawned(argv: list[str], log) -> subprocess.Popen:
+    """A trainer process started with ``argv`` on one thread (five share the machine), its output
+    in the file ``log``."""
+    env = {**os.environ, "PYTHONPATH": ".", "OMP_NUM_THREADS": "1"}
+    with open(log, "wb") as output:
+        return subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+
+
+def _said(log, text: str) -> int:
+    """How many times the log file ``log`` says ``text``."""
+    return log.read_text(encoding="utf-8", errors="replace").count(text)
+
+
+def test_every_trainer_trains_on_without_the_registry_and_takes_what_was_published_meanwhile(revisions, tmp_path):
+    """The registry is stopped for 90 s under ``trainer run``, a ``transformers.Trainer`` with the
+    callback (``examples/hf_trainer.py``) and two DDP ranks. A version is published meanwhile
+    through a second registry process on the same database, and one once the registry is back:
+    every trainer trains on and takes both (the ranks at the same step), saying once that the
+    registry is away and once that it is back; a ``trainer run`` that ends during the outage exits
+    0 with its report."""
+    initial, made = revisions
+    root, corpus, env = tmp_path / "registry", tmp_path / "corpus.jsonl", {"TOKMAINT_REGISTRY_TOKEN": TOKEN}
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS), encoding="utf-8")
+    port = free_port()
+    registry, url = start_server(root, env=env, port=port)
+    name = _lineage([url], initial)
+    small = ["--batch-size", "2", "--seq-len", "32", "--eval-every", "0", "--warm-steps", "1", "--registry", url]
+    run = [sys.executable, "-m", "tokmaint.cli", "trainer", "run", "--lineage", name, "--data", str(corpus), *small]
+    logs = {k: tmp_path / f"{k}.log" for k in ("run", "hf", "ended")}
+    trainers = {
+        "run": _spawned([*run, "--steps", "1000000"], logs["run"]),
+        "hf": _spawned(
+            [sys.executable, "examples/hf_trainer.py", "--registry", url, "--lineage", name, "--data", str(corpus)]
+            + "--max_steps 1000000 --save_steps 1000000 --per_device_train_batch_size 2 --seq_len 32 --use_cpu "
+            f"--report_to none --output_dir {tmp_path / 'hf'}".split(),
+            logs["hf"],
+        ),
+    }
+    processes, shared, results, manager = _start([url, url], name, {"steps": 10**6, "pause": 0.02, "until_version": 3})
+    try:
+        _wait(lambda: shared["step"] >= 3, "the ranks never started", timeout=120)
+        _wait(lambda: all(_said(logs[k], "trainer: training") for k in trainers), "a trainer never started", 120)
+        # Started last, so that its 40 steps end while the registry is away.
+        report = tmp_path / "ended.json"
+        trainers["ended"] = ended = _spawned([*run, "--steps", "40", "--report", str(report)], logs["ended"])
+        _wait(lambda: _said(logs["ended"], "trainer: training"), "the short run never started", 120)
+        registry.kill()  # at once, its watches under way cut off
+        registry.wait(timeout=30)
+        away = time.monotonic()
+        # The second registry process, on the same database: a version published while the first is away.
+        second, second_url = start_server(root, env=env)
+        try:
+            assert _publish(second_url, name, made[0]) == 2
+        finally:
+            second.terminate()
+            second.wait(timeout=30)
+        assert ended.wait(timeout=OUTAGE) == 0, logs["ended"].read_text()
+        assert time.monotonic() - away < OUTAGE  # it ended while the registry was away
+        short = json.loads(report.read_text())
+        assert set(short["versions"]) == {1} and short["steps"] == 40 and short["registry_away_seconds"] > 0
+        del trainers["ended"]
+        time.sleep(max(OUTAGE - (time.monotonic() - away), 0))
+        assert all(p.poll() is None for p in trainers.values()) and all(p.is_alive() for p in processes)
+        registry, _ = start_server(root, env=env, port=port)  # back where the trainers look
+        _wait(lambda: all(_said(logs[k], "took version 2") for k in trainers), "version 2 was never taken", 60)
+        _wait(lambda: shared["version"] == 2, "the ranks never took version 2", 60)
+        assert _publish(url, name, made[1]) == 3
+        _wait(lambda: all(_said(logs[k], "took version 3") for k in trainers), "version 3 was never taken", 60)
+        reports = _reports(processes, results)
+    finally:
+        for process in trainers.values():
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+        for process in processes:
+            process.kill()
+        manager.shutdown()
+        registry.terminate()
+        registry.wait(timeout=30)
+    assert not any("error" in r for r in reports), reports
+    assert reports[0]["taken"] == reports[1]["taken"] and [v for v, _ in reports[0]["taken"]] == [2, 3]
+    assert all(r["registry_away_seconds"] >= OUTAGE - 5 for r in reports)
+    for k in trainers:
+        assert _said(logs[k], "is away (") == 1 and _said(logs[k], "is back after") == 1, logs[k].read_text()
