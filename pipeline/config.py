@@ -97,7 +97,9 @@ class IngestServerSettings(Settings):
         "seconds a response the client does not read waits before it is given up",
     )
     receive_timeout: float = setting(
-        15.0, Number(float, low=0, low_open=True), "seconds a request body may send nothing before it is answered 408"
+        15.0,
+        Number(float, low=0, low_open=True),
+        "seconds a request body may send nothing, or its line and headers may take, before it is answered 408",
     )
     min_upload_kib_per_second: float = setting(
         64.0,

@@ -20,6 +20,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 LINGER_SECONDS = 2.0  # the longest a closed connection keeps reading what its client still sends
+HEAD_SECONDS = 15.0  # the longest a request's line and headers may take to arrive (then 408)
 
 
 class LingeringTransport:
@@ -75,12 +76,49 @@ class _Draining(asyncio.Protocol):
 
 
 class LingeringHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol on a ``LingeringTransport``."""
+    """uvicorn's httptools protocol on a ``LingeringTransport``, with a deadline on each request's
+    line and headers: uvicorn has none (its keep-alive timeout ends at a request's first byte), so
+    headers trickled a byte a second held a connection as long as the client liked."""
+
+    head_seconds = HEAD_SECONDS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(LingeringTransport(transport, self))  # type: ignore[arg-type]
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._await_head()
+
+    def _await_head(self) -> None:
+        if self._head_deadline is None:
+            self._head_deadline = self.loop.call_later(self.head_seconds, self._head_too_slow)
+
+    def _head_arrived(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._await_head()  # a kept-alive connection's next request
+
+    def on_headers_complete(self) -> None:
+        self._head_arrived()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_arrived()
+        super().connection_lost(exc)
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            body = f"the request's line and headers took more than {self.head_seconds:g} s".encode()
+            head = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+            self.transport.write(head + b"content-length: %d\r\n\r\n" % len(body) + body)
+            self.transport.close()
 
 
-def serve(app: Any, *, host: str, port: int, log_level: str = "info") -> None:
-    """Run ``app`` under uvicorn with lingering closes, until interrupted."""
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http=LingeringHttpToolsProtocol)
+def serve(app: Any, *, host: str, port: int, log_level: str = "info", head_seconds: float = HEAD_SECONDS) -> None:
+    """Run ``app`` under uvicorn with lingering closes, until interrupted; a request's line and
+    headers that take more than ``head_seconds`` are answered 408."""
+    protocol = type("LingeringHttpToolsProtocol", (LingeringHttpToolsProtocol,), {"head_seconds": head_seconds})
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)

@@ -363,3 +363,38 @@ def test_dates_outside_the_window_nan_and_long_numbers_are_refused_with_the_reas
     for body, said in ((b"[NaN]", "not JSON (NaN is not a JSON value)"), (b"[" + b"9" * 5001 + b"]", "5,001 digits")):
         refused = _post(server, body, "application/json")
         assert refused.status_code == 422 and said in refused.text, refused.text
+
+
+def test_a_request_head_trickled_in_is_answered_408_at_the_receive_timeout(broker, tmp_path):
+    """A request line and headers sent a byte every 0.1 s (a slowloris): answered 408 and closed
+    once --receive-timeout (1 s) has passed, not held for as long as the client likes; the server
+    still serves."""
+    process, url = _start(broker, tmp_path, "--receive-timeout", "1")
+    stop = threading.Event()
+    try:
+        with socket.create_connection(("127.0.0.1", httpx.URL(url).port), timeout=30) as slow:
+            head = _upload_head(10)
+
+            def trickle_head() -> None:
+                for byte in head:
+                    if stop.is_set():
+                        return
+                    try:
+                        slow.sendall(bytes([byte]))
+                    except OSError:  # answered and closed
+                        return
+                    time.sleep(0.1)
+
+            sender = threading.Thread(target=trickle_head, daemon=True)
+            began = time.monotonic()
+            sender.start()
+            answer = _answer(slow)
+            stop.set()
+            sender.join(timeout=30)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"the request's line and headers took more than 1 s" in answer
+        assert time.monotonic() - began < 5
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

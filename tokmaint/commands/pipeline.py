@@ -240,7 +240,7 @@ def cmd_ingest_server(args: argparse.Namespace) -> int:
         max_records=server.max_records,
         limits=server.limits,
     )
-    serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, head_seconds=server.receive_timeout)
     return 0
 
 
