@@ -32,6 +32,14 @@ from tokenizer_service.bpe import BPETokenizer  # noqa: E402
 from tokenizer_service.corpus import Document  # noqa: E402
 
 EXAMPLES = 12  # tokens added / removed shown per version, at most
+REPORT_FILES = (
+    "summary.json",
+    "bytes_per_token.png",
+    "revisions.png",
+    "tokens.png",
+    "trainer_bits_per_byte.png",
+    "index.html",
+)
 
 
 def bytes_per_token(tokenizer: BPETokenizer, texts: Sequence[str]) -> float:
@@ -127,14 +135,7 @@ def write_report(
         },
         "parts": measured,
         "changes": changes,
-        "files": [
-            "summary.json",
-            "bytes_per_token.png",
-            "revisions.png",
-            "tokens.png",
-            "trainer_bits_per_byte.png",
-            "index.html",
-        ],
+        "files": list(REPORT_FILES),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (out / "index.html").write_text(Environment(autoescape=True).from_string(PAGE).render(s=summary), encoding="utf-8")

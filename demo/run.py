@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import shutil
 import subprocess
@@ -46,6 +47,7 @@ from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import read_corpus
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
+from tokenizer_service.output_dir import OutputDir
 from tokenizer_service.settings import Number, Settings, SettingsConfigDict, setting, whole
 from trainer.export import BOS_TOKENS
 from trainer.config import TrainerSettings
@@ -168,17 +170,29 @@ class FlinkDemoJob:
         self.cluster.stop()
 
 
-def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool = True) -> dict[str, Any]:
-    """Run the loop; write the report to ``out``; return the summary."""
+def run_demo(
+    out: Path, settings: DemoSettings | None = None, *, force: bool = False, progress: bool = True
+) -> dict[str, Any]:
+    """Run the loop; write the report to ``out``; return the summary. ``out`` follows
+    ``tokenizer_service.output_dir``'s rule, checked before anything starts: a new or empty
+    folder, or the report of a demo with the same settings (of other settings with ``force``)."""
     settings = settings or DemoSettings()
-    from demo.report import write_report
+    from demo.report import REPORT_FILES, write_report
 
+    report_folder = OutputDir.claim(
+        out,
+        command="demo",
+        run=settings.model_dump(mode="json"),
+        outputs=[re.escape(name) for name in REPORT_FILES],
+        force=force,
+    )
     started = time.perf_counter()
     corpus = read_corpus(settings.corpus)
     docs = corpus.documents
     token = secrets.token_hex(16)
     processes: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="tokmaint-demo-") as root_name:
+    summary: dict[str, Any] = {}
+    with report_folder, tempfile.TemporaryDirectory(prefix="tokmaint-demo-") as root_name:
         root = Path(root_name)
         try:
             use_redis = settings.redis if settings.redis is not None else shutil.which("redis-server") is not None
@@ -335,16 +349,22 @@ def run_demo(out: Path, settings: DemoSettings | None = None, *, progress: bool 
                 stdout=subprocess.DEVNULL,
             )
             last_run = json.loads(trainer_report.read_text(encoding="utf-8"))
-            summary = write_report(
-                out,
-                registry=registry,
-                lineage=LINEAGE,
-                parts=parts,
-                arrivals=arrivals,
-                pipeline=job_result,
-                trainer=[first_run, last_run],
-                seconds=time.perf_counter() - started,
-            )
+
+            def write(staging: Path) -> None:
+                summary.update(
+                    write_report(
+                        staging,
+                        registry=registry,
+                        lineage=LINEAGE,
+                        parts=parts,
+                        arrivals=arrivals,
+                        pipeline=job_result,
+                        trainer=[first_run, last_run],
+                        seconds=time.perf_counter() - started,
+                    )
+                )
+
+            report_folder.replace_files(write)  # staged, then each file renamed over its old version
             registry.close()
         finally:
             for process in reversed(processes):

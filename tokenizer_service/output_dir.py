@@ -327,6 +327,42 @@ def _write_marker(folder: Path, command: str, files: Iterable[str], *, complete:
     fsync_directory(folder)
 
 
+def check_file_set(
+    out: str | Path, *, command: str, legacy: str | None = None, option: str = "--out"
+) -> dict[str, Any] | None:
+    """Refuse (:class:`OutputError`) an ``out`` that :func:`write_file_set` would refuse, before
+    the work that makes the set; the marker of the set ``command`` wrote there (None: a new or
+    empty folder).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> check_file_set(folder, command="demo") is None
+    True
+    >>> _ = (folder / "notes.txt").write_text("mine")
+    >>> check_file_set(folder, command="demo")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.OutputError: ... is not empty and was not written by tokmaint (notes.txt); \
+choose a new or empty --out
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{option} {out} is a file, not a directory")
+    if not out.is_dir():
+        return None
+    old = file_set_marker(out)
+    if old is not None and old["command"] != command:
+        raise OutputError(f"{out} holds the output of `tokmaint {old['command']}`; choose another {option}")
+    if old is None and legacy is not None and (out / legacy).is_file():
+        old = {"command": command, "files": []}  # written before markers: only the names written now are ours
+    if old is None and any(out.iterdir()):
+        raise OutputError(
+            f"{out} is not empty and was not written by tokmaint "
+            f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}"
+        )
+    return old
+
+
 def write_file_set(
     out: str | Path, write: Callable[[Path], None], *, command: str, legacy: str | None = None, option: str = "--out"
 ) -> list[str]:
@@ -357,20 +393,8 @@ def write_file_set(
     ['.tokmaint.json', 'README', 'config']
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{option} {out} is a file, not a directory")
-    old = None
+    old = check_file_set(out, command=command, legacy=legacy, option=option)
     if out.is_dir():
-        old = file_set_marker(out)
-        if old is not None and old["command"] != command:
-            raise OutputError(f"{out} holds the output of `tokmaint {old['command']}`; choose another {option}")
-        if old is None and legacy is not None and (out / legacy).is_file():
-            old = {"command": command, "files": []}  # written before markers: only the names written now are ours
-        if old is None and any(out.iterdir()):
-            raise OutputError(
-                f"{out} is not empty and was not written by tokmaint "
-                f"({_listing([p.name for p in out.iterdir()])}); choose a new or empty {option}"
-            )
         lock = os.open(out, os.O_RDONLY)  # released when the function returns (or the process ends)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,5 +1,6 @@
 """What commands print: a result as aligned ``key  value`` rows or as JSON, a table, a warning,
-and whether progress bars show.
+and whether progress bars show; and the one file an option names (``--report FILE``) that a
+command writes, checked before its work.
 
 >>> print_result({"versions": 3, "bench": {"mb_per_s": 12.5}}, as_json=False)
 versions        3
@@ -11,8 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from tokenizer_service.errors import OutputError
+from tokenizer_service.output_dir import write_file
 
 
 def _flatten(data: dict[str, Any] | list[dict[str, Any]], prefix: str = "") -> list[tuple[str, Any]]:
@@ -79,3 +86,50 @@ def show_progress(args: argparse.Namespace) -> bool:
     False
     """
     return not args.json and sys.stderr.isatty()
+
+
+def claim_file(path: str, *, option: str, force: bool, ours: Callable[[bytes], bool] | None = None) -> Path:
+    """Check, before a command's work, that it may write the file ``path`` (its ``option``): a new
+    file in a folder that exists, or a file ``ours`` recognises as this command's output; any other
+    file only with ``force`` (``tokenizer_service.output_dir``'s rule, for a file). A folder, or a
+    place that is no folder, is refused whatever ``force`` says.
+
+    >>> import tempfile
+    >>> notes = Path(tempfile.mkdtemp()) / "notes.txt"
+    >>> claim_file(str(notes), option="--report", force=False) == notes
+    True
+    >>> _ = notes.write_text("mine")
+    >>> claim_file(str(notes), option="--report", force=False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.OutputError: --report .../notes.txt exists and was not written by this command; \
+choose another --report, or pass --force to replace it
+    >>> claim_file(str(notes), option="--report", force=False, ours=lambda data: data == b"mine") == notes
+    True
+    """
+    file = Path(path)
+    if file.is_dir():
+        raise OutputError(f"{option} {path} is a directory, not a file")
+    if not file.parent.is_dir():
+        raise OutputError(f"cannot write {option} {path}: {file.parent} is not a folder")
+    if file.exists() and not force:
+        try:
+            recognised = ours is not None and file.is_file() and ours(file.read_bytes())
+        except OSError as exc:
+            raise OutputError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
+        if not recognised:
+            raise OutputError(
+                f"{option} {path} exists and was not written by this command; choose another {option}, "
+                "or pass --force to replace it"
+            )
+    return file
+
+
+def replace_file(file: Path, data: bytes) -> None:
+    """Write ``file`` whole or not at all: staged beside it, fsynced, then renamed over it."""
+    staged = file.with_name(f".{file.name}.tokmaint-staging-{os.getpid()}")
+    try:
+        write_file(staged, data)
+        os.replace(staged, file)
+    finally:
+        staged.unlink(missing_ok=True)

@@ -44,8 +44,9 @@ from torch.nn import functional as F
 
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.corpus import oldest, read_corpus
-from tokenizer_service.errors import CorpusError, TokmaintError
+from tokenizer_service.errors import CorpusError, OutputError, TokmaintError
 from tokenizer_service.lzw import LZW, Codebook, contexts
+from tokenizer_service.output_dir import check_file_set
 from tokenizer_service.settings import Number, whole
 from trainer.byte_level import LN2, ContextFull
 from trainer.config import Zip2zipSettings
@@ -542,9 +543,18 @@ def train_zip2zip(
 ) -> dict[str, Any]:
     """``tokmaint trainer zip2zip``: the model at ``model_path`` (a folder or a checkpoint)
     fine-tuned on ``corpus``'s LZW-compressed contexts (``trainer.config.Zip2zipSettings``),
-    written to ``out`` as a zip2zip folder (:meth:`Zip2zipLM.save`); its figures."""
-    from trainer.export import load_model
+    written to ``out`` as a zip2zip folder (:meth:`Zip2zipLM.save`); its figures. ``out`` is
+    checked before the model is read: never the model's own folder, and a folder
+    :meth:`Zip2zipLM.save` may write (``tokenizer_service.output_dir.write_file_set``'s rule)."""
+    from trainer.export import STAMP, load_model
 
+    if Path(out).resolve() == Path(model_path).resolve():
+        raise OutputError(
+            f"--out {out} is --model's folder: the fine-tuned model would replace the one it is made from; "
+            "choose another --out"
+        )
+    # The marker's command is write_model_folder's, which Zip2zipLM.save writes with.
+    check_file_set(out, command="trainer export", legacy=STAMP)
     settings = settings or Zip2zipSettings()
     started = time.perf_counter()
     base, tokenizer, stamp = load_model(model_path)

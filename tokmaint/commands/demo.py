@@ -14,7 +14,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from demo.run import DemoSettings, run_demo
 
-    summary = run_demo(Path(args.out), chosen_settings(args.parser, args, DemoSettings), progress=show_progress(args))
+    summary = run_demo(
+        Path(args.out), chosen_settings(args.parser, args, DemoSettings), force=args.force, progress=show_progress(args)
+    )
     shown = {k: v for k, v in summary.items() if k not in ("parts", "changes", "files")}
     if not args.json:  # the table shows the first and last bits per byte; summary.json has every evaluation
         shown["trainer"] = {k: v for k, v in shown["trainer"].items() if k != "evaluations"}
@@ -54,7 +56,14 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
 def add_demo(demo: argparse.ArgumentParser) -> None:
     from demo.run import DemoSettings
 
-    demo.add_argument("--out", default="demo-report", help="the report folder (default: demo-report)")
+    demo.add_argument(
+        "--out",
+        default="demo-report",
+        help="the report folder: new, empty, or a demo's report of the same settings (default: demo-report)",
+    )
+    demo.add_argument(
+        "--force", action="store_true", help="replace the report of a demo of other settings in --out (only its files)"
+    )
     add_settings(demo, DemoSettings, skip=("redis", "stream"))
     finish_command(demo, cmd_demo)
 

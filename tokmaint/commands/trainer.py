@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
 from tokmaint.commands import add_sample_corpus_option
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, lineage
-from tokmaint.output import print_result, show_progress
+from tokmaint.output import claim_file, print_result, replace_file, show_progress
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -26,6 +27,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if (args.data is None) == (args.docs_topic is None):
         args.parser.error("train on one of --data PATH or --topic NAME")
+    # Checked before a step is taken; a report of this lineage's earlier run is replaced (a resume's).
+    report_file = (
+        claim_file(args.report, option="--report", force=args.force, ours=_report_of(args.lineage))
+        if args.report
+        else None
+    )
     settings = chosen_settings(args.parser, args, TrainerSettings)
     stream = chosen_settings(args.parser, args, PipelineSettings)
     texts, held_out = held_out_split(
@@ -62,8 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             report = trainer.run(steps=max(args.steps - trainer.step, 0))
         finally:
             trainer.close()
-    if args.report:
-        Path(args.report).write_text(json.dumps(report), encoding="utf-8")
+    if report_file is not None:
+        replace_file(report_file, json.dumps(report).encode("utf-8"))
     losses = report.pop("losses")
     report.pop("versions")
     report.pop("evaluations")
@@ -72,6 +79,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         as_json=args.json,
     )
     return 0
+
+
+def _report_of(lineage: str) -> Callable[[bytes], bool]:
+    """``claim_file``'s test of a file already at ``--report``: whether its bytes are the report of
+    a ``trainer run`` of ``lineage`` (an earlier run's, which a resume replaces).
+
+    >>> _report_of("news")(b'{"lineage": "news", "losses": []}'), _report_of("news")(b"my notes")
+    (True, False)
+    """
+
+    def recognise(data: bytes) -> bool:
+        try:
+            report = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(report, dict) and report.get("lineage") == lineage and "losses" in report
+
+    return recognise
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -170,9 +195,12 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
     run.add_argument("--checkpoint-dir", help="checkpoint here, and resume from the checkpoint found here")
     run.add_argument(
         "--report",
+        metavar="FILE",
         help="write the whole report here as JSON (every step's loss and version, the "
-        "versions taken, the bits per byte on the held-out texts by step)",
+        "versions taken, the bits per byte on the held-out texts by step): a new file, or the "
+        "report of an earlier run of this lineage",
     )
+    run.add_argument("--force", action="store_true", help="replace a --report FILE that is no report of this lineage")
     run.add_argument(
         "--eval-data",
         help="held-out texts to score the model on in bits per byte (JSONL(.gz) or "
@@ -215,8 +243,8 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         help="the folder to write (the model folder plus zip2zip.json and "
-        "zip2zip.safetensors; new, empty, or one tokmaint wrote: its "
-        "files are replaced, any other file there is kept)",
+        "zip2zip.safetensors; new, empty, or one tokmaint wrote, but never --model's: its "
+        "files are replaced, any other file there is kept; checked before the fine-tuning)",
     )
     add_settings(zip2zip, Zip2zipSettings)
     finish_command(zip2zip, cmd_zip2zip)
