@@ -22,8 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-
-from tokenizer_service.settings import Settings, environment_variable, lineage_name, option_name, rule_of
+from tokenizer_service.settings import Settings, environment_variable, lineage_name, option_name, rule_of, whole
 
 
 def free_text(value: str) -> str:
@@ -70,6 +69,20 @@ def lineage(value: str) -> str:
         return lineage_name(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def port(value: str) -> int:
+    """A ``--port`` option's value (argparse ``type``): a TCP port, 1 to 65,535. Outside them a
+    server would not listen where it was asked: 70000 binds 70000 mod 65,536, and 0 any free port.
+
+    >>> port("8000")
+    8000
+    >>> port("70000")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a whole number in [1, 65,535], got '70000'
+    """
+    return int(whole(1, 65_535)(value))
 
 
 def _shown(value: Any) -> str:

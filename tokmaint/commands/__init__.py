@@ -7,6 +7,7 @@ import argparse
 
 from pipeline.parts import DEFAULT_WAIT_SECONDS
 from tokenizer_service.settings import Number
+from tokmaint.options import port as tcp_port
 
 
 def add_server_options(parser: argparse.ArgumentParser, *, port: int) -> None:
@@ -19,7 +20,7 @@ def add_server_options(parser: argparse.ArgumentParser, *, port: int) -> None:
     Namespace(host='127.0.0.1', port=8100, insecure_dev=True, log_level='warning')
     """
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=port, help=f"port (default: {port})")
+    parser.add_argument("--port", type=tcp_port, default=port, help=f"port, 1 to 65,535 (default: {port})")
     parser.add_argument(
         "--insecure-dev",
         action="store_true",

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from tokmaint.commands import add_server_options, add_wait_option
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, settings_errors
-from tokmaint.output import print_result, print_rows, show_progress
+from tokmaint.output import claim_file, print_result, print_rows, replace_file, show_progress
 from tokenizer_service.settings import Number, whole
+from tokenizer_service.tokenizer_json import MAX_ID_SPACE
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -269,11 +270,10 @@ def _stamped_version(folder: Path) -> int:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from tokenizer_service.output_dir import write_file
-
+    out = claim_file(args.out, option="--out", force=args.force)  # before the download
     with _client(args) as client:
         data = client.download(args.name, args.version)
-    write_file(Path(args.out), data)
+    replace_file(out, data)
     print_result({"written": args.out, "bytes": len(data)}, as_json=args.json)
     return 0
 
@@ -293,8 +293,16 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument("tokenizer", nargs="?", help="tokenizer.json")
     p.add_argument("--train", metavar="CORPUS", help="or train a byte-level BPE on the corpus's oldest documents")
-    p.add_argument("--train-docs", type=int, default=10_000, help="documents --train trains on (default: 10000)")
-    p.add_argument("--vocab-size", type=int, default=4096, help="vocabulary --train trains (default: 4096)")
+    p.add_argument(
+        "--train-docs", type=whole(1), default=10_000, help="documents --train trains on, ≥ 1 (default: 10000)"
+    )
+    p.add_argument(
+        "--vocab-size",
+        type=whole(257, MAX_ID_SPACE),
+        default=4096,
+        help="vocabulary --train trains: more than the 256 bytes of the byte alphabet, at most "
+        f"{MAX_ID_SPACE:,} ids (default: 4096)",
+    )
     p.add_argument(
         "--exist-ok", action="store_true", help="an existing lineage is not an error (its version 1 is printed)"
     )
@@ -321,7 +329,8 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument(
         "alias",
-        help="a name the Hub reads as no other revision: not main, latest, digits, v and digits, or 40 hex characters",
+        help="a name the Hub reads as no other revision: not main, latest or HEAD (in any case), digits, v and "
+        "digits, or 40 hex characters",
     )
     p.add_argument("version", nargs="?", default="latest")
     p.add_argument("--delete", action="store_true")
@@ -342,7 +351,8 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     p = client_parser("download", "download a version's tokenizer.json (verified against its sha256)", cmd_download)
     p.add_argument("name")
     p.add_argument("version", nargs="?", default="latest")
-    p.add_argument("--out", required=True, help="file to write")
+    p.add_argument("--out", required=True, metavar="FILE", help="the file to write: a new one, unless --force")
+    p.add_argument("--force", action="store_true", help="replace the file --out names")
 
 
 def cmd_bench_registry(args: argparse.Namespace) -> int:
