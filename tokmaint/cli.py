@@ -6,7 +6,9 @@ the trainer's packages, and ``tokmaint --help`` imports none of them.
 
 Errors a user can fix (a bad corpus, tokenizer, option, output directory or registry answer)
 are one line on stderr and exit code 2 (``tokmaint --debug ...`` adds the traceback). Ctrl-C
-stops cleanly with exit code 130 (SIGTERM: 143); what was written before stays complete.
+stops cleanly with exit code 130 (SIGTERM: 143); what was written before stays complete. Output
+whose reader went away (``| head``) ends the command quietly with exit code 0: the command's
+work (a publish...) is done by the time it prints.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -254,7 +257,15 @@ def main(argv: list[str] | None = None) -> int:
         # Parsing imports the chosen command's module (numpy, tokenizers...): Ctrl-C there stops cleanly too.
         args = build_parser().parse_args(argv)
         debug = args.debug
-        return args.func(args)
+        code: int = args.func(args)
+        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader of the output went away (`tokmaint ... | head`): what the command did is
+        # done, only the rest of its output is lost. As Python's "Note on SIGPIPE" advises, what
+        # is left to flush goes to devnull, so that the exit does not fail on it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (TokmaintError, OSError) as exc:
         if debug:
             traceback.print_exc()
