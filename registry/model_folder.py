@@ -1,8 +1,9 @@
 """What a model folder must be to be published beside a version: a folder that loads with
 ``transformers``' ``AutoModelForCausalLM`` exactly as the registry will serve it.
 
-* Plain file names (a flat folder), at most ``MAX_MODEL_FILES``; every ``.json`` file is JSON
-  (no ``NaN``: what the Hub serves must parse anywhere).
+* Plain file names (a flat folder), no two that differ only in case, at most
+  ``MAX_MODEL_FILES``; every ``.json`` file is JSON (no ``NaN``: what the Hub serves must parse
+  anywhere).
 * ``config.json`` is a GPT-2 config (``model_type: gpt2``, what ``tokmaint trainer export``
   writes): every field ``GPT2_FIELDS`` names has its type and range, ``vocab_size`` covers the
   version's ids.
@@ -432,6 +433,15 @@ def model_folder_problems(
         f"file name {name!r} is not a plain name (letters, digits, '.', '_', '-')"
         for name in files
         if not _FILE_NAME.fullmatch(name)
+    ]
+    by_case: dict[str, list[str]] = {}
+    for name in sorted(files):
+        by_case.setdefault(name.casefold(), []).append(name)
+    problems += [
+        f"file names {' and '.join(map(repr, names))} differ only in case: a download to a "
+        "case-insensitive file system (macOS', Windows') would keep one of them"
+        for names in by_case.values()
+        if len(names) > 1
     ]
     if len(files) > max_files:
         problems.append(f"the folder has {len(files):,} files; a model folder holds at most {max_files:,}")

@@ -6,13 +6,16 @@ An alias must not be a name the REST API or the Hugging Face Hub protocol reads 
 reference (``api/routes/hub.py``): ``latest``, ``main`` (the Hub's newest version), digits or
 ``v`` and digits (a version number, served ``immutable``), 40 hex characters (a commit hash).
 Both read such a name so, never as an alias a registry older than the rule stored under it
-(``registry migrate`` renames those: migration 0005).
+(``registry migrate`` renames those: migrations 0005 and 0006). Names are case-exact, so ``MAIN``,
+``Latest`` and git's ``HEAD`` (in any case) are refused as aliases and read as no version: as
+aliases they would name one version while ``main`` names another.
 """
 
 from __future__ import annotations
 
 import re
 
+from tokenizer_service.settings import lineage_name
 
 # The largest number an SQL BIGINT holds: a larger one names no version (and SQLite would
 # raise OverflowError on it).
@@ -45,9 +48,17 @@ def version_reference(name: str) -> str | None:
 
     >>> version_reference("serving") is None, version_reference("main"), version_reference("v2")
     (True, "'main' names the newest version", 'a number, or v and a number, names a version')
+    >>> print(version_reference("MAIN"))
+    names are case-exact: 'MAIN' is not 'main', which names the newest version
+    >>> print(version_reference("head"))
+    'head' is git's name for the newest commit: here 'main' or 'latest' names the newest version
     """
     if name in ("latest", "main"):
         return f"{name!r} names the newest version"
+    if name.lower() in ("latest", "main"):
+        return f"names are case-exact: {name!r} is not {name.lower()!r}, which names the newest version"
+    if name.lower() == "head":
+        return f"{name!r} is git's name for the newest commit: here 'main' or 'latest' names the newest version"
     if _VERSION_NAME.fullmatch(name) or name.isdigit():  # any digits: "²" would confuse a reader too
         return "a number, or v and a number, names a version"
     if _COMMIT_NAME.fullmatch(name):
@@ -67,6 +78,14 @@ def alias_problem(alias: str) -> str | None:
     alias 'v0' would shadow a version reference: a number, or v and a number, names a version
     >>> print(alias_problem("ab" * 20).split(": ")[1])
     40 hex characters name a commit (the Hub's)
+    >>> print(alias_problem("../x"))  # doctest: +NORMALIZE_WHITESPACE
+    alias name must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got '../x'
     """
     reading = version_reference(alias)
-    return None if reading is None else f"alias {alias!r} would shadow a version reference: {reading}"
+    if reading is not None:
+        return f"alias {alias!r} would shadow a version reference: {reading}"
+    try:
+        lineage_name(alias)  # an alias is part of URLs as a lineage's name is: the same characters
+    except ValueError as exc:
+        return f"alias name {exc}"
+    return None

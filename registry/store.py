@@ -569,7 +569,6 @@ class Registry:
         """Point ``alias`` at a version (created or moved); returns its number."""
         if (problem := alias_problem(alias)) is not None:
             raise RegistryError("invalid_name", [problem])
-        check_lineage_name(alias)
 
         def move(session: Session) -> int:
             lineage = self._lineage(session, name)

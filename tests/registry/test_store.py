@@ -209,6 +209,27 @@ def test_migrating_renames_old_aliases_that_shadow_a_version_and_keeps_them_read
     assert len(renamed) == 3 and any("lineage 'demo': alias 'main' is now 'alias-main-2'" in r for r in renamed)
 
 
+def test_migrating_renames_old_aliases_that_differ_from_a_reference_only_in_case(
+    database_url, registry, lineage, caplog
+):
+    """Aliases stored before names were case-exact (``MAIN`` naming version 1 while ``main`` named
+    the newest, ``HEAD``, ``head``): migrating renames each to ``alias-NAME``, pointing where it
+    pointed; the old names then read as no version, with the reason."""
+    published = publish_lineage(registry, lineage)
+    config = alembic_config(database_url)
+    command.downgrade(config, "0005")
+    _store_aliases(registry, {"MAIN": 1, "HEAD": 2, "head": 3, "Mainline": 4})
+    with caplog.at_level("WARNING", logger="tokmaint.migrations"):
+        command.upgrade(config, "head")
+    assert registry.aliases("demo") == {"Mainline": 4, "alias-HEAD": 2, "alias-MAIN": 1, "alias-head": 3}
+    renamed = [r.getMessage() for r in caplog.records if r.name == "tokmaint.migrations"]
+    assert len(renamed) == 3 and any("lineage 'demo': alias 'MAIN' is now 'alias-MAIN'" in r for r in renamed)
+    assert registry.resolve("demo", "main") == published[-1].number
+    with pytest.raises(RegistryError) as caught:
+        registry.resolve("demo", "MAIN")
+    assert caught.value.code == "version_not_found" and "names are case-exact" in caught.value.reasons[0]
+
+
 def test_every_publish_writes_one_event(registry, lineage):
     published = publish_lineage(registry, lineage)
     events = registry.pending_events(limit=1000)

@@ -173,7 +173,7 @@ def test_gc_refuses_a_database_of_an_older_schema(tmp_path, capsys):
         capsys.readouterr()
         .err.strip()
         .endswith(
-            "is at schema 0003, not 0005: run `tokmaint registry migrate` "
+            "is at schema 0003, not 0006: run `tokmaint registry migrate` "
             "(or start the server of this release: it migrates the database)"
         )
     )
