@@ -54,13 +54,49 @@ def stats_report(store: RedisStatsStore, tokenizer: BPETokenizer, *, top: int = 
     }
 
 
+def _check_snapshot(folder: Path, *, lineage: str, step: int) -> None:
+    """Refuse a step folder that is not a snapshot of ``lineage`` at ``step`` (a folder of the
+    user's, one that was edited or cut short): it is kept as it is, never taken for the snapshot.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "meta.json").write_text("{")
+    >>> _check_snapshot(folder, lineage="news", step=3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tokenizer_service.errors.TokmaintError: ... is not a snapshot of lineage 'news' at step 3 (its meta.json \
+is not JSON); move it, or snapshot into another --out
+    """
+    meta_file = folder / "meta.json"
+    try:
+        written = json.loads(meta_file.read_text(encoding="utf-8"))
+        if not isinstance(written, dict):
+            reason: str | None = "its meta.json is not a JSON object"
+        elif (written.get("lineage"), written.get("step")) != (lineage, step):
+            reason = f"its meta.json is of lineage {written.get('lineage')!r} at step {written.get('step')!r}"
+        else:
+            reason = None
+    except FileNotFoundError:
+        reason = "it has no meta.json"
+    except (ValueError, UnicodeDecodeError):
+        reason = "its meta.json is not JSON"
+    except OSError as exc:
+        reason = f"its meta.json cannot be read: {exc.strerror or exc}"
+    if reason is not None:
+        raise TokmaintError(
+            f"{folder} is not a snapshot of lineage {lineage!r} at step {step} ({reason}); move it, or snapshot "
+            "into another --out"
+        )
+
+
 def stats_snapshot(store: RedisStatsStore, tokenizer: BPETokenizer, out: str | Path, *, attempts: int = 5) -> Path:
     """Write the lineage's statistics at one step to ``out/<lineage>/step-<N>/`` for audit:
     ``tokens.parquet`` (id, token, τ_token, τ_buffer for every id of the version),
     ``pairs.parquet`` (first, second, τ_pair), ``neighbours.parquet`` (LiteToken's, when kept)
     and ``meta.json`` (step, version, offsets). Written whole or not at all (a folder renamed
     into place); the tables are read again when a step was written meanwhile, at most
-    ``attempts`` times. An existing snapshot of the same step is kept as it is."""
+    ``attempts`` times. An existing snapshot of the same step is kept as it is; a folder of that
+    step that is no snapshot of it is refused."""
     for _ in range(attempts):
         meta = store.meta()
         ids = np.fromiter(tokenizer.vocab.values(), np.int64, len(tokenizer.vocab))
@@ -86,6 +122,7 @@ def stats_snapshot(store: RedisStatsStore, tokenizer: BPETokenizer, out: str | P
         )
     folder = Path(out) / store.lineage / f"step-{meta['step']:09d}"
     if folder.exists():
+        _check_snapshot(folder, lineage=store.lineage, step=meta["step"])
         return folder
     staging = folder.with_name(f".{folder.name}.{os.getpid()}.part")
     staging.mkdir(parents=True, exist_ok=True)
