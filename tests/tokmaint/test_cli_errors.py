@@ -71,6 +71,11 @@ COMMANDS = {
     "bench arithmetic": ["bench", "arithmetic"],
     "bench apply": ["bench", "apply"],
     "pipeline run": "pipeline run --redis redis://127.0.0.1:1/0 --registry http://127.0.0.1:1 --lineage x".split(),
+    # The registry's commands, pointed at a port where nothing listens: they refuse their options first.
+    "registry create": "registry create x --registry http://127.0.0.1:1 --train corpus.jsonl".split(),
+    "registry download": "registry download x --registry http://127.0.0.1:1".split(),
+    "registry serve": "registry serve --insecure-dev --db sqlite:///never.db".split(),
+    "ingest-server": ["ingest-server"],
 }
 
 # The command, the options a case tries, and what the one line says; the case's id is the command and the options.
@@ -82,6 +87,13 @@ REFUSED_OPTIONS = [
     ("residues", "--out .", ". is not empty and was not written by tokmaint"),
     ("residues", "--out sub", "sub is not empty and was not written by tokmaint"),
     ("evolve", "--out sub --force", "sub is not empty and was not written"),
+    (
+        "registry download",
+        "--out tok.json",
+        "--out tok.json exists and was not written by this command; choose another --out, or pass --force",
+    ),
+    ("registry download", "--out sub", "--out sub is a directory, not a file"),
+    ("registry download", "--out none/tok.json --force", "cannot write --out none/tok.json: none is not a folder"),
     # numeric options, named with their range
     ("evolve", "--step-docs 0", "argument --step-docs: must be a whole number ≥ 1, got '0'"),
     ("evolve", "--vocab-size 0", "argument --vocab-size: must be a whole number in [257"),
@@ -116,6 +128,20 @@ REFUSED_OPTIONS = [
     ("pipeline run", "--commit-steps 0", "argument --commit-steps: must be a whole number ≥ 1, got '0'"),
     ("bench apply", "--changes 0", "argument --changes: must be a whole number ≥ 1"),
     ("pipeline run", "--step-seconds 0", "argument --step-seconds: must be a number > 0, got '0'"),
+    (
+        "registry create",
+        "--vocab-size -1",
+        "argument --vocab-size: must be a whole number in [257, 4,194,304], got '-1'",
+    ),
+    ("registry create", "--vocab-size 10", "argument --vocab-size: must be a whole number in [257, 4,194,304]"),
+    ("registry create", "--vocab-size 256", "argument --vocab-size: must be a whole number in [257"),
+    ("registry create", "--vocab-size 99999999999999999999", "argument --vocab-size: must be a whole number in [257"),
+    ("registry create", "--train-docs 0", "argument --train-docs: must be a whole number ≥ 1, got '0'"),
+    ("registry create", "--train-docs -1", "argument --train-docs: must be a whole number ≥ 1, got '-1'"),
+    ("registry serve", "--port 70000", "argument --port: must be a whole number in [1, 65,535], got '70000'"),
+    ("registry serve", "--port -1", "argument --port: must be a whole number in [1, 65,535], got '-1'"),
+    ("registry serve", "--port 0", "argument --port: must be a whole number in [1, 65,535], got '0'"),
+    ("ingest-server", "--port 65536", "argument --port: must be a whole number in [1, 65,535], got '65536'"),
     # a corpus too small for the benchmark's slices says which option to change
     ("evolve", "--init-share 0.99", "40 documents: --init-share 0.99 leaves none to stream"),
 ]
@@ -282,6 +308,113 @@ def test_relay_and_trainer_read_the_stream_s_settings_as_every_command(
     assert "TOKMAINT_PIPELINE_MAX_RECORD_BYTES: Input should be greater than or equal to 1" in err
 
 
+def _one_line_exit_2(code: int, out: str, err: str, message: str) -> None:
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err and err.startswith("tokmaint"), err
+    assert message in err, err
+    assert out == ""
+
+
+# Against a live registry: alias names it refuses, and references it reads as no version, each with its reason.
+REFUSED_ALIASES = (
+    [
+        (["alias", "NAME", alias], f"alias {alias!r} would shadow a version reference: names are case-exact")
+        for alias in ("MAIN", "LATEST", "Main", "Latest")
+    ]
+    + [
+        (["alias", "NAME", alias], f"alias {alias!r} would shadow a version reference: {alias!r} is git's name")
+        for alias in ("HEAD", "head")
+    ]
+    + [
+        (["alias", "NAME", "_serving"], "alias name must be 1-64 letters, digits, '.', '_' or '-' starting with"),
+        (["alias", "NAME", "a" * 65], "alias name must be 1-64 letters"),
+        (["show", "NAME", "MAIN"], "has no version 'MAIN' here: names are case-exact: 'MAIN' is not 'main'"),
+        (["show", "NAME", "HEAD"], "has no version 'HEAD' here: 'HEAD' is git's name for the newest commit"),
+    ]
+)
+
+
+def test_alias_names_are_case_exact_and_named_as_aliases(registry_server, scratch, capsys, monkeypatch):
+    """``MAIN``, ``LATEST``, ``HEAD`` and ``head`` are no aliases (``revision="MAIN"`` would give one version
+    while ``main`` gives another), and a bad alias name is reported as an alias's, not a lineage's."""
+    from registry.client import RegistryClient
+    from tests.conftest import REGISTRY_TOKEN
+
+    url, _ = registry_server
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
+    name = f"cases-{os.getpid()}"
+    client = RegistryClient(url, token=REGISTRY_TOKEN)
+    client.create(name, (scratch / "tok.json").read_bytes())
+    for argv, message in REFUSED_ALIASES:
+        code, out, err = run(["registry", *[name if a == "NAME" else a for a in argv], "--registry", url], capsys)
+        _one_line_exit_2(code, out, err, message)
+        assert "lineage name" not in err
+    assert run(["registry", "alias", name, "serving", "--registry", url], capsys)[0] == 0  # a plain name is one
+    assert client.version(name, "serving").number == client.version(name, "main").number == 1
+
+
+def test_publish_model_refuses_file_names_that_differ_only_in_case(registry_server, model_scratch, capsys, monkeypatch):
+    """``CONFIG.JSON`` beside ``config.json``: a download to a case-insensitive file system keeps one of them."""
+    from registry.client import RegistryClient
+    from tests.conftest import REGISTRY_TOKEN
+
+    url, _ = registry_server
+    monkeypatch.setenv("TOKMAINT_REGISTRY_TOKEN", REGISTRY_TOKEN)
+    name = f"cased-{os.getpid()}"
+    model = model_scratch / "model"
+    RegistryClient(url, token=REGISTRY_TOKEN).create(name, (model / "tokenizer.json").read_bytes())
+    _edit_json(model / "tokmaint.json", lambda stamp: stamp.update(lineage=name, version=1))
+    (model / "CONFIG.JSON").write_bytes((model / "config.json").read_bytes())
+    argv = ["registry", "publish-model", name, "--model", "model", "--registry", url]
+    _one_line_exit_2(*run(argv, capsys), "file names 'CONFIG.JSON' and 'config.json' differ only in case")
+    (model / "CONFIG.JSON").unlink()
+    assert run(argv, capsys)[0] == 0  # the same folder without it is published
+
+
+def test_stats_snapshot_refuses_a_step_folder_that_is_no_snapshot(redis_url, registry_server, scratch, capsys):
+    """A step folder of the user's (its meta.json not JSON, or another lineage's) is kept as it is and
+    refused in one line, never read as the snapshot."""
+    import redis
+
+    from pipeline.redis_store import RedisStatsStore
+    from registry.client import RegistryClient
+    from tests.conftest import REGISTRY_TOKEN
+
+    url, _ = registry_server
+    name = f"snap-{os.getpid()}"
+    RegistryClient(url, token=REGISTRY_TOKEN).create(name, (scratch / "tok.json").read_bytes())
+    RedisStatsStore(redis.Redis.from_url(redis_url), lineage=name, alpha=0.9)  # its statistics, at step 0
+    step = scratch / "snapshots" / name / "step-000000000"
+    step.mkdir(parents=True)
+    argv = ["stats", "snapshot", "--redis", redis_url, "--registry", url, "--lineage", name, "--out", "snapshots"]
+    for meta, reason in (
+        ("{", "its meta.json is not JSON"),
+        ('{"lineage": "other", "step": 0}', "its meta.json is of lineage 'other' at step 0"),
+    ):
+        (step / "meta.json").write_text(meta)
+        before = snapshot(scratch)
+        _one_line_exit_2(*run(argv, capsys), f"is not a snapshot of lineage {name!r} at step 0 ({reason}")
+        assert snapshot(scratch) == before
+
+
+def test_output_into_a_closed_pipe_ends_quietly_after_the_publish(registry_server, scratch):
+    """``tokmaint registry create ... | head -0``: the lineage is created, and the reader that went away
+    is no error (exit 0, nothing on stderr), as it is none for the shell's own commands."""
+    from registry.client import RegistryClient
+    from tests.conftest import REGISTRY_TOKEN
+
+    url, _ = registry_server
+    name = f"piped-{os.getpid()}"
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's code, from the scratch folder
+    env = {**os.environ, "PYTHONPATH": root, "TOKMAINT_REGISTRY_TOKEN": REGISTRY_TOKEN}
+    argv = [sys.executable, "-m", "tokmaint.cli", "registry", "create", name, "tok.json", "--registry", url, "--json"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process.stdout.close()  # the reader is gone before the command prints
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=300) == 0 and err == "", err
+    assert RegistryClient(url).version(name, 1).number == 1
+
+
 # The byte-level and trainer commands: model folders, checkpoints and zip2zip folders, and their
 # options. Each case copies good models into a scratch folder, breaks one thing, and runs the command.
 MODEL_TEXTS = ["the theme then 12 123 1234", "héllo hé hélène", "a  b   c", "don't it's we've"] * 4
@@ -396,6 +529,34 @@ REFUSED_LINES = [
         "argument --steps: must be a whole number ≥ 0, got '-1'",
     ),
     ("eval bytes --model model --text 'the th' --max-documents 3", "--max-documents goes with --corpus"),
+    # files and folders of the user's, refused before any work (the registry at :9 is never asked)
+    (
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --report tok.json",
+        "--report tok.json exists and was not written by this command; choose another --report, or pass --force",
+    ),
+    (
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --report sub",
+        "--report sub is a directory, not a file",
+    ),
+    (
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --report sub --force",
+        "--report sub is a directory, not a file",
+    ),
+    ("demo --out sub", "sub is not empty and was not written by tokmaint (notes.txt); choose a new or empty directory"),
+    ("demo --out tok.json", "--out tok.json is a file, not a directory"),
+    (
+        "trainer zip2zip --model model --corpus corpus.jsonl --out model",
+        "--out model is --model's folder: the fine-tuned model would replace the one it is made from",
+    ),
+    (
+        "trainer zip2zip --model ./model/ --corpus corpus.jsonl --out model",
+        "is --model's folder",
+    ),
+    (
+        "trainer zip2zip --model model --corpus missing.jsonl --out sub",
+        "sub is not empty and was not written by tokmaint (notes.txt)",
+    ),
+    ("trainer zip2zip --model model --corpus missing.jsonl --out tok.json", "--out tok.json is a file"),
     ("generate --model model --prompt a --max-merge 2", "--max-merge goes with --zip2zip"),
 ]
 MODEL_CASES = [
@@ -531,6 +692,22 @@ MODEL_CASES = [
         "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --model-config mc.json".split(),
         lambda d: (d / "mc.json").write_text('{"n_layers": 2}'),
         "GPT2Config has no field n_layers",
+    ),
+    (
+        "demo over a user's report page",
+        ["demo", "--out", "site"],
+        lambda d: [
+            (d / "site").mkdir(),
+            (d / "site" / "index.html").write_text("<p>mine"),
+            (d / "site" / "summary.json").write_text("{}"),
+        ],
+        "site is not empty and was not written by tokmaint (index.html, summary.json)",
+    ),
+    (
+        "demo over another demo's report",
+        ["demo", "--out", "site", "--chunks", "3"],
+        lambda d: [(d / "site").mkdir(), (d / "site" / ".tokmaint.json").write_text('{"command": "demo", "run": {}}')],
+        "site holds a different `tokmaint demo` run",
     ),
     # publish-model reads the folder's tokmaint.json
     (
