@@ -76,6 +76,7 @@ COMMANDS = {
     "registry download": "registry download x --registry http://127.0.0.1:1".split(),
     "registry serve": "registry serve --insecure-dev --db sqlite:///never.db".split(),
     "ingest-server": ["ingest-server"],
+    "bench lifelong": ["bench", "lifelong"],
 }
 
 # The command, the options a case tries, and what the one line says; the case's id is the command and the options.
@@ -93,6 +94,8 @@ REFUSED_OPTIONS = [
         "--out tok.json exists and was not written by this command; choose another --out, or pass --force",
     ),
     ("registry download", "--out sub", "--out sub is a directory, not a file"),
+    ("bench lifelong", "--plot sub", "sub is not empty and was not written by tokmaint (notes.txt)"),
+    ("bench lifelong", "--plot tok.json --force", "--plot tok.json is a file, not a directory"),
     ("registry download", "--out none/tok.json --force", "cannot write --out none/tok.json: none is not a folder"),
     # numeric options, named with their range
     ("evolve", "--step-docs 0", "argument --step-docs: must be a whole number ≥ 1, got '0'"),
@@ -557,6 +560,10 @@ REFUSED_LINES = [
         "sub is not empty and was not written by tokmaint (notes.txt)",
     ),
     ("trainer zip2zip --model model --corpus missing.jsonl --out tok.json", "--out tok.json is a file"),
+    (
+        "trainer export --checkpoint missing.pt --out sub",
+        "sub is not empty and was not written by tokmaint (notes.txt)",
+    ),
     ("generate --model model --prompt a --max-merge 2", "--max-merge goes with --zip2zip"),
 ]
 MODEL_CASES = [

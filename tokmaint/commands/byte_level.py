@@ -253,12 +253,25 @@ def add_generate(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_bench_lifelong(args: argparse.Namespace) -> int:
+    from tokenizer_service.output_dir import OutputDir
     from trainer.lifelong import LifelongBenchSettings, run_lifelong_bench
 
     settings = chosen_settings(args.parser, args, LifelongBenchSettings)
-    print_result(
-        run_lifelong_bench(args.corpus, settings, plot=args.plot, progress=show_progress(args)), as_json=args.json
-    )
+    if args.plot is None:
+        print_result(run_lifelong_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+        return 0
+    # Claimed before the benchmark, which takes minutes: a folder it may not draw into fails at once.
+    run = {"corpus": args.corpus, **settings.model_dump(mode="json")}  # flat: a refusal names the option that differs
+    reports: list[dict] = []
+    with OutputDir.claim(
+        args.plot, command="bench lifelong", run=run, outputs=[r"lifelong\.png"], force=args.force, option="--plot"
+    ) as out:
+        out.replace_files(
+            lambda staging: reports.append(
+                run_lifelong_bench(args.corpus, settings, plot=staging, progress=show_progress(args))
+            )
+        )
+    print_result({**reports[0], "plot": str(out.path / "lifelong.png")}, as_json=args.json)
     return 0
 
 
@@ -266,7 +279,13 @@ def add_bench_lifelong(parser: argparse.ArgumentParser) -> None:
     from trainer.lifelong import LifelongBenchSettings
 
     add_sample_corpus_option(parser, what="a timestamped JSONL(.gz) stream")
-    parser.add_argument("--plot", metavar="DIR", help="draw lifelong.png (bits per byte by part) into this folder")
+    parser.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="draw lifelong.png (bits per byte by part) into this folder: new, empty, or one this "
+        "benchmark drew into with the same options",
+    )
+    parser.add_argument("--force", action="store_true", help="redraw a --plot folder of a run with other options")
     add_bench_options(parser, LifelongBenchSettings, cmd_bench_lifelong)
 
 

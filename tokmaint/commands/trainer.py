@@ -100,8 +100,10 @@ def _report_of(lineage: str) -> Callable[[bytes], bool]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from trainer.export import export_model
+    from tokenizer_service.output_dir import check_file_set
+    from trainer.export import STAMP, export_model
 
+    check_file_set(args.out, command="trainer export", legacy=STAMP)  # before the checkpoint is read
     try:
         tokenizer_json = Path(args.tokenizer).read_text(encoding="utf-8") if args.tokenizer else None
     except UnicodeDecodeError as exc:
