@@ -340,6 +340,8 @@ REFUSED_ALIASES = (
 def test_alias_names_are_case_exact_and_named_as_aliases(registry_server, scratch, capsys, monkeypatch):
     """``MAIN``, ``LATEST``, ``HEAD`` and ``head`` are no aliases (``revision="MAIN"`` would give one version
     while ``main`` gives another), and a bad alias name is reported as an alias's, not a lineage's."""
+    import httpx
+
     from registry.client import RegistryClient
     from tests.conftest import REGISTRY_TOKEN
 
@@ -354,6 +356,9 @@ def test_alias_names_are_case_exact_and_named_as_aliases(registry_server, scratc
         assert "lineage name" not in err
     assert run(["registry", "alias", name, "serving", "--registry", url], capsys)[0] == 0  # a plain name is one
     assert client.version(name, "serving").number == client.version(name, "main").number == 1
+    for revision in ("MAIN", "HEAD", "head"):  # nor does the Hub protocol read them
+        assert httpx.head(f"{url}/{name}/resolve/{revision}/tokenizer.json").status_code == 404
+    assert httpx.head(f"{url}/{name}/resolve/main/tokenizer.json").status_code == 200
 
 
 def test_publish_model_refuses_file_names_that_differ_only_in_case(registry_server, model_scratch, capsys, monkeypatch):
