@@ -46,6 +46,8 @@ from tokenizer_service.output_dir import write_file
 
 
 log = logging.getLogger("tokmaint.registry")
+# What a registry that is away answers: nothing (0, unreachable), or a proxy's or its own 502-504.
+AWAY_STATUSES = frozenset({0, 502, 503, 504})
 _JSON = {"Content-Type": "application/json"}
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -253,9 +255,10 @@ class RegistryClient(AbstractContextManager["RegistryClient"]):
             timeout=httpx.Timeout(600.0, connect=10.0),
         )
 
-    def follow(self, name: str) -> "LatestVersion":
-        """The lineage's latest version number, kept current by the registry's watch."""
-        return LatestVersion(str(self.http.base_url), name)
+    def follow(self, name: str, *, known: int | None = None) -> "LatestVersion":
+        """The lineage's latest version number, kept current by the registry's watch (``known``:
+        as :class:`LatestVersion`'s)."""
+        return LatestVersion(str(self.http.base_url), name, known=known)
 
     def models(self, name: str) -> ModelsPublic:
         return self._answer(ModelsPublic, "GET", f"/v1/tokenizers/{name}/models")
@@ -292,18 +295,26 @@ class LatestVersion:
             if latest.number > mine: ...
     """
 
-    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0) -> None:
+    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0, known: int | None = None) -> None:
         """``poll_seconds``: each watch's length; short, as closing cannot end one under way
-        (httpx), and a server shutting down waits for the watches it holds."""
+        (httpx), and a server shutting down waits for the watches it holds. ``known``: a version
+        the caller is on already (a checkpoint's): a registry away at the start is then an outage
+        like any other, and :attr:`number` starts there."""
         self._client = RegistryClient(url, token="")  # reads only, on a connection of its own
-        self._follow(lineage, poll_seconds=poll_seconds, where=url)
+        self._follow(lineage, poll_seconds=poll_seconds, where=url, known=known)
 
-    def _follow(self, lineage: str, *, poll_seconds: float, where: str) -> None:
+    def _follow(self, lineage: str, *, poll_seconds: float, where: str, known: int | None = None) -> None:
         """Start following: the number now, then a thread that asks :meth:`_newer` again and again."""
         self.lineage, self.poll_seconds, self.where = lineage, poll_seconds, where
-        self._number = self._first()
         self._away_since: float | None = None  # (monotonic) the outage under way began
         self._away_before = 0.0  # seconds of the outages that ended
+        try:
+            self._number = self._first()
+        except (TokmaintError, OSError) as exc:  # away already: fine for a caller on a version
+            if known is None:
+                raise
+            self._number = known
+            self._went_away(exc)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="tokmaint-registry-watch", daemon=True)
         self._thread.start()
@@ -338,15 +349,7 @@ class LatestVersion:
                     return
                 failures += 1
                 if self._away_since is None:
-                    self._away_since = time.monotonic()
-                    log.warning(
-                        "registry: %s is away (%s): %s stays on version %s, asking again with backoff",
-                        self.where,
-                        exc,
-                        self.lineage,
-                        self._number,
-                        extra={"lineage": self.lineage},
-                    )
+                    self._went_away(exc)
                 self._stopped.wait(retry_delay(exc, failures))
                 continue
             if self._away_since is not None:
@@ -358,6 +361,18 @@ class LatestVersion:
             failures = 0
             if heard is not None:
                 self._number = max(self._number, heard)
+
+    def _went_away(self, error: Exception) -> None:
+        """Note, and say once, that the registry is away."""
+        self._away_since = time.monotonic()
+        log.warning(
+            "registry: %s is away (%s): %s stays on version %s, asking again with backoff",
+            self.where,
+            error,
+            self.lineage,
+            self._number,
+            extra={"lineage": self.lineage},
+        )
 
     def close(self) -> None:
         self._stopped.set()

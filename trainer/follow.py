@@ -109,6 +109,7 @@ class LineageFollower:
         lineage: str,
         *,
         version: int | None = None,
+        tokenizer: BPETokenizer | None = None,
         events: tuple[str, str] | None = None,
         strategy: Strategy = "parents_mean",
         retry_steps: int = 10,
@@ -118,7 +119,9 @@ class LineageFollower:
     ) -> None:
         """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
         ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
-        by default the latest (under ``torch.distributed``, rank 0's latest). ``events``:
+        by default the latest (under ``torch.distributed``, rank 0's latest). ``tokenizer``: that
+        version, when the caller has it (a checkpoint's copy, while the registry is away): then
+        the follower starts without the registry, and hears of newer versions once it is back. ``events``:
         (bootstrap, topic) to learn of versions from the revision events there instead of the
         registry's watch. ``warm_steps``, ``warm_docs``, ``warm_lr``: a version's new rows train
         alone for that many steps on the last texts :meth:`encode` had (``trainer.new_rows``;
@@ -134,7 +137,7 @@ class LineageFollower:
         if version is None:
             version = self._agreed(self.registry.version(lineage).number if self.rank == 0 else 0)
         self.version = version
-        self.tokenizer = self.registry.tokenizer(lineage, version)
+        self.tokenizer = tokenizer if tokenizer is not None else self.registry.tokenizer(lineage, version)
         self.steps = 0  # the optimizer steps done (between_steps' calls, or its step)
         self.refused: dict[int, int] = {}  # a version refused, and the call it was refused at
         self.taken: list[dict[str, Any]] = []  # each version applied: its number, the call, the time, the seconds
@@ -142,7 +145,7 @@ class LineageFollower:
         self.latest = (
             RevisionEvents(events[0], lineage, topic=events[1], number=version)
             if events
-            else self.registry.follow(lineage)
+            else self.registry.follow(lineage, known=version)
         )
         self._downloaded: dict[int, tuple[int, BPETokenizer, RevisionDiff] | None] = {}  # target: (from, ...)
         self._pending: tuple[torch.Tensor, Any] | None = None  # rank 0's last decision, on its way

@@ -88,8 +88,8 @@ class HubVersions:
             tokenizer_sha256=self.version(lineage, end).sha256,
         )
 
-    def follow(self, lineage: str) -> "HubLatest":
-        return HubLatest(self, lineage)
+    def follow(self, lineage: str, *, known: int | None = None) -> "HubLatest":
+        return HubLatest(self, lineage, known=known)
 
 
 class HubLatest(LatestVersion):
@@ -98,9 +98,11 @@ class HubLatest(LatestVersion):
     the registry is away, asked again with backoff (``registry.client.LatestVersion``'s
     following, over the Hub)."""
 
-    def __init__(self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0) -> None:
+    def __init__(
+        self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0, known: int | None = None
+    ) -> None:
         self.versions = versions
-        self._follow(lineage, poll_seconds=poll_seconds, where=versions.endpoint)
+        self._follow(lineage, poll_seconds=poll_seconds, where=versions.endpoint, known=known)
 
     def _first(self) -> int:
         return self.versions.version(self.lineage).number

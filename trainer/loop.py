@@ -25,7 +25,8 @@ import torch
 from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from registry.client import RegistryClient
+from registry.client import AWAY_STATUSES, RegistryClient, RegistryRefused
+from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
 from trainer.apply_revision import set_removed
@@ -88,7 +89,8 @@ class Trainer(FollowsLineage):
         self.progress = progress
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         resuming = self.checkpoint is not None and self.checkpoint.is_file()
-        stamp = TokenizerStamp(**read_checkpoint(self.checkpoint)["tokenizer"]) if resuming else None
+        saved = read_checkpoint(self.checkpoint) if resuming else None
+        stamp = TokenizerStamp(**saved["tokenizer"]) if saved is not None else None
         if stamp is not None and stamp.lineage != lineage:  # before its version is asked of the wrong lineage
             raise CheckpointMismatch(
                 f"{self.checkpoint} was trained on lineage {stamp.lineage!r}, not {lineage!r}: resume it on "
@@ -99,6 +101,7 @@ class Trainer(FollowsLineage):
             registry,
             lineage,
             version=stamp.version if stamp else None,
+            tokenizer=_kept_while_away(registry, saved, stamp) if saved is not None and stamp is not None else None,
             events=events,
             strategy=settings.strategy,
             retry_steps=settings.retry_steps,
@@ -235,6 +238,33 @@ class Trainer(FollowsLineage):
             "registry_away_seconds": self.follower.registry_away_seconds,
             "device": self.device,
         }
+
+
+def _kept_while_away(
+    registry: RegistryClient | HubVersions, saved: dict[str, Any], stamp: TokenizerStamp
+) -> BPETokenizer | None:
+    """The checkpoint's own copy of its version when the registry cannot be asked for it now
+    (away: a trainer restarted during an outage trains on, and hears of newer versions once the
+    registry is back); None when the registry answers, whose copy the checkpoint is checked against."""
+    try:
+        registry.version(stamp.lineage, stamp.version)
+        return None
+    except RegistryRefused as exc:
+        if exc.status not in AWAY_STATUSES or not saved.get("tokenizer_json"):
+            raise
+        kept = BPETokenizer.from_json(saved["tokenizer_json"])
+        if kept.sha256 != stamp.sha256:
+            raise CheckpointMismatch(
+                f"the registry is away ({exc}), and the checkpoint's copy of {stamp.lineage} version "
+                f"{stamp.version} is not the version it was trained with"
+            ) from None
+        log.warning(
+            "trainer: the registry is away: resuming %s version %s from the checkpoint's copy of it",
+            stamp.lineage,
+            stamp.version,
+            extra={"lineage": stamp.lineage},
+        )
+        return kept
 
 
 def read_model_config(path: str | None) -> dict[str, Any]:

@@ -225,6 +225,46 @@ def test_a_checkpoint_resumes_only_on_its_own_lineage_and_version(
     assert "\n" not in err and checkpoint.read_bytes() == saved
 
 
+def test_a_trainer_restarted_while_the_registry_is_away_resumes_from_its_checkpoint(lineage_versions, tmp_path, caplog):
+    """A trainer killed and started again during an outage resumes on its checkpoint's own copy of
+    its version and trains on."""
+    from registry.local_server import start_server
+
+    texts, initial, _ = lineage_versions
+    registry, url = start_server(tmp_path / "registry", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
+    try:
+        name = create_lineage(url, initial)
+        trainer = Trainer(
+            registry=RegistryClient(url),
+            lineage=name,
+            data=CorpusTexts(texts),
+            settings=SETTINGS,
+            checkpoint_dir=tmp_path / "run",
+        )
+        try:
+            trainer.run(steps=2)
+        finally:
+            trainer.close()
+    finally:
+        registry.kill()
+        registry.wait(timeout=30)
+    with caplog.at_level(logging.WARNING, logger="tokmaint"):
+        resumed = Trainer(
+            registry=RegistryClient(url),
+            lineage=name,
+            data=CorpusTexts(texts),
+            settings=SETTINGS,
+            checkpoint_dir=tmp_path / "run",
+        )
+        try:
+            report = resumed.run(steps=3)
+        finally:
+            resumed.close()
+    assert report["steps"] == 5 and report["versions"] == [1] * 3 and report["registry_away_seconds"] > 0
+    said = [r.getMessage() for r in caplog.records]
+    assert f"trainer: the registry is away: resuming {name} version 1 from the checkpoint's copy of it" in said
+
+
 class SentTwice:
     """The relay's producer, sending every event twice (as a relay restarted before marking does)."""
 
