@@ -232,8 +232,8 @@ def test_a_trainer_restarted_while_the_registry_is_away_resumes_from_its_checkpo
 
     texts, initial, _ = lineage_versions
     registry, url = start_server(tmp_path / "registry", env={"TOKMAINT_REGISTRY_TOKEN": TOKEN})
-    try:
-        name = create_lineage(url, initial)
+
+    def trained(steps: int) -> dict[str, Any]:
         trainer = Trainer(
             registry=RegistryClient(url),
             lineage=name,
@@ -242,24 +242,18 @@ def test_a_trainer_restarted_while_the_registry_is_away_resumes_from_its_checkpo
             checkpoint_dir=tmp_path / "run",
         )
         try:
-            trainer.run(steps=2)
+            return trainer.run(steps=steps)
         finally:
             trainer.close()
+
+    try:
+        name = create_lineage(url, initial)
+        trained(2)
     finally:
         registry.kill()
         registry.wait(timeout=30)
     with caplog.at_level(logging.WARNING, logger="tokmaint"):
-        resumed = Trainer(
-            registry=RegistryClient(url),
-            lineage=name,
-            data=CorpusTexts(texts),
-            settings=SETTINGS,
-            checkpoint_dir=tmp_path / "run",
-        )
-        try:
-            report = resumed.run(steps=3)
-        finally:
-            resumed.close()
+        report = trained(3)
     assert report["steps"] == 5 and report["versions"] == [1] * 3 and report["registry_away_seconds"] > 0
     said = [r.getMessage() for r in caplog.records]
     assert f"trainer: the registry is away: resuming {name} version 1 from the checkpoint's copy of it" in said
