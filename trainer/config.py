@@ -20,6 +20,9 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 # transformers picks a model's loss by its class name, and GPT2LMHeadModel's names none: it warns
 # at the first step of every run, then uses this one (set on the model, no warning).
 CAUSAL_LM_LOSS = "ForCausalLM"
+# A learning rate: Adam moves each weight by about the rate a step, so past 1 a model does not
+# train, it diverges (1e308 turned every loss to NaN without a word).
+LEARNING_RATE = Number(float, low=0, high=1, low_open=True)
 
 
 # The new rows' warm-up after a revision (trainer.new_rows): LineageFollower's defaults and the settings'.
@@ -37,9 +40,7 @@ class NewRowWarmUpSettings(Settings):
         "steps a version's new rows train alone on the last batches before the model trains on (0: none)",
     )
     warm_docs: int = setting(WARM_DOCS, whole(1), "documents of the last batches the new rows warm up on")
-    warm_lr: float = setting(
-        WARM_LR, Number(float, low=0, low_open=True), "the new rows' learning rate in their warm-up"
-    )
+    warm_lr: float = setting(WARM_LR, LEARNING_RATE, "the new rows' learning rate in their warm-up")
 
 
 class TrainerSettings(NewRowWarmUpSettings):
@@ -47,7 +48,7 @@ class TrainerSettings(NewRowWarmUpSettings):
 
     batch_size: int = setting(8, whole(1), "documents per batch")
     seq_len: int = setting(64, whole(2), "tokens per document, at most (the rest is cut)")
-    lr: float = setting(1e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    lr: float = setting(1e-3, LEARNING_RATE, "AdamW's learning rate")
     strategy: Strategy = setting("parents_mean", None, f"how new rows start: {', '.join(STRATEGIES)}")
     checkpoint_every: int = setting(100, whole(1), "steps between checkpoints (with --checkpoint-dir)")
     eval_every: int = setting(
@@ -77,7 +78,7 @@ class Zip2zipSettings(Settings):
     )
     steps: int = setting(100, whole(1), "fine-tuning steps")
     batch: int = setting(4, whole(1), "contexts a step")
-    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    lr: float = setting(3e-3, LEARNING_RATE, "AdamW's learning rate")
     max_mb: float | None = setting(
         None, Number(float, low=0, low_open=True), "megabytes of the corpus to read, its oldest (default: all of it)"
     )
@@ -91,7 +92,7 @@ class TinyModelBenchSettings(Settings):
     max_mb: float = setting(2.0, Number(float, low=0, low_open=True), "megabytes of the corpus to read (its oldest)")
     train_share: float = setting(0.8, share(one=False), "share of it (the oldest) the model trains on")
     train_batch: int = setting(16, whole(1), "documents (or contexts) a step")
-    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    lr: float = setting(3e-3, LEARNING_RATE, "AdamW's learning rate")
     seed: int = setting(0, whole(0), "the model's weights (and what is drawn)")
 
 
@@ -150,7 +151,7 @@ class ArithmeticTrainSettings(ArithmeticSettings):
     seeds: int = setting(
         3, whole(1), "seeds seed, seed+1, ... (each: the held-out split, the batch order, the initial weights)"
     )
-    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "Adam's learning rate (paper: 5e-4, constant)")
+    lr: float = setting(3e-3, LEARNING_RATE, "Adam's learning rate (paper: 5e-4, constant)")
     decay: float = setting(
         0.2,
         share(zero=True, one=False),

@@ -41,7 +41,7 @@ from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, first_byt
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
 from trainer.new_rows import warm_new_rows
-from trainer.config import CAUSAL_LM_LOSS, NewRowWarmUpSettings
+from trainer.config import CAUSAL_LM_LOSS, LEARNING_RATE, NewRowWarmUpSettings
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "git-commits-sample.jsonl.gz"
@@ -65,7 +65,7 @@ class LifelongBenchSettings(StreamSettings, NewRowWarmUpSettings):
         "bytes of each document trained on, at most (its start): both models "
         "read the same text whole, so their token counts compare",
     )
-    lr: float = setting(3e-3, Number(float, low=0, low_open=True), "AdamW's learning rate")
+    lr: float = setting(3e-3, LEARNING_RATE, "AdamW's learning rate")
     strategy: Strategy = setting(
         "parents_mean", None, f"how the evolving model's new rows start: {', '.join(STRATEGIES)}"
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +59,10 @@ def tiny_gpt2_config(vocab_size: int, **overrides: Any) -> GPT2Config:
             **overrides,
         }
     )  # not GPT-2's 50256
+
+
+class NonFiniteLoss(TokmaintError):
+    """A step's loss is NaN or infinite: the model diverged, and training on would only spread it."""
 
 
 class Trainer(FollowsLineage):
@@ -200,12 +205,18 @@ class Trainer(FollowsLineage):
             if self._follow():  # prepared with the old version: again
                 inputs, labels = self._batch(texts)
             loss = self.model(input_ids=inputs, labels=labels).loss
+            if not math.isfinite(value := loss.item()):  # before the step: the last checkpoint stays good
+                bar.close()
+                raise NonFiniteLoss(
+                    f"trainer: the loss at step {self.step + 1} on {self.lineage} version {self.version} is "
+                    f"{value}: the model diverged; lower --lr or --warm-lr"
+                )
             loss.backward()
             self.optimizer.step()
             self.optimizer.zero_grad()
             self.position, self.step = after, self.step + 1
             tokens += int((labels != -100).sum())
-            losses.append(loss.item())
+            losses.append(value)
             versions.append(self.version)
             if self.checkpoint is not None and self.step % self.settings.checkpoint_every == 0:
                 self._save()
@@ -267,11 +278,47 @@ def _kept_while_away(
         return kept
 
 
-def read_model_config(path: str | None) -> dict[str, Any]:
-    """``--model-config``: a JSON object of GPT2Config fields over the tiny default; anything else
-    (no JSON, no object, a field GPT2Config does not have) is a :class:`TokmaintError`."""
-    if path is None:
-        return {}
+# The model's shape, each at least 1 (GPT2Config takes 0 layers or heads, and a negative count, without a word).
+SHAPE_FIELDS = ("n_layer", "n_head", "n_embd", "n_positions")
+
+
+def read_model_config(path: str | None, *, seq_len: int) -> dict[str, Any]:
+    """``--model-config``: a JSON object of GPT2Config fields over the tiny default, checked with
+    ``--seq-len`` before anything is trained. A field GPT2Config does not have, one given under
+    two names (``n_embd`` and ``hidden_size``), ``vocab_size`` (each version sets its own), a
+    shape field under 1, ``n_embd`` not a multiple of ``n_head``, fewer positions than
+    ``seq_len`` tokens, or anything else GPT-2 is not built with is a :class:`TokmaintError`
+    naming the field.
+
+    >>> read_model_config(None, seq_len=64)
+    {}
+    """
+    config = {} if path is None else _model_config_fields(path)
+    where = f"--model-config {path}" if path else "the default model"
+    try:
+        shape = tiny_gpt2_config(1, **config)
+    except Exception as exc:  # GPT2Config's checks raise huggingface_hub's own errors, not ValueError
+        raise TokmaintError(f"{where}: {str(exc).splitlines()[-1].strip()}") from None
+    for field in SHAPE_FIELDS:
+        if (value := getattr(shape, field)) < 1:
+            raise TokmaintError(f"{where}: {field} must be a whole number ≥ 1, got {value}")
+    if shape.n_embd % shape.n_head:
+        raise TokmaintError(f"{where}: n_embd ({shape.n_embd}) must be a multiple of n_head ({shape.n_head})")
+    if shape.n_positions < seq_len:
+        raise TokmaintError(
+            f"--seq-len {seq_len} is more tokens than {where}'s n_positions ({shape.n_positions}): "
+            "lower it, or raise n_positions in --model-config"
+        )
+    try:  # what else GPT-2 refuses (a dropout of 2, say), built on no memory
+        with torch.device("meta"):
+            GPT2LMHeadModel(shape)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise TokmaintError(f"{where}: {str(exc).splitlines()[0]}") from None
+    return config
+
+
+def _model_config_fields(path: str) -> dict[str, Any]:
+    """``--model-config``'s object, each field under GPT2Config's own name (``n_embd`` for ``hidden_size``)."""
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -280,4 +327,9 @@ def read_model_config(path: str | None) -> dict[str, Any]:
         raise TokmaintError(f"--model-config {path} is not a JSON object of GPT2Config fields")
     if unknown := sorted(set(config) - set(GPT2Config().to_dict()) - set(GPT2Config.attribute_map)):
         raise TokmaintError(f"--model-config {path}: GPT2Config has no field {', '.join(unknown)}")
-    return config
+    for other, field in GPT2Config.attribute_map.items():
+        if other in config and field in config:
+            raise TokmaintError(f"--model-config {path} gives {field} twice (as {field} and {other}): keep one")
+    if "vocab_size" in config:
+        raise TokmaintError(f"--model-config {path}: vocab_size is each version's own (the ids it uses): leave it out")
+    return {GPT2Config.attribute_map.get(field, field): value for field, value in config.items()}

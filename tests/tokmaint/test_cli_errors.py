@@ -536,6 +536,17 @@ REFUSED_LINES = [
         "trainer run --lineage x --data corpus.jsonl --steps -1",
         "argument --steps: must be a whole number ≥ 0, got '-1'",
     ),
+    # learning rates past 1 diverge (1e308 gave NaN losses and exit 0)
+    (
+        "trainer run --lineage x --data corpus.jsonl --warm-lr 1e308",
+        "argument --warm-lr: must be a number in (0, 1], got '1e308'",
+    ),
+    ("trainer run --lineage x --data corpus.jsonl --lr 2", "argument --lr: must be a number in (0, 1], got '2'"),
+    (
+        "trainer zip2zip --model model --corpus corpus.jsonl --out o --lr inf",
+        "argument --lr: must be a number in (0, 1]",
+    ),
+    ("bench lifelong --lr 10", "argument --lr: must be a number in (0, 1], got '10'"),
     ("eval bytes --model model --text 'the th' --max-documents 3", "--max-documents goes with --corpus"),
     # files and folders of the user's, refused before any work (the registry at :9 is never asked)
     (
@@ -704,6 +715,34 @@ MODEL_CASES = [
         "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --model-config mc.json".split(),
         lambda d: (d / "mc.json").write_text('{"n_layers": 2}'),
         "GPT2Config has no field n_layers",
+    ),
+    *[
+        (
+            f"trainer run --model-config {fields}",
+            "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --model-config mc.json".split(),
+            lambda d, fields=fields: (d / "mc.json").write_text(fields),
+            message,
+        )
+        for fields, message in [
+            ('{"n_positions": 0}', "--model-config mc.json: n_positions must be a whole number ≥ 1, got 0"),
+            ('{"n_layer": -1}', "--model-config mc.json: n_layer must be a whole number ≥ 1, got -1"),
+            ('{"n_head": 0}', "--model-config mc.json: n_head must be a whole number ≥ 1, got 0"),
+            ('{"n_embd": 65}', "--model-config mc.json: n_embd (65) must be a multiple of n_head (2)"),
+            ('{"n_positions": 32}', "--seq-len 64 is more tokens than --model-config mc.json's n_positions (32)"),
+            ('{"n_positions": 1.5}', "--model-config mc.json: TypeError: Field 'n_positions' expected int"),
+            ('{"vocab_size": 500}', "--model-config mc.json: vocab_size is each version's own"),
+            (
+                '{"n_embd": 32, "hidden_size": 48}',
+                "--model-config mc.json gives n_embd twice (as n_embd and hidden_size)",
+            ),
+            ('{"resid_pdrop": 2}', "--model-config mc.json: dropout probability has to be between 0 and 1"),
+        ]
+    ],
+    (
+        "trainer run --seq-len past the default model's positions",
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --seq-len 300".split(),
+        None,
+        "--seq-len 300 is more tokens than the default model's n_positions (256)",
     ),
     (
         "demo over a user's report page",

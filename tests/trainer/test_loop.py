@@ -28,7 +28,8 @@ from tokenizer_service.corpus import batches, read_corpus
 from tokenizer_service.evolve import quick_revisions_config
 from tokenizer_service.tedtok import TedTok
 from trainer.data import CorpusTexts, TopicTexts, TrainingTexts
-from trainer.loop import Trainer
+from trainer.checkpoint import read_checkpoint
+from trainer.loop import NonFiniteLoss, Trainer
 from trainer.config import TrainerSettings
 
 # Two warm-up steps of a version's new rows, not 20: they are still warmed (test_new_rows is about it).
@@ -159,6 +160,31 @@ def test_a_tampered_download_is_refused_and_training_goes_on(registry_server, dr
             trainer.close()
     assert report["refused"] == [published] and set(report["versions"]) == {1}
     assert all(loss == loss for loss in report["losses"])
+
+
+def test_a_loss_that_is_not_finite_stops_the_run_naming_the_step_and_the_version(
+    registry_server, lineage_versions, tmp_path
+):
+    """A model that diverged (a NaN weight here) stops at its first NaN loss, before the
+    optimizer spreads it, and its last checkpoint is the good one before it."""
+    url, _ = registry_server
+    texts, initial, _ = lineage_versions
+    name = create_lineage(url, initial)
+    settings = SETTINGS.model_copy(update={"checkpoint_every": 2})
+    with RegistryClient(url) as client:
+        trainer = Trainer(
+            registry=client, lineage=name, data=CorpusTexts(texts), settings=settings, checkpoint_dir=tmp_path
+        )
+        try:
+            trainer.run(steps=2)
+            trainer.model.transformer.ln_f.weight.data[0] = float("nan")
+            with pytest.raises(
+                NonFiniteLoss, match=rf"the loss at step 3 on {name} version 1 is nan: the model diverged"
+            ):
+                trainer.run(steps=3)
+        finally:
+            trainer.close()
+    assert read_checkpoint(tmp_path / "checkpoint.pt")["position"]["step"] == 2
 
 
 def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry_server, lineage_versions, tmp_path):

@@ -35,6 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings = chosen_settings(args.parser, args, TrainerSettings)
     stream = chosen_settings(args.parser, args, PipelineSettings)
+    model_config = read_model_config(args.model_config, seq_len=settings.seq_len)
     texts, held_out = held_out_split(
         read_corpus(args.data).texts if args.data else None,
         read_corpus(args.eval_data).texts if args.eval_data else None,
@@ -55,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 lineage=args.lineage,
                 data=data,
                 settings=settings,
-                model_config=read_model_config(args.model_config),
+                model_config=model_config,
                 checkpoint_dir=args.checkpoint_dir,
                 events=events,
                 held_out=held_out,
