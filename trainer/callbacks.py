@@ -15,9 +15,11 @@ due to the model and the Trainer's optimizer.
 the Trainer fetches a step's micro-batches before ``on_step_begin``, accelerate's loader collates
 one batch ahead, and loader workers further still. So the collator's encoding is a head start:
 it keeps the texts and the version it encoded with in the batch, and a forward pre-hook on the
-model encodes them again when the model's version is another by then. The labels are made there
-too, and left out of the collated batch: the Trainer would otherwise scale the loss by a count of
-labels taken before the hook (``num_items_in_batch``), so each micro-batch's loss is its own mean.
+model encodes them again, labels too, when the model's version is another by then. The collated
+batch has its labels: the Trainer computes a loss only for a batch with labels (``evaluate``'s
+``eval_loss``, which ``metric_for_best_model`` and early stopping read), and it counts them for the
+step's loss (``num_items_in_batch``) before the hook. A batch encoded again keeps its share of
+that count: the hook scales it by the batch's new labels over its collated ones.
 
 **Checkpoints.** ``on_save`` writes the version's files (``tokmaint.json``: lineage, version,
 sha256; ``tokenizer.json``) into the Trainer's checkpoint folder. The Trainer loads a checkpoint's
@@ -62,13 +64,21 @@ BATCH_KEY = "tokmaint_texts"  # the collated batch's texts, taken out again befo
 
 @dataclass(frozen=True)
 class TextBatch:
-    """A batch's texts, the version they were encoded with and their labels (not a tensor of the
-    batch: the Trainer moves and counts those)."""
+    """A batch's texts and the version they were encoded with, for the hook to encode them again."""
 
     texts: list[str]
     version: int
-    labels: torch.Tensor
     seq_len: int
+
+
+def label_count(labels: torch.Tensor) -> int:
+    """The labels the loss of a causal LM reads, counted as the Trainer counts them for
+    ``num_items_in_batch``: each row's first is the target of no position.
+
+    >>> label_count(torch.tensor([[-100, 5, 6, -100], [7, 8, 9, 10]]))
+    5
+    """
+    return int(labels[..., 1:].ne(-100).sum())
 
 
 @dataclass(frozen=True)
@@ -214,15 +224,22 @@ class TokmaintCallback(FollowsLineage, TrainerCallback):
     ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The forward's input ids and labels in the version the model has now (a forward pre-hook)."""
         batch = kwargs.pop(BATCH_KEY, None)
-        if batch is None:  # not one of the collator's batches (an evaluation, a generation)
+        if batch is None:  # not one of the collator's batches (a generation, the user's own call)
             return None
+        if batch.version == self.version:
+            return args, kwargs
+        if "labels" not in kwargs:  # the Trainer took them for its own loss (label smoothing, compute_loss_func)
+            raise TokmaintError(
+                f"TokmaintCallback encodes a batch of version {batch.version} again in version "
+                f"{self.version}, but the Trainer computes its loss from the labels collated in "
+                f"version {batch.version}: train without label_smoothing_factor and compute_loss_func"
+            )
         device = kwargs["input_ids"].device
-        inputs, labels = (
-            (kwargs["input_ids"], batch.labels)
-            if batch.version == self.version
-            else self.follower.encode(batch.texts, seq_len=batch.seq_len)
-        )
-        return args, {**kwargs, "input_ids": inputs.to(device), "labels": labels.to(device)}
+        inputs, labels = self.follower.encode(batch.texts, seq_len=batch.seq_len)
+        encoded = {**kwargs, "input_ids": inputs.to(device), "labels": labels.to(device)}
+        if "num_items_in_batch" in kwargs and (collated := label_count(kwargs["labels"])):
+            encoded["num_items_in_batch"] = kwargs["num_items_in_batch"] * label_count(labels) / collated
+        return args, encoded
 
 
 class TokmaintCollator:
@@ -247,4 +264,4 @@ class TokmaintCollator:
         texts = [e["text"] for e in examples]
         follower = self.callback.follower
         inputs, labels = follower.encode(texts, seq_len=self.seq_len)
-        return {"input_ids": inputs, BATCH_KEY: TextBatch(texts, follower.version, labels, self.seq_len)}
+        return {"input_ids": inputs, "labels": labels, BATCH_KEY: TextBatch(texts, follower.version, self.seq_len)}

@@ -5,6 +5,7 @@ a version came is encoded again); the Trainer's checkpoint resumes on its versio
 ``Trainer.save_model`` writes loads with ``AutoModelForCausalLM`` and ``AutoTokenizer`` and
 encodes as the version."""
 
+import math
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from safetensors.torch import load_file
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    EarlyStoppingCallback,
     GPT2LMHeadModel,
     Trainer,
     TrainerCallback,
@@ -24,7 +26,7 @@ from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.support.lineages import create_lineage, grown, tedtok_versions
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
-from trainer.callbacks import BATCH_KEY, CheckpointFolder, TokmaintCallback
+from trainer.callbacks import BATCH_KEY, CheckpointFolder, TokmaintCallback, label_count
 from trainer.export import load_model
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
@@ -75,7 +77,12 @@ class Recorder(TrainerCallback):
         )
 
     def _read(self, module, args, kwargs, output):
-        self.forwards[-1].update(version=self.callback.version, input_ids=kwargs["input_ids"], labels=kwargs["labels"])
+        self.forwards[-1].update(
+            version=self.callback.version,
+            input_ids=kwargs["input_ids"],
+            labels=kwargs["labels"],
+            num_items=kwargs["num_items_in_batch"],
+        )
 
 
 class PublishAfter(TrainerCallback):
@@ -96,24 +103,36 @@ class PublishAfter(TrainerCallback):
             time.sleep(0.02)
 
 
-def _trainer(callback: TokmaintCallback, texts: list[str], out, *extra: TrainerCallback) -> Trainer:
+def _trainer(
+    callback: TokmaintCallback,
+    texts: list[str],
+    out,
+    *extra: TrainerCallback,
+    eval_texts: list[str] | None = None,
+    **arguments,
+) -> Trainer:
+    """A Trainer of a tiny GPT-2 with ``callback``; ``arguments``: TrainingArguments of its own."""
     torch.manual_seed(0)
     model = GPT2LMHeadModel(tiny_gpt2_config(callback.tokenizer.id_space))
     args = TrainingArguments(
-        output_dir=str(out),
-        use_cpu=True,
-        report_to=[],
-        max_steps=STEPS,
-        save_steps=4,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        logging_steps=STEPS,
-        disable_tqdm=True,
+        **{
+            "output_dir": str(out),
+            "use_cpu": True,
+            "report_to": [],
+            "max_steps": STEPS,
+            "save_steps": 4,
+            "per_device_train_batch_size": 4,
+            "learning_rate": 1e-3,
+            "logging_steps": STEPS,
+            "disable_tqdm": True,
+            **arguments,
+        }
     )
     return Trainer(
         model=model,
         args=args,
         train_dataset=[{"text": t} for t in texts],
+        eval_dataset=None if eval_texts is None else [{"text": t} for t in eval_texts],
         callbacks=[callback, *extra],
         data_collator=callback.collator(seq_len=SEQ_LEN),
     )
@@ -158,6 +177,7 @@ def test_versions_published_during_training_are_applied_between_steps(followed):
     for f in forwards:
         inputs, labels = token_batch(versions[f["version"]], f["texts"], seq_len=SEQ_LEN)
         assert torch.equal(f["input_ids"], inputs) and torch.equal(f["labels"], labels)
+        assert f["num_items"] == label_count(labels)  # the step's loss is its labels' mean (one micro-batch a step)
     model = followed["trainer"].model
     assert model.get_input_embeddings().weight.shape[0] == 301
     assert model.config.bos_token_id == versions[4].vocab["<|endoftext|>"]
@@ -193,6 +213,60 @@ def test_a_resume_the_callback_was_not_told_of_stops(followed, tmp_path):
             trainer.train(resume_from_checkpoint=folder)
     finally:
         callback.close()
+
+
+def test_evaluate_reports_eval_loss_and_early_stopping_reads_it(registry_server, lineage_versions, tmp_path):
+    """``evaluate`` reports the held-out texts' mean loss, ``eval_loss``: the best checkpoint is
+    the one of least ``eval_loss``, and ``EarlyStoppingCallback`` stops on it, here after the
+    second evaluation, which its threshold counts as no better than the first."""
+    url, _ = registry_server
+    texts, versions = lineage_versions
+    callback = TokmaintCallback(url, create_lineage(url, versions[1]))
+    trainer = _trainer(
+        callback,
+        texts[:-8],
+        tmp_path,
+        EarlyStoppingCallback(early_stopping_patience=1, early_stopping_threshold=1e9),
+        eval_texts=texts[-8:],
+        eval_strategy="steps",
+        eval_steps=2,
+        save_steps=2,
+        per_device_eval_batch_size=8,
+        load_best_model_at_end=True,
+        metric_for_best_model="eval_loss",
+    )
+    try:
+        trainer.train()
+    finally:
+        callback.close()
+    losses = {e["step"]: e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e}
+    assert trainer.state.global_step == 4 and list(losses) == [2, 4]
+    best = min(losses, key=losses.__getitem__)
+    assert trainer.state.best_metric == losses[best]
+    assert trainer.state.best_model_checkpoint == f"{tmp_path}/checkpoint-{best}"
+    metrics = trainer.evaluate()
+    inputs, labels = token_batch(versions[1], texts[-8:], seq_len=SEQ_LEN)
+    with torch.no_grad():
+        expected = trainer.model.eval()(input_ids=inputs, labels=labels).loss.item()
+    assert math.isfinite(metrics["eval_loss"]) and metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["eval_loss"] == pytest.approx(losses[best], rel=1e-5)  # the best model, loaded at the end
+
+
+def test_label_smoothing_stops_at_a_batch_encoded_again(registry_server, lineage_versions, tmp_path):
+    """The Trainer smooths the labels it collated: a batch of version 1 the model reads in version
+    2 (step 2's) would be scored against version 1's ids."""
+    url, _ = registry_server
+    texts, versions = lineage_versions
+    callback = TokmaintCallback(url, create_lineage(url, versions[1]))
+    trainer = _trainer(
+        callback, texts, tmp_path, PublishAfter(callback, url, {2: versions[2]}), label_smoothing_factor=0.1
+    )
+    try:
+        with pytest.raises(TokmaintError, match="encodes a batch of version 1 again in version 2, but the Trainer"):
+            trainer.train()
+    finally:
+        callback.close()
+    assert trainer.state.global_step == 2
 
 
 def test_the_saved_model_loads_with_the_auto_classes_and_encodes_as_the_version(followed, tmp_path):
