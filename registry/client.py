@@ -21,6 +21,7 @@ import os
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,6 +51,7 @@ log = logging.getLogger("tokmaint.registry")
 AWAY_STATUSES = frozenset({0, 502, 503, 504})
 _JSON = {"Content-Type": "application/json"}
 Answer = TypeVar("Answer", bound=BaseModel)
+Asked = TypeVar("Asked")
 
 
 def _text(tokenizer_json: str | bytes) -> str:
@@ -280,6 +282,70 @@ def retry_delay(error: Exception, failures: int, *, most: float = 5.0) -> float:
     return min(asked, 60.0) if asked is not None else min(0.5 * 2 ** (failures - 1), most)
 
 
+class Outages:
+    """A registry's outages as a follower of ``lineage`` meets them: each said once as it begins
+    and once as it ends, and the time without the registry counted (:attr:`seconds`), whether
+    the follower asks in a thread of its own (:class:`LatestVersion`) or waits for an answer
+    (:meth:`wait_for`, a follower that cannot start without one).
+
+        outages = Outages("http://127.0.0.1:8000", "news")
+        latest = outages.wait_for(lambda: client.version("news"), meanwhile="waits for its latest version")
+    """
+
+    def __init__(self, where: str, lineage: str) -> None:
+        self.where, self.lineage = where, lineage
+        self._since: float | None = None  # (monotonic) the outage under way began
+        self._before = 0.0  # seconds of the outages that ended
+
+    @property
+    def seconds(self) -> float:
+        """Seconds without the registry, the outage under way included."""
+        since = self._since
+        return self._before + (0.0 if since is None else time.monotonic() - since)
+
+    def began(self, error: Exception, *, meanwhile: str) -> None:
+        """Note, and say once, that the registry is away (nothing more while it stays away);
+        ``meanwhile``: what the follower does until it is back ("stays on version 3")."""
+        if self._since is not None:
+            return
+        self._since = time.monotonic()
+        log.warning(
+            "registry: %s is away (%s): %s %s, asking again with backoff",
+            self.where,
+            error,
+            self.lineage,
+            meanwhile,
+            extra={"lineage": self.lineage},
+        )
+
+    def ended(self) -> None:
+        """Note, and say once, that the registry is back (nothing when it was not away)."""
+        since = self._since
+        if since is None:
+            return
+        away, self._since = time.monotonic() - since, None
+        self._before += away
+        log.warning("registry: %s is back after %.1f s without it", self.where, away, extra={"lineage": self.lineage})
+
+    def wait_for(self, ask: Callable[[], Asked], *, meanwhile: str) -> Asked:
+        """``ask()``'s answer, asked again with backoff (``retry_delay``: its ``Retry-After``)
+        for as long as the registry is away (a refusal of ``AWAY_STATUSES``); any other refusal,
+        or another error, is raised at once."""
+        failures = 0
+        while True:
+            try:
+                answer = ask()
+            except RegistryRefused as exc:
+                if exc.status not in AWAY_STATUSES:
+                    raise
+                failures += 1
+                self.began(exc, meanwhile=meanwhile)
+                time.sleep(retry_delay(exc, failures))
+                continue
+            self.ended()
+            return answer
+
+
 class LatestVersion:
     """A lineage's latest version number, kept current by a thread that long-polls the registry's
     watch (the registry answers within 0.2 s of a publish), so that asking costs no request: what
@@ -288,8 +354,8 @@ class LatestVersion:
 
     A registry that is away (down, redeployed, cut off, overloaded) costs nothing: :attr:`number`
     stays the last number seen, the thread asks again with backoff (``retry_delay``), it logs once
-    that the registry is away and once that it is back, and the version published meanwhile is
-    heard then. :attr:`away_seconds` counts the time without it.
+    that the registry is away and once that it is back (:class:`Outages`), and the version
+    published meanwhile is heard then. :attr:`away_seconds` counts the time without it.
 
         with LatestVersion("http://127.0.0.1:8000", "news") as latest:
             if latest.number > mine: ...
@@ -306,8 +372,7 @@ class LatestVersion:
     def _follow(self, lineage: str, *, poll_seconds: float, where: str, known: int | None = None) -> None:
         """Start following: the number now, then a thread that asks :meth:`_newer` again and again."""
         self.lineage, self.poll_seconds, self.where = lineage, poll_seconds, where
-        self._away_since: float | None = None  # (monotonic) the outage under way began
-        self._away_before = 0.0  # seconds of the outages that ended
+        self._outages = Outages(where, lineage)
         try:
             self._number = self._first()
         except (TokmaintError, OSError) as exc:  # away already: fine for a caller on a version
@@ -336,8 +401,7 @@ class LatestVersion:
     @property
     def away_seconds(self) -> float:
         """Seconds without the registry since following began, the outage under way included."""
-        since = self._away_since
-        return self._away_before + (0.0 if since is None else time.monotonic() - since)
+        return self._outages.seconds
 
     def _watch(self) -> None:
         failures = 0
@@ -348,31 +412,17 @@ class LatestVersion:
                 if self._stopped.is_set():
                     return
                 failures += 1
-                if self._away_since is None:
-                    self._went_away(exc)
+                self._went_away(exc)
                 self._stopped.wait(retry_delay(exc, failures))
                 continue
-            if self._away_since is not None:
-                away, self._away_since = time.monotonic() - self._away_since, None
-                self._away_before += away
-                log.warning(
-                    "registry: %s is back after %.1f s without it", self.where, away, extra={"lineage": self.lineage}
-                )
+            self._outages.ended()
             failures = 0
             if heard is not None:
                 self._number = max(self._number, heard)
 
     def _went_away(self, error: Exception) -> None:
         """Note, and say once, that the registry is away."""
-        self._away_since = time.monotonic()
-        log.warning(
-            "registry: %s is away (%s): %s stays on version %s, asking again with backoff",
-            self.where,
-            error,
-            self.lineage,
-            self._number,
-            extra={"lineage": self.lineage},
-        )
+        self._outages.began(error, meanwhile=f"stays on version {self._number}")
 
     def close(self) -> None:
         self._stopped.set()

@@ -21,6 +21,12 @@ them to the model and the optimizer (``apply_revision``): a step waits for no do
 follower made behind the lineage (resumed from a checkpoint) downloads the newest before it
 returns, so that the first step takes it.
 
+**The registry away.** A follower made while the registry is away (down, redeployed, cut off)
+waits for it, asking again with backoff (``registry.client.Outages``: once said away, once
+back), unless it has its version already: a ``fallback`` (a checkpoint's copy) is taken at once
+then, and the versions published meanwhile are heard once the registry is back. Once made, it
+trains on through any outage with the version it has (``LatestVersion``).
+
 **Many ranks.** Under ``torch.distributed`` every rank calls :meth:`between_steps` at the same
 step (as a loop does before its step's collectives). Rank 0 decides which version is due (one
 it has downloaded) and tells the others while the ranks train a step (an asynchronous
@@ -49,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from registry.client import LatestVersion, RegistryClient
+from registry.client import AWAY_STATUSES, LatestVersion, Outages, RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -109,7 +115,7 @@ class LineageFollower:
         lineage: str,
         *,
         version: int | None = None,
-        tokenizer: BPETokenizer | None = None,
+        fallback: BPETokenizer | None = None,
         events: tuple[str, str] | None = None,
         strategy: Strategy = "parents_mean",
         retry_steps: int = 10,
@@ -119,25 +125,32 @@ class LineageFollower:
     ) -> None:
         """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
         ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
-        by default the latest (under ``torch.distributed``, rank 0's latest). ``tokenizer``: that
-        version, when the caller has it (a checkpoint's copy, while the registry is away): then
-        the follower starts without the registry, and hears of newer versions once it is back. ``events``:
-        (bootstrap, topic) to learn of versions from the revision events there instead of the
+        by default the latest (under ``torch.distributed``, rank 0's latest: the other ranks wait
+        for rank 0's answer). A registry that is away is waited for, unless ``fallback`` is
+        ``version``'s tokenizer (a checkpoint's copy, checked by the caller against the sha256 it
+        was trained with): the follower then starts on it without the registry, and hears of
+        newer versions once it is back; a registry that answers gives ``version`` whatever
+        ``fallback`` is. A refusal that is no outage (no such lineage) is raised at once.
+        ``events``: (bootstrap, topic) to learn of versions from the revision events there instead of the
         registry's watch. ``warm_steps``, ``warm_docs``, ``warm_lr``: a version's new rows train
         alone for that many steps on the last texts :meth:`encode` had (``trainer.new_rows``;
         0 steps: none)."""
         self._own_client = isinstance(registry, str)
-        self.registry = RegistryClient(registry) if self._own_client else registry
+        self.registry: RegistryClient | HubVersions = (
+            RegistryClient(registry) if isinstance(registry, str) else registry
+        )
         self.lineage, self.strategy, self.retry_steps = lineage, strategy, retry_steps
         self.warm_steps, self.warm_lr = warm_steps, warm_lr
         self._recent: deque[str] = deque(maxlen=warm_docs)  # the last texts encoded, for the new rows' warm-up
         self._recent_lock = threading.Lock()  # a data loader's thread may encode meanwhile
         self._seq_len = 2
         self.rank = torch.distributed.get_rank() if distributed() else 0
+        where = self.registry.endpoint if isinstance(self.registry, HubVersions) else str(self.registry.http.base_url)
+        self._outages = Outages(where, lineage)  # the registry's outages before the follower could start
         if version is None:
-            version = self._agreed(self.registry.version(lineage).number if self.rank == 0 else 0)
+            version = self._agreed(self._latest_number() if self.rank == 0 else 0)
         self.version = version
-        self.tokenizer = tokenizer if tokenizer is not None else self.registry.tokenizer(lineage, version)
+        self.tokenizer = self._first_tokenizer(fallback)
         self.steps = 0  # the optimizer steps done (between_steps' calls, or its step)
         self.refused: dict[int, int] = {}  # a version refused, and the call it was refused at
         self.taken: list[dict[str, Any]] = []  # each version applied: its number, the call, the time, the seconds
@@ -162,7 +175,7 @@ class LineageFollower:
         self._closed.set()
         self._downloader.join(timeout=30)
         self.latest.close()
-        if self._own_client:
+        if self._own_client and isinstance(self.registry, RegistryClient):
             self.registry.close()
 
     def __enter__(self) -> LineageFollower:
@@ -177,9 +190,40 @@ class LineageFollower:
 
     @property
     def registry_away_seconds(self) -> float:
-        """Seconds the registry's watch (or the Hub's ``main``) was away while this follower
-        trained on (0 when versions are learnt from the revision events topic)."""
-        return self.latest.away_seconds if isinstance(self.latest, LatestVersion) else 0.0
+        """Seconds without the registry: waited for before the follower could start, and those
+        its watch (or the Hub's ``main``) was away while this follower trained on (none of these
+        when versions are learnt from the revision events topic)."""
+        following = self.latest.away_seconds if isinstance(self.latest, LatestVersion) else 0.0
+        return self._outages.seconds + following
+
+    def _latest_number(self) -> int:
+        """The lineage's latest version number, waited for while the registry is away."""
+        return self._outages.wait_for(
+            lambda: self.registry.version(self.lineage).number, meanwhile="waits for its latest version"
+        )
+
+    def _first_tokenizer(self, fallback: BPETokenizer | None) -> BPETokenizer:
+        """The tokenizer of the version the model starts on: the registry's, waited for while it
+        is away, or ``fallback`` at once when it is away."""
+
+        def ask() -> BPETokenizer:
+            return self.registry.tokenizer(self.lineage, self.version)
+
+        if fallback is None:
+            return self._outages.wait_for(ask, meanwhile=f"waits for version {self.version}")
+        try:
+            return ask()
+        except RegistryRefused as exc:
+            if exc.status not in AWAY_STATUSES:
+                raise
+        # Its watch says that the registry is away, and once that it is back.
+        log.warning(
+            "trainer: the registry is away: resuming %s version %s from the checkpoint's copy of it",
+            self.lineage,
+            self.version,
+            extra={"lineage": self.lineage},
+        )
+        return fallback
 
     @property
     def stamp(self) -> TokenizerStamp:

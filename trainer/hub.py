@@ -39,20 +39,29 @@ class HubVersions:
 
     def version(self, lineage: str, ref: int | str = "main") -> VersionInfo:
         """The version a revision names (``main``: the latest), as the registry describes it (its
-        card's ``tokmaint``); the Hub client's errors (the registry away, no such revision, a card
-        of another server) as the registry client's."""
+        card's ``tokmaint``); the Hub client's errors as the registry client's: the status the
+        server answered (404: no such lineage or revision; 502-504: away), 0 for no answer, and
+        200 for a card of another server."""
+        from huggingface_hub.errors import HfHubHTTPError
+
         revision = f"v{ref}" if isinstance(ref, int) else ref
+        where = f"{self.endpoint}: {lineage} at {revision}"
         try:
-            return VersionInfo.model_validate(
-                self.api.model_info(lineage, revision=revision).card_data.to_dict()["tokmaint"]
-            )
-        except Exception as exc:  # huggingface_hub's HTTP and not-found errors, a card of another server
-            raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} at {revision}: {exc}"]) from None
+            info = self.api.model_info(lineage, revision=revision)
+        except HfHubHTTPError as exc:  # answered, with a refusal or an outage's status
+            raise RegistryRefused(exc.response.status_code, "hub_refused", [f"{where}: {exc}"]) from None
+        except Exception as exc:  # no answer: huggingface_hub's and httpx's connection errors
+            raise RegistryRefused(0, "unreachable", [f"{where}: {exc}"]) from None
+        try:
+            return VersionInfo.model_validate((info.card_data.to_dict() if info.card_data else {})["tokmaint"])
+        except Exception as exc:  # no card, or no version's: another server on that port
+            raise RegistryRefused(200, "invalid_answer", [f"{where} answered no version's card: {exc!r}"]) from None
 
     def tokenizer(self, lineage: str, number: int) -> BPETokenizer:
         """Version ``number``'s tokenizer.json from the Hub client (its cache first), refused
         when its bytes are not the file the registry names by its sha256."""
         from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError
 
         kept = self._tokenizers.get((lineage, number))
         if kept is not None:
@@ -64,11 +73,15 @@ class HubVersions:
             )
             with open(path, "rb") as f:
                 data = f.read()
-        except Exception as exc:  # the download failed: as the registry client says it
+        except HfHubHTTPError as exc:  # answered, with a refusal or an outage's status
+            raise RegistryRefused(
+                exc.response.status_code, "hub_refused", [f"{self.endpoint}: {lineage} v{number}: {exc}"]
+            ) from None
+        except Exception as exc:  # no answer: as the registry client says it
             raise RegistryRefused(0, "unreachable", [f"{self.endpoint}: {lineage} v{number}: {exc}"]) from None
         if (got := hashlib.sha256(data).hexdigest()) != expected:
             raise RegistryRefused(
-                0,
+                200,
                 "sha256_mismatch",
                 [f"{path} is not version {number} of {lineage!r} (sha256 {got[:12]}, not {expected[:12]})"],
             )

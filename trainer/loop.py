@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from registry.client import AWAY_STATUSES, RegistryClient, RegistryRefused
+from registry.client import RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
@@ -106,7 +106,7 @@ class Trainer(FollowsLineage):
             registry,
             lineage,
             version=stamp.version if stamp else None,
-            tokenizer=_kept_while_away(registry, saved, stamp) if saved is not None and stamp is not None else None,
+            fallback=_kept_while_away(saved, stamp) if saved is not None and stamp is not None else None,
             events=events,
             strategy=settings.strategy,
             retry_steps=settings.retry_steps,
@@ -251,31 +251,16 @@ class Trainer(FollowsLineage):
         }
 
 
-def _kept_while_away(
-    registry: RegistryClient | HubVersions, saved: dict[str, Any], stamp: TokenizerStamp
-) -> BPETokenizer | None:
-    """The checkpoint's own copy of its version when the registry cannot be asked for it now
-    (away: a trainer restarted during an outage trains on, and hears of newer versions once the
-    registry is back); None when the registry answers, whose copy the checkpoint is checked against."""
-    try:
-        registry.version(stamp.lineage, stamp.version)
+def _kept_while_away(saved: dict[str, Any], stamp: TokenizerStamp) -> BPETokenizer | None:
+    """The checkpoint's own copy of its version, for the follower to resume on should the
+    registry be away (a trainer restarted during an outage trains on, and hears of newer versions
+    once the registry is back); None when the checkpoint holds none, or none with the sha256 it
+    was trained with: the registry's is then waited for, and the checkpoint checked against it
+    (``load_checkpoint`` names a stamp that is not the registry's version)."""
+    if not saved.get("tokenizer_json"):
         return None
-    except RegistryRefused as exc:
-        if exc.status not in AWAY_STATUSES or not saved.get("tokenizer_json"):
-            raise
-        kept = BPETokenizer.from_json(saved["tokenizer_json"])
-        if kept.sha256 != stamp.sha256:
-            raise CheckpointMismatch(
-                f"the registry is away ({exc}), and the checkpoint's copy of {stamp.lineage} version "
-                f"{stamp.version} is not the version it was trained with"
-            ) from None
-        log.warning(
-            "trainer: the registry is away: resuming %s version %s from the checkpoint's copy of it",
-            stamp.lineage,
-            stamp.version,
-            extra={"lineage": stamp.lineage},
-        )
-        return kept
+    kept = BPETokenizer.from_json(saved["tokenizer_json"])
+    return kept if kept.sha256 == stamp.sha256 else None
 
 
 # The model's shape, each at least 1 (GPT2Config takes 0 layers or heads, and a negative count, without a word).

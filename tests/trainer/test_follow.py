@@ -20,7 +20,7 @@ from multiprocessing.context import BaseContext
 import pytest
 import torch
 
-from registry.client import RegistryClient
+from registry.client import RegistryClient, RegistryRefused
 from registry.local_server import free_port, start_server
 from tests.conftest import REGISTRY_TOKEN as TOKEN
 from tests.support.lineages import grown
@@ -109,6 +109,19 @@ def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(regi
     _publish(url, name, made[1])
     with LineageFollower(url, name, version=published) as resumed:
         assert resumed.version == published and resumed.tokenizer.sha256 == made[0].tokenizer.sha256
+
+
+@pytest.mark.parametrize("protocol", ["api", "hub"])
+def test_a_follower_of_a_lineage_the_registry_lacks_is_refused_at_once(registry_server, protocol):
+    """A refusal that is no outage (404: no such lineage) is raised at once, over either protocol,
+    not waited out as a registry that is away is."""
+    from trainer.hub import HubVersions
+
+    url, _ = registry_server
+    began = time.monotonic()
+    with pytest.raises(RegistryRefused) as refused:
+        LineageFollower(HubVersions(url) if protocol == "hub" else url, "no-such-lineage")
+    assert refused.value.status == 404 and time.monotonic() - began < 10
 
 
 @pytest.mark.parametrize("ranks", [2, 4])

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,42 @@ def test_a_trainer_restarted_while_the_registry_is_away_resumes_from_its_checkpo
     assert report["steps"] == 5 and report["versions"] == [1] * 3 and report["registry_away_seconds"] > 0
     said = [r.getMessage() for r in caplog.records]
     assert f"trainer: the registry is away: resuming {name} version 1 from the checkpoint's copy of it" in said
+
+
+def test_a_trainer_started_while_the_registry_is_away_waits_for_it_and_trains(lineage_versions, tmp_path, caplog):
+    """A trainer with no checkpoint started while the registry is stopped waits for it, saying
+    once that it is away and once that it is back, and trains once it is started again on the
+    same port and database; its report counts the wait."""
+    from registry.local_server import free_port, start_server
+
+    texts, initial, _ = lineage_versions
+    root, env, port = tmp_path / "registry", {"TOKMAINT_REGISTRY_TOKEN": TOKEN}, free_port()
+    registry, url = start_server(root, env=env, port=port)
+    try:
+        name = create_lineage(url, initial)
+    finally:
+        registry.kill()
+        registry.wait(timeout=30)
+    with caplog.at_level(logging.WARNING, logger="tokmaint"), ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(
+            Trainer, registry=RegistryClient(url), lineage=name, data=CorpusTexts(texts), settings=SETTINGS
+        )
+        time.sleep(2.0)
+        assert not starting.done()  # waiting for the registry
+        registry, _ = start_server(root, env=env, port=port)
+        try:
+            trainer = starting.result(timeout=60)
+            try:
+                report = trainer.run(steps=2)
+            finally:
+                trainer.close()
+        finally:
+            registry.terminate()
+            registry.wait(timeout=30)
+    assert report["steps"] == 2 and report["versions"] == [1, 1] and report["registry_away_seconds"] > 2.0
+    said = [r.getMessage() for r in caplog.records]
+    assert sum(f"{name} waits for its latest version" in m for m in said) == 1, said
+    assert sum("is back after" in m for m in said) == 1, said
 
 
 class SentTwice:
