@@ -10,18 +10,26 @@ the pipeline job, the registry's relay and a trainer on the docs topic. For ``mi
 * clients publish, roll back and move aliases on a lineage of their own through the API, at once;
 * a seeded schedule SIGKILLs the pipeline, the registry, the relay, the trainer, the ingest
   server or ``redis-server`` (restarted from its AOF) at least every ``fault_every`` seconds, and
-  starts each again. The broker keeps its topics in memory only: it is never restarted.
+  starts each again. The broker keeps its topics in memory only: it is never restarted;
+* in the middle of the run the registry is stopped for ``registry_outage`` seconds (SIGKILL, its
+  watches cut off) and started again on the same port and database, while the trainer trains
+  and the pipeline has revisions to publish (no scheduled fault touches it meanwhile; the load
+  goes on at least 10 s past the outage). A trainer killed by the schedule meanwhile starts
+  again without the registry, from its checkpoint's copy of its version or, before its first
+  checkpoint, waiting for the registry.
 
 Then it lets the pipeline read to the topic's end and checks: every accepted document is on the
 topic and counted exactly once (the lineage's count of documents, kept with its statistics in
 each step's atomic write, equals the unique documents on the topic; a step counted twice after a
 kill or a resend counted again would show), refused records are dead-lettered, versions are
-gapless and none published twice, the trainer took the latest version, no 5xx came from a server
-that was up, and no process is left. That statistics equal an uninterrupted run's is the
-pipeline's crash test (a topic written before the job reads it: the soak's producers pause while
-the ingest server is down, longer than the reader waits for a quiet topic, and a step ends there,
-so a replay of the finished topic cuts it elsewhere). Everything is seeded, and the
-schedule printed, so that a failing run can be replayed.
+gapless and none published twice, the trainer took the latest version and never died
+(``trainer_deaths``: a trainer process that exited on its own, not 0, counted before each
+scheduled kill of the trainer and at the end), no 5xx came from a server that was up, and no
+process is left. That statistics equal an uninterrupted run's is the pipeline's crash test (a
+topic written before the job reads it: the soak's producers pause while the ingest server is
+down, longer than the reader waits for a quiet topic, and a step ends there, so a replay of the
+finished topic cuts it elsewhere). Everything is seeded, and the schedule printed, so that a
+failing run can be replayed.
 
 With ``hostile`` (``bench soak --hostile``), hostile clients come too (``demo/hostile.py``): slow
 readers and writers, oversized and sparse uploads, model uploads with garbage collection running
@@ -115,6 +123,12 @@ class SoakSettings(Settings):
     initial_docs: int = setting(1000, whole(1), "oldest documents the initial tokenizer trains on")
     vocab_size: int = setting(1024, whole(257), "the initial tokenizer's vocabulary")
     logs: Path | None = setting(None, None, "copy each part's log into this folder at the end")
+    registry_outage: float = setting(
+        90.0,
+        Number(float, low=0),
+        "seconds the registry is stopped in the middle of the run, then started again on its port and "
+        "database; the load goes on at least 10 s past it (0: no outage)",
+    )
     hostile: bool = setting(
         False,
         None,
@@ -133,6 +147,7 @@ class Part:
         self.name, self.argv, self.env, self.log_path, self.health = name, argv, env, log_path, health
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.lock = threading.Lock()  # held while it is killed and started again (the outage's thread too)
 
     def start(self, *, timeout: float = 60.0) -> None:
         with open(self.log_path, "ab") as output:
@@ -256,19 +271,90 @@ def _use_the_api(
             time.sleep(rng.uniform(0.05, 0.3))
 
 
+def outage_window(settings: SoakSettings) -> tuple[float, float] | None:
+    """When the registry is stopped and when it is started again (seconds from the start of the
+    load): the outage centred in the run, 5 s in at the earliest; None without one.
+
+    >>> outage_window(SoakSettings(minutes=5)), outage_window(SoakSettings(minutes=0.5, registry_outage=35))
+    ((105.0, 195.0), (5.0, 40.0))
+    """
+    if not settings.registry_outage:
+        return None
+    start = max(5.0, (settings.minutes * 60 - settings.registry_outage) / 2)
+    return start, start + settings.registry_outage
+
+
+def load_seconds(settings: SoakSettings) -> float:
+    """How long the load goes on: ``minutes``, and at least 10 s past the registry's outage.
+
+    >>> load_seconds(SoakSettings(minutes=5)), load_seconds(SoakSettings(minutes=0.5, registry_outage=35))
+    (300.0, 50.0)
+    """
+    window = outage_window(settings)
+    return max(settings.minutes * 60, 0.0 if window is None else window[1] + 10)
+
+
 def fault_schedule(settings: SoakSettings) -> list[tuple[float, str, float]]:
-    """(seconds from the start, the part to kill, seconds it stays down): seeded, printed, replayable.
+    """(seconds from the start, the part to kill, seconds it stays down): seeded, printed,
+    replayable. A kill of the registry due from 3 s before its outage to 1 s after it is left
+    out (the outage is its fault then); the others are those of the same seed without an outage.
 
     >>> fault_schedule(SoakSettings(minutes=0.5, seed=1, fault_every=10.0))[0][1] in KILLABLE
     True
     """
     rng = random.Random(settings.seed)
+    window = outage_window(settings)
     at, faults = 0.0, []
     while True:
         at += settings.fault_every * rng.uniform(0.5, 1.0)
         if at >= settings.minutes * 60 - 5:
             return faults
-        faults.append((round(at, 2), rng.choice(KILLABLE), round(rng.uniform(0.2, 2.0), 2)))
+        part, pause = rng.choice(KILLABLE), round(rng.uniform(0.2, 2.0), 2)
+        if not (part == "registry" and window is not None and window[0] - 3 <= at <= window[1] + 1):
+            faults.append((round(at, 2), part, pause))
+
+
+class RegistryOutage(threading.Thread):
+    """The registry's outage, in a thread of its own: ``at`` seconds after ``started``
+    (monotonic) the registry is stopped at once (SIGKILL, its watches cut off) and, ``seconds``
+    later, started again on its port and database; :attr:`stopped` and :attr:`back` (monotonic:
+    it answers again) once done."""
+
+    def __init__(self, registry: Part, *, started: float, at: float, seconds: float) -> None:
+        super().__init__(name="soak-registry-outage", daemon=True)
+        self.registry, self.planned, self.seconds = registry, at, seconds
+        self.at = started + at
+        self.stopped: float | None = None
+        self.back: float | None = None
+
+    def figures(self) -> dict[str, float] | None:
+        """For the report: when it began (seconds into the load, as planned) and how long the
+        registry was away (stopped until it answered again); None if it never came back."""
+        if self.stopped is None or self.back is None:
+            return None
+        return {"at": self.planned, "seconds": round(self.back - self.stopped, 1)}
+
+    def run(self) -> None:
+        time.sleep(max(0.0, self.at - time.monotonic()))
+        with self.registry.lock:  # after a scheduled kill of it under way, if any
+            self.stopped = time.monotonic()
+            self.registry.kill()
+        log.info("soak: the registry is stopped for %.0f s", self.seconds)
+        time.sleep(max(0.0, self.stopped + self.seconds - time.monotonic()))
+        with self.registry.lock:
+            self.registry.start()
+        self.back = time.monotonic()
+        log.info("soak: the registry answers again after %.1f s", self.back - self.stopped)
+
+
+def _died(part: Part) -> bool:
+    """Whether ``part``'s process ended on its own with a status that is not 0 (a signal too: none
+    of the soak's, as it asks before each kill), said in the log."""
+    status = None if part.process is None else part.process.poll()
+    if status in (None, 0):
+        return False
+    log.warning("soak: the %s died (exit %s)", part.name, status)
+    return True
 
 
 def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) -> dict[str, Any]:
@@ -277,6 +363,8 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
     schedule = fault_schedule(settings)
     for at, part, down in schedule:
         log.info("soak: at %6.1f s kill %-8s (down %.1f s)", at, part, down)
+    if (window := outage_window(settings)) is not None:
+        log.info("soak: at %6.1f s stop the registry for %.0f s", window[0], window[1] - window[0])
     docs = read_corpus(settings.corpus).documents
     token = secrets.token_hex(16)
     env = {**os.environ, "TOKMAINT_REGISTRY_TOKEN": token, "TOKMAINT_LOG_FORMAT": "plain"}
@@ -434,16 +522,28 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             for thread in api:
                 thread.start()
             started, down = time.monotonic(), []
+            outage = None
+            if window is not None:
+                outage = RegistryOutage(parts["registry"], started=started, at=window[0], seconds=window[1] - window[0])
+                outage.start()
+            trainer_deaths = 0
             for at, name, pause in schedule:
                 time.sleep(max(0.0, started + at - time.monotonic()))
-                killed = time.monotonic()
-                parts[name].kill()
-                time.sleep(pause)
-                parts[name].start()
+                if name == "trainer":
+                    trainer_deaths += _died(parts["trainer"])
+                with parts[name].lock:
+                    killed = time.monotonic()
+                    parts[name].kill()
+                    time.sleep(pause)
+                    parts[name].start()
                 down.append((name, killed, time.monotonic()))
                 if progress:
                     log.info("soak: %5.1f s: killed and restarted %s", killed - started, name)
-            time.sleep(max(0.0, started + settings.minutes * 60 - time.monotonic()))
+            time.sleep(max(0.0, started + load_seconds(settings) - time.monotonic()))
+            if outage is not None:
+                outage.join(timeout=120)
+                if outage.stopped is not None and outage.back is not None:
+                    down.append(("registry", outage.stopped, outage.back))
             stop.set()
             if hostile is not None:
                 hostile.stop()
@@ -461,6 +561,7 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
             if finish.returncode:
                 raise TokmaintError(f"the pipeline's last run failed: {finish.stderr[-1500:]}")
             _wait_for_the_trainer(root / "trainer" / "checkpoint.pt", registry_url)
+            trainer_deaths += _died(parts["trainer"])
             report = _check(
                 settings,
                 traffic,
@@ -471,8 +572,10 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
                 down,
                 schedule,
                 unexpected,
+                None if outage is None else outage.figures(),
             )
             report["trainer"]["resumes"] = parts["trainer"].starts - 1
+            report["trainer_deaths"] = trainer_deaths
             report["redis"] = _redis_files(redis_url, root / "redis")
             if hostile is not None:
                 report["hostile"] = hostile.report(down=[(a, b) for n, a, b in down if n == "registry"])
@@ -567,8 +670,10 @@ def _check(
     down: list[tuple[str, float, float]],
     schedule: list[tuple[float, str, float]],
     unexpected: dict[str, int],
+    outage: dict[str, float] | None,
 ) -> dict[str, Any]:
-    """The end-of-run checks as a report."""
+    """The end-of-run checks as a report; ``outage``: the registry's (when it began, seconds into
+    the load, and how long it was away until it answered again)."""
     import torch
 
     # Every producer has stopped and the pipeline has finished: a second with nothing new is the end.
@@ -591,6 +696,7 @@ def _check(
     unexplained = [e for e in errors if not any(a <= e[0] <= b + 1.0 for a, b in while_down[e[1]])]
     return {
         "minutes": settings.minutes,
+        "load_seconds": load_seconds(settings),
         "seed": settings.seed,
         "documents": {
             "accepted": len(traffic.accepted),
@@ -622,6 +728,7 @@ def _check(
             "injected": len(schedule),
             "by_part": {p: sum(n == p for _, n, _ in schedule) for p in KILLABLE},
             "schedule": schedule,
+            "registry_outage": outage,
             "broker": "not restarted: tansu keeps topics in memory only",
         },
         "exited_on_their_own": unexpected,

@@ -37,6 +37,7 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
         and versions["gaps"] == 0
         and versions["duplicates"] == 0
         and report["trainer"]["versions_taken"]
+        and report["trainer_deaths"] == 0
         and report["http"]["unexplained_server_errors"] == 0
         and not report["processes_left"]
         and not report["exited_on_their_own"]
