@@ -318,6 +318,20 @@ def _one_line_exit_2(code: int, out: str, err: str, message: str) -> None:
     assert out == ""
 
 
+def test_trainer_run_names_a_broker_that_does_not_answer(scratch, capsys):
+    """``trainer run --topic`` where no broker answers says so, as the pipeline's commands do,
+    not that the broker lacks the topic (it said "no topic 'docs'", after 30 s); the registry at
+    :9 is never asked."""
+    from registry.local_server import free_port
+
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    before = snapshot(scratch)
+    argv = f"trainer run --lineage x --topic docs --bootstrap {nobody} --wait 0 --registry http://127.0.0.1:9"
+    code, out, err = run(argv.split(), capsys)
+    _one_line_exit_2(code, out, err, f"the Kafka broker at {nobody} did not answer in 0 s")
+    assert "no topic" not in err and snapshot(scratch) == before
+
+
 # Against a live registry: alias names it refuses, and references it reads as no version, each with its reason.
 REFUSED_ALIASES = (
     [

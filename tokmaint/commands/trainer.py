@@ -10,13 +10,14 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
-from tokmaint.commands import add_sample_corpus_option
+from tokmaint.commands import add_sample_corpus_option, add_wait_option
 from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, lineage
 from tokmaint.output import claim_file, print_result, replace_file, show_progress
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from pipeline.config import PipelineSettings
+    from pipeline.parts import wait_for_broker
     from registry.client import RegistryClient
     from registry.config import RegistryClientSettings
     from tokenizer_service.corpus import read_corpus
@@ -49,6 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.parser.error("--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL: set one")
     # The registry's client first: one that cannot be made (no URL) leaves no topic reader open.
     with nullcontext(HubVersions(endpoint)) if args.hub else RegistryClient(args.registry) as registry:
+        if texts is None:  # as the pipeline's commands: a broker that does not answer is named as such
+            wait_for_broker(stream.bootstrap, wait=args.wait)
         data = CorpusTexts(texts) if texts is not None else TopicTexts(stream)
         try:
             trainer = Trainer(
@@ -173,6 +176,7 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         help="or the documents' topic to train on, from its start, waiting for more at its end",
     )
     add_settings(run, PipelineSettings, only=("bootstrap", "revisions_topic"))
+    add_wait_option(run, waits_for="the Kafka broker of --topic before stopping with its address")
     run.add_argument(
         "--hub",
         action="store_true",
