@@ -41,7 +41,7 @@ from pipeline.parts import DEFAULT_WAIT_SECONDS, connect_redis, wait_for_registr
 from pipeline.stream import ReadAhead, Step, StepReader
 from pipeline.config import PipelineSettings
 from pipeline.topics import dead_letter_headers
-from registry.client import RegistryClient, RegistryRefused
+from registry.client import Outages, RegistryClient, RegistryRefused
 from tokenizer_service.counting import StepCounts
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.evolve import StreamSettings
@@ -104,11 +104,14 @@ class PipelineJob:
         lineage: str,
         wait: float = 2.0,
         metrics: PipelineMetrics | None = None,
+        outages: Outages | None = None,
     ) -> None:
+        """``outages``: where the job's watch of the registry says and counts its outages (the
+        jobs ``run_through_outages`` starts share one)."""
         self.settings, self.lineage = settings, lineage
         self.metrics = metrics
         self.lineage_stats = LineageStatistics(
-            stream=stream, redis_client=redis_client, registry=registry, lineage=lineage
+            stream=stream, redis_client=redis_client, registry=registry, lineage=lineage, outages=outages
         )
         self.store, self.tedtok, self.config = (
             self.lineage_stats.store,
@@ -501,15 +504,26 @@ def run_through_outages(
     answers: what Redis kept is the state a restart resumes from, and a revision the registry did
     not take stays pending there, published by the job that starts again. A long-running job
     waits as long as it takes; ``until_idle``, ``wait`` seconds. A registry that refuses (a 4xx)
-    is no outage: its error is raised.
+    is no outage: its error is raised. The registry's outages, its jobs' watches' and the waits
+    between two jobs alike, are said once as they begin and once as they end, and their seconds
+    are ``metrics``' ``tokmaint_registry_away_seconds``.
 
         report = run_through_outages(settings=PipelineSettings(), stream=StreamSettings(),
                                      redis_client=connect_redis(url), registry=client, lineage="news")
     """
     patience = wait if until_idle else float("inf")  # how long a part that went away is waited for
+    outages = Outages(str(registry.http.base_url), lineage)
+    if metrics is not None:
+        metrics.registry_away.labels(lineage).set_function(lambda: outages.seconds)
     # Each start makes a new job; only its Redis client can differ from the last (connected again after an outage).
     new_job = partial(
-        PipelineJob, settings=settings, stream=stream, registry=registry, lineage=lineage, metrics=metrics
+        PipelineJob,
+        settings=settings,
+        stream=stream,
+        registry=registry,
+        lineage=lineage,
+        metrics=metrics,
+        outages=outages,
     )
     while True:
         job = None
@@ -529,12 +543,11 @@ def run_through_outages(
         except RegistryRefused as exc:
             if exc.status and exc.status < 500:  # a refusal, not a registry that is down
                 raise
-            log.warning(
-                "the registry at %s did not answer (%s): starting again once it does", registry.http.base_url, exc
-            )
+            outages.began(exc, meanwhile="starts again from its statistics once it answers")
             if metrics is not None:
                 metrics.restarts.labels(lineage).inc()
             wait_for_registry(str(registry.http.base_url), wait=patience)
+            outages.ended()
         finally:
             try:
                 if job is not None:

@@ -25,7 +25,7 @@ import numpy as np
 import redis
 
 from pipeline.redis_store import RedisStatsStore
-from registry.client import LatestVersion, RegistryClient, RegistryRefused
+from registry.client import LatestVersion, Outages, RegistryClient, RegistryRefused
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.counting import StepCounts
 from tokenizer_service.errors import TokmaintError
@@ -54,11 +54,14 @@ class LineageStatistics:
         lineage: str,
         existing: bool = False,
         max_pairs: int = MAX_PAIRS,
+        outages: Outages | None = None,
     ) -> None:
         """``existing``: the statistics must be there already, and keep the decay they were made
         with (a revision outside the job); otherwise the stream's decay, checked against theirs.
-        ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it."""
+        ``max_pairs`` bounds the pair table: each revision drops the weakest beyond it.
+        ``outages``: where the registry's watch says and counts its outages (``LatestVersion``)."""
         self.registry, self.lineage, self.max_pairs = registry, lineage, max_pairs
+        self._outages = outages
         self._latest: LatestVersion | None = None  # started by the first outdated()
         # The unreachable tokens of the last version validated, by its sha256: the parent of the
         # next revision, whose validation then does not encode the parent's vocabulary again.
@@ -121,7 +124,7 @@ class LineageStatistics:
         """True when the registry has a version newer than the one counted with (:meth:`follow`
         adopts it), as its watch last said (no request: a thread follows the watch)."""
         if self._latest is None:
-            self._latest = LatestVersion(str(self.registry.http.base_url), self.lineage)
+            self._latest = LatestVersion(str(self.registry.http.base_url), self.lineage, outages=self._outages)
         return self._latest.number > self.tedtok.version
 
     def close(self) -> None:

@@ -3,7 +3,9 @@
 One registry per job (several jobs may share a process in tests), every series labelled by
 lineage: steps, documents, bytes, dead letters, revisions by outcome, consumer lag (documents
 between the last step's end and the topic's high watermarks), the stream's bytes/token at the
-last step written, the version counted with, and the time per step and per revision.
+last step written, the version counted with, the time per step and per revision, and the
+seconds the job was without the registry (``tokmaint_registry_away_seconds``, the trainer's
+name for it too: ``trainer.metrics``).
 
 >>> metrics = PipelineMetrics.create("news")
 >>> metrics.step(documents=3, megabytes=0.001, dead=1, seconds=0.2)
@@ -34,6 +36,7 @@ class PipelineMetrics:
     revision_seconds: Histogram
     redis_down: Gauge
     restarts: Counter
+    registry_away: Gauge
 
     @classmethod
     def create(cls, lineage: str) -> "PipelineMetrics":
@@ -90,6 +93,12 @@ class PipelineMetrics:
                 label,
                 registry=reg,
             ),
+            registry_away=Gauge(
+                "tokmaint_registry_away_seconds",
+                "seconds without the registry: its watch away, or waited for to start again",
+                label,
+                registry=reg,
+            ),
         )
 
     def step(self, *, documents: int, megabytes: float, dead: int, seconds: float) -> None:
@@ -100,5 +109,11 @@ class PipelineMetrics:
         self.step_seconds.labels(self.lineage).observe(seconds)
 
     def serve(self, port: int, *, host: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` on ``port`` from a thread of its own (prometheus-client's server)."""
-        start_http_server(port, addr=host, registry=self.registry)
+        """Serve ``/metrics`` on ``port`` (:func:`serve`)."""
+        serve(self.registry, port, host=host)
+
+
+def serve(registry: CollectorRegistry, port: int, *, host: str = "0.0.0.0") -> None:
+    """Serve ``registry``'s metrics at ``/metrics`` on ``port`` from a thread of its own
+    (prometheus-client's server): the pipeline's and the trainer's (``trainer.metrics``)."""
+    start_http_server(port, addr=host, registry=registry)

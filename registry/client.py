@@ -257,10 +257,10 @@ class RegistryClient(AbstractContextManager["RegistryClient"]):
             timeout=httpx.Timeout(600.0, connect=10.0),
         )
 
-    def follow(self, name: str, *, known: int | None = None) -> "LatestVersion":
-        """The lineage's latest version number, kept current by the registry's watch (``known``:
-        as :class:`LatestVersion`'s)."""
-        return LatestVersion(str(self.http.base_url), name, known=known)
+    def follow(self, name: str, *, known: int | None = None, outages: Outages | None = None) -> "LatestVersion":
+        """The lineage's latest version number, kept current by the registry's watch (``known``,
+        ``outages``: as :class:`LatestVersion`'s)."""
+        return LatestVersion(str(self.http.base_url), name, known=known, outages=outages)
 
     def models(self, name: str) -> ModelsPublic:
         return self._answer(ModelsPublic, "GET", f"/v1/tokenizers/{name}/models")
@@ -286,7 +286,8 @@ class Outages:
     """A registry's outages as a follower of ``lineage`` meets them: each said once as it begins
     and once as it ends, and the time without the registry counted (:attr:`seconds`), whether
     the follower asks in a thread of its own (:class:`LatestVersion`) or waits for an answer
-    (:meth:`wait_for`, a follower that cannot start without one).
+    (:meth:`wait_for`, a follower that cannot start without one). Threads may share one (a job
+    and the watches of the jobs it starts again): an outage is said and counted once.
 
         outages = Outages("http://127.0.0.1:8000", "news")
         latest = outages.wait_for(lambda: client.version("news"), meanwhile="waits for its latest version")
@@ -296,6 +297,7 @@ class Outages:
         self.where, self.lineage = where, lineage
         self._since: float | None = None  # (monotonic) the outage under way began
         self._before = 0.0  # seconds of the outages that ended
+        self._lock = threading.Lock()  # its beginning and end, said once whichever thread sees them
 
     @property
     def seconds(self) -> float:
@@ -306,9 +308,10 @@ class Outages:
     def began(self, error: Exception, *, meanwhile: str) -> None:
         """Note, and say once, that the registry is away (nothing more while it stays away);
         ``meanwhile``: what the follower does until it is back ("stays on version 3")."""
-        if self._since is not None:
-            return
-        self._since = time.monotonic()
+        with self._lock:
+            if self._since is not None:
+                return
+            self._since = time.monotonic()
         log.warning(
             "registry: %s is away (%s): %s %s, asking again with backoff",
             self.where,
@@ -320,11 +323,12 @@ class Outages:
 
     def ended(self) -> None:
         """Note, and say once, that the registry is back (nothing when it was not away)."""
-        since = self._since
-        if since is None:
-            return
-        away, self._since = time.monotonic() - since, None
-        self._before += away
+        with self._lock:
+            since = self._since
+            if since is None:
+                return
+            away, self._since = time.monotonic() - since, None
+            self._before += away
         log.warning("registry: %s is back after %.1f s without it", self.where, away, extra={"lineage": self.lineage})
 
     def wait_for(self, ask: Callable[[], Asked], *, meanwhile: str) -> Asked:
@@ -361,18 +365,35 @@ class LatestVersion:
             if latest.number > mine: ...
     """
 
-    def __init__(self, url: str, lineage: str, *, poll_seconds: float = 2.0, known: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        lineage: str,
+        *,
+        poll_seconds: float = 2.0,
+        known: int | None = None,
+        outages: Outages | None = None,
+    ) -> None:
         """``poll_seconds``: each watch's length; short, as closing cannot end one under way
         (httpx), and a server shutting down waits for the watches it holds. ``known``: a version
         the caller is on already (a checkpoint's): a registry away at the start is then an outage
-        like any other, and :attr:`number` starts there."""
+        like any other, and :attr:`number` starts there. ``outages``: the caller's, to say and
+        count this watch's outages with its own (by default, the watch's own)."""
         self._client = RegistryClient(url, token="")  # reads only, on a connection of its own
-        self._follow(lineage, poll_seconds=poll_seconds, where=url, known=known)
+        self._follow(lineage, poll_seconds=poll_seconds, where=url, known=known, outages=outages)
 
-    def _follow(self, lineage: str, *, poll_seconds: float, where: str, known: int | None = None) -> None:
+    def _follow(
+        self,
+        lineage: str,
+        *,
+        poll_seconds: float,
+        where: str,
+        known: int | None = None,
+        outages: Outages | None = None,
+    ) -> None:
         """Start following: the number now, then a thread that asks :meth:`_newer` again and again."""
         self.lineage, self.poll_seconds, self.where = lineage, poll_seconds, where
-        self._outages = Outages(where, lineage)
+        self._outages = outages or Outages(where, lineage)
         try:
             self._number = self._first()
         except (TokmaintError, OSError) as exc:  # away already: fine for a caller on a version
@@ -400,7 +421,8 @@ class LatestVersion:
 
     @property
     def away_seconds(self) -> float:
-        """Seconds without the registry since following began, the outage under way included."""
+        """Seconds without the registry since following began, the outage under way included
+        (with the caller's ``outages``, all that they counted)."""
         return self._outages.seconds
 
     def _watch(self) -> None:

@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from registry.client import AWAY_STATUSES, LatestVersion, Outages, RegistryClient, RegistryRefused
+from registry.client import AWAY_STATUSES, Outages, RegistryClient, RegistryRefused
 from registry.relay import RevisionEvents
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -116,6 +116,7 @@ class LineageFollower:
         *,
         version: int | None = None,
         fallback: BPETokenizer | None = None,
+        outages: Outages | None = None,
         events: tuple[str, str] | None = None,
         strategy: Strategy = "parents_mean",
         retry_steps: int = 10,
@@ -131,10 +132,12 @@ class LineageFollower:
         was trained with): the follower then starts on it without the registry, and hears of
         newer versions once it is back; a registry that answers gives ``version`` whatever
         ``fallback`` is. A refusal that is no outage (no such lineage) is raised at once.
-        ``events``: (bootstrap, topic) to learn of versions from the revision events there instead of the
-        registry's watch. ``warm_steps``, ``warm_docs``, ``warm_lr``: a version's new rows train
-        alone for that many steps on the last texts :meth:`encode` had (``trainer.new_rows``;
-        0 steps: none)."""
+        ``outages``: where the registry's outages are said and counted, from the first request
+        on (the caller's, for a ``/metrics`` gauge to read; by default the follower's own).
+        ``events``: (bootstrap, topic) to learn of versions from the revision events there
+        instead of the registry's watch. ``warm_steps``, ``warm_docs``, ``warm_lr``: a
+        version's new rows train alone for that many steps on the last texts :meth:`encode` had
+        (``trainer.new_rows``; 0 steps: none)."""
         self._own_client = isinstance(registry, str)
         self.registry: RegistryClient | HubVersions = (
             RegistryClient(registry) if isinstance(registry, str) else registry
@@ -146,7 +149,7 @@ class LineageFollower:
         self._seq_len = 2
         self.rank = torch.distributed.get_rank() if distributed() else 0
         where = self.registry.endpoint if isinstance(self.registry, HubVersions) else str(self.registry.http.base_url)
-        self._outages = Outages(where, lineage)  # the registry's outages before the follower could start
+        self._outages = outages or Outages(where, lineage)  # before it could start, and while it follows
         if version is None:
             version = self._agreed(self._latest_number() if self.rank == 0 else 0)
         self.version = version
@@ -158,7 +161,7 @@ class LineageFollower:
         self.latest = (
             RevisionEvents(events[0], lineage, topic=events[1], number=version)
             if events
-            else self.registry.follow(lineage, known=version)
+            else self.registry.follow(lineage, known=version, outages=self._outages)
         )
         self._downloaded: dict[int, tuple[int, BPETokenizer, RevisionDiff] | None] = {}  # target: (from, ...)
         self._pending: tuple[torch.Tensor, Any] | None = None  # rank 0's last decision, on its way
@@ -191,10 +194,9 @@ class LineageFollower:
     @property
     def registry_away_seconds(self) -> float:
         """Seconds without the registry: waited for before the follower could start, and those
-        its watch (or the Hub's ``main``) was away while this follower trained on (none of these
-        when versions are learnt from the revision events topic)."""
-        following = self.latest.away_seconds if isinstance(self.latest, LatestVersion) else 0.0
-        return self._outages.seconds + following
+        its watch (or the Hub's ``main``) was away while this follower trained on (but with the
+        revision events topic, whose outages are not the registry's)."""
+        return self._outages.seconds
 
     def _latest_number(self) -> int:
         """The lineage's latest version number, waited for while the registry is away."""

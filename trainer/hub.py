@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 
-from registry.client import LatestVersion, RegistryRefused
+from registry.client import LatestVersion, Outages, RegistryRefused
 from schemas.registry_api import VersionInfo
 from schemas.revision import RevisionDiff
 from tokenizer_service.bpe import BPETokenizer
@@ -101,8 +101,8 @@ class HubVersions:
             tokenizer_sha256=self.version(lineage, end).sha256,
         )
 
-    def follow(self, lineage: str, *, known: int | None = None) -> "HubLatest":
-        return HubLatest(self, lineage, known=known)
+    def follow(self, lineage: str, *, known: int | None = None, outages: Outages | None = None) -> "HubLatest":
+        return HubLatest(self, lineage, known=known, outages=outages)
 
 
 class HubLatest(LatestVersion):
@@ -112,10 +112,16 @@ class HubLatest(LatestVersion):
     following, over the Hub)."""
 
     def __init__(
-        self, versions: HubVersions, lineage: str, *, poll_seconds: float = 1.0, known: int | None = None
+        self,
+        versions: HubVersions,
+        lineage: str,
+        *,
+        poll_seconds: float = 1.0,
+        known: int | None = None,
+        outages: Outages | None = None,
     ) -> None:
         self.versions = versions
-        self._follow(lineage, poll_seconds=poll_seconds, where=versions.endpoint, known=known)
+        self._follow(lineage, poll_seconds=poll_seconds, where=versions.endpoint, known=known, outages=outages)
 
     def _first(self) -> int:
         return self.versions.version(self.lineage).number

@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from registry.client import RegistryClient
+from registry.client import Outages, RegistryClient
 from tokenizer_service.bpe import BPETokenizer
 from tokenizer_service.errors import TokmaintError
 from tokenizer_service.hub_files import BOS_TOKENS, bos_token_id
@@ -80,12 +80,15 @@ class Trainer(FollowsLineage):
         events: tuple[str, str] | None = None,
         held_out: Sequence[str] = (),
         progress: bool = False,
+        outages: Outages | None = None,
     ) -> None:
         """``registry``: the registry's client, or ``trainer.hub.HubVersions`` (the Hub protocol).
         ``events``: (bootstrap, topic) to learn of versions from the revision events there
-        instead of the registry's watch. ``held_out``: texts the model is scored on in bits per
-        byte every ``eval_every`` steps (their first ``eval_bytes`` bytes), whatever version it
-        reads with (``trainer.byte_level``)."""
+        instead of the registry's watch. ``outages``: where the registry's outages are counted
+        from the trainer's first request on (``trainer.metrics``' gauge reads them).
+        ``held_out``: texts the model is scored on in bits per byte every ``eval_every`` steps
+        (their first ``eval_bytes`` bytes), whatever version it reads with
+        (``trainer.byte_level``)."""
         settings = settings or TrainerSettings()
         self.held_out = [first_bytes(t, settings.eval_bytes) for t in held_out]
         self.evaluations: list[dict[str, Any]] = []
@@ -107,6 +110,7 @@ class Trainer(FollowsLineage):
             lineage,
             version=stamp.version if stamp else None,
             fallback=_kept_while_away(saved, stamp) if saved is not None and stamp is not None else None,
+            outages=outages,
             events=events,
             strategy=settings.strategy,
             retry_steps=settings.retry_steps,

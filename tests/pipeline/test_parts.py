@@ -104,11 +104,13 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
     broker, redis_url, drifting_corpus, tmp_path
 ):
     """The registry down while the job starts and revises (killed, restarted): the job waits for
-    it, then goes on from its statistics and publishes; it does not exit."""
+    it, then goes on from its statistics and publishes; it does not exit, says once that the
+    registry is away and once that it is back, and its ``/metrics`` counts the time without it."""
     import os
     import uuid
 
     import httpx
+    from prometheus_client.parser import text_string_to_metric_families
 
     from registry.client import RegistryClient
     from tokenizer_service.bpe import BPETokenizer
@@ -149,8 +151,16 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
     RegistryClient(url, token=token).create(lineage, initial.to_json())
     server.terminate()
     server.wait(timeout=30)
+    metrics_port = free_port()
     job = subprocess.Popen(
-        pipeline_run_command(broker, topic, *lineage_options(redis_url, url, lineage), *PIPELINE_OPTIONS),
+        pipeline_run_command(
+            broker,
+            topic,
+            *lineage_options(redis_url, url, lineage),
+            *PIPELINE_OPTIONS,
+            "--metrics-port",
+            str(metrics_port),
+        ),
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -163,9 +173,13 @@ def test_a_long_running_job_waits_for_the_registry_and_publishes_once_it_answers
         while RegistryClient(url).version(lineage).number < 3:
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.5)
+        families = text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
+        away = [s.value for f in families for s in f.samples if s.name == "tokmaint_registry_away_seconds"]
     finally:
         job.terminate()
         stderr = job.communicate(timeout=60)[1]
         server.terminate()
         server.wait(timeout=30)
     assert f"the registry at {url}" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.count(f"registry: {url} is away (") == 1 and stderr.count(f"registry: {url} is back after") == 1
+    assert len(away) == 1 and away[0] > 1.0

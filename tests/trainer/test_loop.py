@@ -197,7 +197,19 @@ def test_a_resume_gives_the_losses_of_an_uninterrupted_run(registry_server, line
     assert losses["resumed"] == losses["whole"]
 
 
+def _scraped(port: int, lineage: str) -> dict[str, float]:
+    """The lineage's samples at ``/metrics`` on ``port``, by name."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+    return {s.name: s.value for family in families for s in family.samples if s.labels.get("lineage") == lineage}
+
+
 def test_the_trainer_run_command(registry_server, lineage_versions, drifting_corpus, tmp_path, capsys):
+    """``trainer run`` trains, writes its report, resumes up to ``--steps`` in all, and serves its
+    steps, version and seconds without the registry at ``--metrics-port``."""
+    from registry.local_server import free_port
     from tokmaint.cli import main
 
     url, _ = registry_server
@@ -205,7 +217,14 @@ def test_the_trainer_run_command(registry_server, lineage_versions, drifting_cor
     name = create_lineage(url, initial)
     options = ["--steps", "4", "--batch-size", "4", "--checkpoint-dir", str(tmp_path), "--json"]
     argv = _trainer_run(url, name, drifting_corpus, *options)
-    assert main(argv + ["--report", str(tmp_path / "report.json")]) == 0
+    port = free_port()
+    assert main(argv + ["--report", str(tmp_path / "report.json"), "--metrics-port", str(port)]) == 0
+    # Served from a thread of its own, which the command leaves behind in this process: the run's last figures.
+    assert _scraped(port, name) == {
+        "tokmaint_trainer_steps": 4,
+        "tokmaint_trainer_version": 1,
+        "tokmaint_registry_away_seconds": 0,
+    }
     first = json.loads(capsys.readouterr().out)
     whole = json.loads((tmp_path / "report.json").read_text())
     assert len(whole["losses"]) == 4 and whole["losses"][-1] == first["last_loss"] and whole["versions"] == [1] * 4
@@ -289,8 +308,10 @@ def test_a_trainer_restarted_while_the_registry_is_away_resumes_from_its_checkpo
 def test_a_trainer_started_while_the_registry_is_away_waits_for_it_and_trains(lineage_versions, tmp_path, caplog):
     """A trainer with no checkpoint started while the registry is stopped waits for it, saying
     once that it is away and once that it is back, and trains once it is started again on the
-    same port and database; its report counts the wait."""
+    same port and database; its report counts the wait, and its ``/metrics`` shows it meanwhile."""
+    from registry.client import Outages
     from registry.local_server import free_port, start_server
+    from trainer.metrics import TrainerMetrics
 
     texts, initial, _ = lineage_versions
     root, env, port = tmp_path / "registry", {"TOKMAINT_REGISTRY_TOKEN": TOKEN}, free_port()
@@ -300,15 +321,25 @@ def test_a_trainer_started_while_the_registry_is_away_waits_for_it_and_trains(li
     finally:
         registry.kill()
         registry.wait(timeout=30)
+    outages, metrics_port = Outages(url, name), free_port()
+    metrics = TrainerMetrics.create(name, outages)
+    metrics.serve(metrics_port, host="127.0.0.1")
     with caplog.at_level(logging.WARNING, logger="tokmaint"), ThreadPoolExecutor(1) as pool:
         starting = pool.submit(
-            Trainer, registry=RegistryClient(url), lineage=name, data=CorpusTexts(texts), settings=SETTINGS
+            Trainer,
+            registry=RegistryClient(url),
+            lineage=name,
+            data=CorpusTexts(texts),
+            settings=SETTINGS,
+            outages=outages,
         )
         time.sleep(2.0)
         assert not starting.done()  # waiting for the registry
+        assert _scraped(metrics_port, name)["tokmaint_registry_away_seconds"] > 1.0  # and /metrics says so
         registry, _ = start_server(root, env=env, port=port)
         try:
             trainer = starting.result(timeout=60)
+            metrics.follow(trainer)
             try:
                 report = trainer.run(steps=2)
             finally:
@@ -317,6 +348,9 @@ def test_a_trainer_started_while_the_registry_is_away_waits_for_it_and_trains(li
             registry.terminate()
             registry.wait(timeout=30)
     assert report["steps"] == 2 and report["versions"] == [1, 1] and report["registry_away_seconds"] > 2.0
+    scraped = _scraped(metrics_port, name)
+    assert (scraped["tokmaint_trainer_steps"], scraped["tokmaint_trainer_version"]) == (2, 1)
+    assert scraped["tokmaint_registry_away_seconds"] == pytest.approx(report["registry_away_seconds"], abs=0.5)
     said = [r.getMessage() for r in caplog.records]
     assert sum(f"{name} waits for its latest version" in m for m in said) == 1, said
     assert sum("is back after" in m for m in said) == 1, said

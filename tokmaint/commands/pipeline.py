@@ -16,6 +16,7 @@ from tokmaint.options import (
     finish_command,
     free_text,
     lineage,
+    port,
     settings_errors,
 )
 from tokmaint.output import print_result, show_progress
@@ -303,9 +304,7 @@ def add_pipeline(pipeline: argparse.ArgumentParser) -> None:
     _add_redis_options(run)
     run.add_argument("--max-steps", type=whole(1), help="stop after this many steps (default: run on)")
     run.add_argument("--until-idle", action="store_true", help="stop when the topic has no more documents")
-    run.add_argument(
-        "--metrics-port", type=whole(1, 65535), help="serve Prometheus metrics at :PORT/metrics (default: none)"
-    )
+    run.add_argument("--metrics-port", type=port, help="serve Prometheus metrics at :PORT/metrics (default: none)")
     add_settings(run, PipelineSettings, only=("commit_steps", "step_seconds", "max_step_docs", "dedupe_steps"))
     add_settings(run, StreamSettings, skip=("vocab_size",))
     run.set_defaults(func=cmd_run, parser=run)

@@ -11,14 +11,14 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from tokmaint.commands import add_sample_corpus_option, add_wait_option
-from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, lineage
+from tokmaint.options import add_bench_options, add_settings, chosen_settings, finish_command, lineage, port
 from tokmaint.output import claim_file, print_result, replace_file, show_progress
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from pipeline.config import PipelineSettings
     from pipeline.parts import wait_for_broker
-    from registry.client import RegistryClient
+    from registry.client import Outages, RegistryClient
     from registry.config import RegistryClientSettings
     from tokenizer_service.corpus import read_corpus
     from trainer.data import CorpusTexts, TopicTexts, held_out_split
@@ -50,6 +50,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.parser.error("--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL: set one")
     # The registry's client first: one that cannot be made (no URL) leaves no topic reader open.
     with nullcontext(HubVersions(endpoint)) if args.hub else RegistryClient(args.registry) as registry:
+        where = registry.endpoint if isinstance(registry, HubVersions) else str(registry.http.base_url)
+        outages = Outages(where, args.lineage)  # counted from the first request, for /metrics
+        metrics = None
+        if args.metrics_port is not None:
+            from trainer.metrics import TrainerMetrics
+
+            metrics = TrainerMetrics.create(args.lineage, outages)
+            metrics.serve(args.metrics_port)
         if texts is None:  # as the pipeline's commands: a broker that does not answer is named as such
             wait_for_broker(stream.bootstrap, wait=args.wait)
         data = CorpusTexts(texts) if texts is not None else TopicTexts(stream)
@@ -64,10 +72,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 events=events,
                 held_out=held_out,
                 progress=show_progress(args),
+                outages=outages,
             )
         except BaseException:
             data.close()
             raise
+        if metrics is not None:
+            metrics.follow(trainer)
         try:
             # --steps is the total: a rerun of the same command after it finished trains no more.
             report = trainer.run(steps=max(args.steps - trainer.step, 0))
@@ -208,6 +219,12 @@ def add_trainer(trainer: argparse.ArgumentParser) -> None:
         "report of an earlier run of this lineage",
     )
     run.add_argument("--force", action="store_true", help="replace a --report FILE that is no report of this lineage")
+    run.add_argument(
+        "--metrics-port",
+        type=port,
+        help="serve Prometheus metrics at :PORT/metrics: the steps, the version and the seconds "
+        "without the registry (default: none)",
+    )
     run.add_argument(
         "--eval-data",
         help="held-out texts to score the model on in bits per byte (JSONL(.gz) or "
