@@ -304,7 +304,7 @@ def fault_schedule(settings: SoakSettings) -> list[tuple[float, str, float]]:
     """
     rng = random.Random(settings.seed)
     window = outage_window(settings)
-    at, faults = 0.0, []
+    at, faults = 0.0, list[tuple[float, str, float]]()
     while True:
         at += settings.fault_every * rng.uniform(0.5, 1.0)
         if at >= settings.minutes * 60 - 5:
@@ -361,8 +361,8 @@ def run_soak(settings: SoakSettings | None = None, *, progress: bool = False) ->
     """Run the soak; the report (``documents``, ``versions``, ``trainer``, ``http``, ``faults``)."""
     settings = settings or SoakSettings()
     schedule = fault_schedule(settings)
-    for at, part, down in schedule:
-        log.info("soak: at %6.1f s kill %-8s (down %.1f s)", at, part, down)
+    for at, name, pause in schedule:
+        log.info("soak: at %6.1f s kill %-8s (down %.1f s)", at, name, pause)
     if (window := outage_window(settings)) is not None:
         log.info("soak: at %6.1f s stop the registry for %.0f s", window[0], window[1] - window[0])
     docs = read_corpus(settings.corpus).documents
