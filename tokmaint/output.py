@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,13 @@ choose another --report, or pass --force to replace it
         raise OutputError(f"{option} {path} is a directory, not a file")
     if not file.parent.is_dir():
         raise OutputError(f"cannot write {option} {path}: {file.parent} is not a folder")
+    try:  # a folder that takes no new file (read-only, /proc) is found now, not after the work
+        with tempfile.TemporaryFile(dir=file.parent):
+            pass
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write {option} {path}: {file.parent} takes no new file ({exc.strerror or exc})"
+        ) from None
     if file.exists() and not force:
         try:
             recognised = ours is not None and file.is_file() and ours(file.read_bytes())

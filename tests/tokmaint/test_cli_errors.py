@@ -575,6 +575,11 @@ REFUSED_LINES = [
         "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --report sub --force",
         "--report sub is a directory, not a file",
     ),
+    (
+        "trainer run --lineage x --data corpus.jsonl --registry http://127.0.0.1:9 --report /proc/report.json",
+        "cannot write --report /proc/report.json: /proc takes no new file (",
+    ),
+    ("registry download x --registry http://127.0.0.1:9 --out /proc/tok.json", "/proc takes no new file ("),
     ("demo --out sub", "sub is not empty and was not written by tokmaint (notes.txt); choose a new or empty directory"),
     ("demo --out tok.json", "--out tok.json is a file, not a directory"),
     (
