@@ -512,7 +512,7 @@ def run_through_outages(
                                      redis_client=connect_redis(url), registry=client, lineage="news")
     """
     patience = wait if until_idle else float("inf")  # how long a part that went away is waited for
-    outages = Outages(str(registry.http.base_url), lineage)
+    outages = Outages(registry.endpoint, lineage)
     if metrics is not None:
         metrics.registry_away.labels(lineage).set_function(lambda: outages.seconds)
     # Each start makes a new job; only its Redis client can differ from the last (connected again after an outage).
@@ -546,7 +546,7 @@ def run_through_outages(
             outages.began(exc, meanwhile="starts again from its statistics once it answers")
             if metrics is not None:
                 metrics.restarts.labels(lineage).inc()
-            wait_for_registry(str(registry.http.base_url), wait=patience)
+            wait_for_registry(registry.endpoint, wait=patience)
             outages.ended()
         finally:
             try:

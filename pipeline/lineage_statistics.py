@@ -124,7 +124,7 @@ class LineageStatistics:
         """True when the registry has a version newer than the one counted with (:meth:`follow`
         adopts it), as its watch last said (no request: a thread follows the watch)."""
         if self._latest is None:
-            self._latest = LatestVersion(str(self.registry.http.base_url), self.lineage, outages=self._outages)
+            self._latest = LatestVersion(self.registry.endpoint, self.lineage, outages=self._outages)
         return self._latest.number > self.tedtok.version
 
     def close(self) -> None:

@@ -112,6 +112,7 @@ class RegistryClient(AbstractContextManager["RegistryClient"]):
         token = token if token is not None else configured.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.endpoint = str(self.http.base_url)  # where it asks, as trainer.hub.HubVersions names its own
         self.cache_dir = Path(cache_dir) if cache_dir else None
 
     def close(self) -> None:
@@ -260,7 +261,7 @@ class RegistryClient(AbstractContextManager["RegistryClient"]):
     def follow(self, name: str, *, known: int | None = None, outages: Outages | None = None) -> "LatestVersion":
         """The lineage's latest version number, kept current by the registry's watch (``known``,
         ``outages``: as :class:`LatestVersion`'s)."""
-        return LatestVersion(str(self.http.base_url), name, known=known, outages=outages)
+        return LatestVersion(self.endpoint, name, known=known, outages=outages)
 
     def models(self, name: str) -> ModelsPublic:
         return self._answer(ModelsPublic, "GET", f"/v1/tokenizers/{name}/models")

@@ -148,8 +148,8 @@ class LineageFollower:
         self._recent_lock = threading.Lock()  # a data loader's thread may encode meanwhile
         self._seq_len = 2
         self.rank = torch.distributed.get_rank() if distributed() else 0
-        where = self.registry.endpoint if isinstance(self.registry, HubVersions) else str(self.registry.http.base_url)
-        self._outages = outages or Outages(where, lineage)  # before it could start, and while it follows
+        # The outages before it could start, and while it follows.
+        self._outages = outages or Outages(self.registry.endpoint, lineage)
         if version is None:
             version = self._agreed(self._latest_number() if self.rank == 0 else 0)
         self.version = version

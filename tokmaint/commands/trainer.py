@@ -50,8 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.parser.error("--hub reads from --registry, HF_ENDPOINT or TOKMAINT_REGISTRY_URL: set one")
     # The registry's client first: one that cannot be made (no URL) leaves no topic reader open.
     with nullcontext(HubVersions(endpoint)) if args.hub else RegistryClient(args.registry) as registry:
-        where = registry.endpoint if isinstance(registry, HubVersions) else str(registry.http.base_url)
-        outages = Outages(where, args.lineage)  # counted from the first request, for /metrics
+        outages = Outages(registry.endpoint, args.lineage)  # counted from the first request, for /metrics
         metrics = None
         if args.metrics_port is not None:
             from trainer.metrics import TrainerMetrics
