@@ -32,6 +32,7 @@ lines of the steps written just before it, and with them their share of ``serial
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import tempfile
 import time
@@ -46,7 +47,7 @@ import redis
 
 from pipeline.bench import CorpusStreamSettings
 from pipeline.flink_cluster import FlinkCluster
-from pipeline.flink_job import FlinkJobSpec, drain, submit, wait_for_job
+from pipeline.flink_job import FlinkJobSpec, drain, stop_with_savepoint, submit, wait_for_job
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.kafka import Producer, Record, end_offsets, read_topic
@@ -83,7 +84,10 @@ class FlinkBenchSettings(CorpusStreamSettings):
     steps: int = setting(40, whole(2), "event-time windows the corpus's time span is cut into (the steps)")
     interval_steps: int = setting(8, whole(1), "steps between revisions (the first after as many)")
     kill: bool = setting(True, None, "kill one TaskManager with SIGKILL once a third of the steps are written")
-    taskmanagers: int = setting(2, whole(1), "TaskManagers of the cluster (two slots each)")
+    savepoint: bool = setting(
+        True, None, "stop the job with a savepoint once half the steps are written, and resume it from there"
+    )
+    taskmanagers: int = setting(2, whole(1), "TaskManagers of the cluster (a slot each; the job's parallelism)")
 
 
 def replay(
@@ -135,13 +139,85 @@ def equal_to_replay(tedtok: TedTok, client: redis.Redis, registry: RegistryClien
 
 def _written(log_dir: Path) -> dict[int, dict[str, Any]]:
     """What the writer said of each step it wrote (its lines in the TaskManagers' output), by window end."""
-    steps: dict[int, dict[str, Any]] = {}
+    return {step["window_end_ms"]: step for step in _said(log_dir, '{"window_end_ms"')}
+
+
+def _said(log_dir: Path, opening: str) -> list[dict[str, Any]]:
+    """The JSON objects starting with ``opening`` in the TaskManagers' output. The job's Python
+    and Flink's print sink share a JVM's stdout, so one's line may break into the other's: each
+    object is read from where it opens to where it closes."""
+    decoder = json.JSONDecoder()
+    found = []
     for out in log_dir.glob("*.out"):
-        for line in out.read_text(errors="replace").splitlines():
-            if '{"window_end_ms"' in line:  # "N> " before it: the printing subtask
-                step = json.loads(line[line.index("{") :])
-                steps[step["window_end_ms"]] = step
-    return steps
+        text = out.read_text(errors="replace")
+        at = text.find(opening)
+        while at >= 0:
+            try:
+                found.append(decoder.raw_decode(text, at)[0])
+            except json.JSONDecodeError:  # cut by the kill that ended its TaskManager
+                pass
+            at = text.find(opening, at + 1)
+    return found
+
+
+def _steady_mb_s(written: dict[int, dict[str, Any]], steps: dict[int, tuple[int, float]]) -> float | None:
+    """The job's rate once running: over each run of the writer (a start, a restore after a kill,
+    a resume from a savepoint), the megabytes of its steps but its first and its last over the
+    time from its first to the one before its last, all runs together. The first comes after the
+    start-up; the last may wait for a drain (the stream's last window is written when the
+    watermark is moved to the end). None with no run of three steps.
+
+    >>> lines = {end: {"run": run, "at": at} for end, run, at in
+    ...          [(1, "a", 10.0), (2, "a", 11.0), (3, "a", 12.0), (4, "b", 50.0), (5, "b", 51.0), (6, "b", 90.0)]}
+    >>> _steady_mb_s(lines, {end: (1, 3.0) for end in lines})  # 6 MB in 2 s: the gaps left out
+    3.0
+    """
+    runs: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for end, step in written.items():
+        runs[step["run"]].append((step["at"], end))
+    megabytes = seconds = 0.0
+    for timed in runs.values():
+        timed.sort()
+        if len(timed) > 2:
+            megabytes += sum(steps[end][1] for _, end in timed[1:-1])
+            seconds += timed[-2][0] - timed[0][0]
+    return megabytes / max(seconds, 1e-9) if megabytes else None
+
+
+def _restored(rest_url: str, job_id: str, *, since: float) -> bool:
+    """Whether the job has restarted since ``since`` (a time.time()) and runs every task again."""
+    import httpx
+
+    job = httpx.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()
+    return (
+        job["state"] == "RUNNING"
+        and job.get("timestamps", {}).get("RESTARTING", 0) / 1000 >= since
+        and all(v["tasks"].get("RUNNING", 0) == v["parallelism"] for v in job["vertices"])
+    )
+
+
+def _execution_modes(log_dir: Path) -> dict[str, str]:
+    """How each of the job's Python operators ran, as its subtasks said in the TaskManagers'
+    output (``flink_job.report_mode``): ``thread``, ``process``, or both joined by ``+`` when its
+    subtasks differed."""
+    modes: dict[str, set[str]] = defaultdict(set)
+    for said in _said(log_dir, '{"operator"'):
+        modes[said["operator"]].add(said["execution_mode"])
+    return {operator: "+".join(sorted(found)) for operator, found in sorted(modes.items())}
+
+
+def _checkpoint_ms_p50(rest_url: str, jobs: list[str]) -> float | None:
+    """The median time of the jobs' completed checkpoints, end to end (Flink's checkpoint
+    statistics; the median of each job's median when there are several); None with none."""
+    import httpx
+
+    medians = []
+    for job_id in jobs:
+        summary = httpx.get(f"{rest_url}/jobs/{job_id}/checkpoints", timeout=10).json().get("summary") or {}
+        p50 = (summary.get("end_to_end_duration") or {}).get("p50")
+        if p50 is not None and summary.get("end_to_end_duration", {}).get("max", 0) > 0:
+            medians.append(float(p50))
+    return float(np.median(medians)) if medians else None
 
 
 def _ingest(docs: list[Document], path: Path, pipeline: PipelineSettings, *, progress: bool) -> None:
@@ -175,10 +251,18 @@ def _read_all(bootstrap: str, docs: list[Document]) -> list[Any]:
 
 
 def run_flink_bench(
-    corpus: str | Path, settings: FlinkBenchSettings | None = None, *, progress: bool = True
+    corpus: str | Path, settings: FlinkBenchSettings | None = None, *, progress: bool = True, pin: bool = False
 ) -> dict[str, Any]:
+    """The benchmark's figures (the module's docstring). ``pin``: each TaskManager on a CPU of its
+    own (``taskset``), and ``mb_s_per_core`` per TaskManager's CPU; otherwise per CPU of the machine."""
     settings = settings or FlinkBenchSettings()
     started = time.perf_counter()
+    cores = sorted(os.sched_getaffinity(0))[: settings.taskmanagers] if pin else None
+    if cores is not None and len(cores) < settings.taskmanagers:
+        raise TokmaintError(
+            f"{settings.taskmanagers} TaskManagers pinned to a CPU each need as many; this process has {len(cores)}"
+        )
+    n_cores = len(cores) if cores else len(os.sched_getaffinity(0))
     docs = [d for d in oldest(read_corpus(corpus, progress=progress), settings.max_mb) if d.ts is not None]
     if len(docs) < settings.steps:
         raise TokmaintError(f"{corpus}: {len(docs)} timestamped documents, fewer than --steps {settings.steps}")
@@ -203,79 +287,101 @@ def run_flink_bench(
             pipeline = PipelineSettings(
                 bootstrap=bootstrap, redis=redis_url, docs_topic="docs", dlq_topic="docs.dlq", step_seconds=step_seconds
             )
-            # With a kill the stream comes in two, cut by time: the job is killed once it has written
-            # a third of the steps from the first two thirds, before the rest has arrived, so the kill
-            # always lands between steps (whole, the stream's windows fire in one burst on a short one).
-            cut = docs[0].ts + (docs[-1].ts - docs[0].ts) * 2 / 3 if settings.kill else docs[-1].ts
+            # With a kill or a savepoint the stream comes in two, cut by time: the job is killed once it
+            # has written a third of the steps from the first two thirds (and stopped with a savepoint
+            # at half), before the rest has arrived, so both land between steps (whole, a short
+            # stream's windows fire in one burst).
+            two_parts = settings.kill or settings.savepoint
+            cut = docs[0].ts + (docs[-1].ts - docs[0].ts) * 2 / 3 if two_parts else docs[-1].ts
             first, rest = [d for d in docs if d.ts <= cut], [d for d in docs if d.ts > cut]
             _ingest(first, Path(root) / "first.jsonl", pipeline, progress=progress)
             _send_out_of_window(bootstrap)
-            if not settings.kill:
+            if not two_parts:
                 _send_bad_records(bootstrap)
-            read = [] if settings.kill else _read_all(bootstrap, docs)  # with a kill, once the rest is in
+            read = [] if two_parts else _read_all(bootstrap, docs)  # in two parts: once the rest is in
             client = redis.Redis.from_url(redis_url)
             with RegistryClient(registry_url, token=token) as registry:
                 registry.create(LINEAGE, initial.to_json())
                 with FlinkCluster(
-                    Path(root) / "flink", taskmanagers=settings.taskmanagers, env={"TOKMAINT_REGISTRY_TOKEN": token}
+                    Path(root) / "flink",
+                    taskmanagers=settings.taskmanagers,
+                    cores=cores,
+                    env={"TOKMAINT_REGISTRY_TOKEN": token},
                 ) as cluster:
-                    job_id = submit(
-                        FlinkJobSpec(
-                            lineage=LINEAGE,
-                            registry=registry_url,
-                            pipeline=pipeline,
-                            stream=stream,
-                            step_seconds=step_seconds,
-                            # Without a kill the job stops at each partition's end as read (tansu's listed
-                            # end offsets are the last batch's start, not its end); with one it is drained.
-                            bounded=None if settings.kill else end_offsets(read),
-                            parallelism=settings.taskmanagers,
-                        ),
-                        master=f"127.0.0.1:{cluster.rest_port}",
-                        env=cluster.env(),
-                        log=cluster.log_dir / "submit.log",
+                    master = f"127.0.0.1:{cluster.rest_port}"
+                    spec = FlinkJobSpec(
+                        lineage=LINEAGE,
+                        registry=registry_url,
+                        pipeline=pipeline,
+                        stream=stream,
+                        step_seconds=step_seconds,
+                        # Whole, the job stops at each partition's end as read (tansu's listed end
+                        # offsets are the last batch's start, not its end); in two parts it is drained.
+                        bounded=None if two_parts else end_offsets(read),
+                        parallelism=settings.taskmanagers,
                     )
+                    jobs = [submit(spec, master=master, env=cluster.env(), log=cluster.log_dir / "submit.log")]
                     killed_at: int | None = None  # the steps in Redis when the TaskManager died
+                    savepoint: str | None = None
 
                     def steps_in_redis() -> int:
                         return RedisStatsStore(client, lineage=LINEAGE, alpha=stream.tedtok_config().alpha).meta()[
                             "step"
                         ]
 
-                    if settings.kill:
+                    def running_until(steps: int) -> None:
                         job = wait_for_job(
-                            cluster.rest_url, job_id, timeout=600, until=lambda: steps_in_redis() >= settings.steps // 3
+                            cluster.rest_url, jobs[-1], timeout=600, until=lambda: steps_in_redis() >= steps
                         )
                         if job["state"] != "RUNNING":
-                            raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
+                            raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(jobs[-1])}")
+
+                    if settings.kill:
+                        running_until(settings.steps // 3)
+                        killed = time.time()
                         cluster.kill_taskmanager(0)
                         killed_at = steps_in_redis()
                         cluster.start_taskmanager(wait=False)
+                        if settings.savepoint:  # restored first: every task running again after the kill
+                            wait_for_job(
+                                cluster.rest_url,
+                                jobs[-1],
+                                timeout=600,
+                                until=lambda: _restored(cluster.rest_url, jobs[-1], since=killed),
+                            )
+                    if settings.savepoint:
+                        # Right after the restore (the job's state holds the windows not yet written:
+                        # a restored job sees no watermark until records come), or once a third are written.
+                        if not settings.kill:
+                            running_until(settings.steps // 3)
+                        savepoint = stop_with_savepoint(master, LINEAGE, timeout=600)["savepoint"]
+                    if two_parts:  # the rest comes while the job is restored, or stopped with its savepoint
                         _ingest(rest, Path(root) / "rest.jsonl", pipeline, progress=progress)
                         _send_bad_records(bootstrap)
                         read = _read_all(bootstrap, docs)
-                        job = drain(f"127.0.0.1:{cluster.rest_port}", pipeline, LINEAGE, timeout=900)
-                    else:
-                        job = wait_for_job(cluster.rest_url, job_id, timeout=900)
-                    if job["state"] != "FINISHED":
-                        raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(job_id)}")
-                    flink_seconds = job["duration"] / 1000
-                    started_at = job["start-time"] / 1000
+                    if savepoint is not None:
+                        log = cluster.log_dir / "resume.log"
+                        jobs.append(submit(spec, master=master, env=cluster.env(), log=log, savepoint=savepoint))
+                    if two_parts:
+                        drain(master, pipeline, LINEAGE, timeout=900)
+                    summaries = [wait_for_job(cluster.rest_url, job_id, timeout=900) for job_id in jobs]
+                    if (job := summaries[-1])["state"] != "FINISHED":
+                        raise TokmaintError(f"the Flink job ended {job['state']}: {cluster.failure(jobs[-1])}")
+                    # Stopped with a savepoint, then started from it: the two jobs' times together.
+                    flink_seconds = sum(summary["duration"] for summary in summaries) / 1000
+                    started_at = summaries[0]["start-time"] / 1000
+                    checkpoint_ms = _checkpoint_ms_p50(cluster.rest_url, jobs)
                     steps_written = _written(cluster.log_dir)
+                    modes = _execution_modes(cluster.log_dir)
                 records = [r.value for r in read]
                 tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
-                # A kill takes the lines of the steps whose Python worker had not handed them back yet
-                # (the restored job does not write those steps again): the timings are the lines' that
-                # survived. Once the first step is out, the stream's rate with the job's start-up (JVM
-                # tasks, Python workers, the first window) behind it.
+                # A kill takes the lines of the steps written just before it whose output had not
+                # been flushed (the restored job does not write those steps again): the timings are
+                # the lines' that survived.
                 serial = sum(step["seconds"] for step in steps_written.values())
                 timed = sorted((step["at"], end) for end, step in steps_written.items())
                 startup = timed[0][0] - started_at if timed else None
-                steady = (
-                    sum(steps[end][1] for _, end in timed[1:]) / max(timed[-1][0] - timed[0][0], 1e-9)
-                    if len(timed) > 1
-                    else None
-                )
+                steady = _steady_mb_s(steps_written, steps)
                 compared = equal_to_replay(tedtok, client, registry, LINEAGE)
                 reasons = {  # the job's dead letters, once each (ingest's have no key)
                     r.key: dict(r.headers)["tokmaint.reason"].decode()
@@ -310,6 +416,10 @@ def run_flink_bench(
         "dead_letter_reasons": sorted(reasons.values()),
         "taskmanager_killed": killed_at is not None,
         "killed_at_step": killed_at,
+        "savepoint_resumed": savepoint is not None,
+        "taskmanagers": settings.taskmanagers,
+        "writers": 1,
+        "execution_mode": modes,
         "equal_to_replay": all(compared.values()),
         **compared,
         "replay_steps": len(steps),
@@ -321,8 +431,39 @@ def run_flink_bench(
         "flink_seconds": flink_seconds,
         "startup_seconds": startup,
         "flink_steady_mb_s": steady,
+        "cores": n_cores,
+        "mb_s_per_core": {"flink": steady and steady / n_cores, "local": local["mb_per_s"] / n_cores},
+        "checkpoint_ms_p50": checkpoint_ms,
         "steps_timed": len(timed),
         "step_seconds": step_seconds,
         "megabytes": megabytes,
         "seconds": time.perf_counter() - started,
+    }
+
+
+def run_flink_scaling(
+    corpus: str | Path, settings: FlinkBenchSettings | None = None, *, progress: bool = True
+) -> dict[str, Any]:
+    """``bench flink --scaling``: the same stream through the job with 1 TaskManager, then 2, each
+    pinned to a CPU of its own, without a kill or a savepoint (the rate once running, not a
+    restore, is what scales); both runs and ``scaling_efficiency``, the 2-TaskManager rate
+    (``flink_steady_mb_s``) over twice the 1-TaskManager rate. The broker, Redis, the registry and
+    the JobManager are not pinned: they share the machine's CPUs with the TaskManagers."""
+    settings = settings or FlinkBenchSettings()
+    runs = [
+        run_flink_bench(
+            corpus,
+            settings.model_copy(update={"taskmanagers": n, "kill": False, "savepoint": False}),
+            progress=progress,
+            pin=True,
+        )
+        for n in (1, 2)
+    ]
+    one, two = (run["flink_steady_mb_s"] for run in runs)
+    return {
+        "taskmanagers": [run["taskmanagers"] for run in runs],
+        "flink_steady_mb_s": [one, two],
+        "equal_to_replay": all(run["equal_to_replay"] for run in runs),
+        "scaling_efficiency": two / (2 * one) if one and two else None,
+        "runs": runs,
     }

@@ -72,6 +72,8 @@ def flink_conf(
         "python.executable": python,
         "python.client.executable": python,
         "state.backend.type": "hashmap",
+        # PEMJA from the TaskManager's classpath (write_lib), not from a job's jars: libpython once a JVM.
+        "classloader.parent-first-patterns.additional": "pemja.",
         "execution.checkpointing.dir": (work / "checkpoints").as_uri(),
         "execution.checkpointing.savepoint-dir": (work / "savepoints").as_uri(),
         "io.tmp.dirs": str(work / "tmp"),
@@ -108,18 +110,65 @@ def _yaml(conf: dict[str, Any]) -> str:
 
 
 def write_conf(work: Path, conf_dir: Path, conf: dict[str, Any]) -> None:
-    """The folders under ``work`` a cluster's processes use, and ``conf`` as ``conf_dir/config.yaml``
-    with the wheel's log4j and logback settings beside it."""
+    """The folders under ``work`` a cluster's processes use, ``conf`` as ``conf_dir/config.yaml``
+    with the wheel's log4j and logback settings beside it, and the JVMs' ``lib`` (:func:`write_lib`)."""
     for folder in (conf_dir, work / "log", work / "tmp", work / "checkpoints"):
         folder.mkdir(parents=True, exist_ok=True)
     (conf_dir / "config.yaml").write_text(_yaml(conf))
     for logging in (FLINK_HOME / "conf").glob("log*"):
         shutil.copy(logging, conf_dir)
+    write_lib(conf_dir / "lib")
+
+
+def write_lib(lib: Path) -> None:
+    """The JVMs' classpath folder (``FLINK_LIB_DIR``): the wheel's ``lib`` jars and its Python
+    runner's jar (``opt/flink-python``), linked. With the runner on the TaskManager's own
+    classpath, PEMJA (thread mode) loads libpython once per JVM: loaded by each job's class loader,
+    the second job on a TaskManager (one started from a savepoint, say) fails, as PEMJA's way
+    round the JVM's one-loader rule for a native library reads a field Java 17 no longer has."""
+    lib.mkdir(parents=True, exist_ok=True)
+    for jar in [*(FLINK_HOME / "lib").glob("*.jar"), *(FLINK_HOME / "opt").glob("flink-python-*.jar")]:
+        link = lib / jar.name
+        if not link.exists():
+            link.symlink_to(jar)
 
 
 def scripts_env(conf_dir: Path, log_dir: Path) -> dict[str, str]:
-    """The environment Flink's scripts run with: this process's, and where the conf and logs are."""
-    return {**os.environ, "FLINK_CONF_DIR": str(conf_dir), "FLINK_LOG_DIR": str(log_dir), "FLINK_HOME": str(FLINK_HOME)}
+    """The environment Flink's scripts run with: this process's, where the conf, the logs and the
+    classpath folder are (:func:`write_conf`), and the ``PYTHONPATH`` of the interpreter a
+    TaskManager embeds (:func:`embedded_python_path`)."""
+    return {
+        **os.environ,
+        "FLINK_CONF_DIR": str(conf_dir),
+        "FLINK_LOG_DIR": str(log_dir),
+        "FLINK_LIB_DIR": str(conf_dir / "lib"),
+        "FLINK_HOME": str(FLINK_HOME),
+        "PYTHONPATH": embedded_python_path(),
+    }
+
+
+def embedded_python_path() -> str:
+    """Where the Python a TaskManager embeds in thread mode (PEMJA) finds this environment's
+    packages and tokmaint's. PEMJA starts the shared libpython with its own base prefix, so a
+    virtual environment's site-packages is not on its path (no ``pemja`` to import), nor are the
+    packages an editable install finds through a ``.pth`` hook: both are given here, before any
+    ``PYTHONPATH`` there was.
+
+    >>> embedded_python_path().split(os.pathsep)[0].endswith("site-packages")
+    True
+    """
+    import site
+
+    import pipeline
+
+    here = [*site.getsitepackages(), str(Path(pipeline.__file__).resolve().parents[1])]
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([*here, *kept]))
+
+
+# A slot per TaskManager: in thread mode a TaskManager's slots share one Python interpreter and its
+# GIL, so two subtasks of one operator scheduled there would take turns, not run side by side.
+SLOTS = 1
 
 
 class FlinkCluster:
@@ -130,17 +179,21 @@ class FlinkCluster:
         work: Path,
         *,
         taskmanagers: int = 2,
-        slots: int = 2,
+        slots: int = SLOTS,
         timeout: float = 120.0,
         env: dict[str, str] | None = None,
+        cores: list[int] | None = None,
     ) -> None:
-        """``env``: more environment for the JVMs and their Python workers (a registry token)."""
+        """``env``: more environment for the JVMs and their Python workers (a registry token);
+        ``cores``: the CPUs the TaskManagers are pinned to (``taskset``), the i-th on ``cores[i]``
+        (round the list), or None: not pinned."""
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             raise TokmaintError(
                 "Flink needs Java 17 (no java on PATH and no JAVA_HOME); on Debian: "
                 "apt-get install openjdk-17-jre-headless"
             )
         self.work, self.slots, self.timeout, self.extra_env = Path(work), slots, timeout, env or {}
+        self.cores = cores
         self.conf_dir, self.log_dir = self.work / "conf", self.work / "log"
         self.rest_port = free_port()
         self.rest_url = f"http://127.0.0.1:{self.rest_port}"
@@ -168,12 +221,13 @@ class FlinkCluster:
             "PYFLINK_CLIENT_EXECUTABLE": sys.executable,
         }
 
-    def _start(self, script: str, name: str) -> subprocess.Popen:
+    def _start(self, script: str, name: str, *, core: int | None = None) -> subprocess.Popen:
         # start-foreground execs the JVM: the process is the JVM, stopped by its PID.
         log = open(self.log_dir / f"{name}-{len(self.taskmanagers)}.out", "ab")
+        pinned = [] if core is None else ["taskset", "-c", str(core)]  # the JVM and its threads inherit it
         with log:
             return subprocess.Popen(
-                ["bash", str(FLINK_HOME / "bin" / script), "start-foreground"],
+                [*pinned, "bash", str(FLINK_HOME / "bin" / script), "start-foreground"],
                 env=self.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -182,7 +236,8 @@ class FlinkCluster:
 
     def start_taskmanager(self, *, wait: bool = True) -> subprocess.Popen:
         """One more TaskManager (after a kill, the replacement a Kubernetes Deployment would start)."""
-        process = self._start("taskmanager.sh", "taskmanager")
+        core = None if not self.cores else self.cores[len(self.taskmanagers) % len(self.cores)]
+        process = self._start("taskmanager.sh", "taskmanager", core=core)
         self.taskmanagers.append(process)
         if wait:
             self.wait_for_taskmanagers(sum(p.poll() is None for p in self.taskmanagers))
@@ -244,7 +299,7 @@ class FlinkCluster:
 
 
 def run_role(
-    role: str, work: Path, *, jobmanager: str, slots: int = 2, rest_port: int = 8081, rpc_port: int = 6123
+    role: str, work: Path, *, jobmanager: str, slots: int = SLOTS, rest_port: int = 8081, rpc_port: int = 6123
 ) -> None:
     """Become one process of a cluster spread over containers (``docker-compose.flink.yml``): write
     the conf under ``work`` (a volume every process of the cluster shares, for checkpoints) and exec
@@ -286,14 +341,20 @@ if __name__ == "__main__":
     )
     parser.add_argument("--work", type=Path, default=Path(".flink"), help="conf, logs, checkpoints (default: .flink)")
     parser.add_argument("--jobmanager", default="127.0.0.1", help="the JobManager's host name (containers)")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=SLOTS,
+        help=f"slots of each TaskManager (default: {SLOTS}; in thread mode a TaskManager's slots share one GIL)",
+    )
     args = parser.parse_args()
     if args.role != "local":
-        run_role(args.role, args.work.resolve(), jobmanager=args.jobmanager)
+        run_role(args.role, args.work.resolve(), jobmanager=args.jobmanager, slots=args.slots)
     # A kill or a closed terminal stops it as Ctrl-C does: its JVMs (in sessions of their own) with it.
     for stop in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, signal.default_int_handler)
     try:
-        with FlinkCluster(args.work.resolve()) as cluster:
+        with FlinkCluster(args.work.resolve(), slots=args.slots) as cluster:
             print(
                 f"Flink {cluster.overview()['flink-version']} at {cluster.rest_url} (submit with --flink-master "
                 f"127.0.0.1:{cluster.rest_port}); logs in {cluster.log_dir}; Ctrl-C stops it",

@@ -14,13 +14,20 @@ What runs where:
   than ``max_lateness_seconds`` behind its partition's watermark (its window was written).
 * **Windows** of ``step_seconds`` of event time, aligned to the epoch, are the steps, as
   ``pipeline run --step-seconds`` makes them. Documents are sharded by id, so a producer's
-  resend meets its first copy and is dropped; each shard's documents of a window are tallied in
-  one batched Python call (``WordTally``: words, word pairs across boundaries; no version needed).
-* **One writer** (parallelism 1) adds a window's tallies once the watermark has passed it, counts
-  them with the lineage's current version (``StepCounter.count_tally``: ``pipeline run``'s numbers
-  exactly, neighbours included), and writes the step with ``LineageStatistics``: the same atomic
-  write and revision commit the local job uses. A window ending no later than the last one written
-  is a replay after a restore, skipped: a TaskManager killed mid-run changes nothing.
+  resend meets its first copy and is dropped; each shard's documents of a window are counted in
+  one Python call (``Count``: ``StepCounter.count_texts``, neighbours included, ``pipeline run``'s
+  numbers exactly) with the version the statistics count with when the window comes, read from
+  Redis (``RedisStatsStore.counted_version``).
+* **One writer** (parallelism 1) adds a window's parts (``add_counts``) once the watermark has
+  passed it, counting again only a part counted with a version it has replaced since (the
+  windows the counting stage ran ahead with while a revision was made), and writes the step with
+  ``LineageStatistics``: the same atomic write and revision commit the local job uses. A window
+  ending no later than the last one written is a replay after a restore, skipped: a TaskManager
+  killed mid-run, or a stop with a savepoint and a start from it, changes nothing.
+
+Every Python function runs in PyFlink's thread mode (``execution_mode``): inside the
+TaskManager's JVM, no worker process, no bundles, a watermark passed on at once. A TaskManager's
+slots share its interpreter, so the clusters tokmaint starts give each TaskManager one slot.
 
 Submitted by ``tokmaint pipeline flink LINEAGE --flink-master HOST:PORT --step-seconds S`` (with
 ``pipeline run``'s options), which calls :func:`submit`: ``flink run`` of this module, the
@@ -33,23 +40,33 @@ settings as one JSON argument::
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from pipeline.config import PipelineSettings
+from tokenizer_service.counting import StepCounter, StepCounts
 from tokenizer_service.evolve import StreamSettings
 
 WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)
 # A window is whole milliseconds, and Flink SQL's intervals hold at most 999,999 days.
 MIN_STEP_SECONDS, MAX_STEP_SECONDS = 0.001, 1e9
 ENDED = ("FINISHED", "FAILED", "CANCELED")  # a job's states it does not leave
+# What Flink says of a savepoint asked for while the job fails over (a TaskManager died): asked again.
+RESTORING = (
+    "Not all required tasks are currently running",
+    "Checkpoint Coordinator is suspending",
+    "Trigger checkpoint failure",
+    "is restarting",
+)
 OUTSIDE_WINDOW = 0  # the event time (ms) the source gives a record whose timestamp is outside the window
 
 
@@ -66,6 +83,9 @@ class FlinkJobSpec(BaseModel):
     shards: int = Field(4, ge=1)  # keys a window's documents are tallied under (>= the parallelism)
     parallelism: int = Field(2, ge=1)
     checkpoint_ms: int = Field(2000, ge=100)
+    # PyFlink's thread mode runs the Python functions inside the TaskManagers' JVMs (PEMJA): no
+    # worker processes, no bundles, a watermark passed on at once. Process mode is the fallback.
+    execution_mode: Literal["thread", "process"] = "thread"
     # Explicit end offsets (partition -> offset): the job stops there (a benchmark, a test).
     # None: it runs until cancelled.
     bounded: dict[int, int] | None = None
@@ -78,6 +98,72 @@ def shard_of(doc_id: str, shards: int) -> int:
     (True, True)
     """
     return zlib.crc32(doc_id.encode("utf-8")) % shards
+
+
+@dataclass(frozen=True)
+class WindowPart:
+    """One shard's part of a window, as the counting stage hands it to the writer: its counts with
+    ``version`` (``count_texts``, neighbours too) and the texts they came from, which the writer
+    counts again only when it holds another version by then (a revision it made meanwhile)."""
+
+    end: int  # the window's end (ms): the step's position
+    version: int
+    counts: StepCounts
+    texts: list[str]
+    ids: list[str]
+    resent: int  # copies dropped: a producer's resends
+
+
+class VersionedCounter:
+    """A :class:`~tokenizer_service.counting.StepCounter` at the version asked for, moved to
+    another (its word encodings kept where the change allows) when asked for that one.
+
+        counted = VersionedCounter(RegistryClient(url), "git")
+        version, counter = counted.at(3)   # None: the registry's latest
+    """
+
+    def __init__(self, registry: Any, lineage: str) -> None:
+        self.registry, self.lineage = registry, lineage
+        self.version: int | None = None
+        self.counter: StepCounter | None = None
+
+    def at(self, version: int | None) -> tuple[int, StepCounter]:
+        """The counter at ``version`` (the registry's latest when None: the statistics have none
+        yet, and the writer claims the latest)."""
+        if version is None:
+            version = self.registry.version(self.lineage).number
+        if version != self.version or self.counter is None:
+            tokenizer = self.registry.tokenizer(self.lineage, version)
+            if self.counter is None:
+                self.counter = StepCounter(tokenizer)
+            else:
+                self.counter.set_tokenizer(tokenizer)
+            self.version = version
+        return version, self.counter
+
+
+def running_mode() -> str:
+    """How this Python function runs: ``thread`` inside the TaskManager's JVM (PyFlink's thread
+    mode, PEMJA), ``process`` in a Python worker of its own. Read off the process, not the
+    configuration: Flink falls back to process mode where thread mode cannot run a function.
+
+    >>> running_mode()  # a test's Python process
+    'process'
+    """
+    try:
+        exe = os.readlink("/proc/self/exe")
+    except OSError:
+        return "process"
+    return "thread" if Path(exe).name == "java" else "process"
+
+
+def report_mode(operator: str) -> None:
+    """Say, in the TaskManager's output, how a subtask of ``operator`` runs (``running_mode``): the
+    benchmark reads it back as ``execution_mode``."""
+    print(
+        json.dumps({"operator": operator, "execution_mode": running_mode(), "pid": os.getpid(), "at": time.time()}),
+        flush=True,
+    )
 
 
 class DeadLetters:
@@ -122,6 +208,7 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
     class Decode(ProcessFunction):
         def open(self, runtime_context: Any) -> None:
             self.dead = DeadLetters(settings)
+            report_mode("decode")
 
         def close(self) -> None:
             self.dead.close()
@@ -167,18 +254,27 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                 return
             yield Row(shard_of(doc.id, spec.shards), json.dumps([doc.id, doc.text]))
 
-    class Tally(ProcessFunction):
+    class Count(ProcessFunction):
         """A shard's documents of one window (one row: its window's last millisecond as its
-        timestamp, the documents joined by Flink SQL's LISTAGG), resends dropped, tallied in one call."""
+        timestamp, the documents joined by Flink SQL's LISTAGG), resends dropped, counted in one
+        call with the version the statistics count with as the window comes (read from Redis):
+        the writer counts again only a part counted with a version it has replaced since."""
 
         def open(self, runtime_context: Any) -> None:
+            from pipeline.parts import connect_redis
             from registry.client import RegistryClient
 
-            with RegistryClient(spec.registry) as registry:  # any version: the pre-tokenizer is the lineage's
-                self.tokenizer = registry.tokenizer(spec.lineage)
+            self.registry = RegistryClient(spec.registry)
+            self.redis = connect_redis(settings.redis)
+            self.counted = VersionedCounter(self.registry, spec.lineage)
+            report_mode("count")
+
+        def close(self) -> None:
+            self.registry.close()
+            self.redis.close()
 
         def process_element(self, row: Any, ctx: ProcessFunction.Context) -> Iterable[Any]:
-            from tokenizer_service.counting import WordTally
+            from pipeline.redis_store import RedisStatsStore
 
             texts: dict[str, str] = {}
             copies = 0
@@ -186,15 +282,19 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                 doc_id, text = json.loads(line)
                 copies += 1
                 texts.setdefault(doc_id, text)
-            yield (
-                ctx.timestamp() + 1,
-                WordTally.of(self.tokenizer, list(texts.values())),
-                list(texts),
-                copies - len(texts),
+            version, counter = self.counted.at(RedisStatsStore.counted_version(self.redis, lineage=spec.lineage))
+            kept = list(texts.values())
+            yield WindowPart(
+                end=ctx.timestamp() + 1,
+                version=version,
+                counts=counter.count_texts(kept, neighbours=True),
+                texts=kept,
+                ids=list(texts),
+                resent=copies - len(texts),
             )
 
     class WriteSteps(KeyedProcessFunction):
-        """The windows' tallies, added and written as steps in event-time order once the
+        """The windows' parts, added and written as steps in event-time order once the
         watermark has passed them."""
 
         def open(self, runtime_context: Any) -> None:
@@ -202,7 +302,7 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
             from pipeline.parts import connect_redis
             from registry.client import RegistryClient
 
-            self.pending = runtime_context.get_list_state(ListStateDescriptor("tallies", Types.PICKLED_BYTE_ARRAY()))
+            self.pending = runtime_context.get_list_state(ListStateDescriptor("parts", Types.PICKLED_BYTE_ARRAY()))
             self.registry = RegistryClient(spec.registry)
             self.stats = LineageStatistics(
                 stream=spec.stream,
@@ -211,6 +311,8 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                 lineage=spec.lineage,
             )
             self.stats.resume()
+            self.run = os.urandom(4).hex()  # this start's: a restore or a resume is another
+            report_mode("write steps")
 
         def close(self) -> None:
             self.stats.close()
@@ -218,53 +320,81 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
 
         def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any]:
             self.pending.add(value)
-            ctx.timer_service().register_event_time_timer(value[0] - 1)  # the window's last millisecond
+            ctx.timer_service().register_event_time_timer(value.end - 1)  # the window's last millisecond
             return ()
 
         def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any]:
-            ready, later = {}, []
-            for end, tally, ids, resent in self.pending.get():
-                if end - 1 <= timestamp:
-                    total = ready.setdefault(end, [None, [], 0])
-                    total[0] = tally if total[0] is None else total[0].add(tally)
-                    total[1] += ids
-                    total[2] += resent
+            ready: dict[int, list[WindowPart]] = {}
+            later = []
+            for part in self.pending.get():
+                if part.end - 1 <= timestamp:
+                    ready.setdefault(part.end, []).append(part)
                 else:
-                    later.append((end, tally, ids, resent))
+                    later.append(part)
             self.pending.update(later)
             for end in sorted(ready):
                 began = time.perf_counter()
-                tally, ids, resent = ready[end]
-                if self.write(end, tally, ids):
+                parts = ready[end]
+                if (written := self.write(end, parts)) is not None:
                     yield json.dumps(
                         {
                             "window_end_ms": end,
-                            "documents": tally.documents,
-                            "resent": resent,
+                            "documents": sum(len(p.texts) for p in parts),
+                            "resent": sum(p.resent for p in parts),
+                            "parts": len(parts),
+                            **written,
                             "step": self.stats.store.step,
+                            "run": self.run,
                             "version": self.stats.tedtok.version,
                             "seconds": time.perf_counter() - began,
                             "at": time.time(),
                         }
                     )
 
-        def write(self, end: int, tally: Any, ids: list[str]) -> bool:
+        def write(self, end: int, parts: list[WindowPart]) -> dict[str, Any] | None:
+            """Write the window's step from its parts; what it took: the parts counted again here
+            (their version replaced meanwhile) and the seconds of that, of adding the parts and
+            of the write with its revision. None when it was written already (a replay after a
+            restore)."""
+            from tokenizer_service.counting import add_counts
+
             stats = self.stats
             if stats.store.meta()["offsets"].get(WINDOW, -1) >= end:  # a replay after a restore: written already
-                return False
+                return None
             if stats.outdated():
                 stats.follow()
-            counts = stats.tedtok.counter.count_tally(tally, neighbours=True)
-            stats.observe(
-                counts,
+            began = time.perf_counter()
+            counts, recounted = [], 0
+            for part in parts:
+                if part.version == stats.tedtok.version:
+                    counts.append(part.counts)
+                else:  # counted before the revision the writer has made since (or one it followed)
+                    counts.append(stats.tedtok.counter.count_texts(part.texts, neighbours=True))
+                    recounted += 1
+            counted = time.perf_counter()
+            step = add_counts(counts)
+            added = time.perf_counter()
+            revised = stats.observe(
+                step,
                 offsets={WINDOW: end},
-                ids=sorted(ids),
-                documents=tally.documents,
+                ids=sorted(i for p in parts for i in p.ids),
+                documents=sum(len(p.texts) for p in parts),
                 keep_ids_steps=settings.dedupe_steps or None,
             )
-            return True
+            return {
+                "recounted": recounted,
+                "revised": revised,
+                "recount_seconds": counted - began,
+                "add_seconds": added - counted,
+                "observe_seconds": time.perf_counter() - added,
+            }
 
-    docs = records.process(Decode(), Types.ROW_NAMED(["shard", "doc"], [Types.INT(), Types.STRING()]))
+    # Named and with uids of their own: a savepoint's state finds its operator in a newer job.
+    docs = (
+        records.process(Decode(), Types.ROW_NAMED(["shard", "doc"], [Types.INT(), Types.STRING()]))
+        .name("decode")
+        .uid("decode")
+    )
     # The windows in Java (Flink SQL): a document costs Python nothing past its decoding.
     tables.create_temporary_view(
         "docs",
@@ -282,12 +412,13 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
         "SELECT shard, LISTAGG(doc, '\n') AS docs, window_time FROM TABLE(TUMBLE(TABLE docs, DESCRIPTOR(rowtime), "
         f"{_interval(step_ms)})) GROUP BY shard, window_start, window_end, window_time"
     )
-    tallies = tables.to_data_stream(windows).process(Tally(), Types.PICKLED_BYTE_ARRAY())
+    parts = tables.to_data_stream(windows).process(Count(), Types.PICKLED_BYTE_ARRAY()).name("count").uid("count")
     (
-        tallies.key_by(lambda _: 0, Types.INT())
+        parts.key_by(lambda _: 0, Types.INT())
         .process(WriteSteps(), Types.STRING())
         .set_parallelism(1)
         .name("write steps")
+        .uid("write steps")
         .print()
     )
 
@@ -358,8 +489,12 @@ def main(argv: list[str]) -> None:
     from pipeline.flink_cluster import FLINK_HOME
     from pipeline.flink_jars import connector_jars
 
+    from pyflink.common import Configuration
+
     spec = FlinkJobSpec.model_validate_json(argv[0])
-    env = StreamExecutionEnvironment.get_execution_environment()
+    conf = Configuration()
+    conf.set_string("python.execution-mode", spec.execution_mode)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
     # pipeline.jars replaces the Python runner's jar unless it is listed too.
     jars = [*connector_jars(), *sorted((FLINK_HOME / "opt").glob("flink-python-*.jar"))]
     env.add_jars(*[jar.as_uri() for jar in jars])
@@ -369,10 +504,19 @@ def main(argv: list[str]) -> None:
     env.execute(f"tokmaint-{spec.lineage}")
 
 
-def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None, log: Path | None = None) -> str:
+def submit(
+    spec: FlinkJobSpec,
+    *,
+    master: str,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    savepoint: str | None = None,
+) -> str:
     """Submit the job to the cluster whose REST address is ``master`` (``HOST:PORT``) with Flink's
     command-line client, detached; its job id. ``env``: the client's environment (a
-    :class:`~pipeline.flink_cluster.FlinkCluster`'s ``env()``); ``log``: where the client's output goes."""
+    :class:`~pipeline.flink_cluster.FlinkCluster`'s ``env()``); ``log``: where the client's output
+    goes; ``savepoint``: the path of a savepoint (:func:`stop_with_savepoint`) the job starts from,
+    at its parallelism whatever the savepoint's (its state is keyed: Flink redistributes it)."""
     import os
     import re
 
@@ -387,6 +531,7 @@ def submit(spec: FlinkJobSpec, *, master: str, env: dict[str, str] | None = None
             "--detached",
             "-m",
             master,
+            *(["--fromSavepoint", savepoint] if savepoint else []),
             "-pyexec",
             sys.executable,
             "-pyclientexec",
@@ -479,19 +624,7 @@ def _drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeou
     from tokenizer_service.errors import TokmaintError
 
     rest, deadline = f"http://{master}", time.monotonic() + timeout
-    name = f"tokmaint-{lineage}"
-    # Just submitted, or restarting after a TaskManager died: it is waited for. None that has not ended: said now.
-    while True:
-        jobs = _jobs(rest, name)
-        if running := [j for j in jobs if j["state"] == "RUNNING"]:
-            break
-        if all(j["state"] in ENDED for j in jobs):
-            ended = f" (the last one ended {jobs[-1]['state']})" if jobs else ""
-            raise TokmaintError(f"no job {name} runs at {master}{ended}")
-        if time.monotonic() > deadline:
-            raise TokmaintError(f"no running job {name} at {master} within {timeout:g} s")
-        time.sleep(1.0)
-    job_id = running[0]["jid"]
+    job_id = _running_job(master, lineage, deadline=deadline)
     topic = spec_settings.docs_topic
     ends = end_offsets(read_topic(spec_settings.bootstrap, topic, quiet_ms=1000))
     consumer = reader(spec_settings.bootstrap, **{"group.id": f"tokmaint-flink-{lineage}"})
@@ -510,6 +643,78 @@ def _drain(master: str, spec_settings: PipelineSettings, lineage: str, *, timeou
     return job
 
 
+def _running_job(master: str, lineage: str, *, deadline: float) -> str:
+    """The id of the lineage's running job at ``master``: one just submitted, or restarting after
+    a TaskManager died, is waited for until ``deadline`` (``time.monotonic``); none that has not
+    ended is said at once."""
+    from tokenizer_service.errors import TokmaintError
+
+    rest, name = f"http://{master}", f"tokmaint-{lineage}"
+    while True:
+        jobs = _jobs(rest, name)
+        if running := [j for j in jobs if j["state"] == "RUNNING"]:
+            return str(running[0]["jid"])
+        if all(j["state"] in ENDED for j in jobs):
+            ended = f" (the last one ended {jobs[-1]['state']})" if jobs else ""
+            raise TokmaintError(f"no job {name} runs at {master}{ended}")
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"no running job {name} at {master} within the time given")
+        time.sleep(1.0)
+
+
+def stop_with_savepoint(
+    master: str, lineage: str, *, directory: str | None = None, timeout: float = 600.0, wait: float = 30.0
+) -> dict[str, Any]:
+    """Stop the lineage's running job with a savepoint (no drain: the windows not yet complete
+    stay in it, to be finished by the job started from it): ``job_id``, ``state`` and the
+    savepoint's ``savepoint`` path, what ``pipeline flink --from-savepoint`` takes. ``directory``:
+    where it goes (a path every process of the cluster reaches); None: the cluster's
+    ``execution.checkpointing.savepoint-dir``. No JobManager at ``master``, or no job of the
+    lineage running there, is said at once in one line, as a savepoint that fails is."""
+    import httpx
+
+    from tokenizer_service.errors import TokmaintError
+
+    jobmanager(master, wait=wait)
+    rest, deadline = f"http://{master}", time.monotonic() + timeout
+    body: dict[str, Any] = {"drain": False}
+    if directory is not None:
+        body["targetDirectory"] = directory
+    try:
+        job_id = _running_job(master, lineage, deadline=deadline)
+        # A savepoint needs every task running. A job whose TaskManager just died looks running until
+        # the JobManager notices, and is then restored: a savepoint it refuses meanwhile is asked again.
+        while "location" not in (operation := _savepoint(rest, job_id, body, deadline=deadline)):
+            cause = operation.get("failure-cause", {}).get("stack-trace", "")
+            if not any(passing in cause for passing in RESTORING) or time.monotonic() > deadline:
+                first = cause.splitlines()[:1]
+                raise TokmaintError(f"the savepoint of job tokmaint-{lineage} failed: {' '.join(first) or operation}")
+            time.sleep(1.0)
+            job_id = _running_job(master, lineage, deadline=deadline)
+    except httpx.HTTPError as exc:
+        raise TokmaintError(f"the Flink JobManager at {master}: {exc or type(exc).__name__}") from None
+    job = wait_for_job(rest, job_id, timeout=max(deadline - time.monotonic(), 1))
+    return {"job_id": job_id, "state": job["state"], "savepoint": operation["location"]}
+
+
+def _savepoint(rest: str, job_id: str, body: dict[str, Any], *, deadline: float) -> dict[str, Any]:
+    """Ask for job ``job_id``'s stop with a savepoint (``body``: Flink's request) and wait for its
+    end: Flink's ``operation``, with the savepoint's ``location``, or its ``failure-cause``."""
+    import httpx
+
+    from tokenizer_service.errors import TokmaintError
+
+    trigger = httpx.post(f"{rest}/jobs/{job_id}/stop", json=body, timeout=30).raise_for_status().json()
+    while (found := httpx.get(f"{rest}/jobs/{job_id}/savepoints/{trigger['request-id']}", timeout=10).json())["status"][
+        "id"
+    ] != "COMPLETED":
+        if time.monotonic() > deadline:
+            raise TokmaintError(f"the savepoint of job {job_id} was not done in the time given")
+        time.sleep(0.5)
+    operation: dict[str, Any] = found.get("operation") or {}
+    return operation
+
+
 def _jobs(rest: str, name: str) -> list[dict[str, Any]]:
     """The cluster's jobs called ``name``, the last started last."""
     import httpx
@@ -519,4 +724,8 @@ def _jobs(rest: str, name: str) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # The job's functions from the module by its name, not ``__main__``: what they hand on (a
+    # WindowPart) unpickles in a TaskManager, where ``__main__`` is not this module.
+    from pipeline.flink_job import main as job_main
+
+    job_main(sys.argv[1:])

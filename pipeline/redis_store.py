@@ -340,6 +340,17 @@ class RedisStatsStore(StatsStore):
             raise TokmaintError(f"Redis has no statistics of lineage {lineage!r}")
         return cls(client, lineage=lineage, alpha=float(alpha))
 
+    @staticmethod
+    def counted_version(client: redis.Redis, *, lineage: str) -> int | None:
+        """The version a lineage's statistics count with (published: a revision counts once it is
+        settled), None before they have one; one read, without opening them (a parallel counter of
+        the Flink job asks it at each window)::
+
+            RedisStatsStore.counted_version(redis.Redis(), lineage="git")   # 3
+        """
+        version = client.hget(f"tokmaint:{{{lineage}}}:meta", "version")
+        return None if version is None else int(version)
+
     # ----- the step ------------------------------------------------------------------------
     @property
     def step(self) -> int:

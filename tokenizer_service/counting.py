@@ -17,10 +17,9 @@ once (and cached for the tokenizer version) and weighted by its frequency.
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, repeat
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, overload
 
 import numpy as np
@@ -269,48 +268,6 @@ def split_words(tokenizer: BPETokenizer, texts: Iterable[str]) -> tuple[list[str
     return words, lengths
 
 
-@dataclass
-class WordTally:
-    """What a batch of documents holds for counting, whatever the version: each word's count,
-    each pair of words that follow each other in a document (LiteToken's neighbours cross
-    them), and the texts with an added token's text (encoded whole when counted). Tallies of
-    parts of a step add up (:meth:`add`) to the step's; :meth:`StepCounter.count_tally` counts it
-    with a version. What a worker of a scale-out job sends the one that writes the step.
-
-    >>> tok = BPETokenizer(vocab={"a": 0}, merges=[], pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}})
-    >>> tally = WordTally.of(tok, ["a b a"]).add(WordTally.of(tok, ["b a"]))
-    >>> dict(tally.words), dict(tally.boundaries), tally.documents
-    ({'a': 3, 'b': 2}, {('a', 'b'): 1, ('b', 'a'): 2}, 2)
-    """
-
-    words: Counter[str] = field(default_factory=Counter)
-    boundaries: Counter[tuple[str, str]] = field(default_factory=Counter)
-    special: list[str] = field(default_factory=list)
-    documents: int = 0
-
-    @classmethod
-    def of(cls, tokenizer: BPETokenizer, texts: Sequence[str]) -> "WordTally":
-        added = tokenizer.added_tokens
-        words, lengths = split_words(tokenizer, texts)
-        tally = cls(Counter(words), documents=len(texts))
-        at = 0
-        for text, length in zip(texts, lengths):
-            if added and any(token in text for token in added):
-                tally.special.append(text)
-            else:
-                tally.boundaries.update(zip(words[at : at + length - 1], words[at + 1 : at + length]))
-            at += length
-        return tally
-
-    def add(self, other: "WordTally") -> "WordTally":
-        """This tally with ``other``'s counts added (in place)."""
-        self.words.update(other.words)
-        self.boundaries.update(other.boundaries)
-        self.special += other.special
-        self.documents += other.documents
-        return self
-
-
 class WordVocabulary:
     """Stable integer ids for distinct words (pre-tokens), shared across tokenizer versions.
 
@@ -536,44 +493,6 @@ class StepCounter:
             known.update(zip(fresh, self.words.ids(model).tolist()))
             ids[new] = [known[words[k]] for k in new.tolist()]
         return ids
-
-    def count_tally(self, tally: "WordTally", *, neighbours: bool = False) -> StepCounts:
-        """What :meth:`count_texts` gives for the texts ``tally`` was made of (with the same
-        ``neighbours``), from their words alone: the tally is made anywhere, with any version of
-        the pre-tokenization, and counted here with this counter's version.
-
-        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={
-        ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
-        >>> texts = ["ab ab ba", "aab"]
-        >>> a = StepCounter(tok).count_tally(WordTally.of(tok, texts), neighbours=True)
-        >>> b = StepCounter(tok).count_texts(texts, neighbours=True)
-        >>> a.token_counts.tolist() == b.token_counts.tolist(), a.neighbour_keys.tolist() == b.neighbour_keys.tolist()
-        (True, True)
-        """
-        words = list(tally.words)
-        word_ids = self._word_ids(words)
-        freqs = np.fromiter(tally.words.values(), np.float64, len(words))
-        counts = self.count_words(word_ids, freqs)
-        if not neighbours:
-            return counts
-        inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
-        if tally.special:  # the words of documents with an added token do not make their encoding
-            plain = Counter(tally.words)
-            plain.subtract(Counter(split_words(self.tokenizer, tally.special)[0]))
-            kept = [(w, n) for w, n in plain.items() if n > 0]
-            inner_keys, inner_counts = self._pairs(
-                self._word_ids([w for w, _ in kept]), np.array([n for _, n in kept], np.float64)
-            )
-        before = self._word_ids([w for w, _ in tally.boundaries])
-        after = self._word_ids([w for _, w in tally.boundaries])
-        self._ensure_encoded(np.concatenate([before, after]))
-        boundary_keys, inverse = np.unique(self._boundary_keys(before, after), return_inverse=True)
-        boundary_counts = weighted_bincount(
-            inverse, np.fromiter(tally.boundaries.values(), np.float64, len(tally.boundaries)), len(boundary_keys)
-        )
-        return self._with_neighbours(
-            counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)], tally.special
-        )
 
     def count_words(self, word_ids: Int64Array, freqs: Float64Array) -> StepCounts:
         """Counts for a multiset of known words given as (distinct ids, frequencies)."""

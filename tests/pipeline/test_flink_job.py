@@ -1,8 +1,9 @@
 """The scale-out job on a real Flink cluster (a JobManager and two TaskManagers from the wheel),
 a real broker, redis-server and registry: a short stream with bad records and, mid-stream,
 documents dated 2099, 9999 and 1960 with those Kafka timestamps, one TaskManager killed with
-SIGKILL mid-run (between two steps, before the stream's last third has arrived), and the
-statistics and versions equal to the offline replay of the ordinary documents."""
+SIGKILL mid-run (between two steps, before the stream's last third has arrived), the job then
+stopped with a savepoint and resumed from it, and the statistics and versions equal to the
+offline replay of the ordinary documents."""
 
 import re
 import signal
@@ -20,12 +21,17 @@ from tests.support.polling import until
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "git-commits-sample.jsonl.gz"
 
 
-def test_the_job_on_flink_survives_a_taskmanager_kill_and_equals_the_replay():
+def test_the_job_on_flink_survives_a_taskmanager_kill_and_a_savepoint_resume_and_equals_the_replay():
     report = run_flink_bench(
         SAMPLE, FlinkBenchSettings(max_mb=0.5, steps=12, interval_steps=3, vocab_size=600, kill=True), progress=False
     )
     assert report["taskmanager_killed"] is True
     assert 12 // 3 <= report["killed_at_step"] < report["steps"]  # once a third were written
+    # Stopped with a savepoint once half were written, the rest posted meanwhile, resumed from it.
+    assert report["savepoint_resumed"] is True
+    # Every Python function ran inside the TaskManagers' JVMs, none fell back to a worker process.
+    assert report["execution_mode"] == {"count": "thread", "decode": "thread", "write steps": "thread"}, report
+    assert report["checkpoint_ms_p50"] is None or report["checkpoint_ms_p50"] > 0
     assert report["equal_to_replay"] is True, report
     assert report["local_equal_to_replay"] is True, report
     assert report["steps"] == report["replay_steps"] >= 10
@@ -65,7 +71,8 @@ def _running(pid: int) -> bool:
 def test_make_flink_stops_its_jvms_on_sigterm_and_sighup_and_a_drain_of_no_job_says_so(stop, tmp_path, capsys):
     """``make flink``'s cluster (``python -m pipeline.flink_cluster``) stops its three JVMs on
     SIGTERM once it is up and on SIGHUP while its TaskManagers are still registering, as on
-    Ctrl-C; while it runs, ``--drain`` of a lineage with no job there says so at once, in one line."""
+    Ctrl-C; while it runs, ``--drain`` and ``--stop-with-savepoint`` of a lineage with no job
+    there say so at once, in one line."""
     work = tmp_path / "flink"
     cluster = subprocess.Popen(
         [sys.executable, "-m", "pipeline.flink_cluster", "--work", str(work)], stdout=subprocess.PIPE, text=True
@@ -88,6 +95,11 @@ def test_make_flink_stops_its_jvms_on_sigterm_and_sighup_and_a_drain_of_no_job_s
             )
             assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
             assert f"no job tokmaint-nosuchjob runs at {master[1]}" in err and time.monotonic() - asked < 15
+            code, out, err = run(
+                ["pipeline", "flink", "--stop-with-savepoint", "--lineage", "nosuchjob", "--flink-master", master[1]],
+                capsys,
+            )
+            assert code == 2 and err.count("\n") == 1 and f"no job tokmaint-nosuchjob runs at {master[1]}" in err, err
         cluster.send_signal(stop)
         assert cluster.wait(timeout=90) == 0
         # Cut short, a JVM may be a child of its start script, and ends a moment after it, reaped by init.

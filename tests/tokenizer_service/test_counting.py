@@ -83,16 +83,15 @@ def test_neighbours_are_the_encodings_adjacent_pairs(special_tokenizer, texts):
 
 @settings(max_examples=40, deadline=None)
 @given(texts_of("<eos>"), st.integers(1, 4))
-def test_tallies_of_a_step_s_parts_count_as_its_texts(special_tokenizer, texts, parts):
-    """A step's documents tallied in parts (as a scale-out job's workers do), added and counted
-    with the version: exactly ``count_texts``'s tokens, pairs, sizes and neighbours."""
-    from tokenizer_service.counting import WordTally
+def test_a_step_counted_in_parts_and_added_counts_as_its_texts(special_tokenizer, texts, parts):
+    """A step's documents counted in parts, each by a counter of its own (as the Flink job's
+    counting subtasks do), then added: exactly ``count_texts``'s tokens, pairs, sizes and
+    neighbours over the whole step."""
+    from tokenizer_service.counting import add_counts
 
-    tally = WordTally()
-    for k in range(parts):
-        tally.add(WordTally.of(special_tokenizer, texts[k::parts]))
-    assert tally.documents == len(texts)
-    got = StepCounter(special_tokenizer).count_tally(tally, neighbours=True)
+    got = add_counts(
+        [StepCounter(special_tokenizer).count_texts(texts[k::parts], neighbours=True) for k in range(parts)]
+    )
     assert _counts_equal(got, StepCounter(special_tokenizer).count_texts(texts, neighbours=True))
     assert got.n_bytes == sum(len(t.encode()) for t in texts)
 

@@ -331,6 +331,20 @@ def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
         "stop it with a drain (every window left is written)",
     )
     flink.add_argument(
+        "--stop-with-savepoint",
+        metavar="DIR",
+        nargs="?",
+        const="",
+        help="instead of submitting: stop the lineage's running job with a savepoint in DIR (default: the "
+        "cluster's savepoint folder) and print its path, for --from-savepoint",
+    )
+    flink.add_argument(
+        "--from-savepoint",
+        metavar="PATH",
+        help="start the job from this savepoint (--stop-with-savepoint's): an upgrade to a newer job, a rescale "
+        "(another --parallelism) or a rollback (the older job from a savepoint it made)",
+    )
+    flink.add_argument(
         "--max-lateness-seconds",
         type=Number(float, low=0),
         default=60.0,
@@ -356,6 +370,14 @@ def cmd_flink(args: argparse.Namespace) -> int:
             as_json=args.json,
         )
         return 0
+    if args.stop_with_savepoint is not None:
+        from pipeline.flink_job import stop_with_savepoint
+
+        stopped = stop_with_savepoint(
+            args.flink_master, args.lineage, directory=args.stop_with_savepoint or None, wait=args.wait
+        )
+        print_result({"lineage": args.lineage, "flink_master": args.flink_master, **stopped}, as_json=args.json)
+        return 0
     if settings.step_seconds is None:
         args.parser.error("--step-seconds is required: the Flink job's steps are windows of event time")
     if not (window := Number(float, low=MIN_STEP_SECONDS, high=MAX_STEP_SECONDS)).allows(settings.step_seconds):
@@ -378,7 +400,7 @@ def cmd_flink(args: argparse.Namespace) -> int:
     # What pipeline run finds before it starts, found here: on the cluster the job would fail and restart.
     _check_flink_parts(spec, wait=args.wait)
     jobmanager(args.flink_master, wait=args.wait)
-    job_id = submit(spec, master=args.flink_master)
+    job_id = submit(spec, master=args.flink_master, savepoint=args.from_savepoint)
     print_result({"lineage": args.lineage, "flink_master": args.flink_master, "job_id": job_id}, as_json=args.json)
     return 0
 
@@ -497,6 +519,11 @@ def cmd_bench_flink(args: argparse.Namespace) -> int:
     from pipeline.flink_bench import FlinkBenchSettings, run_flink_bench
 
     settings = chosen_settings(args.parser, args, FlinkBenchSettings)
+    if args.scaling:
+        from pipeline.flink_bench import run_flink_scaling
+
+        print_result(run_flink_scaling(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
+        return 0
     print_result(run_flink_bench(args.corpus, settings, progress=show_progress(args)), as_json=args.json)
     return 0
 
@@ -505,6 +532,12 @@ def add_bench_flink(bench: argparse.ArgumentParser) -> None:
     from pipeline.flink_bench import FlinkBenchSettings
 
     add_bench_options(bench, FlinkBenchSettings, cmd_bench_flink, corpus="timestamped JSONL(.gz) to stream")
+    bench.add_argument(
+        "--scaling",
+        action="store_true",
+        help="instead: the same stream with 1 TaskManager, then 2, each pinned to a CPU of its own (no kill, "
+        "no savepoint); prints both runs and scaling_efficiency (the 2-TaskManager rate over twice the 1's)",
+    )
 
 
 def add_bench_ingest(load: argparse.ArgumentParser) -> None:
