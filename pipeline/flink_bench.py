@@ -1,32 +1,36 @@
 """``tokmaint bench flink``: the scale-out job on a real Flink cluster, end to end, against the
 offline replay and against ``pipeline run`` on the same topic.
 
-It starts a broker, a redis-server, a registry and a Flink cluster (a JobManager and two
-TaskManagers of two slots, :class:`~pipeline.flink_cluster.FlinkCluster`), trains the initial
-tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus (then three documents
-dated 2099, 9999 and 1960 with those Kafka timestamps, then a few records that are not Documents),
-and runs the job bounded at the topic's end offsets. With ``kill`` the corpus comes in two, cut at
-two thirds of its time, the three misdated documents after the first part: once the job has
-written a third of the steps from the first, one TaskManager is killed with SIGKILL and a
-replacement started (Flink restores the job from its last checkpoint), the rest is ingested (then
-the records that are not Documents), and the job is drained (``pipeline.flink_job.drain``). The
-kill so always lands between two steps, with windows still to come; ingested whole, a short
-stream's windows all fire in one burst before any kill.
+It starts a broker, a redis-server, a registry and a Flink cluster (a JobManager and
+``taskmanagers`` TaskManagers of a slot each, :class:`~pipeline.flink_cluster.FlinkCluster`),
+trains the initial tokenizer on the oldest ``init_share`` of the corpus, ingests the corpus
+(then three documents dated 2099, 9999 and 1960 with those Kafka timestamps, then a few records
+that are not Documents), and runs the job. With ``kill`` or ``savepoint`` the corpus comes in
+two, cut at two thirds of its time, the three misdated documents after the first part: with
+``kill``, once the job has written a third of the steps one TaskManager is killed with SIGKILL
+and a replacement started (Flink restores the job from its last checkpoint); with ``savepoint``,
+once it is restored (or once a third of the steps are written, without a kill) the job is
+stopped with a savepoint (``pipeline.flink_job.stop_with_savepoint``). Then the rest is ingested
+(and the records that are not Documents), the job started again from the savepoint, and drained
+(``pipeline.flink_job.drain``). The kill and the savepoint so land between two steps, with windows
+still to come. With neither, the job runs bounded at the topic's end offsets.
 
 Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered`` (and ``dead_letter_reasons``:
-the job's), ``taskmanager_killed`` (and
-``killed_at_step``: the steps written when it died),
-``equal_to_replay`` (the Redis statistics and every published version equal Ted-Tok run offline
-over the same windows of the same documents), ``flink_mb_s`` (the documents' megabytes over the
-job's run on the cluster), ``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in
-the same run), ``ratio_to_local``, ``serial_fraction`` (the share of the job's time its one writer
-spent adding tallies, counting them with the version, writing steps and revising) and ``seconds``;
-also ``startup_seconds`` (from the job's start to its first step written: tasks deployed, Python
-workers started, the first window filled) and ``flink_steady_mb_s`` (the megabytes of the steps after
-the first over the time between the first and the last step written: the rate once running), from
-the writer's line for each step; ``steps_timed`` says how many lines there were. A kill can take the
+the job's), ``taskmanager_killed`` (and ``killed_at_step``: the steps written when it died),
+``savepoint_resumed``, ``equal_to_replay`` (the Redis statistics and every published version
+equal Ted-Tok run offline over the same windows of the same documents), ``flink_mb_s`` (the
+documents' megabytes over the job's time on the cluster, both jobs' with a savepoint),
+``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in the same run),
+``ratio_to_local``, ``serial_fraction`` (the share of the job's time its one writer spent adding
+the parts, counting again those of a replaced version, writing steps and revising) and
+``seconds``; also ``startup_seconds`` (from the job's start to its first step written: tasks
+deployed, Python started, the first window filled), ``flink_steady_mb_s`` (the rate once running:
+``_steady_mb_s``) from the writer's line for each step (``steps_timed`` says how many there
+were), ``taskmanagers``, ``writers``, ``execution_mode`` (how each Python operator ran, as its
+subtasks said), ``cores`` and ``mb_s_per_core`` (the job's steady rate and the local job's rate
+over them) and ``checkpoint_ms_p50`` (Flink's median checkpoint, end to end). A kill can take the
 lines of the steps written just before it, and with them their share of ``serial_fraction``;
-``startup_seconds`` is null with no line, ``flink_steady_mb_s`` with fewer than two.
+``startup_seconds`` is null with no line, ``flink_steady_mb_s`` with no run of three.
 """
 
 from __future__ import annotations
@@ -85,7 +89,10 @@ class FlinkBenchSettings(CorpusStreamSettings):
     interval_steps: int = setting(8, whole(1), "steps between revisions (the first after as many)")
     kill: bool = setting(True, None, "kill one TaskManager with SIGKILL once a third of the steps are written")
     savepoint: bool = setting(
-        True, None, "stop the job with a savepoint once half the steps are written, and resume it from there"
+        True,
+        None,
+        "stop the job with a savepoint (after the kill's restore, or once a third of the steps are written), "
+        "post the stream's last third, and start the job from the savepoint",
     )
     taskmanagers: int = setting(2, whole(1), "TaskManagers of the cluster (a slot each; the job's parallelism)")
 

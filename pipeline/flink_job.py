@@ -81,7 +81,7 @@ class FlinkJobSpec(BaseModel):
     step_seconds: float = Field(ge=MIN_STEP_SECONDS, le=MAX_STEP_SECONDS)
     max_lateness_seconds: float = Field(60.0, ge=0)
     shards: int = Field(4, ge=1)  # keys a window's documents are tallied under (>= the parallelism)
-    parallelism: int = Field(2, ge=1)
+    parallelism: int | None = Field(2, ge=1)  # None: the cluster's (parallelism.default)
     checkpoint_ms: int = Field(2000, ge=100)
     # PyFlink's thread mode runs the Python functions inside the TaskManagers' JVMs (PEMJA): no
     # worker processes, no bundles, a watermark passed on at once. Process mode is the fallback.
@@ -482,23 +482,57 @@ def _interval(ms: int) -> str:
     return f"INTERVAL '{days} {hours:02d}:{minutes:02d}:{rest // 1000:02d}.{rest % 1000:03d}' DAY(6) TO SECOND(3)"
 
 
+def spec_from_env() -> FlinkJobSpec:
+    """The job's spec from tokmaint's environment variables, for a job whose program runs on the
+    cluster (the Kubernetes operator's application mode, ``FlinkDeployment.spec.job``, which
+    restarts it from a savepoint on each upgrade): ``TOKMAINT_LINEAGE``, ``TOKMAINT_REGISTRY_URL``,
+    the ``TOKMAINT_PIPELINE_*`` settings (``TOKMAINT_PIPELINE_STEP_SECONDS`` required), the
+    ``TOKMAINT_STREAM_*`` ones and ``TOKMAINT_FLINK_MAX_LATENESS_SECONDS`` (60). The parallelism is
+    the cluster's (the operator's ``spec.job.parallelism``)."""
+    from registry.config import RegistryClientSettings
+    from tokenizer_service.errors import TokmaintError
+
+    settings = PipelineSettings()
+    missing = [
+        name
+        for name, value in (
+            ("TOKMAINT_LINEAGE", os.environ.get("TOKMAINT_LINEAGE")),
+            ("TOKMAINT_REGISTRY_URL", RegistryClientSettings().url),
+            ("TOKMAINT_PIPELINE_STEP_SECONDS", settings.step_seconds),
+        )
+        if not value
+    ]
+    if missing:
+        raise TokmaintError(f"the Flink job's spec from the environment needs {', '.join(missing)}")
+    return FlinkJobSpec(
+        lineage=os.environ["TOKMAINT_LINEAGE"],
+        registry=str(RegistryClientSettings().url),
+        pipeline=settings,
+        stream=StreamSettings(),
+        step_seconds=settings.step_seconds,
+        max_lateness_seconds=float(os.environ.get("TOKMAINT_FLINK_MAX_LATENESS_SECONDS", 60)),
+        parallelism=None,
+    )
+
+
 def main(argv: list[str]) -> None:
-    """The program ``flink run -py`` runs: the spec (JSON), then the job, submitted detached."""
+    """The program ``flink run -py`` runs: the spec (JSON, or ``--from-env``: :func:`spec_from_env`),
+    then the job."""
+    from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
     from pipeline.flink_cluster import FLINK_HOME
     from pipeline.flink_jars import connector_jars
 
-    from pyflink.common import Configuration
-
-    spec = FlinkJobSpec.model_validate_json(argv[0])
+    spec = spec_from_env() if argv == ["--from-env"] else FlinkJobSpec.model_validate_json(argv[0])
     conf = Configuration()
     conf.set_string("python.execution-mode", spec.execution_mode)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     # pipeline.jars replaces the Python runner's jar unless it is listed too.
     jars = [*connector_jars(), *sorted((FLINK_HOME / "opt").glob("flink-python-*.jar"))]
     env.add_jars(*[jar.as_uri() for jar in jars])
-    env.set_parallelism(spec.parallelism)
+    if spec.parallelism is not None:
+        env.set_parallelism(spec.parallelism)
     env.enable_checkpointing(spec.checkpoint_ms)
     build(env, spec)
     env.execute(f"tokmaint-{spec.lineage}")

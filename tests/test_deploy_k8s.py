@@ -116,6 +116,13 @@ def test_the_overlays_differ_where_they_should(overlay):
         assert flink["spec"]["image"].startswith("ghcr.io/tokmaint/tokmaint:")
         assert flink["spec"]["flinkConfiguration"]["kubernetes.entry.path"] == "/usr/bin/env"
         assert {"jobManager", "taskManager", "image", "serviceAccount"} <= set(flink["spec"])
+        # An application the operator upgrades through a savepoint; its program's spec from the ConfigMap.
+        job = flink["spec"]["job"]
+        assert job["upgradeMode"] == "savepoint" and job["args"][-3:] == ["-pym", "pipeline.flink_job", "--from-env"]
+        assert job["entryClass"] == "org.apache.flink.client.python.PythonDriver"
+        assert Path(job["jarURI"].removeprefix("local://")).name.startswith("flink-python-")
+        env_from = [c["envFrom"] for c in flink["spec"]["jobManager"]["podTemplate"]["spec"]["containers"]]
+        assert env_from and all(e[0]["configMapRef"]["name"].startswith("tokmaint-config") for e in env_from)
         assert all(o["metadata"]["namespace"] == "tokmaint" for o in objects)
     else:
         assert "nvidia.com/gpu" not in limits

@@ -107,3 +107,31 @@ def test_make_flink_stops_its_jvms_on_sigterm_and_sighup_and_a_drain_of_no_job_s
     finally:
         if cluster.poll() is None:
             cluster.kill()
+
+
+def test_the_job_s_spec_from_the_environment_as_the_kubernetes_operator_runs_it(monkeypatch):
+    """``python -m pipeline.flink_job --from-env`` (the prod overlay's FlinkDeployment): the
+    spec from tokmaint's settings, the parallelism left to the cluster; what is missing is named,
+    all of it in one line."""
+    from pipeline.flink_job import spec_from_env
+    from tokenizer_service.errors import TokmaintError
+
+    for name in ("TOKMAINT_LINEAGE", "TOKMAINT_REGISTRY_URL", "TOKMAINT_PIPELINE_STEP_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(TokmaintError) as refused:
+        spec_from_env()
+    assert str(refused.value).endswith("TOKMAINT_LINEAGE, TOKMAINT_REGISTRY_URL, TOKMAINT_PIPELINE_STEP_SECONDS")
+    monkeypatch.setenv("TOKMAINT_LINEAGE", "news")
+    monkeypatch.setenv("TOKMAINT_REGISTRY_URL", "http://tokmaint-registry:8000")
+    monkeypatch.setenv("TOKMAINT_PIPELINE_STEP_SECONDS", "3600")
+    monkeypatch.setenv("TOKMAINT_KAFKA", "kafka:9092")
+    monkeypatch.setenv("TOKMAINT_FLINK_MAX_LATENESS_SECONDS", "90")
+    spec = spec_from_env()
+    assert (spec.lineage, spec.registry, spec.step_seconds, spec.parallelism) == (
+        "news",
+        "http://tokmaint-registry:8000",
+        3600,
+        None,
+    )
+    assert spec.pipeline.bootstrap == "kafka:9092" and spec.max_lateness_seconds == 90
+
