@@ -134,4 +134,3 @@ def test_the_job_s_spec_from_the_environment_as_the_kubernetes_operator_runs_it(
         None,
     )
     assert spec.pipeline.bootstrap == "kafka:9092" and spec.max_lateness_seconds == 90
-
