@@ -1,7 +1,8 @@
 # The tokmaint image: every command (registry, relay, ingest server, pipeline, revise, trainer), and
 # Flink's JobManager and TaskManagers for the scale-out job (PyFlink, Java 17, the connector's jars).
 # CPU torch by default; --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 for CUDA.
-# BASE: any image with Python 3.11 and its venv module (the official slim image by default;
+# BASE: any image with Python 3.11, its shared library (Flink's thread mode loads it) and its venv
+# module (the official slim image by default;
 # `make image` uses a Debian bookworm of its own where no image registry can be reached, with
 # the wheels made on the host in wheelhouse/ and PIP_NO_INDEX=1: an offline, reproducible build).
 ARG BASE=python:3.11.14-slim-bookworm

@@ -286,6 +286,8 @@ def run(project: Project, *, crash: bool) -> tuple[dict, int, int]:
     statistics (with ``documents_waiting``: posted, in the last step, not complete, and not
     counted), the trainer's versions applied, the documents posted."""
     project.compose("up", "-d", "--wait")
+    if project.engine == "flink":  # submitted once its one-off has exited (0): a drain before would find no job
+        project.compose("wait", "pipeline-flink")
     for path in ("/", "/metrics"):
         httpx.get(f"{project.registry}{path}", timeout=10).raise_for_status()
     # The trainer starts at the latest version: posted before it follows, the stream's versions

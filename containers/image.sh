@@ -8,13 +8,15 @@
 # Python 3.11; BUILD_ARGS adds docker build arguments.
 set -eu
 IMAGE=${1:?usage: containers/image.sh NAME:TAG}
-# The project image's base also has Java 17, for Flink (the stand-ins' has none).
-BASE=${BASE:-tokmaint-base:bookworm-jre17}
+# The project image's base also has Java 17, for Flink (the stand-ins' has none), and Python's shared
+# library, which a TaskManager loads for the job's Python in thread mode (PEMJA).
+BASE=${BASE:-tokmaint-base:bookworm-jre17-libpython}
 DOCKER=/usr/bin/docker
 PIP=${PIP:-.venv/bin/pip}
 HERE=$(dirname "$0")
 
-[ "$BASE" != tokmaint-base:bookworm-jre17 ] || EXTRA=openjdk-17-jre-headless,procps "$HERE/base-image.sh" "$BASE"
+[ "$BASE" != tokmaint-base:bookworm-jre17-libpython ] ||
+    EXTRA=openjdk-17-jre-headless,procps,libpython3.11 "$HERE/base-image.sh" "$BASE"
 # The wheels of every pin for the image's Python, made here (the host's pip verifies TLS, a build's
 # cannot; the host's pip takes the CPU torch wheel). Debian's 3.11.2 also needs async-timeout
 # (redis asks for it below 3.11.3), and the package's build needs setuptools>=68.

@@ -487,7 +487,8 @@ def spec_from_env() -> FlinkJobSpec:
     cluster (the Kubernetes operator's application mode, ``FlinkDeployment.spec.job``, which
     restarts it from a savepoint on each upgrade): ``TOKMAINT_LINEAGE``, ``TOKMAINT_REGISTRY_URL``,
     the ``TOKMAINT_PIPELINE_*`` settings (``TOKMAINT_PIPELINE_STEP_SECONDS`` required), the
-    ``TOKMAINT_STREAM_*`` ones and ``TOKMAINT_FLINK_MAX_LATENESS_SECONDS`` (60). The parallelism is
+    ``TOKMAINT_STREAM_*`` ones, ``TOKMAINT_FLINK_MAX_LATENESS_SECONDS`` (60) and
+    ``TOKMAINT_FLINK_EXECUTION_MODE`` (``thread``). The parallelism is
     the cluster's (the operator's ``spec.job.parallelism``)."""
     from registry.config import RegistryClientSettings
     from tokenizer_service.errors import TokmaintError
@@ -512,6 +513,7 @@ def spec_from_env() -> FlinkJobSpec:
         step_seconds=settings.step_seconds,
         max_lateness_seconds=float(os.environ.get("TOKMAINT_FLINK_MAX_LATENESS_SECONDS", 60)),
         parallelism=None,
+        execution_mode=os.environ.get("TOKMAINT_FLINK_EXECUTION_MODE", "thread"),
     )
 
 

@@ -345,6 +345,13 @@ def add_flink(pipeline_commands: argparse._SubParsersAction) -> None:
         "(another --parallelism) or a rollback (the older job from a savepoint it made)",
     )
     flink.add_argument(
+        "--execution-mode",
+        choices=["thread", "process"],
+        default="thread",
+        help="where the job's Python runs: thread, inside the TaskManagers' JVMs (needs Python's shared "
+        "library there, libpython3.11.so), or process, Python workers of their own (slower; default: thread)",
+    )
+    flink.add_argument(
         "--max-lateness-seconds",
         type=Number(float, low=0),
         default=60.0,
@@ -396,6 +403,7 @@ def cmd_flink(args: argparse.Namespace) -> int:
         step_seconds=settings.step_seconds,
         max_lateness_seconds=args.max_lateness_seconds,
         parallelism=args.parallelism,
+        execution_mode=args.execution_mode,
     )
     # What pipeline run finds before it starts, found here: on the cluster the job would fail and restart.
     _check_flink_parts(spec, wait=args.wait)
