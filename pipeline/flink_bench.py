@@ -17,8 +17,9 @@ still to come. With neither, the job runs bounded at the topic's end offsets.
 
 Printed: ``documents``, ``steps``, ``versions``, ``dead_lettered`` (and ``dead_letter_reasons``:
 the job's), ``taskmanager_killed`` (and ``killed_at_step``: the steps written when it died),
-``savepoint_resumed``, ``equal_to_replay`` (the Redis statistics and every published version
-equal Ted-Tok run offline over the same windows of the same documents), ``flink_mb_s`` (the
+``savepoint_resumed`` (and ``savepoint``: its path), ``equal_to_replay`` (the Redis statistics
+and every published version equal Ted-Tok run offline over the same windows of the same
+documents), ``flink_mb_s`` (the
 documents' megabytes over the job's time on the cluster, both jobs' with a savepoint),
 ``local_mb_s`` (``pipeline run --step-seconds`` on the same topic in the same run),
 ``ratio_to_local``, ``serial_fraction`` (the share of the job's time its one writer spent adding
@@ -361,7 +362,9 @@ def run_flink_bench(
                         # a restored job sees no watermark until records come), or once a third are written.
                         if not settings.kill:
                             running_until(settings.steps // 3)
-                        savepoint = stop_with_savepoint(master, LINEAGE, timeout=600)["savepoint"]
+                        savepoint = stop_with_savepoint(
+                            master, LINEAGE, directory=str(Path(root) / "savepoints"), timeout=600
+                        )["savepoint"]
                     if two_parts:  # the rest comes while the job is restored, or stopped with its savepoint
                         _ingest(rest, Path(root) / "rest.jsonl", pipeline, progress=progress)
                         _send_bad_records(bootstrap)
@@ -424,6 +427,7 @@ def run_flink_bench(
         "taskmanager_killed": killed_at is not None,
         "killed_at_step": killed_at,
         "savepoint_resumed": savepoint is not None,
+        "savepoint": savepoint,
         "taskmanagers": settings.taskmanagers,
         "writers": 1,
         "execution_mode": modes,

@@ -715,7 +715,7 @@ def stop_with_savepoint(
     rest, deadline = f"http://{master}", time.monotonic() + timeout
     body: dict[str, Any] = {"drain": False}
     if directory is not None:
-        body["targetDirectory"] = directory
+        body["targetDirectory"] = savepoint_target(directory)
     try:
         job_id = _running_job(master, lineage, deadline=deadline)
         # A savepoint needs every task running. A job whose TaskManager just died looks running until
@@ -731,6 +731,16 @@ def stop_with_savepoint(
         raise TokmaintError(f"the Flink JobManager at {master}: {exc or type(exc).__name__}") from None
     job = wait_for_job(rest, job_id, timeout=max(deadline - time.monotonic(), 1))
     return {"job_id": job_id, "state": job["state"], "savepoint": operation["location"]}
+
+
+def savepoint_target(directory: str) -> str:
+    """Where Flink is asked to put a savepoint: a URI as it is (``s3://``, ``file:///``), a path as
+    the absolute ``file:`` URI of this machine's path (the JobManager has another working folder).
+
+    >>> savepoint_target("s3://bucket/savepoints"), savepoint_target("/srv/flink/savepoints")
+    ('s3://bucket/savepoints', 'file:///srv/flink/savepoints')
+    """
+    return directory if "://" in directory else Path(directory).resolve().as_uri()
 
 
 def _savepoint(rest: str, job_id: str, body: dict[str, Any], *, deadline: float) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def test_the_job_on_flink_survives_a_taskmanager_kill_and_a_savepoint_resume_and
     assert report["taskmanager_killed"] is True
     assert 12 // 3 <= report["killed_at_step"] < report["steps"]  # once a third were written
     # Stopped with a savepoint once half were written, the rest posted meanwhile, resumed from it.
-    assert report["savepoint_resumed"] is True
+    assert report["savepoint_resumed"] is True and "/savepoints/savepoint-" in report["savepoint"], report
     # Every Python function ran inside the TaskManagers' JVMs, none fell back to a worker process.
     assert report["execution_mode"] == {"count": "thread", "decode": "thread", "write steps": "thread"}, report
     assert report["checkpoint_ms_p50"] is None or report["checkpoint_ms_p50"] > 0
