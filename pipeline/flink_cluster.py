@@ -127,10 +127,20 @@ def write_lib(lib: Path) -> None:
     the second job on a TaskManager (one started from a savepoint, say) fails, as PEMJA's way
     round the JVM's one-loader rule for a native library reads a field Java 17 no longer has."""
     lib.mkdir(parents=True, exist_ok=True)
-    for jar in [*(FLINK_HOME / "lib").glob("*.jar"), *(FLINK_HOME / "opt").glob("flink-python-*.jar")]:
+    for jar in [*(FLINK_HOME / "lib").glob("*.jar"), *runner_jars()]:
         link = lib / jar.name
         if not link.exists():
             link.symlink_to(jar)
+
+
+def runner_jars() -> list[Path]:
+    """The wheel's Python runner jar (``opt/flink-python-*.jar``): what a PyFlink job needs on the
+    classpath beside Flink's own.
+
+    >>> [jar.name.startswith("flink-python-") for jar in runner_jars()]
+    [True]
+    """
+    return sorted((FLINK_HOME / "opt").glob("flink-python-*.jar"))
 
 
 def scripts_env(conf_dir: Path, log_dir: Path) -> dict[str, str]:

@@ -339,7 +339,6 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                     yield json.dumps(
                         {
                             "window_end_ms": end,
-                            "documents": sum(len(p.texts) for p in parts),
                             "resent": sum(p.resent for p in parts),
                             "parts": len(parts),
                             **written,
@@ -352,7 +351,7 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                     )
 
         def write(self, end: int, parts: list[WindowPart]) -> dict[str, Any] | None:
-            """Write the window's step from its parts; what it took: the parts counted again here
+            """Write the window's step from its parts; its documents and what it took: the parts counted again here
             (their version replaced meanwhile) and the seconds of that, of adding the parts and
             of the write with its revision. None when it was written already (a replay after a
             restore)."""
@@ -374,14 +373,16 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
             counted = time.perf_counter()
             step = add_counts(counts)
             added = time.perf_counter()
+            documents = sum(len(p.texts) for p in parts)
             revised = stats.observe(
                 step,
                 offsets={WINDOW: end},
                 ids=sorted(i for p in parts for i in p.ids),
-                documents=sum(len(p.texts) for p in parts),
+                documents=documents,
                 keep_ids_steps=settings.dedupe_steps or None,
             )
             return {
+                "documents": documents,
                 "recounted": recounted,
                 "revised": revised,
                 "recount_seconds": counted - began,
@@ -493,12 +494,12 @@ def spec_from_env() -> FlinkJobSpec:
     from registry.config import RegistryClientSettings
     from tokenizer_service.errors import TokmaintError
 
-    settings = PipelineSettings()
+    settings, lineage, registry = PipelineSettings(), os.environ.get("TOKMAINT_LINEAGE"), RegistryClientSettings().url
     missing = [
         name
         for name, value in (
-            ("TOKMAINT_LINEAGE", os.environ.get("TOKMAINT_LINEAGE")),
-            ("TOKMAINT_REGISTRY_URL", RegistryClientSettings().url),
+            ("TOKMAINT_LINEAGE", lineage),
+            ("TOKMAINT_REGISTRY_URL", registry),
             ("TOKMAINT_PIPELINE_STEP_SECONDS", settings.step_seconds),
         )
         if not value
@@ -506,8 +507,8 @@ def spec_from_env() -> FlinkJobSpec:
     if missing:
         raise TokmaintError(f"the Flink job's spec from the environment needs {', '.join(missing)}")
     return FlinkJobSpec(
-        lineage=os.environ["TOKMAINT_LINEAGE"],
-        registry=str(RegistryClientSettings().url),
+        lineage=lineage,
+        registry=registry,
         pipeline=settings,
         stream=StreamSettings(),
         step_seconds=settings.step_seconds,
@@ -523,7 +524,7 @@ def main(argv: list[str]) -> None:
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
-    from pipeline.flink_cluster import FLINK_HOME
+    from pipeline.flink_cluster import runner_jars
     from pipeline.flink_jars import connector_jars
 
     spec = spec_from_env() if argv == ["--from-env"] else FlinkJobSpec.model_validate_json(argv[0])
@@ -531,7 +532,7 @@ def main(argv: list[str]) -> None:
     conf.set_string("python.execution-mode", spec.execution_mode)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     # pipeline.jars replaces the Python runner's jar unless it is listed too.
-    jars = [*connector_jars(), *sorted((FLINK_HOME / "opt").glob("flink-python-*.jar"))]
+    jars = [*connector_jars(), *runner_jars()]
     env.add_jars(*[jar.as_uri() for jar in jars])
     if spec.parallelism is not None:
         env.set_parallelism(spec.parallelism)

@@ -335,20 +335,29 @@ class RedisStatsStore(StatsStore):
     @classmethod
     def open(cls, client: redis.Redis, *, lineage: str) -> "RedisStatsStore":
         """The statistics a lineage has already, with the decay they were kept with."""
-        alpha = client.hget(f"tokmaint:{{{lineage}}}:meta", "alpha")
+        alpha = client.hget(cls.meta_key(lineage), "alpha")
         if alpha is None:
             raise TokmaintError(f"Redis has no statistics of lineage {lineage!r}")
         return cls(client, lineage=lineage, alpha=float(alpha))
 
     @staticmethod
-    def counted_version(client: redis.Redis, *, lineage: str) -> int | None:
+    def meta_key(lineage: str) -> str:
+        """The key of a lineage's meta hash (its step, version, offsets, decay).
+
+        >>> RedisStatsStore.meta_key("git")
+        'tokmaint:{git}:meta'
+        """
+        return f"tokmaint:{{{lineage}}}:meta"
+
+    @classmethod
+    def counted_version(cls, client: redis.Redis, *, lineage: str) -> int | None:
         """The version a lineage's statistics count with (published: a revision counts once it is
         settled), None before they have one; one read, without opening them (a parallel counter of
         the Flink job asks it at each window)::
 
             RedisStatsStore.counted_version(redis.Redis(), lineage="git")   # 3
         """
-        version = client.hget(f"tokmaint:{{{lineage}}}:meta", "version")
+        version = client.hget(cls.meta_key(lineage), "version")
         return None if version is None else int(version)
 
     # ----- the step ------------------------------------------------------------------------
