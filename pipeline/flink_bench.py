@@ -28,9 +28,10 @@ the parts, counting again those of a replaced version, writing steps and revisin
 deployed, Python started, the first window filled), ``flink_steady_mb_s`` (the rate once running:
 ``_steady_mb_s``) from the writer's line for each step (``steps_timed`` says how many there
 were), ``taskmanagers``, ``writers``, ``execution_mode`` (how each Python operator ran, as its
-subtasks said), ``cores`` and ``mb_s_per_core`` (the job's steady rate and the local job's rate
-over them) and ``checkpoint_ms_p50`` (Flink's median checkpoint, end to end). A kill can take the
-lines of the steps written just before it, and with them their share of ``serial_fraction``;
+subtasks said), ``shards_by_subtask`` (the shards each counting subtask counted), ``cores``
+and ``mb_s_per_core`` (the job's steady rate and the local job's rate over them) and
+``checkpoint_ms_p50`` (Flink's median checkpoint, end to end). A kill can take the lines of the
+steps written just before it, and with them their share of ``serial_fraction``;
 ``startup_seconds`` is null with no line, ``flink_steady_mb_s`` with no run of three.
 """
 
@@ -52,7 +53,7 @@ import redis
 
 from pipeline.bench import CorpusStreamSettings
 from pipeline.flink_cluster import FlinkCluster
-from pipeline.flink_job import FlinkJobSpec, drain, stop_with_savepoint, submit, wait_for_job
+from pipeline.flink_job import FlinkJobSpec, drain, shard_keys, stop_with_savepoint, submit, wait_for_job
 from pipeline.ingest import ingest
 from pipeline.job import PipelineJob
 from pipeline.kafka import Producer, Record, end_offsets, read_topic
@@ -212,6 +213,17 @@ def _execution_modes(log_dir: Path) -> dict[str, str]:
     for said in _said(log_dir, '{"operator"'):
         modes[said["operator"]].add(said["execution_mode"])
     return {operator: "+".join(sorted(found)) for operator, found in sorted(modes.items())}
+
+
+def _shards_by_subtask(log_dir: Path, shards: int) -> list[list[int]]:
+    """Which shards each subtask of the counting stage counted, as it said in the TaskManagers'
+    output (``flink_job.report_shards``): a list for each subtask's start (a restore is
+    another), sorted."""
+    shard_of_key = {key: shard for shard, key in enumerate(shard_keys(shards))}
+    counted: dict[str, set[int]] = defaultdict(set)
+    for said in _said(log_dir, '{"counting_subtask"'):
+        counted[said["counting_subtask"]].update(shard_of_key[key] for key in said["shard_keys"])
+    return sorted(sorted(found) for found in counted.values())
 
 
 def _checkpoint_ms_p50(rest_url: str, jobs: list[str]) -> float | None:
@@ -383,6 +395,7 @@ def run_flink_bench(
                     checkpoint_ms = _checkpoint_ms_p50(cluster.rest_url, jobs)
                     steps_written = _written(cluster.log_dir)
                     modes = _execution_modes(cluster.log_dir)
+                    shards = _shards_by_subtask(cluster.log_dir, spec.shards)
                 records = [r.value for r in read]
                 tedtok, steps = replay(records, initial, stream, step_seconds=step_seconds)
                 # A kill takes the lines of the steps written just before it whose output had not
@@ -431,6 +444,7 @@ def run_flink_bench(
         "taskmanagers": settings.taskmanagers,
         "writers": 1,
         "execution_mode": modes,
+        "shards_by_subtask": shards,
         "equal_to_replay": all(compared.values()),
         **compared,
         "replay_steps": len(steps),

@@ -14,10 +14,14 @@ What runs where:
   than ``max_lateness_seconds`` behind its partition's watermark (its window was written).
 * **Windows** of ``step_seconds`` of event time, aligned to the epoch, are the steps, as
   ``pipeline run --step-seconds`` makes them. Documents are sharded by id, so a producer's
-  resend meets its first copy and is dropped; each shard's documents of a window are counted in
-  one Python call (``Count``: ``StepCounter.count_texts``, neighbours included, ``pipeline run``'s
-  numbers exactly) with the version the statistics count with when the window comes, read from
-  Redis (``RedisStatsStore.counted_version``).
+  resend meets its first copy and is dropped, and the shards are keyed so that they fall on the
+  counting subtasks evenly (``shard_keys``). Each shard keeps its documents in Flink's keyed
+  state until the watermark passes their window's end; then they are counted in one Python call
+  (``Count``: ``StepCounter.count_texts``, neighbours included, ``pipeline run``'s numbers
+  exactly) with the version the statistics count with when the window comes, read from Redis
+  (``RedisStatsStore.counted_version``). A document so crosses from Java into Python twice:
+  decoded, then counted (Flink SQL's windows had it made into JSON and decoded again, and
+  their generated code took 5-6 s of each start to compile).
 * **One writer** (parallelism 1) adds a window's parts (``add_counts``) once the watermark has
   passed it, counting again only a part counted with a version it has replaced since (the
   windows the counting stage ran ahead with while a revision was made), and writes the step with
@@ -57,8 +61,12 @@ from tokenizer_service.counting import StepCounter, StepCounts
 from tokenizer_service.evolve import StreamSettings
 
 WINDOW = -1  # the "partition" under which the statistics keep a step's position: its window's end (ms)
-# A window is whole milliseconds, and Flink SQL's intervals hold at most 999,999 days.
+# A window is whole milliseconds, and its end stays far inside a Flink timestamp (int64 ms).
 MIN_STEP_SECONDS, MAX_STEP_SECONDS = 0.001, 1e9
+# Key groups, fixed: keyed state is kept by key group, so a savepoint restores at any parallelism
+# up to this, and the shards' keys (shard_keys) are chosen for its groups.
+MAX_PARALLELISM = 128
+WINDOW_LISTS = 8  # the lists a counting subtask keeps its shards' pending windows in (by window number)
 ENDED = ("FINISHED", "FAILED", "CANCELED")  # a job's states it does not leave
 # What Flink says of a savepoint asked for while the job fails over (a TaskManager died): asked again.
 RESTORING = (
@@ -98,6 +106,55 @@ def shard_of(doc_id: str, shards: int) -> int:
     (True, True)
     """
     return zlib.crc32(doc_id.encode("utf-8")) % shards
+
+
+def _int32(x: int) -> int:
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def _rotl32(x: int, r: int) -> int:
+    x &= 0xFFFFFFFF
+    return _int32((x << r) | (x >> (32 - r)))
+
+
+def key_group(key: int, max_parallelism: int = MAX_PARALLELISM) -> int:
+    """The key group Flink keeps an INT key of ``key_by(..., Types.INT())`` in: PyFlink keys by a
+    one-field ``Row``, whose hash is ``62 + key``; ``MathUtils.murmurHash`` of that, modulo the
+    key groups (``KeyGroupRangeAssignment``). Subtask ``i`` of ``p`` holds the groups ``g`` with
+    ``g * p // max_parallelism == i``.
+
+    >>> [key_group(k) for k in range(4)]
+    [33, 44, 97, 104]
+    """
+    code = _int32(_int32(62 + key) * -862048943)
+    code = _int32(_rotl32(code, 15) * 461845907)
+    code = _int32(_rotl32(code, 13) * 5 - 430675100) ^ 4
+    for shift, factor in ((16, -2048144789), (13, -1028477387), (16, None)):  # bitMix
+        code ^= (code & 0xFFFFFFFF) >> shift
+        code = _int32(code * factor) if factor else _int32(code)
+    code = abs(code) if code != -(2**31) else 0
+    return code % max_parallelism
+
+
+def shard_keys(shards: int, max_parallelism: int = MAX_PARALLELISM) -> list[int]:
+    """The key each shard is keyed by: the least whose key group (:func:`key_group`) is the middle
+    of the shard's share of the groups, so that a parallelism dividing ``shards`` gives every
+    subtask as many shards (hashing the shards' numbers gave one of two subtasks 80% of the
+    documents). The keys depend on ``shards`` only, not on the parallelism: a resend after a
+    rescale meets its first copy.
+
+    >>> keys = shard_keys(4)
+    >>> [key_group(k) * 2 // MAX_PARALLELISM for k in keys], [key_group(k) * 4 // MAX_PARALLELISM for k in keys]
+    ([0, 0, 1, 1], [0, 1, 2, 3])
+    """
+    wanted = {(2 * shard + 1) * max_parallelism // (2 * shards): shard for shard in range(shards)}
+    keys: dict[int, int] = {}
+    key = 0
+    while len(keys) < len(wanted):
+        if (shard := wanted.get(key_group(key, max_parallelism))) is not None:
+            keys.setdefault(shard, key)
+        key += 1
+    return [keys[shard] for shard in range(shards)]
 
 
 @dataclass(frozen=True)
@@ -157,6 +214,13 @@ def running_mode() -> str:
     return "thread" if Path(exe).name == "java" else "process"
 
 
+def report_shards(subtask: str, keys: list[int]) -> None:
+    """Say, in the TaskManager's output, which shards' keys a counting subtask (``subtask``: a
+    name of its own for each start, PyFlink 2.3's thread mode cannot give it its index) has
+    counted so far: the benchmark reads back how the shards fell on the subtasks."""
+    print(json.dumps({"counting_subtask": subtask, "shard_keys": keys}), flush=True)
+
+
 def report_mode(operator: str) -> None:
     """Say, in the TaskManager's output, how a subtask of ``operator`` runs (``running_mode``): the
     benchmark reads it back as ``execution_mode``."""
@@ -197,10 +261,11 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
     from pyflink.common import Row, Types
     from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
     from pyflink.datastream.state import ListStateDescriptor
-    from pyflink.table import DataTypes, Schema, StreamTableEnvironment
+    from pyflink.table import StreamTableEnvironment
 
     settings = spec.pipeline
     step_ms = round(spec.step_seconds * 1000)
+    keys = shard_keys(spec.shards)
     tables = StreamTableEnvironment.create(env)
     tables.execute_sql(_source_table(spec))
     records = tables.to_data_stream(tables.sql_query("SELECT `value`, rowtime FROM records"))
@@ -229,7 +294,8 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
             if reason := event_time_refusal(doc.ts, now=now, max_future_seconds=settings.max_future_seconds):
                 self.dead.send(value, reason)
                 return
-            if ctx.timestamp() == OUTSIDE_WINDOW:  # the source saw a timestamp outside the window
+            at = ctx.timestamp()  # a call into the JVM: once
+            if at == OUTSIDE_WINDOW:  # the source saw a timestamp outside the window
                 self.dead.send(
                     value,
                     f"its record's timestamp is outside the event-time window (not after 1970, or more than "
@@ -237,55 +303,85 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                     "the producer must set it (tokmaint ingest does)",
                 )
                 return
-            if doc.ts_ms != ctx.timestamp():
+            if doc.ts_ms != at:
                 self.dead.send(
                     value,
-                    f"its record's timestamp ({ctx.timestamp()}) is not its ts ({doc.ts_ms} ms): "
+                    f"its record's timestamp ({at}) is not its ts ({doc.ts_ms} ms): "
                     "the producer must set it (tokmaint ingest does)",
                 )
                 return
+            end = (at // step_ms + 1) * step_ms
             # Its window closed here already: the windows downstream may have been written without it.
-            if (doc.ts_ms // step_ms + 1) * step_ms - 1 <= ctx.timer_service().current_watermark():
+            if end - 1 <= ctx.timer_service().current_watermark():
                 self.dead.send(
                     value,
                     f"late: more than {spec.max_lateness_seconds:g} s behind its partition's "
                     "event time, after its window was written",
                 )
                 return
-            yield Row(shard_of(doc.id, spec.shards), json.dumps([doc.id, doc.text]))
+            yield Row(keys[shard_of(doc.id, spec.shards)], end, doc.id, doc.text)
 
-    class Count(ProcessFunction):
-        """A shard's documents of one window (one row: its window's last millisecond as its
-        timestamp, the documents joined by Flink SQL's LISTAGG), resends dropped, counted in one
-        call with the version the statistics count with as the window comes (read from Redis):
-        the writer counts again only a part counted with a version it has replaced since."""
+    class Count(KeyedProcessFunction):
+        """A shard's documents, kept in its keyed state by window until the watermark passes the
+        window's end, then resends dropped and counted in one call with the version the
+        statistics count with as the window comes (read from Redis): the writer counts again
+        only a part counted with a version it has replaced since. A window's documents go to
+        one of ``WINDOW_LISTS`` lists by the window's number, so that writing one reads only
+        its own (one list read and rewritten the later windows' documents at each window: as
+        long as counting them)."""
 
         def open(self, runtime_context: Any) -> None:
             from pipeline.parts import connect_redis
             from registry.client import RegistryClient
 
+            self.windows = [
+                runtime_context.get_list_state(ListStateDescriptor(f"docs-{n}", Types.PICKLED_BYTE_ARRAY()))
+                for n in range(WINDOW_LISTS)
+            ]
             self.registry = RegistryClient(spec.registry)
             self.redis = connect_redis(settings.redis)
             self.counted = VersionedCounter(self.registry, spec.lineage)
+            self.shards: set[int] = set()
+            self.subtask = os.urandom(4).hex()
             report_mode("count")
 
         def close(self) -> None:
             self.registry.close()
             self.redis.close()
 
-        def process_element(self, row: Any, ctx: ProcessFunction.Context) -> Iterable[Any]:
+        def process_element(self, row: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any]:
+            end = row[1]
+            self.windows[end // step_ms % WINDOW_LISTS].add((end, row[2], row[3]))
+            ctx.timer_service().register_event_time_timer(end - 1)  # the window's last millisecond
+            return ()
+
+        def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any]:
             from pipeline.redis_store import RedisStatsStore
 
+            end = timestamp + 1
+            window = self.windows[end // step_ms % WINDOW_LISTS]
             texts: dict[str, str] = {}
             copies = 0
-            for line in row[1].split("\n"):
-                doc_id, text = json.loads(line)
-                copies += 1
-                texts.setdefault(doc_id, text)
+            others = []  # a window as many lists later, pending already (a watermark held back that long)
+            for doc in window.get():
+                if doc[0] == end:
+                    texts.setdefault(doc[1], doc[2])
+                    copies += 1
+                else:
+                    others.append(doc)
+            if others:
+                window.update(others)
+            else:
+                window.clear()
+            if (shard := ctx.get_current_key()) not in self.shards:
+                self.shards.add(shard)
+                report_shards(self.subtask, sorted(self.shards))
+            if not texts:
+                return
             version, counter = self.counted.at(RedisStatsStore.counted_version(self.redis, lineage=spec.lineage))
             kept = list(texts.values())
             yield WindowPart(
-                end=ctx.timestamp() + 1,
+                end=end,
                 version=version,
                 counts=counter.count_texts(kept, neighbours=True),
                 texts=kept,
@@ -392,28 +488,16 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
 
     # Named and with uids of their own: a savepoint's state finds its operator in a newer job.
     docs = (
-        records.process(Decode(), Types.ROW_NAMED(["shard", "doc"], [Types.INT(), Types.STRING()]))
+        records.process(Decode(), Types.ROW([Types.INT(), Types.LONG(), Types.STRING(), Types.STRING()]))
         .name("decode")
         .uid("decode")
     )
-    # The windows in Java (Flink SQL): a document costs Python nothing past its decoding.
-    tables.create_temporary_view(
-        "docs",
-        tables.from_data_stream(
-            docs,
-            Schema.new_builder()
-            .column("shard", DataTypes.INT())
-            .column("doc", DataTypes.STRING())
-            .column_by_metadata("rowtime", DataTypes.TIMESTAMP_LTZ(3))
-            .watermark("rowtime", "SOURCE_WATERMARK()")
-            .build(),
-        ),
+    parts = (
+        docs.key_by(lambda row: row[0], Types.INT())
+        .process(Count(), Types.PICKLED_BYTE_ARRAY())
+        .name("count")
+        .uid("count")
     )
-    windows = tables.sql_query(
-        "SELECT shard, LISTAGG(doc, '\n') AS docs, window_time FROM TABLE(TUMBLE(TABLE docs, DESCRIPTOR(rowtime), "
-        f"{_interval(step_ms)})) GROUP BY shard, window_start, window_end, window_time"
-    )
-    parts = tables.to_data_stream(windows).process(Count(), Types.PICKLED_BYTE_ARRAY()).name("count").uid("count")
     (
         parts.key_by(lambda _: 0, Types.INT())
         .process(WriteSteps(), Types.STRING())
@@ -471,18 +555,6 @@ CURRENT_TIMESTAMP) THEN kafka_ts ELSE TO_TIMESTAMP_LTZ(0, 3) END,
     )
 
 
-def _interval(ms: int) -> str:
-    """A Flink SQL interval of ``ms`` milliseconds.
-
-    >>> _interval(90_061_001)
-    "INTERVAL '1 01:01:01.001' DAY(6) TO SECOND(3)"
-    """
-    days, rest = divmod(ms, 86_400_000)
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    return f"INTERVAL '{days} {hours:02d}:{minutes:02d}:{rest // 1000:02d}.{rest % 1000:03d}' DAY(6) TO SECOND(3)"
-
-
 def spec_from_env() -> FlinkJobSpec:
     """The job's spec from tokmaint's environment variables, for a job whose program runs on the
     cluster (the Kubernetes operator's application mode, ``FlinkDeployment.spec.job``, which
@@ -534,6 +606,7 @@ def main(argv: list[str]) -> None:
     # pipeline.jars replaces the Python runner's jar unless it is listed too.
     jars = [*connector_jars(), *runner_jars()]
     env.add_jars(*[jar.as_uri() for jar in jars])
+    env.set_max_parallelism(MAX_PARALLELISM)
     if spec.parallelism is not None:
         env.set_parallelism(spec.parallelism)
     env.enable_checkpointing(spec.checkpoint_ms)

@@ -31,6 +31,9 @@ def test_the_job_on_flink_survives_a_taskmanager_kill_and_a_savepoint_resume_and
     assert report["savepoint_resumed"] is True and "/savepoints/savepoint-" in report["savepoint"], report
     # Every Python function ran inside the TaskManagers' JVMs, none fell back to a worker process.
     assert report["execution_mode"] == {"count": "thread", "decode": "thread", "write steps": "thread"}, report
+    # The shards' keys fall on the subtasks evenly (flink_job.shard_keys: Flink's key groups).
+    assert report["shards_by_subtask"] and all(len(shards) == 2 for shards in report["shards_by_subtask"]), report
+    assert sorted(set(sum(report["shards_by_subtask"], []))) == [0, 1, 2, 3], report
     assert report["checkpoint_ms_p50"] is None or report["checkpoint_ms_p50"] > 0
     assert report["equal_to_replay"] is True, report
     assert report["local_equal_to_replay"] is True, report
