@@ -361,7 +361,9 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
                     "event time, after its window was written",
                 )
                 return
-            yield Row(keys[shard_of(doc.id, spec.shards)], end, doc.id, doc.text)
+            # The text as UTF-8: bytes cross into the JVM, the shuffle and the state as they are,
+            # where a str is transcoded at each crossing and written a character at a time.
+            yield Row(keys[shard_of(doc.id, spec.shards)], end, doc.id, doc.text.encode("utf-8"))
 
     class Count(KeyedProcessFunction):
         """A shard's documents, kept in its keyed state by window until the watermark passes the
@@ -397,7 +399,8 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
             texts: dict[str, str] = {}
             copies = 0
             for doc_id, text in self.docs.take(end):
-                texts.setdefault(doc_id, text)
+                if doc_id not in texts:
+                    texts[doc_id] = text.decode("utf-8")
                 copies += 1
             if (shard := ctx.get_current_key()) not in self.shards:
                 self.shards.add(shard)
@@ -508,7 +511,9 @@ def build(env: Any, spec: FlinkJobSpec) -> None:
 
     # Named and with uids of their own: a savepoint's state finds its operator in a newer job.
     docs = (
-        records.process(Decode(), Types.ROW([Types.INT(), Types.LONG(), Types.STRING(), Types.STRING()]))
+        records.process(
+            Decode(), Types.ROW([Types.INT(), Types.LONG(), Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+        )
         .name("decode")
         .uid("decode")
     )
