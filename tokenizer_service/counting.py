@@ -19,7 +19,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, repeat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 import numpy as np
@@ -97,6 +97,32 @@ class StepCounts(KeyCounts):
     @property
     def bytes_per_token(self) -> float:
         return self.n_bytes / max(self.n_tokens, 1)
+
+
+@dataclass(frozen=True)
+class WordTally:
+    """What a batch of documents holds for counting with any version of the same
+    pre-tokenization: its distinct words (in the model's alphabet) with their counts, the
+    adjacent pairs of words within its plain documents (indices into ``words``, distinct) with
+    theirs, and the texts with an added token's text (encoded whole). Made beside the counts by
+    :meth:`StepCounter.tally_texts`; :meth:`StepCounter.count_tally` counts it with another
+    version without splitting the texts into words again (three quarters of counting them).
+
+    >>> tok = BPETokenizer(vocab={"a": 0, "b": 1}, merges=[], pipeline={"pre_tokenizer": {"type": "WhitespaceSplit"}})
+    >>> tally = StepCounter(tok).tally_texts(["a b a", "b a"])[1]
+    >>> tally.words, tally.freqs.tolist(), [(tally.words[u], tally.words[v], n) for u, v, n in zip(
+    ...     tally.before.tolist(), tally.after.tolist(), tally.pair_counts.tolist())]
+    (['a', 'b'], [3, 2], [('a', 'b', 1), ('b', 'a', 2)])
+    """
+
+    words: list[str]
+    freqs: NDArray[np.integer[Any]]
+    before: NDArray[np.integer[Any]]
+    after: NDArray[np.integer[Any]]
+    pair_counts: NDArray[np.integer[Any]]
+    # The words' counts over the plain documents only; None when every document is plain.
+    plain_freqs: NDArray[np.integer[Any]] | None = None
+    special: list[str] = field(default_factory=list)
 
 
 def count_pairs(left: Int64Array, right: Int64Array, weights: Float64Array) -> tuple[Int64Array, Float64Array]:
@@ -409,32 +435,99 @@ class StepCounter:
         counts = self.count_words(word_ids, freqs[word_ids].astype(np.float64))
         if not neighbours:
             return counts
-        # Documents with an added token's text, which encoding matches before BPE, are not plain.
+        sequence, lengths, plain = self._plain_sequence(texts, flat, lengths)
+        if plain.all():
+            inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
+        else:  # the words of documents with an added token do not make their encoding
+            kept_ids, kept_freqs = np.unique(sequence, return_counts=True)
+            inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
+        before, after = self._adjacent(sequence, lengths)
+        boundary_keys, boundary_counts = np.unique(self._boundary_keys(before, after), return_counts=True)
+        return self._with_neighbours(
+            counts,
+            [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
+            [text for text, p in zip(texts, plain) if not p],
+        )
+
+    def tally_texts(self, texts: Sequence[str]) -> tuple[StepCounts, WordTally]:
+        """:meth:`count_texts` with ``neighbours``, and the texts' :class:`WordTally` from the
+        same words: what a stage that counts ahead of a revision hands on, so that the counts
+        can be made again with the revised version (:meth:`count_tally`) without the texts."""
+        flat, lengths = self.word_sequences(texts)
+        counts = self.count_texts(texts, neighbours=True, words=(flat, lengths))
+        freqs = np.bincount(flat, minlength=len(self.words))
+        word_ids = np.flatnonzero(freqs)
+        where = np.zeros(len(self.words), np.int64)  # a word id -> its place in the tally's words
+        where[word_ids] = np.arange(len(word_ids))
+        sequence, lengths, plain = self._plain_sequence(texts, flat, lengths)
+        before, after = self._adjacent(sequence, lengths)
+        n = max(len(word_ids), 1)
+        pairs, pair_counts = np.unique(where[before] * n + where[after], return_counts=True)
+        names = self.words.words
+        # Indices and counts are whole numbers: 4 bytes each, not 8, where they fit (a part is
+        # pickled to the writer and kept in its state).
+        small = np.int32 if max(int(freqs.max(initial=0)), len(word_ids)) < 2**31 else np.int64
+        return counts, WordTally(
+            words=[names[i] for i in word_ids.tolist()],
+            freqs=freqs[word_ids].astype(small),
+            before=(pairs // n).astype(small),
+            after=(pairs % n).astype(small),
+            pair_counts=pair_counts.astype(small),
+            plain_freqs=None if plain.all() else np.bincount(where[sequence], minlength=len(word_ids)).astype(small),
+            special=[text for text, p in zip(texts, plain) if not p],
+        )
+
+    def count_tally(self, tally: WordTally) -> StepCounts:
+        """What :meth:`count_texts` with ``neighbours`` gives for the texts ``tally`` was made of
+        (:meth:`tally_texts`, by a counter of any version of the same pre-tokenization), with this
+        counter's version, from the words alone.
+
+        >>> tok = BPETokenizer(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")], pipeline={
+        ...     "pre_tokenizer": {"type": "WhitespaceSplit"}})
+        >>> texts = ["ab ab ba", "aab"]
+        >>> a = StepCounter(tok).count_tally(StepCounter(tok).tally_texts(texts)[1])
+        >>> b = StepCounter(tok).count_texts(texts, neighbours=True)
+        >>> a.token_counts.tolist() == b.token_counts.tolist(), a.neighbour_keys.tolist() == b.neighbour_keys.tolist()
+        (True, True)
+        """
+        word_ids = self.words.ids(tally.words)
+        counts = self.count_words(word_ids, tally.freqs.astype(np.float64))
+        if tally.plain_freqs is None:
+            inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
+        else:
+            kept = tally.plain_freqs > 0
+            inner_keys, inner_counts = self._pairs(word_ids[kept], tally.plain_freqs[kept].astype(np.float64))
+        boundary_keys, inverse = np.unique(
+            self._boundary_keys(word_ids[tally.before], word_ids[tally.after]), return_inverse=True
+        )
+        boundary_counts = weighted_bincount(inverse, tally.pair_counts.astype(np.float64), len(boundary_keys))
+        return self._with_neighbours(
+            counts, [(inner_keys, inner_counts), (boundary_keys, boundary_counts)], tally.special
+        )
+
+    def _plain_sequence(
+        self, texts: Sequence[str], flat: Int64Array, lengths: Int64Array
+    ) -> tuple[Int64Array, Int64Array, np.ndarray]:
+        """The words of the plain documents (those with no added token's text, which encoding
+        matches before BPE), back to back, each text's number of them (0 for the others), and
+        which texts are plain."""
         added = self.tokenizer.added_tokens
         plain = (
             np.fromiter((not any(token in text for token in added) for text in texts), bool, len(texts))
             if added
             else np.ones(len(texts), bool)
         )
-        sequence = flat
         if plain.all():
-            inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
-        else:  # the words of documents with an added token do not make their encoding
-            sequence = flat[np.repeat(plain, lengths)]
-            lengths = np.where(plain, lengths, 0)
-            kept_ids, kept_freqs = np.unique(sequence, return_counts=True)
-            inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
-        # Across a word boundary: each word and the next in one document.
+            return flat, lengths, plain
+        return flat[np.repeat(plain, lengths)], np.where(plain, lengths, 0), plain
+
+    @staticmethod
+    def _adjacent(sequence: Int64Array, lengths: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """Each word and the next in one document: the word ids on either side of every word
+        boundary of ``sequence`` (documents of ``lengths`` words, back to back)."""
         follows = np.ones(len(sequence), dtype=np.bool_)
         follows[np.cumsum(lengths)[lengths > 0] - 1] = False
-        boundary_keys, boundary_counts = np.unique(
-            self._boundary_keys(sequence[:-1][follows[:-1]], sequence[1:][follows[:-1]]), return_counts=True
-        )
-        return self._with_neighbours(
-            counts,
-            [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
-            [text for text, p in zip(texts, plain) if not p],
-        )
+        return sequence[:-1][follows[:-1]], sequence[1:][follows[:-1]]
 
     def _boundary_keys(self, before: Int64Array, after: Int64Array) -> Int64Array:
         """The packed pairs (last token of word ``before[k]``, first token of word ``after[k]``)

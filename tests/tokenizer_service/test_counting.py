@@ -96,6 +96,40 @@ def test_a_step_counted_in_parts_and_added_counts_as_its_texts(special_tokenizer
     assert got.n_bytes == sum(len(t.encode()) for t in texts)
 
 
+@settings(max_examples=40, deadline=None)
+@given(texts_of("<eos>"), st.integers(0, 40))
+def test_a_tally_counts_as_its_texts(special_tokenizer, texts, seen):
+    """``tally_texts`` gives ``count_texts``'s counts, and its tally, counted by another counter
+    (one that has seen other words: its word ids differ), gives them again, documents with an
+    added token's text included."""
+    from tests.conftest import WORDS
+
+    counter = StepCounter(special_tokenizer)
+    counts, tally = counter.tally_texts(texts)
+    expected = StepCounter(special_tokenizer).count_texts(texts, neighbours=True)
+    assert _counts_equal(counts, expected)
+    other = StepCounter(special_tokenizer)
+    other.count_texts([" ".join(WORDS[seen:])], neighbours=True)
+    assert _counts_equal(other.count_tally(tally), expected)
+
+
+def test_a_tally_made_before_a_revision_counts_with_the_revision():
+    """What the Flink job's writer does with a part counted before its revision: the tally made
+    with each version, counted with the next, equals the texts counted afresh with the next."""
+    from tests.conftest import NEW_WORDS, sentences, tedtok_lineage
+
+    initial, revisions = tedtok_lineage(seed=3, steps=14)
+    texts = sentences(80, seed=13) + sentences(80, seed=14, words=NEW_WORDS + ["stream"])
+    before, writer = StepCounter(initial), StepCounter(initial)
+    for revision in revisions:
+        tally = before.tally_texts(texts)[1]
+        writer.set_tokenizer(revision.tokenizer)
+        assert _counts_equal(
+            writer.count_tally(tally), StepCounter(revision.tokenizer).count_texts(texts, neighbours=True)
+        )
+        before.set_tokenizer(revision.tokenizer)
+
+
 @given(st.integers(1, 300), st.integers(0, 2_000), st.integers(0, 2**32 - 1))
 def test_pairs_counted_by_a_bincount_or_a_sort_are_the_same_floats(id_space, n, seed):
     """Few ids for many pairs take the bincount, the rest np.unique's sort: the keys in the same
