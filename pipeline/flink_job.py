@@ -24,7 +24,8 @@ What runs where:
   their generated code took 5-6 s of each start to compile).
 * **One writer** (parallelism 1) adds a window's parts (``add_counts``) once the watermark has
   passed it, counting again only a part counted with a version it has replaced since (the
-  windows the counting stage ran ahead with while a revision was made), and writes the step with
+  windows the counting stage ran ahead with while a revision was made: from the tally of its
+  words, ``StepCounter.count_tally``), and writes the step with
   ``LineageStatistics``: the same atomic write and revision commit the local job uses. A window
   ending no later than the last one written is a replay after a restore, skipped: a TaskManager
   killed mid-run, or a stop with a savepoint and a start from it, changes nothing.
