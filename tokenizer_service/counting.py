@@ -507,7 +507,7 @@ class StepCounter:
 
     def _plain_sequence(
         self, texts: Sequence[str], flat: Int64Array, lengths: Int64Array
-    ) -> tuple[Int64Array, Int64Array, np.ndarray]:
+    ) -> tuple[Int64Array, Int64Array, NDArray[np.bool_]]:
         """The words of the plain documents (those with no added token's text, which encoding
         matches before BPE), back to back, each text's number of them (0 for the others), and
         which texts are plain."""
