@@ -110,10 +110,20 @@ def shard_of(doc_id: str, shards: int) -> int:
 
 
 def _int32(x: int) -> int:
+    """``x`` wrapped to a Java ``int``, as Java's arithmetic overflows.
+
+    >>> _int32(2**31), _int32(-(2**31) - 1), _int32(7)
+    (-2147483648, 2147483647, 7)
+    """
     return (x + 2**31) % 2**32 - 2**31
 
 
 def _rotl32(x: int, r: int) -> int:
+    """Java's ``Integer.rotateLeft(x, r)``.
+
+    >>> _rotl32(1, 31), _rotl32(-2147483648, 1)
+    (-2147483648, 1)
+    """
     x &= 0xFFFFFFFF
     return _int32((x << r) | (x >> (32 - r)))
 
