@@ -15,6 +15,7 @@ import pytest
 
 from demo.run import DemoSettings, run_demo
 from tests.conftest import ctrl_c_works
+from tests.support.polling import until
 from tokenizer_service.evolve import StreamSettings
 from trainer.config import TrainerSettings
 
@@ -124,10 +125,16 @@ def test_ctrl_c_stops_every_process_the_demo_started(drifting_corpus, tmp_path):
     demo.send_signal(signal.SIGINT)
     _, err = demo.communicate(timeout=60)
     assert demo.returncode != 0 and "interrupt" in err.lower()
-    time.sleep(0.5)
-    alive = [
-        pid
-        for pid in started
-        if Path(f"/proc/{pid}").exists() and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")
-    ]
-    assert alive == []
+
+    def alive() -> list[int]:
+        return [
+            pid
+            for pid in started
+            if Path(f"/proc/{pid}").exists()
+            and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")
+        ]
+
+    # A counting worker whose start the Ctrl-C cut short is not yet one multiprocessing stops at
+    # exit: it ends by itself once it sees its parent gone (OrderedWorker's orphan watch), which
+    # on a loaded machine took more than the half second this waited before (1 in 10 runs).
+    until(lambda: not alive(), "processes the demo started still run 15 s after it ended", seconds=15)
