@@ -430,37 +430,17 @@ class StepCounter:
         [((1, 0), 1.0), ((2, 1), 1.0)]
         """
         flat, lengths = self.word_sequences(texts) if words is None else words
-        freqs = np.bincount(flat, minlength=len(self.words))  # word ids are dense: no sort
-        word_ids = np.flatnonzero(freqs)
-        counts = self.count_words(word_ids, freqs[word_ids].astype(np.float64))
-        if not neighbours:
-            return counts
-        sequence, lengths, plain = self._plain_sequence(texts, flat, lengths)
-        if plain.all():
-            inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
-        else:  # the words of documents with an added token do not make their encoding
-            kept_ids, kept_freqs = np.unique(sequence, return_counts=True)
-            inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
-        before, after = self._adjacent(sequence, lengths)
-        boundary_keys, boundary_counts = np.unique(self._boundary_keys(before, after), return_counts=True)
-        return self._with_neighbours(
-            counts,
-            [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
-            [text for text, p in zip(texts, plain) if not p],
-        )
+        return self._counted(texts, flat, lengths, neighbours=neighbours)[0]
 
     def tally_texts(self, texts: Sequence[str]) -> tuple[StepCounts, WordTally]:
         """:meth:`count_texts` with ``neighbours``, and the texts' :class:`WordTally` from the
         same words: what a stage that counts ahead of a revision hands on, so that the counts
         can be made again with the revised version (:meth:`count_tally`) without the texts."""
-        flat, lengths = self.word_sequences(texts)
-        counts = self.count_texts(texts, neighbours=True, words=(flat, lengths))
-        freqs = np.bincount(flat, minlength=len(self.words))
-        word_ids = np.flatnonzero(freqs)
+        counts, split = self._counted(texts, *self.word_sequences(texts), neighbours=True)
+        assert split is not None  # made with the neighbours
+        word_ids, freqs, sequence, plain, before, after = split
         where = np.zeros(len(self.words), np.int64)  # a word id -> its place in the tally's words
         where[word_ids] = np.arange(len(word_ids))
-        sequence, lengths, plain = self._plain_sequence(texts, flat, lengths)
-        before, after = self._adjacent(sequence, lengths)
         n = max(len(word_ids), 1)
         pairs, pair_counts = np.unique(where[before] * n + where[after], return_counts=True)
         names = self.words.words
@@ -469,13 +449,40 @@ class StepCounter:
         small = np.int32 if max(int(freqs.max(initial=0)), len(word_ids)) < 2**31 else np.int64
         return counts, WordTally(
             words=[names[i] for i in word_ids.tolist()],
-            freqs=freqs[word_ids].astype(small),
+            freqs=freqs.astype(small),
             before=(pairs // n).astype(small),
             after=(pairs % n).astype(small),
             pair_counts=pair_counts.astype(small),
             plain_freqs=None if plain.all() else np.bincount(where[sequence], minlength=len(word_ids)).astype(small),
             special=[text for text, p in zip(texts, plain) if not p],
         )
+
+    def _counted(
+        self, texts: Sequence[str], flat: Int64Array, lengths: Int64Array, *, neighbours: bool
+    ) -> tuple[StepCounts, tuple[Int64Array, Int64Array, Int64Array, NDArray[np.bool_], Int64Array, Int64Array] | None]:
+        """:meth:`count_texts` of the texts split into ``flat`` and ``lengths``, and, with
+        ``neighbours``, what it split them into on the way, for :meth:`tally_texts`: the distinct
+        word ids and their counts, the plain documents' words, which texts are plain, and the
+        word ids on either side of each of their word boundaries."""
+        freqs = np.bincount(flat, minlength=len(self.words))  # word ids are dense: no sort
+        word_ids = np.flatnonzero(freqs)
+        counts = self.count_words(word_ids, freqs[word_ids].astype(np.float64))
+        if not neighbours:
+            return counts, None
+        sequence, lengths, plain = self._plain_sequence(texts, flat, lengths)
+        if plain.all():
+            inner_keys, inner_counts = counts.pair_keys, counts.pair_counts
+        else:  # the words of documents with an added token do not make their encoding
+            kept_ids, kept_freqs = np.unique(sequence, return_counts=True)
+            inner_keys, inner_counts = self._pairs(kept_ids, kept_freqs.astype(np.float64))
+        before, after = self._adjacent(sequence, lengths)
+        boundary_keys, boundary_counts = np.unique(self._boundary_keys(before, after), return_counts=True)
+        counted = self._with_neighbours(
+            counts,
+            [(inner_keys, inner_counts), (boundary_keys, boundary_counts)],
+            [text for text, p in zip(texts, plain) if not p],
+        )
+        return counted, (word_ids, freqs[word_ids], sequence, plain, before, after)
 
     def count_tally(self, tally: WordTally) -> StepCounts:
         """What :meth:`count_texts` with ``neighbours`` gives for the texts ``tally`` was made of
