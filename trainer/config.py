@@ -29,6 +29,10 @@ LEARNING_RATE = Number(float, low=0, high=1, low_open=True)
 # Five steps on 512 texts cost half of twenty on 256, and after bench lifelong's first revisions
 # measured as well or better (docs/benchmarks.md, Lifelong).
 WARM_STEPS, WARM_DOCS, WARM_LR = 5, 512, 1.2e-2
+# ...and no more of it than this share of the training since the version before, counted in
+# training steps (trainer.new_rows.warm_shape): a revision then costs the training it interrupts
+# at most 2%, whatever the cadence (5 steps on 512 texts cost 68% of bench distributed's training).
+REVISION_BUDGET = 0.02
 
 
 class NewRowWarmUpSettings(Settings):
@@ -41,6 +45,12 @@ class NewRowWarmUpSettings(Settings):
     )
     warm_docs: int = setting(WARM_DOCS, whole(1), "documents of the last batches the new rows warm up on")
     warm_lr: float = setting(WARM_LR, LEARNING_RATE, "the new rows' learning rate in their warm-up")
+    revision_budget: float = setting(
+        REVISION_BUDGET,
+        Number(float, low=0),
+        "share of the training steps since the version before that a version's warm-up may cost "
+        "(0: none); it takes fewer steps and texts than --warm-steps and --warm-docs to fit",
+    )
 
 
 class TrainerSettings(NewRowWarmUpSettings):

@@ -64,9 +64,9 @@ from tokenizer_service.hub_files import bos_token_id
 from trainer.apply_revision import AppliedRevision, Strategy, apply_revision, embedding_matrices, set_removed
 from trainer.checkpoint import TokenizerStamp
 from trainer.hub import HubVersions
-from trainer.new_rows import warm_new_rows
+from trainer.new_rows import newest_holding, warm_new_rows, warm_shape
 from trainer.ranks import collective_device, distributed, is_sharded, row_sums, same_on_every_rank
-from trainer.config import WARM_DOCS, WARM_LR, WARM_STEPS
+from trainer.config import REVISION_BUDGET, WARM_DOCS, WARM_LR, WARM_STEPS
 
 log = logging.getLogger("tokmaint.trainer")
 
@@ -123,6 +123,7 @@ class LineageFollower:
         warm_steps: int = WARM_STEPS,
         warm_docs: int = WARM_DOCS,
         warm_lr: float = WARM_LR,
+        revision_budget: float = REVISION_BUDGET,
     ) -> None:
         """``registry``: a client, ``HubVersions`` or the registry's URL (its token from
         ``TOKMAINT_REGISTRY_TOKEN``). ``version``: the version the model is on (a checkpoint's);
@@ -137,14 +138,17 @@ class LineageFollower:
         ``events``: (bootstrap, topic) to learn of versions from the revision events there
         instead of the registry's watch. ``warm_steps``, ``warm_docs``, ``warm_lr``: a
         version's new rows train alone for that many steps on the last texts :meth:`encode` had
-        (``trainer.new_rows``; 0 steps: none)."""
+        (``trainer.new_rows``; 0 steps: none), fewer steps and texts where those would cost more
+        than ``revision_budget`` of the training steps since the version before (``warm_shape``)."""
         self._own_client = isinstance(registry, str)
         self.registry: RegistryClient | HubVersions = (
             RegistryClient(registry) if isinstance(registry, str) else registry
         )
         self.lineage, self.strategy, self.retry_steps = lineage, strategy, retry_steps
-        self.warm_steps, self.warm_lr = warm_steps, warm_lr
+        self.warm_steps, self.warm_lr, self.revision_budget = warm_steps, warm_lr, revision_budget
         self._recent: deque[str] = deque(maxlen=warm_docs)  # the last texts encoded, for the new rows' warm-up
+        # The texts encoded since the version before, and the step it came at: what bounds a warm-up.
+        self._encoded, self._since = 0, None
         self._recent_lock = threading.Lock()  # a data loader's thread may encode meanwhile
         self._seq_len = 2
         self.rank = torch.distributed.get_rank() if distributed() else 0
@@ -247,6 +251,7 @@ class LineageFollower:
         """Input ids and labels of ``texts`` in the version the model has (:func:`token_batch`)."""
         with self._recent_lock:
             self._recent.extend(texts)
+            self._encoded += len(texts)
             self._seq_len = seq_len
         return token_batch(self.tokenizer, texts, seq_len=seq_len)
 
@@ -290,6 +295,8 @@ class LineageFollower:
         vocabulary grew under ``DistributedDataParallel``). ``step``: the optimizer steps done
         (by default, this follower's calls before this one)."""
         self.steps = self.steps if step is None else step
+        if self._since is None:  # the first call: the training since starts here
+            self._since = self.steps
         try:
             return self._apply_due(model, optimizer)
         finally:
@@ -332,10 +339,15 @@ class LineageFollower:
         if not self.warm_steps or not ids or any(is_sharded(m) for m in matrices):
             return
         with self._recent_lock:
-            texts, seq_len = list(self._recent), self._seq_len
-        if self.rank == 0 and texts:
+            texts, seq_len, encoded, self._encoded = list(self._recent), self._seq_len, self._encoded, 0
+        trained, self._since = self.steps - (self._since or 0), self.steps
+        # Rank 0's counts decide, as its rows do (the ranks train batches of one size alike).
+        steps, count = warm_shape(
+            trained, encoded, steps=self.warm_steps, texts=len(texts), budget=self.revision_budget
+        )
+        if self.rank == 0 and steps and (texts := newest_holding(self.tokenizer, texts, ids, count=count)):
             inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
-            warm_new_rows(module, ids, inputs, labels, steps=self.warm_steps, lr=self.warm_lr)
+            warm_new_rows(module, ids, inputs, labels, steps=steps, lr=self.warm_lr)
         if distributed():
             with torch.no_grad():
                 for matrix in matrices:

@@ -11,7 +11,8 @@ the stream, both are scored on the next part, the future neither has seen, in bi
 ``token_savings``: the share of the static model's tokens the evolving one saved, beside what a
 tokenizer trained anew on each part and used for the next would have saved (a reference for how
 far the stream drifts at this vocabulary size), and one trained on each part and used for that
-same part (hindsight: about the most a tokenizer of this size can save on the stream).
+same part (hindsight: about the most a tokenizer of this size can save on the stream); and
+``share_of_hindsight``, the evolving one's savings over hindsight's.
 
 The stream is cut by time into ``parts`` of as many documents; the initial version is trained on
 the first part, Ted-Tok replays the rest in steps of ``step_docs`` documents, and a version made
@@ -40,7 +41,7 @@ from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_rem
 from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, first_bytes, fit_text
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
-from trainer.new_rows import warm_new_rows
+from trainer.new_rows import newest_holding, warm_new_rows, warm_shape
 from trainer.config import CAUSAL_LM_LOSS, LEARNING_RATE, NewRowWarmUpSettings
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
@@ -260,6 +261,7 @@ def run_lifelong_bench(
     static_by_part: list[int] = []  # the static model's tokens on each part
     rows = []
     recent: deque[str] = deque(maxlen=settings.warm_docs)  # what the models trained on last
+    since = 0  # optimizer steps since the version before: what bounds a warm-up (warm_shape)
     bar = tqdm(total=len(docs), disable=not progress, unit="doc", desc="lifelong")
     for p, part in enumerate(parts):
         tokens_before = {name: run.tokens for name, run in runs.items()}
@@ -280,18 +282,28 @@ def run_lifelong_bench(
                     # (A zip2zip model reads hypertokens: its rows learn in its own loss, not this one.)
                     if evolving.zip2zip is None and recent:
                         warming = time.perf_counter()  # part of the evolving model's training time
-                        warm_new_rows(
-                            evolving.model,
-                            applied.warm_ids,
-                            *token_batch(tokenizer, list(recent), seq_len=seq_len),
+                        steps, count = warm_shape(
+                            since,
+                            since * settings.train_batch,
                             steps=settings.warm_steps,
-                            lr=settings.warm_lr,
+                            texts=len(recent),
+                            budget=settings.revision_budget,
                         )
+                        if steps and (texts := newest_holding(tokenizer, list(recent), applied.warm_ids, count=count)):
+                            warm_new_rows(
+                                evolving.model,
+                                applied.warm_ids,
+                                *token_batch(tokenizer, texts, seq_len=seq_len),
+                                steps=steps,
+                                lr=settings.warm_lr,
+                            )
                         evolving.seconds += time.perf_counter() - warming
+                since = 0
             texts = trained[p][start : start + settings.train_batch]
             for run in runs.values():
                 run.step(texts, seq_len)
             recent.extend(texts)
+            since += 1
             bar.update(len(texts))
         train_seconds = time.perf_counter() - trained_at
         static_by_part.append(runs["static"].tokens - tokens_before["static"])
@@ -318,12 +330,16 @@ def run_lifelong_bench(
     mean = {name: float(np.mean([row["bits_per_byte"][name] for row in rows])) for name in rows[0]["bits_per_byte"]}
     # The ensemble against the better of its two members, on the same (fewer) documents.
     few = {name: float(np.mean([row["ensemble"][name] for row in rows])) for name in ("static", "evolving", "ensemble")}
+    saved = 1 - runs["evolving"].tokens / runs["static"].tokens
+    references = _part_tokenizer_savings(parts, trained, static_by_part, initial, settings)
     report = {
         "bits_per_byte": mean,
         "tokens": {name: run.tokens for name, run in runs.items()},
         "token_savings": {
-            "evolving": 1 - runs["evolving"].tokens / runs["static"].tokens,
-            **_part_tokenizer_savings(parts, trained, static_by_part, initial, settings),
+            "evolving": saved,
+            **references,
+            # Of what a tokenizer trained on each part in hindsight saves, the share the evolving one does.
+            "share_of_hindsight": saved / references["hindsight_each_part"],
         },
         "train_seconds": {name: run.seconds for name, run in runs.items()},
         "versions": 1 + len(versions),

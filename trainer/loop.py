@@ -117,6 +117,7 @@ class Trainer(FollowsLineage):
             warm_steps=settings.warm_steps,
             warm_docs=settings.warm_docs,
             warm_lr=settings.warm_lr,
+            revision_budget=settings.revision_budget,
         )
         self.position, self.step = data.start, 0  # the next batch's position, the optimizer steps done
         torch.manual_seed(settings.seed)

@@ -15,8 +15,15 @@ Token Distillation fits new input rows against the frozen model, arXiv 2505.2013
 is the next-token loss, which fits a tied input and output row together).
 
     applied = apply_revision(model, optimizer, diff)
-    inputs, labels = token_batch(new_version, recent_texts, seq_len=128)
-    losses = warm_new_rows(model, applied.warm_ids, inputs, labels, steps=5, lr=1.2e-2)
+    steps, count = warm_shape(steps_since, texts_since, steps=5, texts=512, budget=0.02)
+    texts = newest_holding(new_version, recent_texts, applied.warm_ids, count=count)
+    inputs, labels = token_batch(new_version, texts, seq_len=128)
+    losses = warm_new_rows(model, applied.warm_ids, inputs, labels, steps=steps, lr=1.2e-2)
+
+A warm-up is compute the training does not get, so it is bounded by the training it interrupts:
+``warm_shape`` gives it as many steps and texts as cost at most a share (the revision budget)
+of the training since the version before, and ``newest_holding`` picks the texts: the newest
+that hold one of the rows' tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from tokenizer_service.bpe import BPETokenizer
 from trainer.apply_revision import embedding_matrices
 
 WARM_CHUNK = 64  # texts a warm-up step runs through the model at once
@@ -38,6 +46,50 @@ def holding(inputs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
     [False, True]
     """
     return torch.isin(inputs, torch.tensor(list(ids), dtype=inputs.dtype, device=inputs.device)).any(dim=1)
+
+
+def warm_shape(trained_steps: int, trained_texts: int, *, steps: int, texts: int, budget: float) -> tuple[int, int]:
+    """The steps and the texts of a warm-up that costs at most ``budget`` (a share) of the
+    training since the version before: ``trained_steps`` optimizer steps over ``trained_texts``
+    texts. A warm-up step over a training batch of texts costs less than a training step (the
+    same forward and backward passes, but no weight's gradient beyond the embeddings' and no
+    optimizer step over the model), over k batches about k of them; so the warm-up gets
+    ``budget × trained_steps`` training steps' worth: its steps first (at most ``steps``), then its
+    texts (at most ``texts``). Counted, not timed: every run, and every rank, warms up alike.
+
+    >>> warm_shape(75, 600, steps=5, texts=512, budget=0.02)  # 1.5 steps' worth: one step on a batch
+    (1, 8)
+    >>> warm_shape(3000, 24000, steps=5, texts=512, budget=0.02)  # 60: five steps on 12 batches each
+    (5, 96)
+    >>> warm_shape(40, 320, steps=5, texts=512, budget=0.02)  # less than a step's worth: none
+    (0, 0)
+    """
+    allowed = int(budget * trained_steps + 1e-9)  # 0.02 × 50 is 1, not 0.99999...
+    if allowed < 1 or steps < 1 or trained_texts < 1:
+        return 0, 0
+    taken = min(steps, allowed)
+    return taken, min(texts, allowed // taken * max(trained_texts // trained_steps, 1))
+
+
+def newest_holding(tokenizer: BPETokenizer, texts: Sequence[str], ids: Sequence[int], *, count: int) -> list[str]:
+    """The newest ``count`` of ``texts`` (oldest first, as a warm-up reads them) whose encoding
+    with ``tokenizer`` holds one of ``ids``, in their order: encoded a chunk at a time from the
+    newest, so that a warm-up on a few of 512 recent texts does not encode them all (40 ms on
+    two CPU cores, more than a cheap warm-up itself).
+
+    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258)  # "ab" is id 256
+    >>> newest_holding(tok, ["ab 1", "b", "ab 2", "ab 3"], [256], count=2)
+    ['ab 2', 'ab 3']
+    """
+    wanted, found = set(ids), []
+    size = min(max(2 * count, 8), WARM_CHUNK)  # encoded at once: a few more than wanted, up to a chunk
+    for end in range(len(texts), 0, -size):
+        chunk = list(texts[max(end - size, 0) : end])
+        held = [text for text, encoded in zip(chunk, tokenizer.encode_batch(chunk)) if wanted.intersection(encoded)]
+        found[:0] = held[max(len(held) - (count - len(found)), 0) :]
+        if len(found) >= count:
+            break
+    return found
 
 
 def warm_new_rows(

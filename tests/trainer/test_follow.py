@@ -111,6 +111,35 @@ def test_a_version_is_applied_between_steps_and_batches_are_encoded_with_it(regi
         assert resumed.version == published and resumed.tokenizer.sha256 == made[0].tokenizer.sha256
 
 
+def test_a_version_s_warm_up_is_bounded_by_the_training_since_the_version_before(registry_server, revisions):
+    """The same model, texts and steps, three followers: a revision budget that leaves the warm-up
+    not one training step's worth leaves the rows as the apply made them (as no warm-up does);
+    one that leaves it the steps trained since warms them up."""
+    url, _ = registry_server
+    initial, made = revisions
+    rows = {}
+    for arm, follow in {
+        "none": dict(warm_steps=0),
+        "no_budget": dict(warm_steps=2, revision_budget=0.1),  # 8 steps trained: 0.8 of one
+        "budget": dict(warm_steps=2, revision_budget=1.0),
+    }.items():
+        name = _lineage([url], initial)
+        with LineageFollower(url, name, **follow) as follower:
+            model = _model(follower.tokenizer)
+            for at in range(0, 64, 8):  # eight steps (no optimizer: only the warm-up moves rows)
+                model = follower.between_steps(model)
+                follower.encode(TEXTS[at : at + 8], seq_len=32)
+            published = _publish(url, name, made[0])
+            deadline = time.monotonic() + 30
+            while not (follower.latest.number == published and follower.fetched(published)):
+                assert time.monotonic() < deadline, "the version was never downloaded"
+                time.sleep(0.05)
+            model = follower.between_steps(model)  # the ninth: applied
+            assert follower.version == published
+            rows[arm] = model.get_input_embeddings().weight.detach().clone()
+    assert torch.equal(rows["no_budget"], rows["none"]) and not torch.equal(rows["budget"], rows["none"])
+
+
 @pytest.mark.parametrize("protocol", ["api", "hub"])
 def test_a_follower_of_a_lineage_the_registry_lacks_is_refused_at_once(registry_server, protocol):
     """A refusal that is no outage (404: no such lineage) is raised at once, over either protocol,

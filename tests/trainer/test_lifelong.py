@@ -88,3 +88,4 @@ def test_token_savings_are_the_evolving_model_s_and_retrained_tokenizers(report)
     assert savings["retrained_each_part"] != 0 and -1 < savings["retrained_each_part"] < 1
     # One trained on the very part it reads saves more than one trained on the part before.
     assert savings["retrained_each_part"] < savings["hindsight_each_part"] < 1
+    assert savings["share_of_hindsight"] == pytest.approx(savings["evolving"] / savings["hindsight_each_part"])

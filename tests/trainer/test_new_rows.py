@@ -9,7 +9,7 @@ from tokenizer_service.tedtok import TedTok, TedTokConfig
 from trainer.apply_revision import apply_revision
 from trainer.follow import token_batch
 from trainer.loop import tiny_gpt2_config
-from trainer.new_rows import warm_new_rows
+from trainer.new_rows import newest_holding, warm_new_rows
 
 OLD = ["the stream of words goes on"] * 8
 NEW = ["kubernetes kubernetes pods and kubernetes nodes"] * 8
@@ -87,3 +87,14 @@ def test_a_step_in_chunks_is_the_full_batch_step():
     (one_losses, one_rows), (all_losses, all_rows) = runs
     assert one_losses == pytest.approx(all_losses, rel=1e-5)
     assert torch.allclose(one_rows, all_rows, atol=1e-6)
+
+
+def test_a_warm_up_reads_the_newest_texts_that_hold_a_new_token():
+    """``newest_holding`` gives the newest texts whose encoding holds a new token, in order,
+    however far back the texts go, and the texts without one are left out."""
+    _, _, applied, new = _revised()
+    newest = ["pods and kubernetes nodes", "kubernetes pods"]
+    texts = NEW + OLD * 20 + [newest[0]] + OLD + [newest[1]] + OLD
+    assert newest_holding(new, texts, applied.changed, count=2) == newest
+    assert newest_holding(new, texts, applied.changed, count=3) == [NEW[-1], *newest]
+    assert newest_holding(new, OLD * 100, applied.changed, count=2) == []
