@@ -335,12 +335,12 @@ class LineageFollower:
         """Warm up the rows a version made or respelled (``AppliedRevision.warm_ids``) on the last
         texts encoded (rank 0's, then sent to every rank: the ranks' rows stay alike). A sharded
         model's rows are left as made: its forward pass is a collective of every rank."""
+        with self._recent_lock:  # the training since the version before ends here, warmed up or not
+            texts, seq_len, encoded, self._encoded = list(self._recent), self._seq_len, self._encoded, 0
+        trained, self._since = self.steps - (self._since or 0), self.steps
         matrices = embedding_matrices(module)
         if not self.warm_steps or not ids or any(is_sharded(m) for m in matrices):
             return
-        with self._recent_lock:
-            texts, seq_len, encoded, self._encoded = list(self._recent), self._seq_len, self._encoded, 0
-        trained, self._since = self.steps - (self._since or 0), self.steps
         # Rank 0's counts decide, as its rows do (the ranks train batches of one size alike).
         steps, count = warm_shape(
             trained, encoded, steps=self.warm_steps, texts=len(texts), budget=self.revision_budget
