@@ -94,6 +94,43 @@ def token_batch(tokenizer: BPETokenizer, texts: Sequence[str], *, seq_len: int) 
     return inputs, labels
 
 
+def warm_recent_rows(
+    model: nn.Module,
+    tokenizer: BPETokenizer,
+    ids: Sequence[int],
+    recent: Sequence[str],
+    *,
+    trained_steps: int,
+    trained_texts: int,
+    steps: int,
+    lr: float,
+    budget: float,
+    seq_len: int,
+) -> list[float]:
+    """Warm the rows ``ids`` up alone (``new_rows.warm_new_rows``) on the newest of the ``recent``
+    texts that hold one of them, encoded with ``tokenizer``: as many steps (at most ``steps``) and
+    texts as ``budget`` of the training since the version before allows (``new_rows.warm_shape``:
+    ``trained_steps`` optimizer steps over ``trained_texts`` texts). The losses before each step;
+    none when the budget allows no step or no text holds one.
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> tok = BPETokenizer.train(["ab ab"], vocab_size=258)  # "ab" is id 256
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=tok.id_space))
+    >>> texts = ["ab b", "b a", "a ab"]
+    >>> warm = dict(trained_steps=100, trained_texts=300, steps=2, lr=0.1, seq_len=8)
+    >>> len(warm_recent_rows(model, tok, [256], texts, budget=0.02, **warm))  # two steps' worth: two
+    2
+    >>> warm_recent_rows(model, tok, [256], texts, budget=0.005, **warm)  # half a step's: none
+    []
+    """
+    steps, count = warm_shape(trained_steps, trained_texts, steps=steps, texts=len(recent), budget=budget)
+    texts = newest_holding(tokenizer, recent, ids, count=count) if steps else []
+    if not texts:
+        return []
+    inputs, labels = token_batch(tokenizer, texts, seq_len=seq_len)
+    return warm_new_rows(model, ids, inputs, labels, steps=steps, lr=lr)
+
+
 def matrices_checksum(model: nn.Module) -> torch.Tensor:
     """:func:`~trainer.ranks.row_sums` of the embedding and output matrices (a sharded one whole).
 
@@ -341,13 +378,19 @@ class LineageFollower:
         matrices = embedding_matrices(module)
         if not self.warm_steps or not ids or any(is_sharded(m) for m in matrices):
             return
-        # Rank 0's counts decide, as its rows do (the ranks train batches of one size alike).
-        steps, count = warm_shape(
-            trained, encoded, steps=self.warm_steps, texts=len(texts), budget=self.revision_budget
-        )
-        if self.rank == 0 and steps and (texts := newest_holding(self.tokenizer, texts, ids, count=count)):
-            inputs, labels = token_batch(self.tokenizer, texts, seq_len=seq_len)
-            warm_new_rows(module, ids, inputs, labels, steps=steps, lr=self.warm_lr)
+        if self.rank == 0:  # its counts decide, as its rows do (the ranks train batches of one size alike)
+            warm_recent_rows(
+                module,
+                self.tokenizer,
+                ids,
+                texts,
+                trained_steps=trained,
+                trained_texts=encoded,
+                steps=self.warm_steps,
+                lr=self.warm_lr,
+                budget=self.revision_budget,
+                seq_len=seq_len,
+            )
         if distributed():
             with torch.no_grad():
                 for matrix in matrices:

@@ -39,9 +39,8 @@ from tokenizer_service.settings import Number, SettingsConfigDict, setting, whol
 from tokenizer_service.tedtok import TedTok
 from trainer.apply_revision import STRATEGIES, Strategy, apply_revision, set_removed
 from trainer.byte_level import LN2, ByteLevelModel, ensemble_log_prob, first_bytes, fit_text
-from trainer.follow import token_batch
+from trainer.follow import token_batch, warm_recent_rows
 from trainer.loop import tiny_gpt2_config
-from trainer.new_rows import newest_holding, warm_new_rows, warm_shape
 from trainer.config import CAUSAL_LM_LOSS, LEARNING_RATE, NewRowWarmUpSettings
 from trainer.zip2zip import Zip2zipLM, hyper_parameters
 
@@ -282,21 +281,18 @@ def run_lifelong_bench(
                     # (A zip2zip model reads hypertokens: its rows learn in its own loss, not this one.)
                     if evolving.zip2zip is None and recent:
                         warming = time.perf_counter()  # part of the evolving model's training time
-                        steps, count = warm_shape(
-                            since,
-                            since * settings.train_batch,
+                        warm_recent_rows(
+                            evolving.model,
+                            tokenizer,
+                            applied.warm_ids,
+                            list(recent),
+                            trained_steps=since,
+                            trained_texts=since * settings.train_batch,
                             steps=settings.warm_steps,
-                            texts=len(recent),
+                            lr=settings.warm_lr,
                             budget=settings.revision_budget,
+                            seq_len=seq_len,
                         )
-                        if steps and (texts := newest_holding(tokenizer, list(recent), applied.warm_ids, count=count)):
-                            warm_new_rows(
-                                evolving.model,
-                                applied.warm_ids,
-                                *token_batch(tokenizer, texts, seq_len=seq_len),
-                                steps=steps,
-                                lr=settings.warm_lr,
-                            )
                         evolving.seconds += time.perf_counter() - warming
                 since = 0
             texts = trained[p][start : start + settings.train_batch]
